@@ -1,0 +1,168 @@
+package recordlock
+
+import (
+	"sync"
+	"time"
+)
+
+// Clock is the only source of time in this package: leases run on Mono, timestamps and ExpiresAt
+// on Now, and every timer is armed with AfterFunc. Tests substitute a ManualClock.
+type Clock interface {
+	// Now is the wall clock: ExpiresAt and Timestamps.
+	Now() time.Time
+	// Mono is a monotonic reading from a fixed origin; it never decreases.
+	Mono() time.Duration
+	// AfterFunc runs f in its own goroutine once Mono has advanced by d. It never calls f before
+	// it returns, so callers may hold locks while arming a timer.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a pending AfterFunc.
+type Timer interface {
+	// Stop prevents the call if it has not started; it reports whether it did.
+	Stop() bool
+}
+
+// wallAndMono is implemented by clocks that can give both readings from one clock read, which
+// saves a read on every Lock.
+type wallAndMono interface {
+	nowMono() (time.Time, time.Duration)
+}
+
+// readClock returns both readings of c, from one read where c allows it.
+func readClock(c Clock) (time.Time, time.Duration) {
+	if wm, ok := c.(wallAndMono); ok {
+		return wm.nowMono()
+	}
+	return c.Now(), c.Mono()
+}
+
+type systemClock struct{ origin time.Time }
+
+var theSystemClock = &systemClock{origin: time.Now()}
+
+// SystemClock returns the real clock: time.Now, the runtime's monotonic clock and time.AfterFunc.
+func SystemClock() Clock { return theSystemClock }
+
+func (c *systemClock) Now() time.Time      { return time.Now() }
+func (c *systemClock) Mono() time.Duration { return time.Since(c.origin) }
+
+func (c *systemClock) nowMono() (time.Time, time.Duration) {
+	now := time.Now()
+	return now, now.Sub(c.origin)
+}
+
+func (c *systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+// ManualClock is a Clock that moves only when told to, for deterministic tests of code that uses
+// recordlock. It is safe for concurrent use.
+type ManualClock struct {
+	mu     sync.Mutex
+	wall   time.Time
+	mono   time.Duration
+	seq    uint64
+	timers []*manualTimer
+}
+
+type manualTimer struct {
+	c   *ManualClock
+	due time.Duration
+	seq uint64
+	f   func()
+}
+
+// NewManualClock returns a ManualClock whose wall reading is start and whose monotonic reading
+// is zero.
+func NewManualClock(start time.Time) *ManualClock { return &ManualClock{wall: start} }
+
+// Now returns the wall reading.
+func (c *ManualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.wall
+}
+
+// Mono returns the monotonic reading.
+func (c *ManualClock) Mono() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mono
+}
+
+func (c *ManualClock) nowMono() (time.Time, time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.wall, c.mono
+}
+
+// AfterFunc arms a timer that runs f inside the Advance that moves Mono past d. A timer armed
+// with d <= 0 falls due at the next Advance, Advance(0) included.
+func (c *ManualClock) AfterFunc(d time.Duration, f func()) Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	t := &manualTimer{c: c, due: c.mono + max(d, 0), seq: c.seq, f: f}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+// Stop removes the timer if it has not run yet.
+func (t *manualTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	return t.c.remove(t)
+}
+
+func (c *ManualClock) remove(t *manualTimer) bool {
+	for i, x := range c.timers {
+		if x == t {
+			c.timers = append(c.timers[:i], c.timers[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// Advance moves both readings forward by d and then runs, in deadline order and in the calling
+// goroutine, every timer armed before this call that has fallen due. It panics if d is negative.
+func (c *ManualClock) Advance(d time.Duration) {
+	if d < 0 {
+		panic("recordlock: ManualClock.Advance with a negative duration")
+	}
+	c.mu.Lock()
+	c.mono += d
+	c.wall = c.wall.Add(d)
+	armedBefore := c.seq
+	c.mu.Unlock()
+	for {
+		t := c.nextDue(armedBefore)
+		if t == nil {
+			return
+		}
+		t.f()
+	}
+}
+
+// nextDue removes and returns the earliest due timer armed no later than seq, or nil.
+func (c *ManualClock) nextDue(seq uint64) *manualTimer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var next *manualTimer
+	for _, t := range c.timers {
+		if t.seq <= seq && t.due <= c.mono && (next == nil || t.due < next.due) {
+			next = t
+		}
+	}
+	if next != nil {
+		c.remove(next)
+	}
+	return next
+}
+
+// StepWall moves the wall reading by d (either sign), as an NTP step or an operator would. The
+// monotonic reading does not move and no timer runs.
+func (c *ManualClock) StepWall(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wall = c.wall.Add(d)
+}

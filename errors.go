@@ -1,0 +1,44 @@
+package recordlock
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Every error this package returns matches one of them with errors.Is.
+var (
+	// ErrInvalidOptions: an Options field or Locker option is out of range; nothing was locked.
+	ErrInvalidOptions = errors.New("recordlock: invalid options")
+	// ErrInvalidKey: the key is nil or empty; nothing was locked or staged.
+	ErrInvalidKey = errors.New("recordlock: invalid key: a key must be non-empty")
+	// ErrLocked: TryLock found the key held or waited on.
+	ErrLocked = errors.New("recordlock: key is locked")
+	// ErrTimeout: the key stayed busy for the whole Options.Timeout.
+	ErrTimeout = errors.New("recordlock: timed out waiting for the key")
+	// ErrLeaseExpired: the lease lapsed or was revoked, so the handle no longer authorizes writes.
+	ErrLeaseExpired = errors.New("recordlock: lease expired")
+	// ErrReleased: the handle was released deliberately and authorizes no new writes.
+	ErrReleased = errors.New("recordlock: lock already released")
+	// ErrClusterUnavailable: a cluster-scoped lock could not be granted by the coordinator.
+	ErrClusterUnavailable = errors.New("recordlock: cluster coordination unavailable")
+	// ErrScopeConflict: a Txn asked for cluster scope on a key it already holds node-scoped.
+	ErrScopeConflict = errors.New("recordlock: scope conflicts with the lock already held")
+	// ErrClosed: the Locker was closed.
+	ErrClosed = errors.New("recordlock: locker closed")
+	// ErrTxnDone: the Txn was already committed or rolled back.
+	ErrTxnDone = errors.New("recordlock: transaction already committed or rolled back")
+)
+
+// OptionError describes one rejected option. It matches ErrInvalidOptions.
+type OptionError struct {
+	Field  string // the option's name, e.g. "Lease"
+	Value  any    // the rejected value
+	Reason string // what the value must be, e.g. "must be at least 100ms"
+}
+
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("recordlock: lock option %s %s, got %v", e.Field, e.Reason, e.Value)
+}
+
+// Is makes errors.Is(err, ErrInvalidOptions) true for every *OptionError.
+func (e *OptionError) Is(target error) bool { return target == ErrInvalidOptions }

@@ -1,0 +1,434 @@
+package recordlock
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Handle is one holder's authority over one key, bounded by a lease that runs on the monotonic
+// clock of the Locker that issued it. Its methods are safe for concurrent use.
+//
+// A Handle stops authorizing writes when it is released, when its lease lapses, or when it is
+// revoked; Done is closed at that moment. See the package documentation for the difference
+// between IsExpired and IsLeaseExpired.
+type Handle struct {
+	l      *Locker
+	e      *keyEntry // the table entry of its key; guarded by the shard mutex like every field below
+	key    []byte
+	keyBuf [24]byte // short keys live here, so a Lock allocates only the Handle
+	hash   uint64
+
+	state    atomic.Uint32 // handleFlags; written under the shard mutex, read without it
+	deadline atomic.Int64  // Mono of l.clock at which the lease lapses
+
+	heapIdx    int32 // position in its scheduler's heap, -1 when not scheduled
+	heapAt     time.Duration
+	lease      time.Duration
+	expiresAt  int64 // wall Unix nanoseconds, informational
+	acquiredAt Timestamp
+	lastVer    Timestamp // valid with flagHasVersion
+	floor      Timestamp // the candidate floor of NoteCandidateFloor
+	w          *waiter   // set while the Lock that made it waits
+	cold       *handleCold
+
+	fenceMu sync.Mutex // held for the whole of Fence; Release and RevokeLease wait on it
+	own     keyEntry   // the table entry, when this handle was the one that brought the key in
+}
+
+// handleCold is what most handles never need, allocated on first use.
+type handleCold struct {
+	done   chan struct{}
+	hook   func() error
+	tsR    Timestamp
+	hasTsR bool
+	token  uint64
+}
+
+type handleFlags = uint32
+
+const (
+	flagHeld             handleFlags = 1 << iota // the table's holder of the key
+	flagReleased                                 // the key was given back (deliberately or by expiry)
+	flagExpired                                  // the lease lapsed or was revoked
+	flagFencing                                  // inside Fence
+	flagPassOnAfterFence                         // expired inside Fence: pass the key on when it returns
+	flagHold                                     // Options.Hold, or upgraded
+	flagCluster                                  // joined a cluster round
+	flagHasVersion                               // lastVer was issued or noted
+)
+
+// closedChan is what Done returns for a handle that is already dead.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+func (h *Handle) flags() handleFlags { return h.state.Load() }
+
+// setFlags and clearFlags are called with the shard mutex held, so a plain load and store suffice.
+func (h *Handle) setFlags(f handleFlags)   { h.state.Store(h.state.Load() | f) }
+func (h *Handle) clearFlags(f handleFlags) { h.state.Store(h.state.Load() &^ f) }
+
+func (h *Handle) shard() *shard { return h.l.tab.shard(h.hash) }
+
+func (h *Handle) getCold() *handleCold {
+	if h.cold == nil {
+		h.cold = &handleCold{}
+	}
+	return h.cold
+}
+
+func (h *Handle) closeDone() {
+	if h.cold != nil && h.cold.done != nil {
+		close(h.cold.done)
+		h.cold.done = nil
+	}
+}
+
+// lapsed reports whether the lease deadline has passed, by h's own clock.
+func (h *Handle) lapsed() bool { return h.l.clock.Mono() >= time.Duration(h.deadline.Load()) }
+
+// settle completes an expiry whose deadline passed before any timer ran. Called with the shard
+// mutex held; it reports whether the lease has ended (lapsed or revoked).
+func (h *Handle) settle(sh *shard) bool {
+	if h.flags()&flagExpired != 0 {
+		return true
+	}
+	if h.lapsed() {
+		sh.expire(h)
+		return true
+	}
+	return false
+}
+
+// Key returns the locked key. The caller must not modify it.
+func (h *Handle) Key() []byte { return h.key }
+
+// Scope returns the resolved scope: ScopeCluster once a cluster round was joined, else ScopeNode.
+func (h *Handle) Scope() Scope {
+	if h.flags()&flagCluster != 0 {
+		return ScopeCluster
+	}
+	return ScopeNode
+}
+
+// Hold reports whether the lock outlives the Txn that took it.
+func (h *Handle) Hold() bool { return h.flags()&flagHold != 0 }
+
+// AcquiredAt is the timestamp minted when the key was taken, or the round's TsR under a round.
+func (h *Handle) AcquiredAt() Timestamp {
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return h.acquiredAt
+}
+
+// ExpiresAt is the wall-clock time the lease ends, for display: enforcement uses the monotonic
+// deadline, which a wall-clock step cannot move.
+func (h *Handle) ExpiresAt() time.Time {
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return time.Unix(0, h.expiresAt)
+}
+
+// ClusterTsR returns the granted round's timestamp; false while the handle is node-scoped.
+func (h *Handle) ClusterTsR() (Timestamp, bool) {
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if h.cold == nil || !h.cold.hasTsR {
+		return 0, false
+	}
+	return h.cold.tsR, true
+}
+
+// Token returns the round's fencing token: 0 when node-scoped or when the coordinator has none.
+func (h *Handle) Token() uint64 {
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if h.cold == nil {
+		return 0
+	}
+	return h.cold.token
+}
+
+// Done returns a channel that is closed as soon as the handle stops authorizing writes: release,
+// lease lapse or revocation. A closed Done does not yet mean the key is free when the lease ended
+// inside Fence: the key passes on when the commit returns.
+func (h *Handle) Done() <-chan struct{} {
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.unlockAndRunHooks()
+	if h.flags()&(flagReleased|flagExpired) != 0 || h.settle(sh) {
+		return closedChan
+	}
+	c := h.getCold()
+	if c.done == nil {
+		c.done = make(chan struct{})
+	}
+	return c.done
+}
+
+// IsExpired reports whether the handle can no longer authorize a new write, evaluated now:
+// released, revoked, or past its deadline. Finding the deadline passed, it completes the expiry
+// (gives the key back and fires the release hook) before it returns true.
+func (h *Handle) IsExpired() bool {
+	if h.flags()&(flagReleased|flagExpired) != 0 {
+		return true
+	}
+	if !h.lapsed() {
+		return false
+	}
+	h.settleNow()
+	return true
+}
+
+// IsLeaseExpired reports whether the lease has ended, by lapse or revocation. A deliberate
+// Release alone does not make it true, so a write staged before Release stays valid until the
+// deadline; once the deadline passes it is true for good.
+func (h *Handle) IsLeaseExpired() bool {
+	if h.flags()&flagExpired != 0 {
+		return true
+	}
+	if !h.lapsed() {
+		return false
+	}
+	h.settleNow()
+	return true
+}
+
+// settleNow takes the shard mutex to complete an expiry found lazily, then runs its hook.
+func (h *Handle) settleNow() {
+	sh := h.shard()
+	sh.mu.Lock()
+	if h.flags()&flagReleased == 0 {
+		h.settle(sh)
+	}
+	sh.unlockAndRunHooks()
+}
+
+// lockForChange takes the shard mutex for an operation that must not overlap a Fence running in
+// another goroutine (Release, RevokeLease): it waits for such a commit to return first.
+func (h *Handle) lockForChange(sh *shard, waitFence func(handleFlags) bool) {
+	for {
+		sh.mu.Lock()
+		f := h.flags()
+		if f&flagFencing == 0 || !waitFence(f) {
+			return
+		}
+		sh.mu.Unlock()
+		h.fenceMu.Lock()
+		h.fenceMu.Unlock() //nolint:staticcheck // an empty critical section: waiting for Fence to return
+	}
+}
+
+// Release gives the key back. It returns true the first time; false when the handle was already
+// released, expired or revoked, or is past its deadline (it then completes the expiry). If another
+// goroutine is inside Fence on this handle, Release waits for its commit to return.
+func (h *Handle) Release() bool {
+	sh := h.shard()
+	h.lockForChange(sh, func(f handleFlags) bool { return f&(flagReleased|flagExpired) == 0 && !h.lapsed() })
+	ok := h.flags()&(flagReleased|flagExpired) == 0 && !h.settle(sh)
+	if ok {
+		h.setFlags(flagReleased)
+		sh.sched(h.l).remove(h)
+		h.closeDone()
+		sh.giveBack(h)
+		sh.queueHook(h)
+	}
+	sh.unlockAndRunHooks()
+	return ok
+}
+
+// RevokeLease ends the handle's authority ahead of its lease, so IsLeaseExpired becomes true and
+// a write staged through it is fenced. If the key is still held it is given back and the release
+// hook fires; after a Release it only settles the flag. It waits for a Fence running in another
+// goroutine, so once it returns no fenced write through this handle is in flight. Idempotent.
+func (h *Handle) RevokeLease() {
+	sh := h.shard()
+	h.lockForChange(sh, func(f handleFlags) bool { return f&flagExpired == 0 })
+	if h.flags()&flagExpired == 0 {
+		h.setFlags(flagExpired | flagReleased)
+		sh.sched(h.l).remove(h)
+		h.closeDone()
+		if h.flags()&flagHeld != 0 {
+			sh.giveBack(h)
+			sh.queueHook(h)
+		}
+	}
+	sh.unlockAndRunHooks()
+}
+
+// JoinClusterRound re-anchors the handle to a granted cluster round. It returns false, changing
+// nothing, if the handle no longer authorizes writes or the round's lease, measured from
+// mintedMono on this handle's clock, is already over. Otherwise AcquiredAt and ClusterTsR become
+// tsR, the version counter restarts, the deadline becomes exactly mintedMono+lease, ExpiresAt
+// becomes tsR+lease, and onRelease becomes the release hook.
+func (h *Handle) JoinClusterRound(tsR Timestamp, lease time.Duration, mintedMono time.Duration, onRelease func() error) bool {
+	return h.join(Round{TsR: tsR, MintedMono: mintedMono, Release: onRelease}, lease)
+}
+
+// join is JoinClusterRound that also records the round's fencing token.
+func (h *Handle) join(round Round, lease time.Duration) bool {
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.unlockAndRunHooks()
+	if h.flags()&(flagReleased|flagExpired) != 0 || h.settle(sh) {
+		return false
+	}
+	now := h.l.clock.Mono()
+	if lease-(now-round.MintedMono) <= 0 {
+		return false
+	}
+	c := h.getCold()
+	c.tsR, c.hasTsR, c.token = round.TsR, true, round.Token
+	c.hook = round.Release
+	h.acquiredAt = round.TsR
+	h.clearFlags(flagHasVersion)
+	h.setFlags(flagCluster)
+	h.expiresAt = round.TsR.Time().Add(lease).UnixNano()
+	h.moveDeadline(sh, round.MintedMono+lease, now)
+	return true
+}
+
+// moveDeadline sets a live holder's lease deadline and re-arms its schedule.
+func (h *Handle) moveDeadline(sh *shard, deadline, now time.Duration) {
+	h.deadline.Store(int64(deadline))
+	s := sh.sched(h.l)
+	s.remove(h)
+	s.push(h, deadline, now)
+}
+
+// UpgradeToHold makes the lock outlive its Txn, with a new lease from now (0 means
+// DefaultLease). Under a cluster round the new deadline is clamped to the round's: a granted
+// round is never extended locally. It then advances the version counter once. It returns an
+// *OptionError for an invalid lease, and ErrReleased or ErrLeaseExpired for a dead handle; on
+// failure nothing changes.
+func (h *Handle) UpgradeToHold(lease time.Duration) error {
+	lease, err := resolveDuration("Lease", lease, DefaultLease, MinLease, MaxLease)
+	if err != nil {
+		return err
+	}
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.unlockAndRunHooks()
+	if err := h.deadErr(sh); err != nil {
+		return err
+	}
+	wall, now := readClock(h.l.clock)
+	deadline := now + lease
+	if h.flags()&flagCluster != 0 {
+		deadline = min(deadline, time.Duration(h.deadline.Load()))
+	}
+	h.setFlags(flagHold)
+	h.expiresAt = wall.Add(deadline - now).UnixNano()
+	h.moveDeadline(sh, deadline, now)
+	h.nextVersion()
+	return nil
+}
+
+// deadErr is nil while h authorizes writes, else the error that says why not.
+func (h *Handle) deadErr(sh *shard) error {
+	f := h.flags()
+	switch {
+	case f&flagExpired != 0:
+		return ErrLeaseExpired
+	case f&flagReleased != 0:
+		return ErrReleased
+	case h.settle(sh):
+		return ErrLeaseExpired
+	}
+	return nil
+}
+
+// HolderVersionCandidate returns the version the next holder write would get, at least floor,
+// without recording it: max(last issued + 1, or AcquiredAt if none; AcquiredAt; the candidate
+// floor; floor).
+func (h *Handle) HolderVersionCandidate(floor Timestamp) Timestamp {
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return h.candidate(floor)
+}
+
+func (h *Handle) candidate(floor Timestamp) Timestamp {
+	v := max(h.acquiredAt, h.floor, floor)
+	if h.flags()&flagHasVersion != 0 {
+		v = max(v, h.lastVer+1)
+	}
+	return v
+}
+
+// NextHolderVersion returns the candidate version and records it as issued.
+func (h *Handle) NextHolderVersion() Timestamp {
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return h.nextVersion()
+}
+
+func (h *Handle) nextVersion() Timestamp {
+	v := h.candidate(0)
+	h.lastVer = v
+	h.setFlags(flagHasVersion)
+	return v
+}
+
+// NoteCandidateFloor raises the floor of later candidates without counting as a write.
+func (h *Handle) NoteCandidateFloor(v Timestamp) {
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	h.floor = max(h.floor, v)
+}
+
+// NoteHolderVersion records v as issued if it is above the last issued version; it never lowers it.
+func (h *Handle) NoteHolderVersion(v Timestamp) {
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if h.flags()&flagHasVersion == 0 || v > h.lastVer {
+		h.lastVer = v
+		h.setFlags(flagHasVersion)
+	}
+}
+
+// Fence runs commit only while the lease is live and keeps the key from passing to another
+// holder until commit returns. It returns ErrLeaseExpired without calling commit when
+// IsLeaseExpired is true, and otherwise commit's error. If the lease ends while commit runs, Done
+// closes at once and the key passes on when commit returns. commit may call the handle's
+// accessors and predicates; it must not call Release, RevokeLease or Fence on the same handle.
+// Fence after Release still runs while the lease lasts, but then a successor may hold the key.
+func (h *Handle) Fence(commit func() error) error {
+	h.fenceMu.Lock()
+	defer h.fenceMu.Unlock()
+	sh := h.shard()
+	sh.mu.Lock()
+	if h.flags()&flagExpired != 0 || h.settle(sh) {
+		sh.unlockAndRunHooks()
+		return ErrLeaseExpired
+	}
+	h.setFlags(flagFencing)
+	sh.mu.Unlock()
+	defer h.endFence(sh)
+	return commit()
+}
+
+// endFence leaves Fence, passing the key on if the lease ended while commit ran.
+func (h *Handle) endFence(sh *shard) {
+	sh.mu.Lock()
+	h.clearFlags(flagFencing)
+	if h.flags()&flagExpired == 0 {
+		h.settle(sh)
+	}
+	if h.flags()&flagPassOnAfterFence != 0 {
+		h.clearFlags(flagPassOnAfterFence)
+		sh.giveBack(h)
+		sh.queueHook(h)
+	}
+	sh.unlockAndRunHooks()
+}

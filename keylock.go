@@ -1,0 +1,511 @@
+package recordlock
+
+import (
+	"bytes"
+	"container/heap"
+	"hash/maphash"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// The key-lock table of one database: exclusive, ownerless, in memory, shared by every Locker of
+// that database in the process. It is sharded by a 64-bit hash of the key so that Lockers on
+// different keys rarely share a mutex, and each shard keeps the lease deadlines and wait timeouts
+// of its keys in one heap per clock, served by a single timer armed for the earliest of them.
+
+const (
+	shardCount = 128 // a power of two
+	// bargeWindow is how long the oldest waiter may be passed over by newcomers (SPEC §3).
+	bargeWindow = time.Millisecond
+	// shrinkAfter is the size a shard's map must have reached before it is rebuilt once empty:
+	// Go maps never shrink, and a table whose keys come and go must return to its idle size.
+	shrinkAfter = 1024
+)
+
+// registry maps a database's canonical path to its table.
+var registry = struct {
+	sync.Mutex
+	tables map[string]*table
+}{tables: map[string]*table{}}
+
+type table struct {
+	path   string
+	refs   int // Lockers using it; guarded by registry
+	seed   maphash.Seed
+	shards [shardCount]shard
+	stamps timestampSource
+	coord  coordinatorSlot
+
+	clocksMu sync.Mutex
+	clocks   []Clock // a Locker's clockID indexes this
+
+	faultOnce sync.Once // SPEC §5.9: a key-table fault is logged once per database
+}
+
+// canonicalPath names a database so that two handles of it agree.
+func canonicalPath(name string) string {
+	p, err := filepath.Abs(name)
+	if err != nil {
+		return filepath.Clean(name)
+	}
+	if resolved, err := filepath.EvalSymlinks(p); err == nil {
+		return resolved
+	}
+	return p
+}
+
+// acquireTable returns the table of the database at path, creating it on first use.
+func acquireTable(path string) *table {
+	registry.Lock()
+	defer registry.Unlock()
+	t := registry.tables[path]
+	if t == nil {
+		t = &table{path: path, seed: maphash.MakeSeed()}
+		for i := range t.shards {
+			t.shards[i].tab = t
+		}
+		registry.tables[path] = t
+	}
+	t.refs++
+	return t
+}
+
+// releaseTable drops one reference; the last one removes the table and stops its timers.
+func releaseTable(t *table) {
+	registry.Lock()
+	t.refs--
+	last := t.refs == 0
+	if last {
+		delete(registry.tables, t.path)
+	}
+	registry.Unlock()
+	if !last {
+		return
+	}
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for _, s := range sh.scheds {
+			if s != nil {
+				s.disarm()
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// clockID returns the index of c among the clocks of this table's Lockers.
+func (t *table) clockID(c Clock) int {
+	t.clocksMu.Lock()
+	defer t.clocksMu.Unlock()
+	for i, known := range t.clocks {
+		if sameClock(known, c) {
+			return i
+		}
+	}
+	t.clocks = append(t.clocks, c)
+	return len(t.clocks) - 1
+}
+
+// sameClock compares two clocks without panicking on an incomparable implementation.
+func sameClock(a, b Clock) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
+}
+
+func (t *table) hash(key []byte) uint64 { return maphash.Bytes(t.seed, key) }
+
+func (t *table) shard(hash uint64) *shard { return &t.shards[hash&(shardCount-1)] }
+
+// logFault reports a key-table inconsistency once per database (SPEC §5.9).
+func (t *table) logFault(l *Locker, msg string) {
+	t.faultOnce.Do(func() {
+		l.log.Warn("recordlock: key table fault; the key was left as found", "db", t.path, "fault", msg)
+	})
+}
+
+// empty reports whether no key is held or waited on. Tests use it.
+func (t *table) empty() bool {
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		n := len(sh.entries)
+		sh.mu.Unlock()
+		if n != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// shard is one mutex's worth of the table. Every field of every Handle and waiter whose key
+// hashes here is guarded by mu.
+type shard struct {
+	mu      sync.Mutex
+	tab     *table
+	entries map[uint64]*keyEntry
+	peak    int          // largest len(entries) since the map was last rebuilt
+	scheds  []*scheduler // by clockID, created on first use
+	hooks   []pendingHook
+	_       [64]byte // keeps neighbouring shards off one cache line
+}
+
+// keyEntry is the table's record of one key that is held or waited on. It is stored inside the
+// Handle that first took the key, so an uncontended Lock allocates only its Handle.
+type keyEntry struct {
+	home        *Handle // the handle embedding this entry; its key is the entry's key
+	holder      *Handle // nil while the key is free but waiters remain
+	head, tail  *waiter
+	chain       *keyEntry // next entry with the same hash
+	wakePending bool      // the head waiter was woken and has not yet looked at the key
+}
+
+type pendingHook struct {
+	h  *Handle
+	fn func() error
+}
+
+func (sh *shard) lookup(hash uint64, key []byte) *keyEntry {
+	e := sh.entries[hash]
+	for e != nil && !bytes.Equal(e.home.key, key) {
+		e = e.chain
+	}
+	return e
+}
+
+func (sh *shard) insert(hash uint64, e *keyEntry) {
+	if sh.entries == nil {
+		sh.entries = make(map[uint64]*keyEntry)
+	}
+	e.chain = sh.entries[hash]
+	sh.entries[hash] = e
+	sh.peak = max(sh.peak, len(sh.entries))
+}
+
+func (sh *shard) remove(hash uint64, e *keyEntry) {
+	first := sh.entries[hash]
+	switch {
+	case first == e && e.chain == nil:
+		delete(sh.entries, hash)
+	case first == e:
+		sh.entries[hash] = e.chain
+	default:
+		for p := first; p != nil; p = p.chain {
+			if p.chain == e {
+				p.chain = e.chain
+				break
+			}
+		}
+	}
+	e.chain = nil
+	if len(sh.entries) == 0 && sh.peak >= shrinkAfter {
+		sh.entries, sh.peak = nil, 0
+	}
+}
+
+// drainHooks hands the release hooks collected under mu to the caller, to run once mu is released.
+func (sh *shard) drainHooks() []pendingHook {
+	hs := sh.hooks
+	sh.hooks = nil
+	return hs
+}
+
+func runHooks(hs []pendingHook) {
+	for _, p := range hs {
+		p.h.l.runHook(p.fn)
+	}
+}
+
+// unlockAndRunHooks releases mu and then runs the hooks collected while it was held.
+func (sh *shard) unlockAndRunHooks() {
+	hs := sh.drainHooks()
+	sh.mu.Unlock()
+	runHooks(hs)
+}
+
+// sched returns the scheduler of the given clock.
+func (sh *shard) sched(l *Locker) *scheduler {
+	if l.clockID < len(sh.scheds) {
+		if s := sh.scheds[l.clockID]; s != nil {
+			return s
+		}
+	}
+	for len(sh.scheds) <= l.clockID {
+		sh.scheds = append(sh.scheds, nil)
+	}
+	s := &scheduler{sh: sh, clock: l.clock}
+	sh.scheds[l.clockID] = s
+	return s
+}
+
+// grant makes h the holder of e and starts its lease at the given readings of h's clock.
+func (sh *shard) grant(e *keyEntry, h *Handle, wall time.Time, mono time.Duration) {
+	e.holder = h
+	h.e = e
+	h.acquiredAt = sh.tab.stamps.mint(wall)
+	h.expiresAt = wall.Add(h.lease).UnixNano()
+	h.deadline.Store(int64(mono + h.lease))
+	h.setFlags(flagHeld)
+	sh.sched(h.l).push(h, mono+h.lease, mono)
+}
+
+// giveBack ends h's ownership of its key and passes the key on.
+func (sh *shard) giveBack(h *Handle) {
+	e := h.e
+	if e == nil || e.holder != h {
+		sh.tab.logFault(h.l, "a handle gave back a key it did not hold")
+		return
+	}
+	h.clearFlags(flagHeld)
+	e.holder = nil
+	sh.passOn(e)
+}
+
+// passOn serves a key that just became free: the oldest waiter gets it directly once it has
+// waited bargeWindow; before that it is woken to compete with newcomers. A key with no waiters
+// leaves the table.
+func (sh *shard) passOn(e *keyEntry) {
+	if e.holder != nil || e.wakePending {
+		return
+	}
+	w := e.head
+	if w == nil {
+		sh.remove(e.home.hash, e)
+		return
+	}
+	wall, mono := readClock(w.h.l.clock)
+	if mono-w.since >= bargeWindow {
+		sh.dequeue(e, w)
+		sh.sched(w.h.l).remove(w.h)
+		sh.grant(e, w.h, wall, mono)
+		w.finish(waitGranted)
+		return
+	}
+	e.wakePending = true
+	w.state = waitWoken
+	w.signal()
+}
+
+// settleLapsed completes the expiry of e's holder if its deadline has passed, so that a lapsed
+// key is free before any timer runs (SPEC §3). A holder inside Fence keeps the key until its
+// commit returns.
+func (sh *shard) settleLapsed(e *keyEntry, mine *Locker, mono time.Duration) {
+	h := e.holder
+	if h == nil || h.flags()&flagExpired != 0 {
+		return
+	}
+	now := mono
+	if h.l.clockID != mine.clockID {
+		now = h.l.clock.Mono()
+	}
+	if now >= time.Duration(h.deadline.Load()) {
+		sh.expire(h)
+	}
+}
+
+// expire ends h's lease: it stops authorizing writes at once, and the key passes on now or, when
+// h is inside Fence, as soon as the commit returns.
+func (sh *shard) expire(h *Handle) {
+	if h.flags()&flagExpired != 0 {
+		return
+	}
+	h.setFlags(flagExpired | flagReleased)
+	sh.sched(h.l).remove(h)
+	h.closeDone()
+	if h.flags()&flagHeld == 0 {
+		return
+	}
+	if h.flags()&flagFencing != 0 {
+		h.setFlags(flagPassOnAfterFence)
+		return
+	}
+	sh.giveBack(h)
+	sh.queueHook(h)
+}
+
+// queueHook moves h's release hook, if any, to the list run after mu is released.
+func (sh *shard) queueHook(h *Handle) {
+	if h.cold == nil || h.cold.hook == nil {
+		return
+	}
+	sh.hooks = append(sh.hooks, pendingHook{h: h, fn: h.cold.hook})
+	h.cold.hook = nil
+}
+
+// enqueue appends w to e's wait queue.
+func (sh *shard) enqueue(e *keyEntry, w *waiter) {
+	w.prev = e.tail
+	if e.tail != nil {
+		e.tail.next = w
+	} else {
+		e.head = w
+	}
+	e.tail = w
+}
+
+// dequeue unlinks w from e's wait queue.
+func (sh *shard) dequeue(e *keyEntry, w *waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		e.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		e.tail = w.prev
+	}
+	w.next, w.prev = nil, nil
+	if w.state == waitWoken {
+		e.wakePending = false
+	}
+}
+
+// abandon removes a waiter that gives up (timeout, ctx, Close) and passes the key on if it was
+// the one woken for it.
+func (sh *shard) abandon(w *waiter, outcome waitState) {
+	e := w.h.e
+	sh.dequeue(e, w)
+	sh.sched(w.h.l).remove(w.h)
+	w.finish(outcome)
+	sh.passOn(e)
+}
+
+// waitState is where a waiter stands; it changes only under the shard mutex.
+type waitState uint8
+
+const (
+	waitQueued   waitState = iota // in the queue, asleep
+	waitWoken                     // the key was freed and this waiter was woken to take it
+	waitGranted                   // the key was handed to this waiter directly
+	waitTimedOut                  // Options.Timeout passed
+	waitClosed                    // its Locker was closed
+	waitCancelled                 // its ctx was done
+)
+
+// waiter is a Lock call queued for a busy key. It exists only while the call waits.
+type waiter struct {
+	h          *Handle // the handle it becomes when granted
+	next, prev *waiter
+	since      time.Duration // Mono of h's clock when it queued
+	wake       chan struct{} // one buffered slot: a wake-up is never lost and never blocks
+	state      waitState
+}
+
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *waiter) finish(s waitState) {
+	w.state = s
+	w.h.w = nil
+	w.signal()
+}
+
+// scheduler keeps the deadlines (lease ends and wait timeouts) of one shard on one clock in a
+// heap, and one timer armed for the earliest. The timer is re-armed only when an earlier deadline
+// arrives, so an uncontended Lock and Release touch no runtime timer.
+type scheduler struct {
+	sh      *shard
+	clock   Clock
+	heap    deadlineHeap
+	timer   Timer
+	armedAt time.Duration
+	gen     uint64 // identifies the current timer; a stale callback sees a newer one and returns
+}
+
+// push schedules h at the given deadline; now is the current Mono of the scheduler's clock.
+func (s *scheduler) push(h *Handle, at, now time.Duration) {
+	h.heapAt = at
+	heap.Push(&s.heap, h)
+	s.armFor(at, now)
+}
+
+// remove unschedules h; it is a no-op for a handle that is not scheduled here.
+func (s *scheduler) remove(h *Handle) {
+	i := int(h.heapIdx)
+	if i < 0 || i >= len(s.heap) || s.heap[i] != h {
+		return
+	}
+	heap.Remove(&s.heap, i)
+	if len(s.heap) == 0 && cap(s.heap) > shrinkAfter {
+		s.heap = nil
+	}
+}
+
+func (s *scheduler) armFor(at, now time.Duration) {
+	if s.timer != nil && s.armedAt <= at {
+		return
+	}
+	s.disarm()
+	s.gen++
+	gen := s.gen
+	s.armedAt = at
+	s.timer = s.clock.AfterFunc(at-now, func() { s.fire(gen) })
+}
+
+func (s *scheduler) disarm() {
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+}
+
+// fire expires every lease and times out every wait that has fallen due, then re-arms.
+func (s *scheduler) fire(gen uint64) {
+	sh := s.sh
+	sh.mu.Lock()
+	if gen != s.gen || s.timer == nil {
+		sh.mu.Unlock()
+		return
+	}
+	s.timer = nil
+	now := s.clock.Mono()
+	for len(s.heap) > 0 && s.heap[0].heapAt <= now {
+		h := s.heap[0]
+		if w := h.w; w != nil {
+			sh.abandon(w, waitTimedOut)
+		} else {
+			sh.expire(h)
+		}
+		s.remove(h) // a no-op unless the branch above left it scheduled
+	}
+	if len(s.heap) > 0 {
+		s.armFor(s.heap[0].heapAt, now)
+	}
+	sh.unlockAndRunHooks()
+}
+
+// deadlineHeap orders handles by heapAt for container/heap, keeping each one's index current.
+type deadlineHeap []*Handle
+
+func (d deadlineHeap) Len() int           { return len(d) }
+func (d deadlineHeap) Less(i, j int) bool { return d[i].heapAt < d[j].heapAt }
+func (d deadlineHeap) Swap(i, j int) {
+	d[i], d[j] = d[j], d[i]
+	d[i].heapIdx = int32(i)
+	d[j].heapIdx = int32(j)
+}
+
+func (d *deadlineHeap) Push(x any) {
+	h := x.(*Handle)
+	h.heapIdx = int32(len(*d))
+	*d = append(*d, h)
+}
+
+func (d *deadlineHeap) Pop() any {
+	old := *d
+	h := old[len(old)-1]
+	old[len(old)-1] = nil
+	h.heapIdx = -1
+	*d = old[:len(old)-1]
+	return h
+}

@@ -1,0 +1,108 @@
+package recordlock
+
+import (
+	"fmt"
+	"time"
+)
+
+// Bounds and defaults of Options.
+const (
+	DefaultLease   = 30 * time.Second
+	MinLease       = 100 * time.Millisecond
+	MaxLease       = 5 * time.Minute
+	DefaultTimeout = 30 * time.Second
+	MinTimeout     = time.Millisecond
+	MaxTimeout     = 5 * time.Minute
+)
+
+// Scope says how far a lock excludes other holders.
+type Scope uint8
+
+const (
+	// ScopeDefault is cluster scope when the database has a coordinator and node scope when it
+	// never had one (see SetCoordinator and RemoveCoordinator).
+	ScopeDefault Scope = iota
+	// ScopeCluster excludes holders on every node; it fails with ErrClusterUnavailable when no
+	// coordinator can grant it.
+	ScopeCluster
+	// ScopeNode excludes holders in this process only.
+	ScopeNode
+)
+
+func (s Scope) String() string {
+	switch s {
+	case ScopeDefault:
+		return "default"
+	case ScopeCluster:
+		return "cluster"
+	case ScopeNode:
+		return "node"
+	}
+	return fmt.Sprintf("Scope(%d)", uint8(s))
+}
+
+// Options configure one Lock or TryLock call. The zero value asks for every default.
+type Options struct {
+	// Lease bounds how long the lock authorizes writes. Zero means DefaultLease; otherwise it
+	// must lie within MinLease..MaxLease.
+	Lease time.Duration
+	// Timeout bounds how long Lock waits for a busy key. Zero means DefaultTimeout; otherwise it
+	// must lie within MinTimeout..MaxTimeout.
+	Timeout time.Duration
+	// Hold makes the lock outlive the Txn that took it; only Release or the lease end it.
+	Hold bool
+	// Scope is ScopeDefault (zero), ScopeCluster or ScopeNode.
+	Scope Scope
+}
+
+// Resolved is Options with every default filled in.
+type Resolved struct {
+	Lease   time.Duration
+	Timeout time.Duration
+	Hold    bool
+	// Scope is ScopeNode for node scope and ScopeCluster otherwise.
+	Scope Scope
+	// ScopeRequested is true when the caller named a scope, which makes ScopeCluster fail closed.
+	ScopeRequested bool
+}
+
+// Resolve validates o and fills in the defaults. On failure it returns an *OptionError that
+// matches ErrInvalidOptions.
+func (o Options) Resolve() (Resolved, error) {
+	lease, err := resolveDuration("Lease", o.Lease, DefaultLease, MinLease, MaxLease)
+	if err != nil {
+		return Resolved{}, err
+	}
+	timeout, err := resolveDuration("Timeout", o.Timeout, DefaultTimeout, MinTimeout, MaxTimeout)
+	if err != nil {
+		return Resolved{}, err
+	}
+	r := Resolved{Lease: lease, Timeout: timeout, Hold: o.Hold, Scope: ScopeCluster}
+	switch o.Scope {
+	case ScopeDefault:
+	case ScopeCluster:
+		r.ScopeRequested = true
+	case ScopeNode:
+		r.Scope, r.ScopeRequested = ScopeNode, true
+	default:
+		return Resolved{}, &OptionError{Field: "Scope", Value: o.Scope,
+			Reason: "must be ScopeDefault, ScopeCluster or ScopeNode"}
+	}
+	return r, nil
+}
+
+// resolveDuration applies the zero-means-default rule and the range check shared by every
+// duration option.
+func resolveDuration(field string, v, def, lo, hi time.Duration) (time.Duration, error) {
+	switch {
+	case v == 0:
+		return def, nil
+	case v < 0:
+		return 0, &OptionError{Field: field, Value: v, Reason: "must not be negative"}
+	case v < lo:
+		return 0, &OptionError{Field: field, Value: v, Reason: fmt.Sprintf("must be at least %v", lo)}
+	case v > hi:
+		return 0, &OptionError{Field: field, Value: v, Reason: fmt.Sprintf("must be at most %v", hi)}
+	}
+	return v, nil
+}
