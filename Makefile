@@ -1,0 +1,34 @@
+# Quick start: `make demo` runs the main example, `make test` runs every test. Both install
+# RocksDB (Debian's librocksdb-dev) first when it is missing.
+
+GO          ?= go
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.6.1
+# Every Go module in the repository: the core at the root and each integration in its folder.
+MODULES     := $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*'))
+SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+FUZZTIME    ?= 60s
+BENCHCOUNT  ?= 6
+
+.PHONY: deps demo test bench lint fuzz
+
+deps:
+	@if [ ! -f /usr/include/rocksdb/c.h ]; then \
+		echo "installing librocksdb-dev"; \
+		$(SUDO) apt-get update && $(SUDO) apt-get install -y librocksdb-dev; \
+	fi
+
+demo: deps
+	$(GO) run ./examples/basic
+
+test: deps
+	@set -e; for m in $(MODULES); do \
+		echo "== $$m"; \
+		(cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 ./...); \
+	done
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) .
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) run $(STATICCHECK) ./...); done
