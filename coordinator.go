@@ -32,7 +32,9 @@ type Round struct {
 }
 
 // coordinatorSlot is a database's coordinator, shared by all its Lockers.
-type coordinatorSlot struct{ p atomic.Pointer[coordinatorState] }
+type coordinatorSlot struct {
+	p atomic.Pointer[coordinatorState]
+}
 
 type coordinatorState struct {
 	c          Coordinator // nil once removed

@@ -380,12 +380,12 @@ func (sh *shard) abandon(w *waiter, outcome waitState) {
 type waitState uint8
 
 const (
-	waitQueued   waitState = iota // in the queue, asleep
-	waitWoken                     // the key was freed and this waiter was woken to take it
-	waitGranted                   // the key was handed to this waiter directly
-	waitTimedOut                  // Options.Timeout passed
-	waitClosed                    // its Locker was closed
-	waitCancelled                 // its ctx was done
+	waitQueued    waitState = iota // in the queue, asleep
+	waitWoken                      // the key was freed and this waiter was woken to take it
+	waitGranted                    // the key was handed to this waiter directly
+	waitTimedOut                   // Options.Timeout passed
+	waitClosed                     // its Locker was closed
+	waitCancelled                  // its ctx was done
 )
 
 // waiter is a Lock call queued for a busy key. It exists only while the call waits.
