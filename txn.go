@@ -192,7 +192,8 @@ func (t *Txn) Commit() error {
 	if len(t.writes.items) == 0 {
 		return nil
 	}
-	fences := t.protectors()
+	var buf [4]*Handle
+	fences := t.protectors(buf[:0])
 	for _, h := range fences {
 		if h.IsLeaseExpired() {
 			return ErrLeaseExpired
@@ -209,7 +210,7 @@ func (t *Txn) Commit() error {
 	}
 	wo := grocksdb.NewDefaultWriteOptions()
 	defer wo.Destroy()
-	write := func() error {
+	return fenced(fences, func() error {
 		// Checked inside the fences: Close releases these handles only after the write returns.
 		if t.l.closed.Load() {
 			return ErrClosed
@@ -221,18 +222,20 @@ func (t *Txn) Commit() error {
 			return fmt.Errorf("recordlock: commit: %w", err)
 		}
 		return nil
-	}
-	for i := len(fences) - 1; i >= 0; i-- { // fences[0] ends up outermost
-		inner, h := write, fences[i]
-		write = func() error { return h.Fence(inner) }
-	}
-	return write()
+	})
 }
 
-// protectors returns the distinct handles protecting staged writes, sorted by key so that
+// fenced runs write inside the fences of hs, hs[0] outermost.
+func fenced(hs []*Handle, write func() error) error {
+	if len(hs) == 0 {
+		return write()
+	}
+	return hs[0].Fence(func() error { return fenced(hs[1:], write) })
+}
+
+// protectors appends to hs the distinct handles protecting staged writes, sorted by key so that
 // fences nest in a deterministic order; handles of one key keep the order they were taken in.
-func (t *Txn) protectors() []*Handle {
-	var hs []*Handle
+func (t *Txn) protectors(hs []*Handle) []*Handle {
 	for _, w := range t.writes.items {
 		if w.h != nil && !slices.Contains(hs, w.h) {
 			hs = append(hs, w.h)
@@ -277,6 +280,7 @@ const scanLimit = 8
 type keyList[T keyed] struct {
 	items []T
 	index map[string]int // key → position of its latest entry, once len(items) > scanLimit
+	small [2]T           // the first entries, so a small Txn allocates no slice
 }
 
 func (s *keyList[T]) latest(key []byte) (T, bool) {
@@ -296,6 +300,9 @@ func (s *keyList[T]) latest(key []byte) (T, bool) {
 }
 
 func (s *keyList[T]) add(x T) {
+	if s.items == nil {
+		s.items = s.small[:0]
+	}
 	s.items = append(s.items, x)
 	switch {
 	case s.index != nil:

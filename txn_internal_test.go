@@ -146,5 +146,5 @@ func TestTxnProtectorsSortedByKey(t *testing.T) {
 	for _, k := range []string{"c", "plain", "a", "c", "b", "a"} {
 		require.NoError(t, txn.Put([]byte(k), []byte("v")))
 	}
-	assert.Equal(t, want, txn.protectors())
+	assert.Equal(t, want, txn.protectors(nil))
 }
