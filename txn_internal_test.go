@@ -128,6 +128,7 @@ func TestTxnCommitHoldsOffSuccessor(t *testing.T) {
 	case <-time.After(txnTestGuard):
 		t.Fatal("the successor never acquired after the commit")
 	}
+	assert.True(t, l.tab.empty(), "nothing is left locked or queued")
 }
 
 // Fences nest in key order whatever the order writes were staged in.
