@@ -21,7 +21,7 @@ import (
 //
 // Releasing a lock before Commit keeps the writes staged under it valid while its lease lasts,
 // but gives up ordering: a successor may already hold the key, and have written it, when they
-// land. Keep the lock until Commit unless the writes are idempotent.
+// land. Keep the lock until Commit unless a successor's write landing first is acceptable.
 //
 // Locks taken without Options.Hold end with the Txn; held locks survive Commit and Rollback and
 // end only by Release or their lease. A Txn must end with Commit or Rollback (defer Rollback: it
@@ -35,16 +35,18 @@ type Txn struct {
 }
 
 // txnLock is a handle taken through a Txn.
-type txnLock struct{ h *Handle }
+type txnLock struct {
+	h        *Handle
+	protects bool // some staged write is protected by h
+}
 
 func (x txnLock) entryKey() []byte { return x.h.key }
 
-// stagedWrite is one Put or Delete waiting for Commit, with the handle that protects it (nil for
-// a plain write). The protector is decided when the write is staged.
+// stagedWrite is one Put or Delete waiting for Commit. Which handle protects it is decided when
+// it is staged, by marking that handle's txnLock.
 type stagedWrite struct {
 	key, value []byte
 	del        bool
-	h          *Handle
 }
 
 func (w stagedWrite) entryKey() []byte { return w.key }
@@ -102,7 +104,7 @@ func (t *Txn) Lock(ctx context.Context, key []byte, opts Options) (*Handle, erro
 	if err != nil {
 		return nil, err
 	}
-	t.locks.add(txnLock{h})
+	t.locks.add(txnLock{h: h})
 	return h, nil
 }
 
@@ -155,10 +157,9 @@ func (t *Txn) stage(key, value []byte, del bool) error {
 	if len(key) == 0 {
 		return ErrInvalidKey
 	}
-	var h *Handle
-	if cur, ok := t.locks.latest(key); ok {
-		h = cur.h
-		if h.IsExpired() {
+	i := t.locks.find(key) // a write to a key this Txn locked is protected by its latest handle
+	if i >= 0 {
+		if h := t.locks.items[i].h; h.IsExpired() {
 			if h.IsLeaseExpired() {
 				return ErrLeaseExpired
 			}
@@ -168,7 +169,10 @@ func (t *Txn) stage(key, value []byte, del bool) error {
 	buf := make([]byte, len(key)+len(value)) // one allocation for both copies
 	n := copy(buf, key)
 	copy(buf[n:], value)
-	t.writes.add(stagedWrite{key: buf[:n:n], value: buf[n:], del: del, h: h})
+	t.writes.add(stagedWrite{key: buf[:n:n], value: buf[n:], del: del})
+	if i >= 0 {
+		t.locks.items[i].protects = true
+	}
 	return nil
 }
 
@@ -233,12 +237,12 @@ func fenced(hs []*Handle, write func() error) error {
 	return hs[0].Fence(func() error { return fenced(hs[1:], write) })
 }
 
-// protectors appends to hs the distinct handles protecting staged writes, sorted by key so that
-// fences nest in a deterministic order; handles of one key keep the order they were taken in.
+// protectors appends to hs the handles protecting staged writes, each once, sorted by key so
+// that fences nest in a deterministic order; handles of one key keep the order they were taken in.
 func (t *Txn) protectors(hs []*Handle) []*Handle {
-	for _, w := range t.writes.items {
-		if w.h != nil && !slices.Contains(hs, w.h) {
-			hs = append(hs, w.h)
+	for _, x := range t.locks.items {
+		if x.protects {
+			hs = append(hs, x.h)
 		}
 	}
 	slices.SortStableFunc(hs, func(a, b *Handle) int { return bytes.Compare(a.key, b.key) })
@@ -283,17 +287,26 @@ type keyList[T keyed] struct {
 	small [2]T           // the first entries, so a small Txn allocates no slice
 }
 
-func (s *keyList[T]) latest(key []byte) (T, bool) {
+// find returns the position of the latest entry with key, or -1.
+func (s *keyList[T]) find(key []byte) int {
 	if s.index != nil {
 		if i, ok := s.index[string(key)]; ok {
-			return s.items[i], true
+			return i
 		}
-	} else {
-		for i := len(s.items) - 1; i >= 0; i-- {
-			if bytes.Equal(s.items[i].entryKey(), key) {
-				return s.items[i], true
-			}
+		return -1
+	}
+	for i := len(s.items) - 1; i >= 0; i-- {
+		if bytes.Equal(s.items[i].entryKey(), key) {
+			return i
 		}
+	}
+	return -1
+}
+
+// latest returns the latest entry with key.
+func (s *keyList[T]) latest(key []byte) (T, bool) {
+	if i := s.find(key); i >= 0 {
+		return s.items[i], true
 	}
 	var zero T
 	return zero, false

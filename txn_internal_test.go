@@ -131,21 +131,31 @@ func TestTxnCommitHoldsOffSuccessor(t *testing.T) {
 	assert.True(t, l.tab.empty(), "nothing is left locked or queued")
 }
 
-// Fences nest in key order whatever the order writes were staged in.
+// Fences nest in key order whatever the order writes were staged in, each handle once; a key
+// taken anew after a release keeps both handles, the older first.
 func TestTxnProtectorsSortedByKey(t *testing.T) {
 	db := txnTestDB(t)
 	l := txnTestLocker(t, db, NewManualClock(time.Unix(0, 0)))
 	ctx := context.Background()
 	txn := l.Begin()
 	defer txn.Rollback()
-	var want []*Handle
-	for _, k := range []string{"a", "b", "c"} {
+	lock := func(k string) *Handle {
 		h, err := txn.Lock(ctx, []byte(k), Options{})
 		require.NoError(t, err)
-		want = append(want, h)
+		return h
 	}
-	for _, k := range []string{"c", "plain", "a", "c", "b", "a"} {
-		require.NoError(t, txn.Put([]byte(k), []byte("v")))
+	put := func(keys ...string) {
+		for _, k := range keys {
+			require.NoError(t, txn.Put([]byte(k), []byte("v")))
+		}
 	}
-	assert.Equal(t, want, txn.protectors(nil))
+	c, a, b, unused := lock("c"), lock("a"), lock("b"), lock("0")
+	put("c", "plain", "a")
+	require.True(t, a.Release())
+	a2 := lock("a")
+	put("c", "b", "a")
+	assert.Equal(t, []*Handle{a, a2, b, c}, txn.protectors(nil))
+	assert.False(t, unused.IsExpired())
+	require.NoError(t, txn.Commit())
+	assert.True(t, unused.IsExpired(), "a lock that protects nothing is released too")
 }

@@ -148,24 +148,36 @@ func TestTxnLockRejectsBadInput(t *testing.T) {
 	require.NoError(t, err, "a failed Lock leaves nothing locked")
 }
 
-// A dead handle is not reused: Lock takes the key anew.
+// A dead handle is not reused: Lock takes the key anew. A write staged before the release stays
+// protected by the old handle, so its lease still decides the Commit.
 func TestTxnRelockAfterRelease(t *testing.T) {
-	db := openDB(t)
-	_, l := manual(t, db)
-	ctx := context.Background()
-	txn := l.Begin()
-	defer txn.Rollback()
-	h1, err := txn.Lock(ctx, []byte("k"), recordlock.Options{})
-	require.NoError(t, err)
-	require.True(t, h1.Release())
-	h2, err := txn.Lock(ctx, []byte("k"), recordlock.Options{})
-	require.NoError(t, err)
-	assert.NotSame(t, h1, h2)
-	assert.False(t, h2.IsExpired())
-	require.NoError(t, txn.Put([]byte("k"), []byte("v")))
-	require.NoError(t, txn.Commit())
-	assert.Equal(t, []byte("v"), dbGet(t, db, "k"))
-	assert.True(t, h2.IsExpired(), "Commit released the new lock")
+	for _, oldLapses := range []bool{false, true} {
+		t.Run("old lease lapses="+strconv.FormatBool(oldLapses), func(t *testing.T) {
+			db := openDB(t)
+			clk, l := manual(t, db)
+			ctx := context.Background()
+			txn := l.Begin()
+			defer txn.Rollback()
+			h1, err := txn.Lock(ctx, []byte("k"), recordlock.Options{Lease: time.Second})
+			require.NoError(t, err)
+			require.NoError(t, txn.Put([]byte("k"), []byte("v1")))
+			require.True(t, h1.Release())
+			h2, err := txn.Lock(ctx, []byte("k"), recordlock.Options{Lease: time.Minute})
+			require.NoError(t, err)
+			assert.NotSame(t, h1, h2)
+			assert.False(t, h2.IsExpired())
+			require.NoError(t, txn.Put([]byte("k"), []byte("v2")))
+			if !oldLapses {
+				require.NoError(t, txn.Commit())
+				assert.Equal(t, []byte("v2"), dbGet(t, db, "k"))
+			} else {
+				clk.Advance(time.Second)
+				require.ErrorIs(t, txn.Commit(), recordlock.ErrLeaseExpired)
+				assert.Nil(t, dbGet(t, db, "k"))
+			}
+			assert.True(t, h2.IsExpired(), "Commit released the new lock")
+		})
+	}
 }
 
 // 2. Plain writes to unlocked keys are never blocked by locks.
@@ -614,4 +626,51 @@ func TestTxnAfterLockerClose(t *testing.T) {
 	assert.Nil(t, dbGet(t, db, "a"))
 	assert.Nil(t, dbGet(t, db, "plain"))
 	assert.ErrorIs(t, l.Begin().Commit(), recordlock.ErrClosed)
+}
+
+// grantAll is a coordinator that admits every request at once, for scope tests.
+type grantAll struct{ clk *recordlock.ManualClock }
+
+func (g grantAll) Acquire(_ context.Context, _ []byte, _ time.Duration, _ func()) (recordlock.Round, error) {
+	return recordlock.Round{TsR: recordlock.Timestamp(g.clk.Now().UnixNano()), MintedMono: g.clk.Mono()}, nil
+}
+
+// Re-entry may narrow a cluster lock to node scope, never widen a node lock to cluster scope.
+func TestTxnReentrantScope(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		coordinator bool
+		first, then recordlock.Scope
+		conflict    bool
+	}{
+		{"standalone: node then cluster", false, recordlock.ScopeDefault, recordlock.ScopeCluster, true},
+		{"standalone: node then default", false, recordlock.ScopeDefault, recordlock.ScopeDefault, false},
+		{"standalone: node then node", false, recordlock.ScopeDefault, recordlock.ScopeNode, false},
+		{"coordinated: node then default", true, recordlock.ScopeNode, recordlock.ScopeDefault, true},
+		{"coordinated: node then cluster", true, recordlock.ScopeNode, recordlock.ScopeCluster, true},
+		{"coordinated: cluster then node", true, recordlock.ScopeDefault, recordlock.ScopeNode, false},
+		{"coordinated: cluster then cluster", true, recordlock.ScopeCluster, recordlock.ScopeCluster, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := openDB(t)
+			clk, l := manual(t, db)
+			if tc.coordinator {
+				l.SetCoordinator(grantAll{clk})
+			}
+			ctx := context.Background()
+			txn := l.Begin()
+			defer txn.Rollback()
+			h, err := txn.Lock(ctx, []byte("k"), recordlock.Options{Scope: tc.first})
+			require.NoError(t, err)
+			again, err := txn.Lock(ctx, []byte("k"), recordlock.Options{Scope: tc.then})
+			if tc.conflict {
+				require.ErrorIs(t, err, recordlock.ErrScopeConflict)
+				assert.Nil(t, again)
+				assert.False(t, h.IsExpired(), "a conflict leaves the held lock alone")
+				return
+			}
+			require.NoError(t, err)
+			assert.Same(t, h, again)
+		})
+	}
 }
