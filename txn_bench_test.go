@@ -74,7 +74,6 @@ func BenchmarkTxnReadModifyWrite(b *testing.B) {
 		l := newLocker(b, db)
 		buf := make([]byte, 8)
 		b.ReportAllocs()
-		b.ResetTimer()
 		for i := 0; b.Loop(); i++ {
 			txnIncrement(b, l, keys[i%benchKeys], buf)
 		}
@@ -118,7 +117,6 @@ func BenchmarkPlainGetPut(b *testing.B) {
 		defer wo.Destroy()
 		buf := make([]byte, 8)
 		b.ReportAllocs()
-		b.ResetTimer()
 		for i := 0; b.Loop(); i++ {
 			plainIncrement(b, db, ro, wo, keys[i%benchKeys], buf)
 		}
