@@ -24,7 +24,8 @@ import (
 // land. Keep the lock until Commit unless a successor's write landing first is acceptable.
 //
 // Locks taken without Options.Hold end with the Txn; held locks survive Commit and Rollback and
-// end only by Release or their lease. A Txn must end with Commit or Rollback (defer Rollback: it
+// end only by Release or their lease (a later Txn that locks the key waits for them like any other
+// Lock). A Txn must end with Commit or Rollback (defer Rollback: it
 // is a no-op after Commit), which also frees its RocksDB memory. A Txn is used by one goroutine.
 type Txn struct {
 	l      *Locker
