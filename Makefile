@@ -18,7 +18,7 @@ deps:
 	fi
 
 demo: deps
-	$(GO) run ./examples/basic
+	$(GO) run ./examples/counter
 
 test: deps
 	@set -e; for m in $(MODULES); do \
