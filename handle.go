@@ -226,12 +226,16 @@ func (h *Handle) lockForChange(sh *shard, waitFence func(handleFlags) bool) {
 	}
 }
 
+// waitForFence makes Release and RevokeLease wait for a running Fence whatever the handle's state:
+// a lease that lapsed inside Fence still has its commit in flight (SPEC §5.7).
+func waitForFence(handleFlags) bool { return true }
+
 // Release gives the key back. It returns true the first time; false when the handle was already
 // released, expired or revoked, or is past its deadline (it then completes the expiry). If another
 // goroutine is inside Fence on this handle, Release waits for its commit to return.
 func (h *Handle) Release() bool {
 	sh := h.shard()
-	h.lockForChange(sh, func(f handleFlags) bool { return f&(flagReleased|flagExpired) == 0 && !h.lapsed() })
+	h.lockForChange(sh, waitForFence)
 	ok := h.flags()&(flagReleased|flagExpired) == 0 && !h.settle(sh)
 	if ok {
 		h.setFlags(flagReleased)
@@ -250,7 +254,7 @@ func (h *Handle) Release() bool {
 // goroutine, so once it returns no fenced write through this handle is in flight. Idempotent.
 func (h *Handle) RevokeLease() {
 	sh := h.shard()
-	h.lockForChange(sh, func(f handleFlags) bool { return f&flagExpired == 0 })
+	h.lockForChange(sh, waitForFence)
 	if h.flags()&flagExpired == 0 {
 		h.setFlags(flagExpired | flagReleased)
 		sh.sched(h.l).remove(h)
