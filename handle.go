@@ -222,7 +222,8 @@ func (h *Handle) lockForChange(sh *shard, waitFence func(handleFlags) bool) {
 		}
 		sh.mu.Unlock()
 		h.fenceMu.Lock()
-		h.fenceMu.Unlock() //nolint:staticcheck // an empty critical section: waiting for Fence to return
+		//lint:ignore SA2001 an empty critical section: waiting for Fence to return
+		h.fenceMu.Unlock()
 	}
 }
 
