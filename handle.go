@@ -326,11 +326,12 @@ func (h *Handle) UpgradeToHold(lease time.Duration) error {
 	}
 	wall, now := readClock(h.l.clock)
 	deadline := now + lease
-	if h.flags()&flagCluster != 0 {
-		deadline = min(deadline, time.Duration(h.deadline.Load()))
+	if round := time.Duration(h.deadline.Load()); h.flags()&flagCluster != 0 && round <= deadline {
+		deadline = round // clamped: ExpiresAt stays wall(tsR)+lease (SPEC §5.1)
+	} else {
+		h.expiresAt = wall.Add(lease).UnixNano()
 	}
 	h.setFlags(flagHold)
-	h.expiresAt = wall.Add(deadline - now).UnixNano()
 	h.moveDeadline(sh, deadline, now)
 	h.nextVersion()
 	return nil
