@@ -367,3 +367,37 @@ func TestTimestampStrictlyIncreasing(t *testing.T) {
 	// A wall clock that stepped back an hour is still behind the last stamp: last+1.
 	assert.Equal(t, last+1, b.Timestamp())
 }
+
+// Each handle's lease runs on the clock of the Locker that issued it, also when a Locker on
+// another clock wants the key.
+func TestLeaseRunsOnIssuingLockersClock(t *testing.T) {
+	db := openDB(t)
+	clkA, a := manual(t, db)
+	clkB, b := manual(t, db)
+	key := []byte("k")
+	h, err := a.TryLock(key, recordlock.Options{Lease: time.Second})
+	require.NoError(t, err)
+
+	clkB.Advance(time.Hour)
+	_, err = b.TryLock(key, recordlock.Options{})
+	require.ErrorIs(t, err, recordlock.ErrLocked, "b's clock does not end a's lease")
+	assert.False(t, h.IsExpired())
+
+	got := lockAsync(context.Background(), b, key, recordlock.Options{Timeout: 2 * time.Second})
+	waitQueued(t, b, key, 1)
+	clkA.Advance(time.Second)
+	r := <-got
+	require.NoError(t, r.err, "a's lease timer handed the key to b's waiter")
+	assert.True(t, h.IsLeaseExpired())
+
+	// b's handle lapses on b's clock only.
+	clkA.Advance(time.Hour)
+	assert.False(t, r.h.IsExpired())
+	_, err = a.TryLock(key, recordlock.Options{})
+	require.ErrorIs(t, err, recordlock.ErrLocked)
+	clkB.Advance(recordlock.DefaultLease)
+	h, err = a.TryLock(key, recordlock.Options{})
+	require.NoError(t, err)
+	assert.True(t, r.h.IsExpired())
+	require.True(t, h.Release())
+}

@@ -54,8 +54,9 @@ func (s *liveSet) add(h *recordlock.Handle) {
 
 // 32 goroutines on 8 keys through two Lockers of one database, on the real clock with the
 // shortest lease; one hold in 25 stalls past the lease and never calls anything until it is over.
-// Invariant, checked after every acquisition and continuously by a checker: at most one handle
-// per key for which IsExpired is false.
+// Invariants, checked after every acquisition and continuously by a checker: at most one handle
+// per key for which IsExpired is false, and no holder acquires while an earlier holder's fenced
+// commit runs.
 func TestStressAtMostOneAuthorizedHolderPerKey(t *testing.T) {
 	const (
 		goroutines = 32
@@ -70,7 +71,8 @@ func TestStressAtMostOneAuthorizedHolderPerKey(t *testing.T) {
 		keys[i] = fmt.Appendf(nil, "stress-%d", i)
 	}
 	var sets [nkeys]liveSet
-	var acquired, released, expired, stalls, timeouts, checks atomic.Int64
+	var fencing [nkeys]atomic.Int32 // fenced commits running per key
+	var acquired, released, expired, stalls, timeouts, checks, commits atomic.Int64
 
 	ctx, cancel := context.WithTimeout(context.Background(), run) // real time is what is under test
 	defer cancel()
@@ -102,6 +104,9 @@ func TestStressAtMostOneAuthorizedHolderPerKey(t *testing.T) {
 					continue
 				}
 				acquired.Add(1)
+				if n := fencing[k].Load(); n != 0 {
+					t.Errorf("key %d: acquired while %d fenced commits of an earlier holder ran", k, n)
+				}
 				sets[k].add(h)
 				sets[k].check(t, k)
 				checks.Add(1)
@@ -119,8 +124,22 @@ func TestStressAtMostOneAuthorizedHolderPerKey(t *testing.T) {
 					expired.Add(1)
 					continue
 				}
-				if rng.IntN(2) == 0 {
-					time.Sleep(time.Duration(rng.IntN(500)) * time.Microsecond)
+				hold := time.Duration(rng.IntN(500)) * time.Microsecond
+				sleep := rng.IntN(2) == 0
+				err = h.Fence(func() error {
+					if n := fencing[k].Add(1); n != 1 {
+						t.Errorf("key %d: %d fenced commits at once", k, n)
+					}
+					if sleep {
+						time.Sleep(hold)
+					}
+					fencing[k].Add(-1)
+					return nil
+				})
+				if err == nil {
+					commits.Add(1)
+				} else {
+					assert.ErrorIs(t, err, recordlock.ErrLeaseExpired)
 				}
 				if h.Release() {
 					released.Add(1)
@@ -133,8 +152,8 @@ func TestStressAtMostOneAuthorizedHolderPerKey(t *testing.T) {
 	}
 	wg.Wait()
 
-	t.Logf("%d acquisitions: %d released, %d expired (%d of them stalled past the lease); %d waits timed out; invariant checked %d times",
-		acquired.Load(), released.Load(), expired.Load(), stalls.Load(), timeouts.Load(), checks.Load())
+	t.Logf("%d acquisitions: %d released, %d expired (%d of them stalled past the lease); %d fenced commits; %d waits timed out; invariant checked %d times",
+		acquired.Load(), released.Load(), expired.Load(), stalls.Load(), commits.Load(), timeouts.Load(), checks.Load())
 	assert.Positive(t, stalls.Load())
 	assert.Equal(t, acquired.Load(), released.Load()+expired.Load())
 	for k := range sets {
