@@ -63,7 +63,7 @@ func TestStalledHolderLosesKeyAtDeadline(t *testing.T) {
 	assert.False(t, closed(done))
 
 	clk.Advance(time.Nanosecond) // the holder calls nothing: the lease timer gives the key on
-	r := <-got
+	r := result(t, got)
 	require.NoError(t, r.err)
 	assert.True(t, closed(done))
 	assert.False(t, h.Release())
@@ -102,7 +102,7 @@ func TestWallClockStepMovesNoDeadline(t *testing.T) {
 			clk.Advance(time.Second - time.Nanosecond)
 			assert.Equal(t, 1, recordlock.QueuedWaiters(l, []byte("other")))
 			clk.Advance(time.Nanosecond)
-			require.ErrorIs(t, (<-timeout).err, recordlock.ErrTimeout)
+			require.ErrorIs(t, result(t, timeout).err, recordlock.ErrTimeout)
 			require.True(t, other.Release())
 		})
 	}
@@ -199,7 +199,7 @@ func TestRevokeLeaseOnHeldHandle(t *testing.T) {
 	assert.True(t, h.IsLeaseExpired())
 	assert.True(t, h.IsExpired())
 	assert.True(t, closed(h.Done()))
-	r := <-got
+	r := result(t, got)
 	require.NoError(t, r.err, "the revoked key went to the waiter")
 
 	h.RevokeLease()
@@ -313,7 +313,7 @@ func TestJoinClusterRound(t *testing.T) {
 	assert.False(t, h.IsLeaseExpired())
 	assert.Equal(t, 1, recordlock.QueuedWaiters(l, key))
 	clk.Advance(time.Nanosecond)
-	r := <-waiting
+	r := result(t, waiting)
 	require.NoError(t, r.err)
 	assert.Equal(t, 1, hooks.count(), "the round's release hook fired at the deadline")
 	assert.True(t, h.IsLeaseExpired())

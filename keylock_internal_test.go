@@ -310,3 +310,80 @@ func TestKeyTableFaultLoggedOnce(t *testing.T) {
 	require.NotPanics(t, func() { clk.Advance(time.Second) })
 	assert.Equal(t, int32(1), logs.n.Load())
 }
+
+// releaseWokenNotRun gives h's key back as Release does, leaving the oldest waiter woken to take
+// it but not yet running: the window in which a newcomer may barge. The returned waiter's
+// wake-up is held back until the test signals it.
+func releaseWokenNotRun(t *testing.T, h *Handle) *waiter {
+	t.Helper()
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := h.e
+	require.Same(t, h, e.holder)
+	require.NotNil(t, e.head)
+	h.setFlags(flagReleased)
+	h.clearFlags(flagHeld)
+	sh.sched(h.l).remove(h)
+	e.holder = nil
+	e.wakePending = true
+	e.head.state = waitWoken
+	return e.head
+}
+
+// A newcomer may take a released key ahead of the woken oldest waiter only while that waiter has
+// waited less than bargeWindow; past it, the waiter is handed the key directly.
+func TestBargingWindow(t *testing.T) {
+	db := openTestDB(t)
+	clk := NewManualClock(time.Unix(1, 0))
+	l := newTestLocker(t, db, clk)
+	key := []byte("k")
+	lockAsync := func() <-chan *Handle {
+		c := make(chan *Handle, 1)
+		go func() {
+			h, err := l.Lock(context.Background(), key, Options{Timeout: time.Minute})
+			assert.NoError(t, err)
+			c <- h
+		}()
+		waitForQueue(t, l, key, 1)
+		return c
+	}
+
+	t.Run("within the window", func(t *testing.T) {
+		holder, err := l.TryLock(key, Options{})
+		require.NoError(t, err)
+		got := lockAsync()
+		w := releaseWokenNotRun(t, holder)
+		clk.Advance(bargeWindow - time.Nanosecond)
+		barger, err := l.TryLock(key, Options{})
+		require.NoError(t, err, "a newcomer may barge within the window")
+
+		w.signal() // the woken waiter finds the key taken and stays at the head of the queue
+		require.Eventually(t, func() bool { return WokenWaiters(l, key) == 0 }, 10*time.Second, 100*time.Microsecond)
+		assert.Equal(t, 1, QueuedWaiters(l, key))
+
+		clk.Advance(time.Nanosecond)
+		require.True(t, barger.Release())
+		assert.Equal(t, 0, QueuedWaiters(l, key), "the barger's release handed the key to the waiter")
+		_, err = l.TryLock(key, Options{})
+		require.ErrorIs(t, err, ErrLocked)
+		h := <-got
+		require.NotNil(t, h)
+		require.True(t, h.Release())
+	})
+
+	t.Run("past the window", func(t *testing.T) {
+		holder, err := l.TryLock(key, Options{})
+		require.NoError(t, err)
+		got := lockAsync()
+		w := releaseWokenNotRun(t, holder)
+		clk.Advance(bargeWindow)
+		_, err = l.TryLock(key, Options{})
+		require.ErrorIs(t, err, ErrLocked, "the woken waiter has waited bargeWindow: no barging")
+		w.signal()
+		h := <-got
+		require.NotNil(t, h)
+		require.True(t, h.Release())
+	})
+	assert.True(t, TableEmpty(l))
+}

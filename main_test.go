@@ -70,6 +70,19 @@ func lockAsync(ctx context.Context, l *recordlock.Locker, key []byte, opts recor
 	return c
 }
 
+// result waits for the result of a Lock started with lockAsync; a Lock that never returns fails
+// the test rather than hanging it.
+func result(t testing.TB, c <-chan lockResult) lockResult {
+	t.Helper()
+	select {
+	case r := <-c:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock did not return")
+		return lockResult{}
+	}
+}
+
 // closed reports whether c is closed, without blocking.
 func closed(c <-chan struct{}) bool {
 	select {

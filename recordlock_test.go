@@ -35,7 +35,7 @@ func TestLockersOfOneDatabaseExcludeEachOther(t *testing.T) {
 	got := lockAsync(context.Background(), b, key, wait)
 	waitQueued(t, b, key, 1)
 	require.True(t, ha.Release())
-	r := <-got
+	r := result(t, got)
 	require.NoError(t, r.err)
 	_, err = a.TryLock(key, recordlock.Options{})
 	require.ErrorIs(t, err, recordlock.ErrLocked, "b's handle excludes a")
@@ -73,7 +73,7 @@ func TestLockReturnsOnceHolderReleases(t *testing.T) {
 	default:
 	}
 	require.True(t, h.Release())
-	r := <-got
+	r := result(t, got)
 	require.NoError(t, r.err)
 	assert.Equal(t, key, r.h.Key())
 	require.True(t, r.h.Release())
@@ -87,13 +87,9 @@ func TestLockTimesOut(t *testing.T) {
 	got := lockAsync(context.Background(), l, key, recordlock.Options{Timeout: 2 * time.Second})
 	waitQueued(t, l, key, 1)
 	clk.Advance(2*time.Second - time.Nanosecond)
-	select {
-	case r := <-got:
-		t.Fatalf("Lock returned before its timeout: %v", r.err)
-	default:
-	}
+	require.Equal(t, 1, recordlock.QueuedWaiters(l, key), "the waiter gave up before its timeout")
 	clk.Advance(time.Nanosecond)
-	r := <-got
+	r := result(t, got)
 	require.ErrorIs(t, r.err, recordlock.ErrTimeout)
 	assert.Nil(t, r.h)
 	assert.False(t, h.IsExpired(), "a waiter timing out leaves the holder alone")
@@ -111,7 +107,7 @@ func TestLockCancelled(t *testing.T) {
 	got := lockAsync(ctx, l, key, wait)
 	waitQueued(t, l, key, 1)
 	cancel()
-	r := <-got
+	r := result(t, got)
 	require.ErrorIs(t, r.err, context.Canceled)
 	assert.Nil(t, r.h)
 	assert.Equal(t, 0, recordlock.QueuedWaiters(l, key))
@@ -199,11 +195,14 @@ func TestWaitersAcquireInArrivalOrder(t *testing.T) {
 		waitQueued(t, l, key, i+1)
 	}
 	for i := range n {
-		if i%2 == 1 {
-			clk.Advance(time.Millisecond) // alternate between a woken waiter and a direct hand-over
+		if i == 1 {
+			// The first waiter was woken to take the key; the others have now waited 1 ms and
+			// are handed it directly.
+			clk.Advance(time.Millisecond)
 		}
 		require.True(t, holder.Release())
-		r := <-got[i]
+		assert.LessOrEqual(t, recordlock.WokenWaiters(l, key), 1, "a release woke more than one waiter")
+		r := result(t, got[i])
 		require.NoError(t, r.err, "waiter %d", i)
 		holder = r.h
 		for j := i + 1; j < n; j++ {
@@ -232,9 +231,10 @@ func TestOldestWaiterNotPassedOverPastOneMillisecond(t *testing.T) {
 
 	clk.Advance(time.Millisecond)
 	require.True(t, holder.Release())
+	assert.Equal(t, 0, recordlock.QueuedWaiters(l, key), "Release handed the key over itself")
 	_, err = l.TryLock(key, recordlock.Options{})
 	require.ErrorIs(t, err, recordlock.ErrLocked, "the key went to the oldest waiter")
-	r := <-got
+	r := result(t, got)
 	require.NoError(t, r.err)
 	require.True(t, r.h.Release())
 }
@@ -262,7 +262,7 @@ func TestBargerCannotKeepPassingOverWaiter(t *testing.T) {
 		} else {
 			require.ErrorIs(t, err, recordlock.ErrLocked)
 		}
-		r := <-got
+		r := result(t, got)
 		require.NoError(t, r.err)
 		require.True(t, r.h.Release())
 	}
@@ -293,12 +293,12 @@ func TestCloseReleasesHandlesAndFailsWaiters(t *testing.T) {
 	assert.True(t, closed(done))
 	assert.True(t, held.IsExpired())
 	assert.False(t, held.Release())
-	r := <-waiting
+	r := result(t, waiting)
 	require.ErrorIs(t, r.err, recordlock.ErrClosed)
 	assert.Nil(t, r.h)
 
 	// b was waiting for a's key and now holds it.
-	rb := <-bWaiting
+	rb := result(t, bWaiting)
 	require.NoError(t, rb.err)
 	require.True(t, rb.h.Release())
 
@@ -386,7 +386,7 @@ func TestLeaseRunsOnIssuingLockersClock(t *testing.T) {
 	got := lockAsync(context.Background(), b, key, recordlock.Options{Timeout: 2 * time.Second})
 	waitQueued(t, b, key, 1)
 	clkA.Advance(time.Second)
-	r := <-got
+	r := result(t, got)
 	require.NoError(t, r.err, "a's lease timer handed the key to b's waiter")
 	assert.True(t, h.IsLeaseExpired())
 
