@@ -211,13 +211,13 @@ func (h *Handle) settleNow() {
 	sh.unlockAndRunHooks()
 }
 
-// lockForChange takes the shard mutex for an operation that must not overlap a Fence running in
-// another goroutine (Release, RevokeLease): it waits for such a commit to return first.
-func (h *Handle) lockForChange(sh *shard, waitFence func(handleFlags) bool) {
+// lockForChange takes the shard mutex for Release or RevokeLease, first waiting for a Fence
+// running in another goroutine to return, whatever the handle's state: a lease that lapsed inside
+// Fence still has its commit in flight (SPEC §5.7).
+func (h *Handle) lockForChange(sh *shard) {
 	for {
 		sh.mu.Lock()
-		f := h.flags()
-		if f&flagFencing == 0 || !waitFence(f) {
+		if h.flags()&flagFencing == 0 {
 			return
 		}
 		sh.mu.Unlock()
@@ -232,7 +232,7 @@ func (h *Handle) lockForChange(sh *shard, waitFence func(handleFlags) bool) {
 // goroutine is inside Fence on this handle, Release waits for its commit to return.
 func (h *Handle) Release() bool {
 	sh := h.shard()
-	h.lockForChange(sh, func(f handleFlags) bool { return f&(flagReleased|flagExpired) == 0 && !h.lapsed() })
+	h.lockForChange(sh)
 	ok := h.flags()&(flagReleased|flagExpired) == 0 && !h.settle(sh)
 	if ok {
 		h.setFlags(flagReleased)
@@ -251,7 +251,7 @@ func (h *Handle) Release() bool {
 // goroutine, so once it returns no fenced write through this handle is in flight. Idempotent.
 func (h *Handle) RevokeLease() {
 	sh := h.shard()
-	h.lockForChange(sh, func(f handleFlags) bool { return f&flagExpired == 0 })
+	h.lockForChange(sh)
 	if h.flags()&flagExpired == 0 {
 		h.setFlags(flagExpired | flagReleased)
 		sh.sched(h.l).remove(h)
@@ -322,11 +322,12 @@ func (h *Handle) UpgradeToHold(lease time.Duration) error {
 	}
 	wall, now := readClock(h.l.clock)
 	deadline := now + lease
-	if h.flags()&flagCluster != 0 {
-		deadline = min(deadline, time.Duration(h.deadline.Load()))
+	if round := time.Duration(h.deadline.Load()); h.flags()&flagCluster != 0 && round <= deadline {
+		deadline = round // clamped: ExpiresAt stays wall(tsR)+lease (SPEC §5.1)
+	} else {
+		h.expiresAt = wall.Add(lease).UnixNano()
 	}
 	h.setFlags(flagHold)
-	h.expiresAt = wall.Add(deadline - now).UnixNano()
 	h.moveDeadline(sh, deadline, now)
 	h.nextVersion()
 	return nil

@@ -333,12 +333,18 @@ func (l *Locker) Close() error {
 				if e.holder != nil && e.holder.l == l {
 					held = append(held, e.holder)
 				}
-				for w := e.head; w != nil; {
-					nextW := w.next
+				// Collect first: abandoning one waiter can hand the key to the next one,
+				// which unlinks it from the queue.
+				var mine []*waiter
+				for w := e.head; w != nil; w = w.next {
 					if w.h.l == l {
+						mine = append(mine, w)
+					}
+				}
+				for _, w := range mine {
+					if w.h.w == w { // still queued; a granted one fails in closedAfterGrant
 						sh.abandon(w, waitClosed)
 					}
-					w = nextW
 				}
 				e = next
 			}

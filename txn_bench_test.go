@@ -12,8 +12,8 @@ import (
 	"github.com/recordlock/recordlock"
 )
 
-// benchKeys is how many keys the benchmarks rotate over.
-const benchKeys = 1024
+// txnBenchKeys is how many keys the benchmarks rotate over.
+const txnBenchKeys = 1024
 
 // benchDB opens a database whose keys hold 8-byte counters.
 func benchDB(b *testing.B) (*grocksdb.DB, [][]byte) {
@@ -21,7 +21,7 @@ func benchDB(b *testing.B) (*grocksdb.DB, [][]byte) {
 	db := openDB(b)
 	wo := grocksdb.NewDefaultWriteOptions()
 	defer wo.Destroy()
-	keys := make([][]byte, benchKeys)
+	keys := make([][]byte, txnBenchKeys)
 	for i := range keys {
 		keys[i] = []byte("bench/counter/" + strconv.Itoa(i))
 		if err := db.Put(wo, keys[i], make([]byte, 8)); err != nil {
@@ -75,7 +75,7 @@ func BenchmarkTxnReadModifyWrite(b *testing.B) {
 		buf := make([]byte, 8)
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
-			txnIncrement(b, l, keys[i%benchKeys], buf)
+			txnIncrement(b, l, keys[i%txnBenchKeys], buf)
 		}
 	})
 	b.Run("parallel-distinct", func(b *testing.B) {
@@ -88,7 +88,7 @@ func BenchmarkTxnReadModifyWrite(b *testing.B) {
 			base := int(next.Add(1)-1) * 64 // each goroutine rotates over its own 64 keys
 			buf := make([]byte, 8)
 			for i := 0; pb.Next(); i++ {
-				txnIncrement(b, l, keys[(base+i%64)%benchKeys], buf)
+				txnIncrement(b, l, keys[(base+i%64)%txnBenchKeys], buf)
 			}
 		})
 	})
@@ -118,7 +118,7 @@ func BenchmarkPlainGetPut(b *testing.B) {
 		buf := make([]byte, 8)
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
-			plainIncrement(b, db, ro, wo, keys[i%benchKeys], buf)
+			plainIncrement(b, db, ro, wo, keys[i%txnBenchKeys], buf)
 		}
 	})
 	b.Run("parallel-distinct", func(b *testing.B) {
@@ -134,7 +134,7 @@ func BenchmarkPlainGetPut(b *testing.B) {
 			base := int(next.Add(1)-1) * 64
 			buf := make([]byte, 8)
 			for i := 0; pb.Next(); i++ {
-				plainIncrement(b, db, ro, wo, keys[(base+i%64)%benchKeys], buf)
+				plainIncrement(b, db, ro, wo, keys[(base+i%64)%txnBenchKeys], buf)
 			}
 		})
 	})

@@ -40,21 +40,6 @@ func dbPut(t testing.TB, db *grocksdb.DB, key, value string) {
 	require.NoError(t, db.Put(wo, []byte(key), []byte(value)))
 }
 
-// lockAsync starts a Lock of key in its own goroutine and returns where its outcome arrives.
-func lockAsync(l *recordlock.Locker, key string, opts recordlock.Options) <-chan lockResult {
-	ch := make(chan lockResult, 1)
-	go func() {
-		h, err := l.Lock(context.Background(), []byte(key), opts)
-		ch <- lockResult{h, err}
-	}()
-	return ch
-}
-
-type lockResult struct {
-	h   *recordlock.Handle
-	err error
-}
-
 // await receives from ch, failing the test if nothing arrives within guard.
 func await[T any](t testing.TB, ch <-chan T, what string) T {
 	t.Helper()
@@ -83,7 +68,7 @@ func TestTxnReentrantLock(t *testing.T) {
 
 	// Another Locker queues for the key. If the Txn went back to the table it would queue behind
 	// that waiter, or wait for itself, and time out on the guard instead of returning at once.
-	waiter := lockAsync(other, "k", recordlock.Options{Timeout: time.Minute})
+	waiter := lockAsync(context.Background(), other, []byte("k"), recordlock.Options{Timeout: time.Minute})
 	time.Sleep(10 * time.Millisecond)
 	reentryCtx, cancel := context.WithTimeout(ctx, guard)
 	defer cancel()
@@ -284,7 +269,7 @@ func TestTxnLeaseLapseBeforeCommitReleasesSiblings(t *testing.T) {
 	require.NoError(t, txn.Put([]byte("b"), []byte("1")))
 	require.NoError(t, txn.Put([]byte("held"), []byte("1")))
 
-	waiter := lockAsync(other, "b", recordlock.Options{Timeout: time.Minute})
+	waiter := lockAsync(context.Background(), other, []byte("b"), recordlock.Options{Timeout: time.Minute})
 	time.Sleep(10 * time.Millisecond) // let it queue; the outcome does not depend on it
 	clk.Advance(time.Second)
 	require.True(t, short.IsLeaseExpired())
