@@ -406,22 +406,31 @@ func (h *Handle) NoteHolderVersion(v Timestamp) {
 // accessors and predicates; it must not call Release, RevokeLease or Fence on the same handle.
 // Fence after Release still runs while the lease lasts, but then a successor may hold the key.
 func (h *Handle) Fence(commit func() error) error {
-	h.fenceMu.Lock()
-	defer h.fenceMu.Unlock()
 	sh := h.shard()
+	h.fenceMu.Lock()
 	sh.mu.Lock()
 	if h.flags()&flagExpired != 0 || h.settle(sh) {
-		sh.unlockAndRunHooks()
+		hooks := sh.drainHooks()
+		sh.mu.Unlock()
+		h.fenceMu.Unlock()
+		runHooks(hooks)
 		return ErrLeaseExpired
 	}
 	h.setFlags(flagFencing)
 	sh.mu.Unlock()
-	defer h.endFence(sh)
+	// The release hook of a lease that ended inside Fence runs after fenceMu is released, so a
+	// slow hook does not hold up Release or RevokeLease callers waiting for the commit.
+	defer func() {
+		hooks := h.endFence(sh)
+		h.fenceMu.Unlock()
+		runHooks(hooks)
+	}()
 	return commit()
 }
 
-// endFence leaves Fence, passing the key on if the lease ended while commit ran.
-func (h *Handle) endFence(sh *shard) {
+// endFence leaves Fence, passing the key on if the lease ended while commit ran. It returns the
+// release hook to run once the caller has let go of fenceMu.
+func (h *Handle) endFence(sh *shard) []pendingHook {
 	sh.mu.Lock()
 	h.clearFlags(flagFencing)
 	if h.flags()&flagExpired == 0 {
@@ -432,5 +441,7 @@ func (h *Handle) endFence(sh *shard) {
 		sh.giveBack(h)
 		sh.queueHook(h)
 	}
-	sh.unlockAndRunHooks()
+	hooks := sh.drainHooks()
+	sh.mu.Unlock()
+	return hooks
 }

@@ -683,3 +683,32 @@ func TestReleaseWaitsForFence(t *testing.T) {
 	require.NoError(t, <-fenced)
 	assert.True(t, <-released)
 }
+
+// A lease that lapses inside Fence passes the key on when commit returns and fires the release
+// hook. The hook runs after Fence has let go of the handle, so a hook that uses the handle again
+// (here: Fence, which must refuse) does not deadlock.
+func TestFenceReleaseHookRunsAfterFenceLetsGo(t *testing.T) {
+	db := openDB(t)
+	clk, l := manual(t, db)
+	h, err := l.Lock(context.Background(), []byte("k"), recordlock.Options{Lease: time.Second})
+	require.NoError(t, err)
+	hookFence := make(chan error, 1)
+	joinHook(t, h, clk, time.Second, func() error {
+		hookFence <- h.Fence(func() error { return nil })
+		return nil
+	})
+	fenceDone := make(chan error, 1)
+	go func() {
+		fenceDone <- h.Fence(func() error {
+			clk.Advance(2 * time.Second) // the lease lapses while the commit runs
+			return nil
+		})
+	}()
+	select {
+	case err := <-fenceDone:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Fence deadlocked running a release hook that uses the handle")
+	}
+	require.ErrorIs(t, <-hookFence, recordlock.ErrLeaseExpired)
+}

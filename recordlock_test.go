@@ -401,3 +401,17 @@ func TestLeaseRunsOnIssuingLockersClock(t *testing.T) {
 	assert.True(t, r.h.IsExpired())
 	require.True(t, h.Release())
 }
+
+// Closing the last Locker of a database drops its table; the next Locker must still mint
+// timestamps above every earlier one, even when the wall clock stepped back in between.
+func TestTimestampsIncreaseAcrossTableLifetimes(t *testing.T) {
+	db := openDB(t)
+	clk := recordlock.NewManualClock(epoch)
+	first, err := recordlock.New(db, recordlock.WithClock(clk))
+	require.NoError(t, err)
+	before := first.Timestamp()
+	require.NoError(t, first.Close())
+	clk.StepWall(-time.Hour)
+	second := newLocker(t, db, recordlock.WithClock(clk))
+	assert.Greater(t, second.Timestamp(), before)
+}
