@@ -295,6 +295,7 @@ func (l *Locker) joinCluster(ctx context.Context, h *Handle, coord Coordinator, 
 	budget := l.clock.AfterFunc(remaining, func() { cancel(ErrTimeout) })
 	round, err := coord.Acquire(cctx, h.key, r.Lease, h.RevokeLease)
 	budget.Stop()
+	outOfTime := context.Cause(cctx) == ErrTimeout
 	cancel(nil)
 	if err != nil {
 		h.Release()
@@ -303,6 +304,9 @@ func (l *Locker) joinCluster(ctx context.Context, h *Handle, coord Coordinator, 
 			return err
 		case ctx.Err() != nil:
 			return fmt.Errorf("recordlock: cluster round: %w", ctx.Err())
+		case outOfTime && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+			// The coordinator gave up because the wait ran out: that is the caller's Timeout.
+			return fmt.Errorf("%w: the cluster did not grant a round in time", ErrTimeout)
 		}
 		return fmt.Errorf("%w: %w", ErrClusterUnavailable, err)
 	}
