@@ -291,6 +291,12 @@ func (l *Locker) joinCluster(ctx context.Context, h *Handle, coord Coordinator, 
 		h.Release()
 		return ErrTimeout
 	}
+	// The local key must outlast the wait: if its lease lapsed while Acquire ran, another Lock of
+	// this node could take the key and ask the cluster for it at the same time. No round granted
+	// within the wait ends after start+Timeout+Lease; joining it sets the real deadline.
+	if !h.holdThrough(start + r.Timeout + r.Lease) {
+		return ErrTimeout
+	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	budget := l.clock.AfterFunc(remaining, func() { cancel(ErrTimeout) })
 	round, err := coord.Acquire(cctx, h.key, r.Lease, h.RevokeLease)
