@@ -150,7 +150,7 @@ func TestHandoffRevokesAndFences(t *testing.T) {
 		}()
 		err = ha.Fence(func() error {
 			waitForKey(t, a.cli, "/recordlock/r/"+encode("k")) // B has asked for the key back
-			time.Sleep(100 * time.Millisecond)                // room for a wrong handoff to happen
+			time.Sleep(100 * time.Millisecond)                 // room for a wrong handoff to happen
 			select {
 			case r := <-got:
 				got <- r
@@ -341,9 +341,9 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	e := startEtcd(t)
 	n := newNode(t, e, "a", nodeConfig{})
 	cases := map[string]func() (*etcdcoord.Coordinator, error){
-		"nil client":   func() (*etcdcoord.Coordinator, error) { return etcdcoord.New(nil, "x") },
-		"empty node":   func() (*etcdcoord.Coordinator, error) { return etcdcoord.New(n.cli, "") },
-		"nil clock":    func() (*etcdcoord.Coordinator, error) { return etcdcoord.New(n.cli, "x", etcdcoord.WithClock(nil)) },
+		"nil client": func() (*etcdcoord.Coordinator, error) { return etcdcoord.New(nil, "x") },
+		"empty node": func() (*etcdcoord.Coordinator, error) { return etcdcoord.New(n.cli, "") },
+		"nil clock":  func() (*etcdcoord.Coordinator, error) { return etcdcoord.New(n.cli, "x", etcdcoord.WithClock(nil)) },
 		"TTL too short": func() (*etcdcoord.Coordinator, error) {
 			return etcdcoord.New(n.cli, "x", etcdcoord.WithTTL(time.Second), etcdcoord.WithSkew(time.Second))
 		},
