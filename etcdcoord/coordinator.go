@@ -66,6 +66,7 @@ type Coordinator struct {
 	recalls      map[string]int64       // key → revision of another node's pending recall
 	inflight     map[string]int         // key → cold Txns of this node in flight
 	unknown      map[string]struct{}    // keys whose cold Txn failed with an unknown outcome
+	lastSweep    time.Duration          // Mono of the last look for idle delegations
 }
 
 // New returns a Coordinator for the node named node (unique in the cluster) over client. It
@@ -84,6 +85,7 @@ func New(client *clientv3.Client, node string, opts ...Option) (*Coordinator, er
 		clock:    recordlock.SystemClock(),
 		ttl:      DefaultTTL,
 		skew:     DefaultSkew,
+		linger:   DefaultLinger,
 		reqLimit: DefaultRequestTimeout,
 	}
 	for _, o := range opts {
@@ -95,8 +97,8 @@ func New(client *clientv3.Client, node string, opts ...Option) (*Coordinator, er
 	switch {
 	case cfg.clock == nil:
 		return nil, fmt.Errorf("%w: etcdcoord: WithClock(nil)", recordlock.ErrInvalidOptions)
-	case cfg.skew < 0 || cfg.reqLimit <= 0:
-		return nil, fmt.Errorf("%w: etcdcoord: negative skew or non-positive request timeout", recordlock.ErrInvalidOptions)
+	case cfg.skew < 0 || cfg.linger < 0 || cfg.reqLimit <= 0:
+		return nil, fmt.Errorf("%w: etcdcoord: negative skew or linger, or non-positive request timeout", recordlock.ErrInvalidOptions)
 	case time.Duration(ttlSec)*time.Second-cfg.skew < recordlock.MinLease:
 		return nil, fmt.Errorf("%w: etcdcoord: TTL %v less skew %v leaves no room for a lease",
 			recordlock.ErrInvalidOptions, cfg.ttl, cfg.skew)
@@ -145,6 +147,9 @@ func (c *Coordinator) Acquire(ctx context.Context, key []byte, lease time.Durati
 		if c.closed {
 			c.mu.Unlock()
 			return recordlock.Round{}, errClosed
+		}
+		if minted-c.lastSweep >= c.cfg.linger {
+			c.sweepLocked(minted)
 		}
 		d := c.delegs[k]
 		switch {
@@ -251,6 +256,19 @@ func (c *Coordinator) cold(ctx context.Context, k string, sess *session, minted,
 	if nested := resp.Responses[2].GetResponseTxn(); nested != nil && nested.Succeeded {
 		*asked = true
 	}
+	if len(resp.Responses[0].GetResponseRange().GetKvs()) == 0 {
+		// Nobody holds it, so a recall is ahead of this call's turn. If that recall is this
+		// node's own, or gone (this call's went with a lost lease), try again at once.
+		rkvs := resp.Responses[1].GetResponseRange().GetKvs()
+		switch {
+		case len(rkvs) == 0:
+			*asked = false
+			return coldResult{}, nil
+		case string(rkvs[0].Value) == c.node && !*asked:
+			*asked = true
+			return coldResult{}, nil
+		}
+	}
 	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 && kvs[0].Lease == int64(sess.id) {
 		if c.delegs[k] == nil && c.inflight[k] == 0 {
 			return coldResult{orphan: kvs[0].CreateRevision}, nil
@@ -329,6 +347,11 @@ func (c *Coordinator) withdraw(k string) {
 func (c *Coordinator) background(f func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.backgroundLocked(f)
+}
+
+// backgroundLocked is background called with c.mu held.
+func (c *Coordinator) backgroundLocked(f func()) {
 	if c.closed {
 		return
 	}

@@ -190,6 +190,40 @@ func TestHandoffRevokesAndFences(t *testing.T) {
 	})
 }
 
+// An asker whose budget runs out while the holder drains fails with ErrTimeout, gives its local
+// key back and withdraws its recall; the handoff it started still completes.
+func TestAskerTimesOut(t *testing.T) {
+	e := startEtcd(t)
+	a := newNode(t, e, "a", nodeConfig{})
+	b := newNode(t, e, "b", nodeConfig{})
+	ctx := context.Background()
+	ha, err := a.l.Lock(ctx, []byte("k"), cluster(10*time.Second, 10*time.Second))
+	require.NoError(t, err)
+
+	entered, finish := make(chan struct{}), make(chan struct{})
+	fenced := make(chan error, 1)
+	go func() { // A's revoke will wait for this commit
+		fenced <- ha.Fence(func() error { close(entered); <-finish; return nil })
+	}()
+	<-entered
+
+	_, err = b.l.Lock(ctx, []byte("k"), cluster(time.Second, 300*time.Millisecond))
+	require.ErrorIs(t, err, recordlock.ErrTimeout)
+	assert.NotErrorIs(t, err, recordlock.ErrClusterUnavailable)
+	h, err := b.l.TryLock([]byte("k"), recordlock.Options{Scope: recordlock.ScopeNode})
+	require.NoError(t, err, "B's local key was given back")
+	require.True(t, h.Release())
+	waitForDelete(t, b.cli, "/recordlock/r/"+encode("k"))
+
+	close(finish)
+	require.NoError(t, <-fenced, "the fence began before the recall, so its write stands")
+	waitForDelete(t, b.cli, "/recordlock/d/"+encode("k")) // A handed the key back
+	assert.True(t, ha.IsLeaseExpired())
+	hb, err := b.l.Lock(ctx, []byte("k"), cluster(time.Second, 10*time.Second))
+	require.NoError(t, err)
+	require.True(t, hb.Release())
+}
+
 // With the etcd server stopped, every cluster lock that needs etcd fails closed, with
 // ErrClusterUnavailable within its wait budget, never as a node-local lock.
 func TestEtcdDownFailsClosed(t *testing.T) {
@@ -326,6 +360,43 @@ func TestMintedBeforeRequest(t *testing.T) {
 	assert.True(t, h.IsLeaseExpired(), "the deadline is MintedMono+Lease, the mint before the request")
 }
 
+// A delegation nobody has used for the linger period is handed back, so a node that locks many
+// distinct keys does not keep them all in etcd; one in use is kept.
+func TestIdleDelegationsAreHandedBack(t *testing.T) {
+	e := startEtcd(t)
+	clk := recordlock.NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	n := newNode(t, e, "a", nodeConfig{clock: clk, opts: []etcdcoord.Option{etcdcoord.WithLinger(time.Second)}})
+	ctx := context.Background()
+	lock := func(key string, lease time.Duration) *recordlock.Handle {
+		t.Helper()
+		h, err := n.l.Lock(ctx, []byte(key), cluster(lease, 10*time.Second))
+		require.NoError(t, err)
+		return h
+	}
+	exists := func(key string) bool {
+		t.Helper()
+		resp, err := n.cli.Get(ctx, "/recordlock/d/"+encode(key))
+		require.NoError(t, err)
+		return len(resp.Kvs) == 1
+	}
+	idle := lock("idle", time.Second)
+	first := idle.Token()
+	require.True(t, idle.Release())
+	held := lock("held", 5*time.Second)
+
+	clk.Advance(2 * time.Second)        // "idle" ended at 1 s: a second of linger has passed
+	other := lock("other", time.Second) // this Acquire looks for idle delegations
+	waitForDelete(t, n.cli, "/recordlock/d/"+encode("idle"))
+	assert.True(t, exists("held"), "a delegation in use is kept")
+	assert.False(t, held.IsExpired())
+	require.True(t, held.Release())
+	require.True(t, other.Release())
+
+	again := lock("idle", time.Second)
+	assert.Greater(t, again.Token(), first, "a new delegation")
+	require.True(t, again.Release())
+}
+
 // A lease that the node's etcd lease cannot outlive fails closed rather than risk two holders.
 func TestLeaseLongerThanTTLFailsClosed(t *testing.T) {
 	e := startEtcd(t)
@@ -373,6 +444,24 @@ func waitForKey(t *testing.T, cli *clientv3.Client, key string) {
 		}
 	}
 	t.Fatalf("%s did not appear", key)
+}
+
+// waitForDelete blocks until key does not exist in etcd.
+func waitForDelete(t *testing.T, cli *clientv3.Client, key string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, key)
+	require.NoError(t, err)
+	if len(resp.Kvs) == 0 {
+		return
+	}
+	for wr := range cli.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut()) {
+		if len(wr.Events) > 0 {
+			return
+		}
+	}
+	t.Fatalf("%s was not deleted", key)
 }
 
 // encode is how the coordinator names a key in etcd.

@@ -17,9 +17,10 @@ type delegation struct {
 	recalled bool     // asked back (or closing): admits no more
 	ended    bool
 
-	adm  []*admission // admissions whose lease may not have ended, in admission order from head
-	head int
-	live int // admissions not yet released
+	adm     []*admission // admissions whose lease may not have ended, in admission order from head
+	head    int
+	live    int           // admissions not yet released
+	lastEnd time.Duration // the latest deadline of any admission
 
 	drained chan struct{} // while recalled: closed when live reaches zero
 	gone    chan struct{} // closed when the delegation is handed back or lost
@@ -41,6 +42,7 @@ func (c *Coordinator) admit(d *delegation, minted, lease time.Duration, revoke f
 	a := &admission{c: c, d: d, revoke: revoke, deadline: minted + lease}
 	d.adm = append(d.adm, a)
 	d.live++
+	d.lastEnd = max(d.lastEnd, a.deadline)
 	return recordlock.Round{TsR: c.cfg.stamp(), MintedMono: minted, Token: d.token, Release: a.release}
 }
 
@@ -136,19 +138,46 @@ func (c *Coordinator) recallLocked(k string, d *delegation) {
 				return // Close hands everything back
 			}
 		}
-		c.handBack(k, d)
+		c.handBack([]string{k}, []*delegation{d})
 	}()
 }
 
-// handBack deletes d's key in etcd, retrying until it is gone or the coordinator closes.
-func (c *Coordinator) handBack(k string, d *delegation) {
-	dkey := c.dkey(k)
+// sweepLocked hands back the delegations that no admission has used for the linger period:
+// a node that locks many distinct keys must not keep them all in etcd. Called with c.mu held.
+func (c *Coordinator) sweepLocked(now time.Duration) {
+	c.lastSweep = now
+	var ks []string
+	var ds []*delegation
+	for k, d := range c.delegs {
+		if !d.recalled && d.live == 0 && now-d.lastEnd >= c.cfg.linger {
+			d.recalled = true
+			ks, ds = append(ks, k), append(ds, d)
+		}
+	}
+	for len(ks) > 0 {
+		n := min(len(ks), handBackBatch)
+		bk, bd := ks[:n], ds[:n]
+		c.backgroundLocked(func() { c.handBack(bk, bd) })
+		ks, ds = ks[n:], ds[n:]
+	}
+}
+
+// handBackBatch is how many delegations one Txn hands back; etcd allows 128 operations.
+const handBackBatch = 64
+
+// handBack deletes the delegations' keys in etcd, each only if it is still the one this node
+// created, in one Txn, retrying until they are gone or the coordinator closes.
+func (c *Coordinator) handBack(ks []string, ds []*delegation) {
+	ops := make([]clientv3.Op, len(ks))
+	for i, k := range ks {
+		dkey := c.dkey(k)
+		ops[i] = clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(dkey), "=", int64(ds[i].token))},
+			[]clientv3.Op{clientv3.OpDelete(dkey)}, nil)
+	}
 	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.reqLimit)
-		_, err := c.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(dkey), "=", int64(d.token))).
-			Then(clientv3.OpDelete(dkey)).
-			Commit()
+		_, err := c.cli.Txn(ctx).Then(ops...).Commit()
 		cancel()
 		if err == nil {
 			break
@@ -159,8 +188,10 @@ func (c *Coordinator) handBack(k string, d *delegation) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.delegs[k] == d {
-		delete(c.delegs, k)
+	for i, k := range ks {
+		if c.delegs[k] == ds[i] {
+			delete(c.delegs, k)
+		}
+		ds[i].end()
 	}
-	d.end()
 }

@@ -17,6 +17,9 @@ const (
 	// DefaultSkew is how much longer etcd keeps the lease than this node trusts it, to absorb the
 	// difference between this node's clock and the etcd leader's.
 	DefaultSkew = time.Second
+	// DefaultLinger is how long a delegation that no admission uses is kept for a repeat lock
+	// before it is handed back.
+	DefaultLinger = 30 * time.Second
 	// DefaultRequestTimeout bounds the requests made outside any caller's wait: handing a
 	// delegation back, withdrawing a recall, and revoking the lease in Close.
 	DefaultRequestTimeout = 5 * time.Second
@@ -31,6 +34,7 @@ type config struct {
 	stamp    func() recordlock.Timestamp
 	ttl      time.Duration
 	skew     time.Duration
+	linger   time.Duration
 	reqLimit time.Duration
 }
 
@@ -73,6 +77,15 @@ func (o skewOption) apply(c *config) { c.skew = time.Duration(o) }
 
 // WithSkew sets the skew margin; see DefaultSkew.
 func WithSkew(d time.Duration) Option { return skewOption(d) }
+
+type lingerOption time.Duration
+
+func (o lingerOption) apply(c *config) { c.linger = time.Duration(o) }
+
+// WithLinger sets how long an idle delegation is kept; see DefaultLinger. Idle delegations are
+// handed back in batches by a later Acquire of the node, and all at once when the node's lease
+// lapses or the coordinator closes.
+func WithLinger(d time.Duration) Option { return lingerOption(d) }
 
 type requestTimeoutOption time.Duration
 
