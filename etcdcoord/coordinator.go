@@ -6,7 +6,10 @@
 // A node obtains a delegation for a key: an etcd key under the prefix, created in one Txn only
 // if absent and attached to the node's etcd lease, whose TTL outlasts what the node trusts by a
 // skew margin. While the node holds a live, un-recalled delegation with at least the requested
-// lease left, Acquire admits with no etcd request at all; a cold key costs one Txn.
+// lease left, Acquire admits with no etcd request at all; a cold key costs one Txn. The lease is
+// refreshed on demand, when an admission would outlive what the node trusts of it, so an idle
+// node makes no requests and its lease, with every delegation on it, simply expires. A delegation
+// that no admission has used for the linger period is handed back by a later Acquire.
 //
 // # Recall
 //
