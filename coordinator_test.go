@@ -370,9 +370,12 @@ func TestClusterLockPassesRemainingWait(t *testing.T) {
 	clk.Advance(4 * time.Second)
 	require.True(t, h0.Release())
 	ctx := <-c.entered
-	got := <-clk.armed
-	for got != 6*time.Second { // the round's budget, after any timers re-armed by the handoff
-		got = <-clk.armed
+	for got := time.Duration(0); got != 6*time.Second; { // the budget, after timers re-armed by the handoff
+		select {
+		case got = <-clk.armed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no 6s budget was armed: Acquire did not get the remaining wait")
+		}
 	}
 
 	clk.Advance(6*time.Second - time.Nanosecond)
