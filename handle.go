@@ -296,6 +296,19 @@ func (h *Handle) join(round Round, lease time.Duration) bool {
 	return true
 }
 
+// holdThrough moves a live holder's deadline to deadline, for the Locker to keep the local key
+// while a cluster round is requested. It reports false, changing nothing, when h is dead.
+func (h *Handle) holdThrough(deadline time.Duration) bool {
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.unlockAndRunHooks()
+	if h.flags()&(flagReleased|flagExpired) != 0 || h.settle(sh) {
+		return false
+	}
+	h.moveDeadline(sh, deadline, h.l.clock.Mono())
+	return true
+}
+
 // moveDeadline sets a live holder's lease deadline and re-arms its schedule.
 func (h *Handle) moveDeadline(sh *shard, deadline, now time.Duration) {
 	h.deadline.Store(int64(deadline))
