@@ -1,5 +1,12 @@
 package recordlock
 
+import (
+	"testing"
+
+	"github.com/linxGnu/grocksdb"
+	"github.com/stretchr/testify/require"
+)
+
 // Hooks into the key-lock table for the black-box tests of package recordlock_test. They exist
 // only in the test binary.
 
@@ -53,4 +60,25 @@ func countWaiters(l *Locker, key []byte) (queued, woken int) {
 		}
 	}
 	return queued, woken
+}
+
+// OpenTestDB opens a fresh RocksDB in a temp dir, closed at the end of the test.
+func OpenTestDB(t testing.TB) *grocksdb.DB {
+	t.Helper()
+	opts := grocksdb.NewDefaultOptions()
+	defer opts.Destroy()
+	opts.SetCreateIfMissing(true)
+	db, err := grocksdb.OpenDb(opts, t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	return db
+}
+
+// newTestLocker returns a Locker on db running on clk, closed at the end of the test.
+func newTestLocker(t testing.TB, db *grocksdb.DB, clk Clock) *Locker {
+	t.Helper()
+	l, err := New(db, WithClock(clk))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
 }

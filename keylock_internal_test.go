@@ -7,31 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/linxGnu/grocksdb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// openTestDB opens a fresh RocksDB in a temp dir, closed at the end of the test.
-func openTestDB(t testing.TB) *grocksdb.DB {
-	t.Helper()
-	opts := grocksdb.NewDefaultOptions()
-	defer opts.Destroy()
-	opts.SetCreateIfMissing(true)
-	db, err := grocksdb.OpenDb(opts, t.TempDir())
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	return db
-}
-
-// newTestLocker returns a Locker on db running on clk, closed at the end of the test.
-func newTestLocker(t testing.TB, db *grocksdb.DB, clk Clock) *Locker {
-	t.Helper()
-	l, err := New(db, WithClock(clk))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Close() })
-	return l
-}
 
 // waitForQueue blocks until n Lock calls are queued for key.
 func waitForQueue(t testing.TB, l *Locker, key []byte, n int) {
@@ -61,7 +39,7 @@ func keysInShard(l *Locker, n int) [][]byte {
 }
 
 func TestTableEmptyAfterWaitersGiveUp(t *testing.T) {
-	db := openTestDB(t)
+	db := OpenTestDB(t)
 	clk := NewManualClock(time.Unix(1, 0))
 	l := newTestLocker(t, db, clk)
 	key := []byte("k")
@@ -99,7 +77,7 @@ func TestTableEmptyAfterWaitersGiveUp(t *testing.T) {
 }
 
 func TestShardMapRebuiltOnceEmptyAfterGrowth(t *testing.T) {
-	db := openTestDB(t)
+	db := OpenTestDB(t)
 	clk := NewManualClock(time.Unix(1, 0))
 	l := newTestLocker(t, db, clk)
 	keys := keysInShard(l, shrinkAfter+10)
@@ -139,7 +117,7 @@ func TestShardMapRebuiltOnceEmptyAfterGrowth(t *testing.T) {
 }
 
 func TestSchedulerRearmsForEarlierDeadline(t *testing.T) {
-	db := openTestDB(t)
+	db := OpenTestDB(t)
 	clk := NewManualClock(time.Unix(1, 0))
 	l := newTestLocker(t, db, clk)
 	keys := keysInShard(l, 2)
@@ -194,7 +172,7 @@ func TestSchedulerRearmsForEarlierDeadline(t *testing.T) {
 }
 
 func TestCloseAbandonsEveryWaiterWhenOneIsHandedTheKey(t *testing.T) {
-	db := openTestDB(t)
+	db := OpenTestDB(t)
 	clk := NewManualClock(time.Unix(1, 0))
 	a := newTestLocker(t, db, clk)
 	b := newTestLocker(t, db, clk)
@@ -252,7 +230,7 @@ func closed(c <-chan struct{}) bool {
 }
 
 func TestTableDroppedWhenLastLockerCloses(t *testing.T) {
-	db := openTestDB(t)
+	db := OpenTestDB(t)
 	clk := NewManualClock(time.Unix(1, 0))
 	path := canonicalPath(db.Name())
 	registered := func() *table {
@@ -292,7 +270,7 @@ func (c *countingHandler) WithGroup(string) slog.Handler             { return c 
 
 // A lease timer that finds the table inconsistent logs it once per database and never panics.
 func TestKeyTableFaultLoggedOnce(t *testing.T) {
-	db := openTestDB(t)
+	db := OpenTestDB(t)
 	clk := NewManualClock(time.Unix(1, 0))
 	var logs countingHandler
 	l, err := New(db, WithClock(clk), WithLogger(slog.New(&logs)))
@@ -334,7 +312,7 @@ func releaseWokenNotRun(t *testing.T, h *Handle) *waiter {
 // A newcomer may take a released key ahead of the woken oldest waiter only while that waiter has
 // waited less than bargeWindow; past it, the waiter is handed the key directly.
 func TestBargingWindow(t *testing.T) {
-	db := openTestDB(t)
+	db := OpenTestDB(t)
 	clk := NewManualClock(time.Unix(1, 0))
 	l := newTestLocker(t, db, clk)
 	key := []byte("k")

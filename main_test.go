@@ -19,16 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // openDB opens a fresh RocksDB in a temp dir, closed at the end of the test.
-func openDB(t testing.TB) *grocksdb.DB {
-	t.Helper()
-	opts := grocksdb.NewDefaultOptions()
-	defer opts.Destroy()
-	opts.SetCreateIfMissing(true)
-	db, err := grocksdb.OpenDb(opts, t.TempDir())
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	return db
-}
+func openDB(t testing.TB) *grocksdb.DB { return recordlock.OpenTestDB(t) }
 
 // newLocker returns a Locker on db, closed at the end of the test.
 func newLocker(t testing.TB, db *grocksdb.DB, opts ...recordlock.Option) *recordlock.Locker {

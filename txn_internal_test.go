@@ -13,50 +13,14 @@ import (
 // txnTestGuard bounds how long these tests wait for something that must happen promptly.
 const txnTestGuard = 10 * time.Second
 
-// txnTestDB opens a fresh RocksDB in a temp dir, closed at the end of the test.
-func txnTestDB(t *testing.T) *grocksdb.DB {
-	t.Helper()
-	opts := grocksdb.NewDefaultOptions()
-	defer opts.Destroy()
-	opts.SetCreateIfMissing(true)
-	db, err := grocksdb.OpenDb(opts, t.TempDir())
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	return db
-}
-
-// txnTestLocker returns a Locker on db and clk, closed at the end of the test.
-func txnTestLocker(t *testing.T, db *grocksdb.DB, clk Clock) *Locker {
-	t.Helper()
-	l, err := New(db, WithClock(clk))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Close() })
-	return l
-}
-
-// txnQueuedWaiters counts the Lock calls queued for key.
-func txnQueuedWaiters(l *Locker, key []byte) int {
-	hash := l.tab.hash(key)
-	sh := l.tab.shard(hash)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	n := 0
-	if e := sh.lookup(hash, key); e != nil {
-		for w := e.head; w != nil; w = w.next {
-			n++
-		}
-	}
-	return n
-}
-
 // 6. Commit holds off the successor: a commit that is slow to write, and whose lease lapses
 // while it writes, finishes before a waiting successor acquires, and the successor reads its
 // result.
 func TestTxnCommitHoldsOffSuccessor(t *testing.T) {
-	db := txnTestDB(t)
+	db := OpenTestDB(t)
 	clk := NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	l := txnTestLocker(t, db, clk)
-	other := txnTestLocker(t, db, clk)
+	l := newTestLocker(t, db, clk)
+	other := newTestLocker(t, db, clk)
 	ctx := context.Background()
 	key := []byte("k")
 
@@ -96,7 +60,7 @@ func TestTxnCommitHoldsOffSuccessor(t *testing.T) {
 		}
 		successor <- outcome{h2, val, err}
 	}()
-	require.Eventually(t, func() bool { return txnQueuedWaiters(l, key) == 1 }, txnTestGuard, time.Millisecond)
+	require.Eventually(t, func() bool { return QueuedWaiters(l, key) == 1 }, txnTestGuard, time.Millisecond)
 
 	clk.Advance(time.Second) // the lease lapses while the commit is writing
 	assert.True(t, h.IsLeaseExpired())
@@ -134,8 +98,8 @@ func TestTxnCommitHoldsOffSuccessor(t *testing.T) {
 // Fences nest in key order whatever the order writes were staged in, each handle once; a key
 // taken anew after a release keeps both handles, the older first.
 func TestTxnProtectorsSortedByKey(t *testing.T) {
-	db := txnTestDB(t)
-	l := txnTestLocker(t, db, NewManualClock(time.Unix(0, 0)))
+	db := OpenTestDB(t)
+	l := newTestLocker(t, db, NewManualClock(time.Unix(0, 0)))
 	ctx := context.Background()
 	txn := l.Begin()
 	defer txn.Rollback()
