@@ -156,27 +156,28 @@ func pick[T any](xs []T, b byte) T { return xs[int(b)%len(xs)] }
 
 // fzHandle is the model of one Handle.
 type fzHandle struct {
-	h        *recordlock.Handle
-	locker   int
-	key      int
-	held     bool // the table's holder of its key
-	released bool // given back deliberately, by Close, by expiry or by revocation
-	revoked  bool // RevokeLease was called
-	expired  bool // the lease ended while it was held (lapse or revocation)
-	fencing  bool
-	deadline time.Duration
-	hold     bool
-	cluster  bool
-	tsR      recordlock.Timestamp
-	acquired recordlock.Timestamp
-	expires  int64 // ExpiresAt in wall Unix nanoseconds
-	roundEnd time.Duration
-	lastVer  recordlock.Timestamp
-	hasVer   bool
-	floor    recordlock.Timestamp
-	armed    int            // index into fired of the armed release hook, -1 for none
-	fired    []atomic.Int32 // calls of each hook ever passed to JoinClusterRound
-	want     []int32        // calls each hook should have had
+	h            *recordlock.Handle
+	locker       int
+	key          int
+	held         bool // the table's holder of its key
+	released     bool // given back deliberately, by Close, by expiry or by revocation
+	revoked      bool // RevokeLease was called
+	expired      bool // the lease ended while it was held (lapse or revocation)
+	fencing      bool
+	deadline     time.Duration
+	hold         bool
+	cluster      bool
+	tsR          recordlock.Timestamp
+	acquired     recordlock.Timestamp
+	expires      int64         // ExpiresAt in wall Unix nanoseconds
+	roundEnd     time.Duration // the joined round's deadline and ExpiresAt
+	roundExpires int64
+	lastVer      recordlock.Timestamp
+	hasVer       bool
+	floor        recordlock.Timestamp
+	armed        int            // index into fired of the armed release hook, -1 for none
+	fired        []atomic.Int32 // calls of each hook ever passed to JoinClusterRound
+	want         []int32        // calls each hook should have had
 }
 
 type fzModel struct {
@@ -474,7 +475,7 @@ func (m *fzModel) join(b, a, c byte) {
 	x.cluster, x.tsR, x.acquired, x.hasVer = true, tsR, tsR, false
 	x.expires = tsR.Time().Add(lease).UnixNano()
 	x.deadline = minted + lease
-	x.roundEnd = x.deadline
+	x.roundEnd, x.roundExpires = x.deadline, x.expires
 	x.armed = idx
 }
 
@@ -502,12 +503,15 @@ func (m *fzModel) upgrade(b, a byte) {
 	if len(wants) > 0 {
 		return
 	}
-	deadline := m.mono + cmpOr(lease, recordlock.DefaultLease)
-	if x.cluster {
-		deadline = min(deadline, x.roundEnd)
+	// The new lease runs from now, but under a round no further than the round's deadline; then
+	// ExpiresAt is the round's too (SPEC §5.1, §5.5).
+	lease = cmpOr(lease, recordlock.DefaultLease)
+	if x.cluster && x.roundEnd <= m.mono+lease {
+		x.deadline, x.expires = x.roundEnd, x.roundExpires
+	} else {
+		x.deadline, x.expires = m.mono+lease, m.wall.Add(lease).UnixNano()
 	}
-	x.deadline, x.hold = deadline, true
-	x.expires = m.wall.Add(deadline - m.mono).UnixNano()
+	x.hold = true
 	m.nextVersion(x)
 }
 
@@ -681,4 +685,26 @@ func FuzzOps(f *testing.F) {
 		require.NoError(t, m.probe.Close())
 		m.expect(recordlock.ProbeTimers(m.clk) == 0, "%d timers pending after every Locker closed", recordlock.ProbeTimers(m.clk))
 	})
+}
+
+// TestUpgradeToHoldClampsToRoundDeadline is the regression test for what FuzzOps caught: under a
+// cluster round, an upgrade that shortened the lease left every later upgrade clamped to that
+// shorter deadline instead of to the round's (SPEC §5.5).
+func TestUpgradeToHoldClampsToRoundDeadline(t *testing.T) {
+	db := openDB(t)
+	clk, l := manual(t, db)
+	h, err := l.TryLock([]byte("k"), recordlock.Options{Scope: recordlock.ScopeNode})
+	require.NoError(t, err)
+	tsR := l.Timestamp()
+	require.True(t, h.JoinClusterRound(tsR, 30*time.Second, clk.Mono(), nil))
+	require.NoError(t, h.UpgradeToHold(recordlock.MinLease))
+	assert.True(t, h.ExpiresAt().Equal(clk.Now().Add(recordlock.MinLease)), "ExpiresAt %v", h.ExpiresAt())
+	require.NoError(t, h.UpgradeToHold(time.Minute)) // clamped to the round: 30 s from the mint
+	assert.True(t, h.ExpiresAt().Equal(tsR.Time().Add(30*time.Second)), "ExpiresAt %v, want the round's", h.ExpiresAt())
+	clk.Advance(time.Second)
+	assert.False(t, h.IsLeaseExpired(), "the second upgrade runs to the round's deadline")
+	clk.Advance(29*time.Second - 1)
+	assert.False(t, h.IsLeaseExpired())
+	clk.Advance(1)
+	assert.True(t, h.IsLeaseExpired(), "never past the round's deadline")
 }

@@ -42,7 +42,11 @@ type handleCold struct {
 	hook   func() error
 	tsR    Timestamp
 	hasTsR bool
-	token  uint64
+	// roundEnd and roundExpiresAt are the joined round's deadline and ExpiresAt, the cap of
+	// UpgradeToHold; an earlier upgrade may have left the current ones below them.
+	roundEnd       time.Duration
+	roundExpiresAt int64
+	token          uint64
 }
 
 type handleFlags = uint32
@@ -287,11 +291,13 @@ func (h *Handle) join(round Round, lease time.Duration) bool {
 	}
 	c := h.getCold()
 	c.tsR, c.hasTsR, c.token = round.TsR, true, round.Token
+	c.roundEnd = round.MintedMono + lease
+	c.roundExpiresAt = round.TsR.Time().Add(lease).UnixNano()
 	c.hook = round.Release
 	h.acquiredAt = round.TsR
 	h.clearFlags(flagHasVersion)
 	h.setFlags(flagCluster)
-	h.expiresAt = round.TsR.Time().Add(lease).UnixNano()
+	h.expiresAt = c.roundExpiresAt
 	h.moveDeadline(sh, round.MintedMono+lease, now)
 	return true
 }
@@ -335,8 +341,10 @@ func (h *Handle) UpgradeToHold(lease time.Duration) error {
 	}
 	wall, now := readClock(h.l.clock)
 	deadline := now + lease
-	if round := time.Duration(h.deadline.Load()); h.flags()&flagCluster != 0 && round <= deadline {
-		deadline = round // clamped: ExpiresAt stays wall(tsR)+lease (SPEC §5.1)
+	if c := h.cold; h.flags()&flagCluster != 0 && c.roundEnd <= deadline {
+		// Clamped to the round: its deadline and its ExpiresAt, wall(tsR)+lease (SPEC §5.1),
+		// even after an earlier upgrade had shortened both.
+		deadline, h.expiresAt = c.roundEnd, c.roundExpiresAt
 	} else {
 		h.expiresAt = wall.Add(lease).UnixNano()
 	}
