@@ -154,6 +154,7 @@ type linConfig struct {
 	ops       int     // stop once the history holds this many operations
 	clients   int     // goroutines that lock, write, read and release
 	stallP    float64 // chance that a holder stalls past its lease before its last writes
+	slowP     float64 // chance that a fenced commit stalls past the lease before it writes
 	revoke    bool    // a goroutine revokes the current holder's lease at random moments
 	skipFence bool    // test-only switch: writes skip Fence (the broken variant)
 }
@@ -161,7 +162,7 @@ type linConfig struct {
 // linStats counts what a history exercised, so a run that happened not to stall, revoke or fence
 // anything fails rather than passing vacuously.
 type linStats struct {
-	grants, writes, fencedOut, stalls, stalledWrites, revokes, reads atomic.Int64
+	grants, writes, fencedOut, stalls, stalledWrites, slowCommits, revokes, reads atomic.Int64
 }
 
 // linHarness runs clients against real RocksDB through two Lockers of the same database, on the
@@ -226,11 +227,19 @@ func (x *linHarness) read(t *testing.T, client int) {
 }
 
 // write stores (g, seq) through h's fence, or straight to RocksDB when the harness is broken.
-func (x *linHarness) write(t *testing.T, client int, h *recordlock.Handle, g, seq int64, stalled bool) {
+// A slow commit sleeps past the lease inside Fence before it writes: the lease lapses meanwhile,
+// and the key must still not pass to a successor until the commit has returned.
+func (x *linHarness) write(t *testing.T, client int, h *recordlock.Handle, g, seq int64, stalled, slow bool) {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:], uint64(g))
 	binary.BigEndian.PutUint64(b[8:], uint64(seq))
-	put := func() error { return x.db.Put(x.wo, linRegKey, b[:]) }
+	put := func() error {
+		if slow {
+			x.stats.slowCommits.Add(1)
+			time.Sleep(linLease + linLease/2)
+		}
+		return x.db.Put(x.wo, linRegKey, b[:])
+	}
 	call := x.tick.Add(1)
 	var err error
 	if x.cfg.skipFence {
@@ -296,7 +305,7 @@ func (x *linHarness) client(t *testing.T, id int, seed uint64) {
 			if r.IntN(4) == 0 {
 				x.read(t, id)
 			} else {
-				x.write(t, id, h, g, int64(i+1), stalled)
+				x.write(t, id, h, g, int64(i+1), stalled, !x.cfg.skipFence && r.Float64() < x.cfg.slowP)
 			}
 		}
 		call = x.tick.Add(1)
@@ -371,13 +380,14 @@ func TestLinearizableFencedRegister(t *testing.T) {
 	t.Logf("seed %d", seed)
 	for run, revoke := range []bool{true, false} {
 		t.Run(fmt.Sprintf("revoke=%v", revoke), func(t *testing.T) {
-			x, ops := runHistory(t, linConfig{ops: 2000, clients: 4, stallP: 0.06, revoke: revoke}, seed+uint64(run))
-			t.Logf("%d ops: %d grants, %d writes landed, %d fenced out, %d stalls, %d revocations, %d reads",
+			x, ops := runHistory(t, linConfig{ops: 2000, clients: 4, stallP: 0.06, slowP: 0.01, revoke: revoke}, seed+uint64(run))
+			t.Logf("%d ops: %d grants, %d writes landed, %d fenced out, %d stalls, %d slow commits, %d revocations, %d reads",
 				len(ops), x.stats.grants.Load(), x.stats.writes.Load(), x.stats.fencedOut.Load(),
-				x.stats.stalls.Load(), x.stats.revokes.Load(), x.stats.reads.Load())
+				x.stats.stalls.Load(), x.stats.slowCommits.Load(), x.stats.revokes.Load(), x.stats.reads.Load())
 			require.GreaterOrEqual(t, len(ops), 2000)
 			require.Positive(t, x.stats.stalls.Load(), "no holder stalled past its lease")
 			require.Positive(t, x.stats.fencedOut.Load(), "no write was fenced out")
+			require.Positive(t, x.stats.slowCommits.Load(), "no commit outlived its lease")
 			require.Positive(t, x.stats.writes.Load())
 			assert.Zero(t, x.stats.stalledWrites.Load(), "a holder stalled past its lease still wrote")
 			if revoke {
