@@ -33,6 +33,7 @@ const (
 	regRead
 	regRelease
 	regRevoke
+	regEnd // a Txn's Commit or Rollback ended its lock; whether it was still held is not observed
 )
 
 // regVal is what the register holds: the id of the holder that wrote it and that holder's
@@ -83,7 +84,7 @@ var registerModel = porcupine.Model{
 			if s.Auth == in.G {
 				s.Auth = 0
 			}
-		case regRevoke:
+		case regRevoke, regEnd:
 			if s.Auth == in.G {
 				s.Auth = 0
 			}
@@ -105,6 +106,8 @@ var registerModel = porcupine.Model{
 			return fmt.Sprintf("read -> (g%d,%d)", out.Val.G, out.Val.Seq)
 		case regRelease:
 			return fmt.Sprintf("release(g%d) -> %v", in.G, out.OK)
+		case regEnd:
+			return fmt.Sprintf("end(g%d)", in.G)
 		}
 		return fmt.Sprintf("revoke(g%d)", in.G)
 	},
@@ -157,12 +160,13 @@ type linConfig struct {
 	slowP     float64 // chance that a fenced commit stalls past the lease before it writes
 	revoke    bool    // a goroutine revokes the current holder's lease at random moments
 	skipFence bool    // test-only switch: writes skip Fence (the broken variant)
+	txn       bool    // write through Txn.Put and Commit instead of Handle.Fence
 }
 
 // linStats counts what a history exercised, so a run that happened not to stall, revoke or fence
 // anything fails rather than passing vacuously.
 type linStats struct {
-	grants, writes, fencedOut, stalls, stalledWrites, slowCommits, revokes, reads atomic.Int64
+	grants, writes, fencedOut, stalls, stalledWrites, slowCommits, txnStaged, revokes, reads atomic.Int64
 }
 
 // linHarness runs clients against real RocksDB through two Lockers of the same database, on the
@@ -230,15 +234,12 @@ func (x *linHarness) read(t *testing.T, client int) {
 // A slow commit sleeps past the lease inside Fence before it writes: the lease lapses meanwhile,
 // and the key must still not pass to a successor until the commit has returned.
 func (x *linHarness) write(t *testing.T, client int, h *recordlock.Handle, g, seq int64, stalled, slow bool) {
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[:], uint64(g))
-	binary.BigEndian.PutUint64(b[8:], uint64(seq))
 	put := func() error {
 		if slow {
 			x.stats.slowCommits.Add(1)
 			time.Sleep(linLease + linLease/2)
 		}
-		return x.db.Put(x.wo, linRegKey, b[:])
+		return x.db.Put(x.wo, linRegKey, encodeReg(g, seq))
 	}
 	call := x.tick.Add(1)
 	var err error
@@ -274,44 +275,123 @@ func (x *linHarness) stall(g int64) {
 func (x *linHarness) client(t *testing.T, id int, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, uint64(id)))
 	l := x.lockers[id%2]
-	ctx := context.Background()
 	for !x.stop.Load() {
+		if x.cfg.txn {
+			x.txnTurn(t, id, l, r)
+		} else {
+			x.fenceTurn(t, id, l, r)
+		}
+	}
+}
+
+// lock records a Lock (through lock) and, when it is granted, gives the holder its id.
+func (x *linHarness) lock(t *testing.T, id int, lock func() (*recordlock.Handle, error)) (*recordlock.Handle, int64) {
+	call := x.tick.Add(1)
+	h, err := lock()
+	if err != nil {
+		if !assert.ErrorIs(t, err, recordlock.ErrTimeout) {
+			x.fail()
+		}
+		x.record(id, call, regInput{Op: regLock}, regOutput{})
+		return nil, 0
+	}
+	g := x.nextG.Add(1)
+	x.record(id, call, regInput{Op: regLock}, regOutput{OK: true, G: g})
+	x.lastGrant.Store(g)
+	x.current.Store(&linHeld{g: g, h: h})
+	x.stats.grants.Add(1)
+	return h, g
+}
+
+// fenceTurn is one holder's turn with Handle.Fence: lock, one to four reads or fenced writes,
+// perhaps a stall past the lease before one of them, release.
+func (x *linHarness) fenceTurn(t *testing.T, id int, l *recordlock.Locker, r *rand.Rand) {
+	h, g := x.lock(t, id, func() (*recordlock.Handle, error) {
+		return l.Lock(context.Background(), linLockKey, recordlock.Options{Lease: linLease, Timeout: 2 * time.Second})
+	})
+	if h == nil {
+		return
+	}
+	n := 1 + r.IntN(4)
+	stallAt := -1
+	if r.Float64() < x.cfg.stallP {
+		stallAt = r.IntN(n)
+	}
+	stalled := false
+	for i := range n {
+		if i == stallAt {
+			x.stall(g)
+			stalled = true
+		}
+		if r.IntN(4) == 0 {
+			x.read(t, id)
+		} else {
+			x.write(t, id, h, g, int64(i+1), stalled, !x.cfg.skipFence && r.Float64() < x.cfg.slowP)
+		}
+	}
+	call := x.tick.Add(1)
+	ok := h.Release()
+	x.record(id, call, regInput{Op: regRelease, G: g}, regOutput{OK: ok})
+}
+
+// txnTurn is one holder's turn through a Txn that locks the register's own key: one to three
+// staged writes of (g, seq), reads, perhaps a stall past the lease, then Commit, which lands the
+// last staged value inside the lock's fence or nothing, and ends the lock either way.
+func (x *linHarness) txnTurn(t *testing.T, id int, l *recordlock.Locker, r *rand.Rand) {
+	tx := l.Begin()
+	defer tx.Rollback()
+	h, g := x.lock(t, id, func() (*recordlock.Handle, error) {
+		return tx.Lock(context.Background(), linRegKey, recordlock.Options{Lease: linLease, Timeout: 2 * time.Second})
+	})
+	if h == nil {
+		return
+	}
+	var seq int64
+	for i := range 1 + r.IntN(3) {
+		if r.IntN(4) == 0 {
+			x.read(t, id)
+		}
 		call := x.tick.Add(1)
-		h, err := l.Lock(ctx, linLockKey, recordlock.Options{Lease: linLease, Timeout: 2 * time.Second})
-		if err != nil {
-			if !assert.ErrorIs(t, err, recordlock.ErrTimeout) {
+		if err := tx.Put(linRegKey, encodeReg(g, int64(i+1))); err != nil {
+			// Staging needs a live lease: this one was revoked or lapsed, and nothing was staged.
+			if !assert.ErrorIs(t, err, recordlock.ErrLeaseExpired) {
 				x.fail()
 			}
-			x.record(id, call, regInput{Op: regLock}, regOutput{})
-			continue
+			x.stats.fencedOut.Add(1)
+			x.record(id, call, regInput{Op: regWrite, G: g, Seq: int64(i + 1)}, regOutput{})
+			tx.Rollback()
+			x.record(id, call, regInput{Op: regEnd, G: g}, regOutput{})
+			return
 		}
-		g := x.nextG.Add(1)
-		x.record(id, call, regInput{Op: regLock}, regOutput{OK: true, G: g})
-		x.lastGrant.Store(g)
-		x.current.Store(&linHeld{g: g, h: h})
-		x.stats.grants.Add(1)
-
-		n := 1 + r.IntN(4)
-		stallAt := -1
-		if r.Float64() < x.cfg.stallP {
-			stallAt = r.IntN(n)
-		}
-		stalled := false
-		for i := range n {
-			if i == stallAt {
-				x.stall(g)
-				stalled = true
-			}
-			if r.IntN(4) == 0 {
-				x.read(t, id)
-			} else {
-				x.write(t, id, h, g, int64(i+1), stalled, !x.cfg.skipFence && r.Float64() < x.cfg.slowP)
-			}
-		}
-		call = x.tick.Add(1)
-		ok := h.Release()
-		x.record(id, call, regInput{Op: regRelease, G: g}, regOutput{OK: ok})
+		x.stats.txnStaged.Add(1)
+		seq = int64(i + 1)
 	}
+	stalled := r.Float64() < x.cfg.stallP
+	if stalled {
+		x.stall(g)
+	}
+	call := x.tick.Add(1)
+	err := tx.Commit()
+	if err != nil {
+		if !assert.ErrorIs(t, err, recordlock.ErrLeaseExpired) {
+			x.fail()
+		}
+		x.stats.fencedOut.Add(1)
+	} else {
+		x.stats.writes.Add(1)
+		if stalled {
+			x.stats.stalledWrites.Add(1)
+		}
+	}
+	x.record(id, call, regInput{Op: regWrite, G: g, Seq: seq}, regOutput{OK: err == nil})
+	x.record(id, call, regInput{Op: regEnd, G: g}, regOutput{}) // Commit also ended the lock
+}
+
+func encodeReg(g, seq int64) []byte {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:], uint64(g))
+	binary.BigEndian.PutUint64(b[8:], uint64(seq))
+	return b[:]
 }
 
 // revoker recalls the current holder's lease at random moments, as a coordinator would.
@@ -378,22 +458,35 @@ func checkHistory(t *testing.T, ops []porcupine.Operation) porcupine.CheckResult
 func TestLinearizableFencedRegister(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	for run, revoke := range []bool{true, false} {
-		t.Run(fmt.Sprintf("revoke=%v", revoke), func(t *testing.T) {
-			x, ops := runHistory(t, linConfig{ops: 2000, clients: 4, stallP: 0.06, slowP: 0.01, revoke: revoke}, seed+uint64(run))
+	runs := []struct {
+		name string
+		cfg  linConfig
+	}{
+		{"Fence with revocations", linConfig{stallP: 0.06, slowP: 0.01, revoke: true}},
+		{"Fence with lapses only", linConfig{stallP: 0.06, slowP: 0.01}},
+		{"Txn with revocations", linConfig{stallP: 0.06, revoke: true, txn: true}},
+	}
+	for i, run := range runs {
+		t.Run(run.name, func(t *testing.T) {
+			cfg := run.cfg
+			cfg.ops, cfg.clients = 2000, 4
+			x, ops := runHistory(t, cfg, seed+uint64(i))
 			t.Logf("%d ops: %d grants, %d writes landed, %d fenced out, %d stalls, %d slow commits, %d revocations, %d reads",
 				len(ops), x.stats.grants.Load(), x.stats.writes.Load(), x.stats.fencedOut.Load(),
 				x.stats.stalls.Load(), x.stats.slowCommits.Load(), x.stats.revokes.Load(), x.stats.reads.Load())
+			assert.Equal(t, porcupine.Ok, checkHistory(t, ops), "history is not linearizable")
+			// What the history exercised: a run that did not stall, fence out or revoke proves little.
 			require.GreaterOrEqual(t, len(ops), 2000)
 			require.Positive(t, x.stats.stalls.Load(), "no holder stalled past its lease")
 			require.Positive(t, x.stats.fencedOut.Load(), "no write was fenced out")
-			require.Positive(t, x.stats.slowCommits.Load(), "no commit outlived its lease")
 			require.Positive(t, x.stats.writes.Load())
 			assert.Zero(t, x.stats.stalledWrites.Load(), "a holder stalled past its lease still wrote")
-			if revoke {
+			if cfg.slowP > 0 {
+				require.Positive(t, x.stats.slowCommits.Load(), "no commit outlived its lease")
+			}
+			if cfg.revoke {
 				require.Positive(t, x.stats.revokes.Load())
 			}
-			assert.Equal(t, porcupine.Ok, checkHistory(t, ops), "history is not linearizable")
 		})
 	}
 }
