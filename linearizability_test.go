@@ -183,6 +183,7 @@ type linHarness struct {
 	lastGrant atomic.Int64 // id of the latest holder whose Lock has returned
 	current   atomic.Pointer[linHeld]
 	stop      atomic.Bool
+	firstSlow atomic.Bool
 
 	mu  sync.Mutex
 	ops []porcupine.Operation
@@ -234,6 +235,8 @@ func (x *linHarness) read(t *testing.T, client int) {
 // A slow commit sleeps past the lease inside Fence before it writes: the lease lapses meanwhile,
 // and the key must still not pass to a successor until the commit has returned.
 func (x *linHarness) write(t *testing.T, client int, h *recordlock.Handle, g, seq int64, stalled, slow bool) {
+	// The first fenced write of a history is always slow, so that every history has one.
+	slow = slow || (!x.cfg.skipFence && x.cfg.slowP > 0 && x.firstSlow.CompareAndSwap(false, true))
 	put := func() error {
 		if slow {
 			x.stats.slowCommits.Add(1)
