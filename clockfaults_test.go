@@ -161,5 +161,5 @@ func clockFaultCase(t *testing.T, phase string, inject func(*recordlock.ManualCl
 	clk.StepWall(4 * time.Hour)
 	assert.True(t, h.IsLeaseExpired())
 	assert.True(t, h2.Release())
-	assert.True(t, recordlock.ProbeTableEmpty(rival))
+	assert.True(t, recordlock.TableEmpty(rival))
 }

@@ -1,27 +1,8 @@
 package recordlock
 
-// White-box probes for the reliability tests in package recordlock_test: they read the key table
-// and the ManualClock without changing them, so a test can assert that nothing was left behind.
-
-// ProbeTableEmpty reports whether no key of l's database is held or waited on.
-func ProbeTableEmpty(l *Locker) bool { return l.tab.empty() }
-
-// ProbeWaiters counts the Lock calls queued for key in l's table.
-func ProbeWaiters(l *Locker, key []byte) int {
-	h := l.tab.hash(key)
-	sh := l.tab.shard(h)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.lookup(h, key)
-	if e == nil {
-		return 0
-	}
-	n := 0
-	for w := e.head; w != nil; w = w.next {
-		n++
-	}
-	return n
-}
+// White-box probes for the reliability tests in package recordlock_test, beside TableEmpty and
+// QueuedWaiters: they read the key table and the ManualClock without changing them, so a test can
+// assert that nothing was left behind.
 
 // ProbeDeadlines counts the lease deadlines and wait timeouts scheduled in l's table, over every
 // clock.

@@ -98,7 +98,7 @@ func FuzzOptions(f *testing.F) {
 				require.ErrorIs(t, err, recordlock.ErrReleased)
 			}
 		}
-		assert.True(t, recordlock.ProbeTableEmpty(l))
+		assert.True(t, recordlock.TableEmpty(l))
 	})
 }
 
@@ -680,7 +680,7 @@ func FuzzOps(f *testing.F) {
 		m.close(0)
 		m.close(1)
 		m.check()
-		m.expect(recordlock.ProbeTableEmpty(m.probe), "the table is not empty once every Locker closed")
+		m.expect(recordlock.TableEmpty(m.probe), "the table is not empty once every Locker closed")
 		m.expect(recordlock.ProbeDeadlines(m.probe) == 0, "%d deadlines still scheduled", recordlock.ProbeDeadlines(m.probe))
 		require.NoError(t, m.probe.Close())
 		m.expect(recordlock.ProbeTimers(m.clk) == 0, "%d timers pending after every Locker closed", recordlock.ProbeTimers(m.clk))
