@@ -7,6 +7,10 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 MODULES     := $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*'))
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 FUZZTIME    ?= 60s
+# How long `make test` (and so CI) fuzzes each target; `make fuzz` uses FUZZTIME.
+FUZZCI      ?= 10s
+# go test -fuzz takes one target per run.
+FUZZTARGETS := FuzzOps FuzzOptions
 BENCHCOUNT  ?= 6
 
 .PHONY: deps demo test bench lint fuzz
@@ -24,6 +28,12 @@ test: deps
 	@set -e; for m in $(MODULES); do \
 		echo "== $$m"; \
 		(cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 ./...); \
+	done
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZCI)
+
+fuzz: deps
+	@set -e; for f in $(FUZZTARGETS); do \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) .; \
 	done
 
 bench: deps
