@@ -19,11 +19,12 @@ type Handle struct {
 	keyBuf [24]byte // short keys live here, so a Lock allocates only the Handle
 	hash   uint64
 
-	state    atomic.Uint32 // handleFlags; written under the shard mutex, read without it
-	deadline atomic.Int64  // Mono of l.clock at which the lease lapses
+	state atomic.Uint32 // handleFlags; written under the shard mutex, read without it
+	// deadline is the Mono of l.clock at which the lease lapses; while the Lock that made the
+	// handle waits, it is when that wait times out. The scheduler's heap is ordered by it.
+	deadline atomic.Int64
 
 	heapIdx    int32 // position in its scheduler's heap, -1 when not scheduled
-	heapAt     time.Duration
 	lease      time.Duration
 	expiresAt  int64 // wall Unix nanoseconds, informational
 	acquiredAt Timestamp
@@ -66,6 +67,9 @@ var closedChan = func() chan struct{} {
 }()
 
 func (h *Handle) flags() handleFlags { return h.state.Load() }
+
+// dueAt is when the scheduler must look at h: its lease end, or its wait's timeout.
+func (h *Handle) dueAt() time.Duration { return time.Duration(h.deadline.Load()) }
 
 // setFlags and clearFlags are called with the shard mutex held, so a plain load and store suffice.
 func (h *Handle) setFlags(f handleFlags)   { h.state.Store(h.state.Load() | f) }
@@ -297,10 +301,10 @@ func (h *Handle) join(round Round, lease time.Duration) bool {
 
 // moveDeadline sets a live holder's lease deadline and re-arms its schedule.
 func (h *Handle) moveDeadline(sh *shard, deadline, now time.Duration) {
-	h.deadline.Store(int64(deadline))
 	s := sh.sched(h.l)
 	s.remove(h)
-	s.push(h, deadline, now)
+	h.deadline.Store(int64(deadline))
+	s.push(h, now)
 }
 
 // UpgradeToHold makes the lock outlive its Txn, with a new lease from now (0 means

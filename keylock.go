@@ -2,7 +2,6 @@ package recordlock
 
 import (
 	"bytes"
-	"container/heap"
 	"hash/maphash"
 	"path/filepath"
 	"sync"
@@ -251,7 +250,7 @@ func (sh *shard) grant(e *keyEntry, h *Handle, wall time.Time, mono time.Duratio
 	h.expiresAt = wall.Add(h.lease).UnixNano()
 	h.deadline.Store(int64(mono + h.lease))
 	h.setFlags(flagHeld)
-	sh.sched(h.l).push(h, mono+h.lease, mono)
+	sh.sched(h.l).push(h, mono)
 }
 
 // giveBack ends h's ownership of its key and passes the key on.
@@ -422,11 +421,11 @@ type scheduler struct {
 	gen     uint64 // identifies the current timer; a stale callback sees a newer one and returns
 }
 
-// push schedules h at the given deadline; now is the current Mono of the scheduler's clock.
-func (s *scheduler) push(h *Handle, at, now time.Duration) {
-	h.heapAt = at
-	heap.Push(&s.heap, h)
-	s.armFor(at, now)
+// push schedules h at its deadline field (its lease end, or its wait's timeout while it waits);
+// now is the current Mono of the scheduler's clock.
+func (s *scheduler) push(h *Handle, now time.Duration) {
+	s.heap.push(h)
+	s.armFor(h.dueAt(), now)
 }
 
 // remove unschedules h; it is a no-op for a handle that is not scheduled here.
@@ -435,7 +434,7 @@ func (s *scheduler) remove(h *Handle) {
 	if i < 0 || i >= len(s.heap) || s.heap[i] != h {
 		return
 	}
-	heap.Remove(&s.heap, i)
+	s.heap.removeAt(i)
 	if len(s.heap) == 0 && cap(s.heap) > shrinkAfter {
 		s.heap = nil
 	}
@@ -469,7 +468,7 @@ func (s *scheduler) fire(gen uint64) {
 	}
 	s.timer = nil
 	now := s.clock.Mono()
-	for len(s.heap) > 0 && s.heap[0].heapAt <= now {
+	for len(s.heap) > 0 && s.heap[0].dueAt() <= now {
 		h := s.heap[0]
 		if w := h.w; w != nil {
 			sh.abandon(w, waitTimedOut)
@@ -479,33 +478,77 @@ func (s *scheduler) fire(gen uint64) {
 		s.remove(h) // a no-op unless the branch above left it scheduled
 	}
 	if len(s.heap) > 0 {
-		s.armFor(s.heap[0].heapAt, now)
+		s.armFor(s.heap[0].dueAt(), now)
 	}
 	sh.unlockAndRunHooks()
 }
 
-// deadlineHeap orders handles by heapAt for container/heap, keeping each one's index current.
+// deadlineHeap is a binary min-heap of handles by dueAt, each knowing its index. It is written
+// out rather than built on container/heap: an uncontended Lock and Release each touch it once,
+// and the interface calls and boxing of container/heap cost as much as the work itself.
 type deadlineHeap []*Handle
 
-func (d deadlineHeap) Len() int           { return len(d) }
-func (d deadlineHeap) Less(i, j int) bool { return d[i].heapAt < d[j].heapAt }
-func (d deadlineHeap) Swap(i, j int) {
-	d[i], d[j] = d[j], d[i]
-	d[i].heapIdx = int32(i)
-	d[j].heapIdx = int32(j)
-}
-
-func (d *deadlineHeap) Push(x any) {
-	h := x.(*Handle)
-	h.heapIdx = int32(len(*d))
+func (d *deadlineHeap) push(h *Handle) {
 	*d = append(*d, h)
+	d.up(len(*d)-1, h)
 }
 
-func (d *deadlineHeap) Pop() any {
+// removeAt takes out the handle at index i.
+func (d *deadlineHeap) removeAt(i int) {
 	old := *d
-	h := old[len(old)-1]
-	old[len(old)-1] = nil
+	n := len(old) - 1
+	h := old[i]
+	last := old[n]
+	old[n] = nil
+	*d = old[:n]
 	h.heapIdx = -1
-	*d = old[:len(old)-1]
-	return h
+	if i == n {
+		return
+	}
+	if !d.down(i, last) {
+		d.up(i, last)
+	}
+}
+
+// up places h, due to go at index i or above it, moving its ancestors down.
+func (d deadlineHeap) up(i int, h *Handle) {
+	at := h.dueAt()
+	for i > 0 {
+		p := (i - 1) / 2
+		parent := d[p]
+		if parent.dueAt() <= at {
+			break
+		}
+		d[i] = parent
+		parent.heapIdx = int32(i)
+		i = p
+	}
+	d[i] = h
+	h.heapIdx = int32(i)
+}
+
+// down places h, due to go at index i or below it, moving its descendants up. It reports whether
+// h moved.
+func (d deadlineHeap) down(i int, h *Handle) bool {
+	at := h.dueAt()
+	start := i
+	for {
+		c := 2*i + 1
+		if c >= len(d) {
+			break
+		}
+		if r := c + 1; r < len(d) && d[r].dueAt() < d[c].dueAt() {
+			c = r
+		}
+		child := d[c]
+		if at <= child.dueAt() {
+			break
+		}
+		d[i] = child
+		child.heapIdx = int32(i)
+		i = c
+	}
+	d[i] = h
+	h.heapIdx = int32(i)
+	return i > start
 }

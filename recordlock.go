@@ -233,7 +233,8 @@ func (l *Locker) wait(ctx context.Context, sh *shard, e *keyEntry, h *Handle, de
 	w := &waiter{h: h, since: mono, wake: make(chan struct{}, 1)}
 	h.w, h.e = w, e
 	sh.enqueue(e, w)
-	sh.sched(l).push(h, deadline, mono)
+	h.deadline.Store(int64(deadline)) // the wait's timeout until the key is granted
+	sh.sched(l).push(h, mono)
 	sh.unlockAndRunHooks()
 	for {
 		select {
