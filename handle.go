@@ -25,25 +25,26 @@ type Handle struct {
 	deadline atomic.Int64
 
 	heapIdx    int32 // position in its scheduler's heap, -1 when not scheduled
-	lease      time.Duration
 	expiresAt  int64 // wall Unix nanoseconds, informational
 	acquiredAt Timestamp
-	lastVer    Timestamp // valid with flagHasVersion
-	floor      Timestamp // the candidate floor of NoteCandidateFloor
-	w          *waiter   // set while the Lock that made it waits
+	w          *waiter // set while the Lock that made it waits
 	cold       *handleCold
 
 	fenceMu sync.Mutex // held for the whole of Fence; Release and RevokeLease wait on it
 	own     keyEntry   // the table entry, when this handle was the one that brought the key in
 }
 
-// handleCold is what most handles never need, allocated on first use.
+// handleCold is what most handles never need, allocated on first use (under the shard mutex;
+// once set, the pointer never changes). Keeping it out of Handle keeps the one allocation of an
+// uncontended Lock small.
 type handleCold struct {
-	done   chan struct{}
-	hook   func() error
-	tsR    Timestamp
-	hasTsR bool
-	token  uint64
+	done    chan struct{}
+	hook    func() error
+	tsR     Timestamp
+	hasTsR  bool
+	token   uint64
+	lastVer Timestamp // valid with flagHasVersion
+	floor   Timestamp // the candidate floor of NoteCandidateFloor
 }
 
 type handleFlags = uint32
@@ -301,9 +302,9 @@ func (h *Handle) join(round Round, lease time.Duration) bool {
 
 // moveDeadline sets a live holder's lease deadline and re-arms its schedule.
 func (h *Handle) moveDeadline(sh *shard, deadline, now time.Duration) {
+	h.deadline.Store(int64(deadline))
 	s := sh.sched(h.l)
 	s.remove(h)
-	h.deadline.Store(int64(deadline))
 	s.push(h, now)
 }
 
@@ -360,9 +361,12 @@ func (h *Handle) HolderVersionCandidate(floor Timestamp) Timestamp {
 }
 
 func (h *Handle) candidate(floor Timestamp) Timestamp {
-	v := max(h.acquiredAt, h.floor, floor)
-	if h.flags()&flagHasVersion != 0 {
-		v = max(v, h.lastVer+1)
+	v := max(h.acquiredAt, floor)
+	if c := h.cold; c != nil {
+		v = max(v, c.floor)
+		if h.flags()&flagHasVersion != 0 {
+			v = max(v, c.lastVer+1)
+		}
 	}
 	return v
 }
@@ -377,7 +381,7 @@ func (h *Handle) NextHolderVersion() Timestamp {
 
 func (h *Handle) nextVersion() Timestamp {
 	v := h.candidate(0)
-	h.lastVer = v
+	h.getCold().lastVer = v
 	h.setFlags(flagHasVersion)
 	return v
 }
@@ -387,7 +391,8 @@ func (h *Handle) NoteCandidateFloor(v Timestamp) {
 	sh := h.shard()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	h.floor = max(h.floor, v)
+	c := h.getCold()
+	c.floor = max(c.floor, v)
 }
 
 // NoteHolderVersion records v as issued if it is above the last issued version; it never lowers it.
@@ -395,8 +400,8 @@ func (h *Handle) NoteHolderVersion(v Timestamp) {
 	sh := h.shard()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if h.flags()&flagHasVersion == 0 || v > h.lastVer {
-		h.lastVer = v
+	if c := h.getCold(); h.flags()&flagHasVersion == 0 || v > c.lastVer {
+		c.lastVer = v
 		h.setFlags(flagHasVersion)
 	}
 }

@@ -243,12 +243,12 @@ func (sh *shard) sched(l *Locker) *scheduler {
 }
 
 // grant makes h the holder of e and starts its lease at the given readings of h's clock.
-func (sh *shard) grant(e *keyEntry, h *Handle, wall time.Time, mono time.Duration) {
+func (sh *shard) grant(e *keyEntry, h *Handle, wall time.Time, mono, lease time.Duration) {
 	e.holder = h
 	h.e = e
 	h.acquiredAt = sh.tab.stamps.mint(wall)
-	h.expiresAt = wall.Add(h.lease).UnixNano()
-	h.deadline.Store(int64(mono + h.lease))
+	h.expiresAt = wall.Add(lease).UnixNano()
+	h.deadline.Store(int64(mono + lease))
 	h.setFlags(flagHeld)
 	sh.sched(h.l).push(h, mono)
 }
@@ -281,7 +281,7 @@ func (sh *shard) passOn(e *keyEntry) {
 	if mono-w.since >= bargeWindow {
 		sh.dequeue(e, w)
 		sh.sched(w.h.l).remove(w.h)
-		sh.grant(e, w.h, wall, mono)
+		sh.grant(e, w.h, wall, mono, w.lease)
 		w.finish(waitGranted)
 		return
 	}
@@ -392,6 +392,7 @@ type waiter struct {
 	h          *Handle // the handle it becomes when granted
 	next, prev *waiter
 	since      time.Duration // Mono of h's clock when it queued
+	lease      time.Duration // the lease h gets when granted
 	wake       chan struct{} // one buffered slot: a wake-up is never lost and never blocks
 	state      waitState
 }

@@ -168,7 +168,7 @@ func (l *Locker) lock(ctx context.Context, key []byte, opts Options, wait bool) 
 }
 
 func (l *Locker) newHandle(key []byte, r Resolved) *Handle {
-	h := &Handle{l: l, lease: r.Lease, heapIdx: -1}
+	h := &Handle{l: l, heapIdx: -1}
 	if len(key) <= len(h.keyBuf) {
 		h.key = h.keyBuf[:len(key):len(key)]
 		copy(h.key, key)
@@ -201,14 +201,14 @@ func (l *Locker) acquireLocal(ctx context.Context, h *Handle, r Resolved, wait b
 	case e == nil:
 		h.own.home = h
 		sh.insert(h.hash, &h.own)
-		sh.grant(&h.own, h, wall, mono)
+		sh.grant(&h.own, h, wall, mono, r.Lease)
 	case e.holder == nil && l.mayBarge(e.head, mono):
-		sh.grant(e, h, wall, mono)
+		sh.grant(e, h, wall, mono, r.Lease)
 	case !wait:
 		sh.unlockAndRunHooks()
 		return 0, ErrLocked
 	default:
-		return mono, l.wait(ctx, sh, e, h, mono+r.Timeout, mono)
+		return mono, l.wait(ctx, sh, e, h, r.Lease, mono+r.Timeout, mono)
 	}
 	sh.unlockAndRunHooks()
 	return mono, nil
@@ -229,8 +229,8 @@ func (l *Locker) mayBarge(oldest *waiter, mono time.Duration) bool {
 
 // wait queues h for e's key and blocks until it is granted, the timeout passes, ctx is done or
 // the Locker closes. It is called with sh.mu held and returns with it released.
-func (l *Locker) wait(ctx context.Context, sh *shard, e *keyEntry, h *Handle, deadline, mono time.Duration) error {
-	w := &waiter{h: h, since: mono, wake: make(chan struct{}, 1)}
+func (l *Locker) wait(ctx context.Context, sh *shard, e *keyEntry, h *Handle, lease, deadline, mono time.Duration) error {
+	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1)}
 	h.w, h.e = w, e
 	sh.enqueue(e, w)
 	h.deadline.Store(int64(deadline)) // the wait's timeout until the key is granted
@@ -258,7 +258,7 @@ func (l *Locker) wait(ctx context.Context, sh *shard, e *keyEntry, h *Handle, de
 				sh.sched(l).remove(h)
 				h.w = nil
 				wall, now := readClock(l.clock)
-				sh.grant(e, h, wall, now)
+				sh.grant(e, h, wall, now, lease)
 				sh.unlockAndRunHooks()
 				return l.closedAfterGrant(h)
 			}
