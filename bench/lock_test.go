@@ -24,7 +24,7 @@ func BenchmarkP1(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			h, err := l.Lock(ctx, keys[i&keyMask], lockOpts)
+			h, err := l.Lock(ctx, key(i), lockOpts)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -36,7 +36,7 @@ func BenchmarkP1(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			k := keyStrs[i&keyMask]
+			k := keyStr(i)
 			l.Lock(k)
 			_ = l.Unlock(k)
 		}
@@ -59,7 +59,7 @@ func BenchmarkP1(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			p.lock(b, keys[i&keyMask])
+			p.lock(b, key(i))
 			p.unlock(b)
 		}
 	})
@@ -85,7 +85,7 @@ func BenchmarkP2(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			base := s.base()
 			for i := 0; pb.Next(); i++ {
-				h, err := l.Lock(ctx, keys[base+i&(sliceKeys-1)], lockOpts)
+				h, err := l.Lock(ctx, key(base+i&(sliceKeys-1)), lockOpts)
 				if err != nil {
 					b.Error(err)
 					return
@@ -102,7 +102,7 @@ func BenchmarkP2(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			base := s.base()
 			for i := 0; pb.Next(); i++ {
-				k := keyStrs[base+i&(sliceKeys-1)]
+				k := keyStr(base + i&(sliceKeys-1))
 				l.Lock(k)
 				_ = l.Unlock(k)
 			}
@@ -133,7 +133,7 @@ func BenchmarkP2(b *testing.B) {
 			var p pointLock
 			defer p.destroy()
 			for i := 0; pb.Next(); i++ {
-				p.lock(b, keys[base+i&(sliceKeys-1)])
+				p.lock(b, key(base+i&(sliceKeys-1)))
 				p.unlock(b)
 			}
 		})
@@ -169,7 +169,7 @@ func contend(b *testing.B, newWorker func() (op func(), done func())) {
 // (FIFO waiters, one wake per release, no waiter passed over for more than 1 ms).
 // Target: recordlock ≤ 4.0× moby.
 func BenchmarkP3(b *testing.B) {
-	hot := keys[0]
+	hot := key(0)
 	b.Run("recordlock", func(b *testing.B) {
 		l := newLocker(b)
 		ctx := context.Background()
@@ -186,7 +186,7 @@ func BenchmarkP3(b *testing.B) {
 	})
 	b.Run("moby", func(b *testing.B) {
 		l := locker.New()
-		k := keyStrs[0]
+		k := keyStr(0)
 		contend(b, func() (func(), func()) {
 			return func() {
 				l.Lock(k)

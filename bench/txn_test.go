@@ -21,7 +21,7 @@ func BenchmarkP4(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			k := keys[i&keyMask]
+			k := key(i)
 			v, err := fx.db.Get(fx.ro, k)
 			if err != nil {
 				b.Fatal(err)
@@ -46,7 +46,7 @@ func BenchmarkP4(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			k := keys[i&keyMask]
+			k := key(i)
 			txn = fx.tdb.TransactionBegin(fx.wo, fx.to, txn)
 			v, err := txn.GetForUpdate(fx.ro, k)
 			if err != nil {
