@@ -19,12 +19,12 @@ type Handle struct {
 	keyBuf [24]byte // short keys live here, so a Lock allocates only the Handle
 	hash   uint64
 
-	state atomic.Uint32 // handleFlags; written under the shard mutex, read without it
+	state   atomic.Uint32 // handleFlags; written under the shard mutex, read without it
+	heapIdx int32         // position in its scheduler's heap, -1 when not scheduled; beside state so neither is padded
 	// deadline is the Mono of l.clock at which the lease lapses; while the Lock that made the
 	// handle waits, it is when that wait times out. The scheduler's heap is ordered by it.
 	deadline atomic.Int64
 
-	heapIdx    int32 // position in its scheduler's heap, -1 when not scheduled
 	expiresAt  int64 // wall Unix nanoseconds, informational
 	acquiredAt Timestamp
 	w          *waiter // set while the Lock that made it waits
