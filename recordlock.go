@@ -26,6 +26,7 @@ type Locker struct {
 	clockID int
 	log     *slog.Logger
 	closed  atomic.Bool
+	opts    resolvedCache
 
 	warnMu   sync.Mutex
 	lastWarn map[string]time.Duration // Mono of the last warning per kind of hook failure
@@ -129,7 +130,7 @@ func (l *Locker) TryLock(key []byte, opts Options) (*Handle, error) {
 
 // check validates a lock request.
 func (l *Locker) check(key []byte, opts Options) (Resolved, error) {
-	r, err := opts.Resolve()
+	r, err := l.opts.resolve(opts)
 	if err != nil {
 		return r, err
 	}
@@ -138,6 +139,52 @@ func (l *Locker) check(key []byte, opts Options) (Resolved, error) {
 	}
 	if l.closed.Load() {
 		return r, ErrClosed
+	}
+	return r, nil
+}
+
+// resolvedCache remembers Options.Resolve's result for the first few distinct valid Options a
+// Locker is given, so that a Lock with the same Options does not validate them again: Resolve
+// depends on nothing but its input. Entries are immutable and never replaced; Options beyond
+// the first few are resolved on every call.
+type resolvedCache struct {
+	slots [4]atomic.Pointer[resolvedEntry]
+}
+
+type resolvedEntry struct {
+	opts Options
+	r    Resolved
+}
+
+func (c *resolvedCache) resolve(o Options) (Resolved, error) {
+	for i := range c.slots {
+		e := c.slots[i].Load()
+		if e == nil {
+			break
+		}
+		if e.opts == o {
+			return e.r, nil
+		}
+	}
+	r, err := o.Resolve()
+	if err != nil {
+		return r, err
+	}
+	var fresh *resolvedEntry
+	for i := range c.slots {
+		e := c.slots[i].Load()
+		if e == nil {
+			if fresh == nil {
+				fresh = &resolvedEntry{opts: o, r: r}
+			}
+			if c.slots[i].CompareAndSwap(nil, fresh) {
+				break
+			}
+			e = c.slots[i].Load() // another Lock filled the slot first
+		}
+		if e.opts == o {
+			break
+		}
 	}
 	return r, nil
 }
