@@ -2,7 +2,7 @@
 # RocksDB (Debian's librocksdb-dev) first when it is missing.
 
 GO          ?= go
-STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.6.1
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Every Go module in the repository: the core at the root and each integration in its folder.
 MODULES     := $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*'))
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -18,7 +18,7 @@ deps:
 	fi
 
 demo: deps
-	$(GO) run ./examples/basic
+	$(GO) run ./examples/counter
 
 test: deps
 	@set -e; for m in $(MODULES); do \

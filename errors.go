@@ -5,7 +5,8 @@ import (
 	"fmt"
 )
 
-// Sentinel errors. Every error this package returns matches one of them with errors.Is.
+// Sentinel errors, matched with errors.Is. Errors that come from RocksDB or from a ctx are
+// returned wrapped, so errors.Is still finds their cause.
 var (
 	// ErrInvalidOptions: an Options field or Locker option is out of range; nothing was locked.
 	ErrInvalidOptions = errors.New("recordlock: invalid options")

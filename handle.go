@@ -38,13 +38,17 @@ type Handle struct {
 // once set, the pointer never changes). Keeping it out of Handle keeps the one allocation of an
 // uncontended Lock small.
 type handleCold struct {
-	done    chan struct{}
-	hook    func() error
-	tsR     Timestamp
-	hasTsR  bool
-	token   uint64
-	lastVer Timestamp // valid with flagHasVersion
-	floor   Timestamp // the candidate floor of NoteCandidateFloor
+	done   chan struct{}
+	hook   func() error
+	tsR    Timestamp
+	hasTsR bool
+	// roundEnd and roundExpiresAt are the joined round's deadline and ExpiresAt, the cap of
+	// UpgradeToHold; an earlier upgrade may have left the current ones below them.
+	roundEnd       time.Duration
+	roundExpiresAt int64
+	token          uint64
+	lastVer        Timestamp // valid with flagHasVersion
+	floor          Timestamp // the candidate floor of NoteCandidateFloor
 }
 
 type handleFlags = uint32
@@ -216,18 +220,19 @@ func (h *Handle) settleNow() {
 	sh.unlockAndRunHooks()
 }
 
-// lockForChange takes the shard mutex for an operation that must not overlap a Fence running in
-// another goroutine (Release, RevokeLease): it waits for such a commit to return first.
-func (h *Handle) lockForChange(sh *shard, waitFence func(handleFlags) bool) {
+// lockForChange takes the shard mutex for Release or RevokeLease, first waiting for a Fence
+// running in another goroutine to return, whatever the handle's state: a lease that lapsed inside
+// Fence still has its commit in flight (SPEC §5.7).
+func (h *Handle) lockForChange(sh *shard) {
 	for {
 		sh.mu.Lock()
-		f := h.flags()
-		if f&flagFencing == 0 || !waitFence(f) {
+		if h.flags()&flagFencing == 0 {
 			return
 		}
 		sh.mu.Unlock()
 		h.fenceMu.Lock()
-		h.fenceMu.Unlock() //nolint:staticcheck // an empty critical section: waiting for Fence to return
+		//lint:ignore SA2001 the empty critical section is the point: it waits for Fence to return
+		h.fenceMu.Unlock()
 	}
 }
 
@@ -236,7 +241,7 @@ func (h *Handle) lockForChange(sh *shard, waitFence func(handleFlags) bool) {
 // goroutine is inside Fence on this handle, Release waits for its commit to return.
 func (h *Handle) Release() bool {
 	sh := h.shard()
-	h.lockForChange(sh, func(f handleFlags) bool { return f&(flagReleased|flagExpired) == 0 && !h.lapsed() })
+	h.lockForChange(sh)
 	ok := h.flags()&(flagReleased|flagExpired) == 0 && !h.settle(sh)
 	if ok {
 		h.setFlags(flagReleased)
@@ -255,7 +260,7 @@ func (h *Handle) Release() bool {
 // goroutine, so once it returns no fenced write through this handle is in flight. Idempotent.
 func (h *Handle) RevokeLease() {
 	sh := h.shard()
-	h.lockForChange(sh, func(f handleFlags) bool { return f&flagExpired == 0 })
+	h.lockForChange(sh)
 	if h.flags()&flagExpired == 0 {
 		h.setFlags(flagExpired | flagReleased)
 		sh.sched(h.l).remove(h)
@@ -291,12 +296,27 @@ func (h *Handle) join(round Round, lease time.Duration) bool {
 	}
 	c := h.getCold()
 	c.tsR, c.hasTsR, c.token = round.TsR, true, round.Token
+	c.roundEnd = round.MintedMono + lease
+	c.roundExpiresAt = round.TsR.Time().Add(lease).UnixNano()
 	c.hook = round.Release
 	h.acquiredAt = round.TsR
 	h.clearFlags(flagHasVersion)
 	h.setFlags(flagCluster)
-	h.expiresAt = round.TsR.Time().Add(lease).UnixNano()
+	h.expiresAt = c.roundExpiresAt
 	h.moveDeadline(sh, round.MintedMono+lease, now)
+	return true
+}
+
+// holdThrough moves a live holder's deadline to deadline, for the Locker to keep the local key
+// while a cluster round is requested. It reports false, changing nothing, when h is dead.
+func (h *Handle) holdThrough(deadline time.Duration) bool {
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.unlockAndRunHooks()
+	if h.flags()&(flagReleased|flagExpired) != 0 || h.settle(sh) {
+		return false
+	}
+	h.moveDeadline(sh, deadline, h.l.clock.Mono())
 	return true
 }
 
@@ -326,11 +346,14 @@ func (h *Handle) UpgradeToHold(lease time.Duration) error {
 	}
 	wall, now := readClock(h.l.clock)
 	deadline := now + lease
-	if h.flags()&flagCluster != 0 {
-		deadline = min(deadline, time.Duration(h.deadline.Load()))
+	if c := h.cold; h.flags()&flagCluster != 0 && c.roundEnd <= deadline {
+		// Clamped to the round: its deadline and its ExpiresAt, wall(tsR)+lease (SPEC §5.1),
+		// even after an earlier upgrade had shortened both.
+		deadline, h.expiresAt = c.roundEnd, c.roundExpiresAt
+	} else {
+		h.expiresAt = wall.Add(lease).UnixNano()
 	}
 	h.setFlags(flagHold)
-	h.expiresAt = wall.Add(deadline - now).UnixNano()
 	h.moveDeadline(sh, deadline, now)
 	h.nextVersion()
 	return nil
@@ -413,22 +436,31 @@ func (h *Handle) NoteHolderVersion(v Timestamp) {
 // accessors and predicates; it must not call Release, RevokeLease or Fence on the same handle.
 // Fence after Release still runs while the lease lasts, but then a successor may hold the key.
 func (h *Handle) Fence(commit func() error) error {
-	h.fenceMu.Lock()
-	defer h.fenceMu.Unlock()
 	sh := h.shard()
+	h.fenceMu.Lock()
 	sh.mu.Lock()
 	if h.flags()&flagExpired != 0 || h.settle(sh) {
-		sh.unlockAndRunHooks()
+		hooks := sh.drainHooks()
+		sh.mu.Unlock()
+		h.fenceMu.Unlock()
+		runHooks(hooks)
 		return ErrLeaseExpired
 	}
 	h.setFlags(flagFencing)
 	sh.mu.Unlock()
-	defer h.endFence(sh)
+	// The release hook of a lease that ended inside Fence runs after fenceMu is released, so a
+	// slow hook does not hold up Release or RevokeLease callers waiting for the commit.
+	defer func() {
+		hooks := h.endFence(sh)
+		h.fenceMu.Unlock()
+		runHooks(hooks)
+	}()
 	return commit()
 }
 
-// endFence leaves Fence, passing the key on if the lease ended while commit ran.
-func (h *Handle) endFence(sh *shard) {
+// endFence leaves Fence, passing the key on if the lease ended while commit ran. It returns the
+// release hook to run once the caller has let go of fenceMu.
+func (h *Handle) endFence(sh *shard) []pendingHook {
 	sh.mu.Lock()
 	h.clearFlags(flagFencing)
 	if h.flags()&flagExpired == 0 {
@@ -439,5 +471,7 @@ func (h *Handle) endFence(sh *shard) {
 		sh.giveBack(h)
 		sh.queueHook(h)
 	}
-	sh.unlockAndRunHooks()
+	hooks := sh.drainHooks()
+	sh.mu.Unlock()
+	return hooks
 }

@@ -26,14 +26,17 @@ const (
 var registry = struct {
 	sync.Mutex
 	tables map[string]*table
-}{tables: map[string]*table{}}
+	// stamps outlive their tables, so a database's timestamps keep increasing when its last
+	// Locker closes and a new one opens after the wall clock stepped back.
+	stamps map[string]*timestampSource
+}{tables: map[string]*table{}, stamps: map[string]*timestampSource{}}
 
 type table struct {
 	path   string
 	refs   int // Lockers using it; guarded by registry
 	seed   maphash.Seed
 	shards [shardCount]shard
-	stamps timestampSource
+	stamps *timestampSource
 	coord  coordinatorSlot
 
 	clocksMu sync.Mutex
@@ -60,7 +63,12 @@ func acquireTable(path string) *table {
 	defer registry.Unlock()
 	t := registry.tables[path]
 	if t == nil {
-		t = &table{path: path, seed: maphash.MakeSeed()}
+		stamps := registry.stamps[path]
+		if stamps == nil {
+			stamps = &timestampSource{}
+			registry.stamps[path] = stamps
+		}
+		t = &table{path: path, seed: maphash.MakeSeed(), stamps: stamps}
 		for i := range t.shards {
 			t.shards[i].tab = t
 		}

@@ -339,10 +339,17 @@ func (l *Locker) joinCluster(ctx context.Context, h *Handle, coord Coordinator, 
 		h.Release()
 		return ErrTimeout
 	}
+	// The local key must outlast the wait: if its lease lapsed while Acquire ran, another Lock of
+	// this node could take the key and ask the cluster for it at the same time. No round granted
+	// within the wait ends after start+Timeout+Lease; joining it sets the real deadline.
+	if !h.holdThrough(start + r.Timeout + r.Lease) {
+		return ErrTimeout
+	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	budget := l.clock.AfterFunc(remaining, func() { cancel(ErrTimeout) })
 	round, err := coord.Acquire(cctx, h.key, r.Lease, h.RevokeLease)
 	budget.Stop()
+	outOfTime := context.Cause(cctx) == ErrTimeout
 	cancel(nil)
 	if err != nil {
 		h.Release()
@@ -351,6 +358,9 @@ func (l *Locker) joinCluster(ctx context.Context, h *Handle, coord Coordinator, 
 			return err
 		case ctx.Err() != nil:
 			return fmt.Errorf("recordlock: cluster round: %w", ctx.Err())
+		case outOfTime && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+			// The coordinator gave up because the wait ran out: that is the caller's Timeout.
+			return fmt.Errorf("%w: the cluster did not grant a round in time", ErrTimeout)
 		}
 		return fmt.Errorf("%w: %w", ErrClusterUnavailable, err)
 	}
@@ -381,12 +391,18 @@ func (l *Locker) Close() error {
 				if e.holder != nil && e.holder.l == l {
 					held = append(held, e.holder)
 				}
-				for w := e.head; w != nil; {
-					nextW := w.next
+				// Collect first: abandoning one waiter can hand the key to the next one,
+				// which unlinks it from the queue.
+				var mine []*waiter
+				for w := e.head; w != nil; w = w.next {
 					if w.h.l == l {
+						mine = append(mine, w)
+					}
+				}
+				for _, w := range mine {
+					if w.h.w == w { // still queued; a granted one fails in closedAfterGrant
 						sh.abandon(w, waitClosed)
 					}
-					w = nextW
 				}
 				e = next
 			}

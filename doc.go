@@ -1,0 +1,48 @@
+// Package recordlock provides per-record leased locks for Go code that runs read-modify-write
+// transactions on RocksDB.
+//
+// A [Locker] is made for one *grocksdb.DB. Every Locker made for the same database in a process
+// shares one in-memory key-lock table, so they exclude each other; Lockers of different databases
+// never interact. Taking or giving back a key writes nothing to RocksDB.
+//
+//	locker, err := recordlock.New(db)
+//	h, err := locker.Lock(ctx, []byte("user:42"), recordlock.Options{Lease: 5 * time.Second})
+//	if err != nil { ... }           // ErrTimeout, a ctx error, ErrInvalidOptions, ...
+//	defer h.Release()
+//
+// Waiters are served in arrival order, one per release. A newcomer may take a key that was just
+// released ahead of the woken waiter, but only while that waiter has waited less than 1 ms.
+//
+// # Leases
+//
+// Every lock is a lease. Its deadline runs on the monotonic reading of the Locker's [Clock], so a
+// wall-clock step in either direction can neither extend nor shorten it. At the deadline the key
+// goes back to the table and the next waiter proceeds, even if the holder is stalled and never
+// calls anything again; [Handle.Done] is closed at that moment. The checks do not trust a timer
+// to have run: [Handle.IsExpired] compares against the deadline itself and, finding it passed,
+// completes the expiry before it answers.
+//
+// Two predicates answer different questions. IsExpired: may this handle authorize a new write now?
+// It is true after Release, revocation or the deadline. IsLeaseExpired: has the lease ended? A
+// deliberate Release alone does not make it true, so a write staged before Release may still be
+// committed until the deadline. Once the deadline passes, both are true for good.
+//
+// # Fencing
+//
+// A lock is only as good as the writes it guards. [Handle.Fence] runs a commit only while the
+// lease is live, and keeps the key from passing to a successor until the commit returns, so on one
+// node a fenced write and its successor's writes are strictly ordered. A holder that stalled past
+// its lease gets [ErrLeaseExpired] instead of overwriting its successor's work.
+// [Handle.RevokeLease] ends authority early, even after Release, so that a write staged before the
+// release is fenced too.
+//
+// # Cluster scope
+//
+// With a [Coordinator] (see SetCoordinator and WithCoordinator), a lock of default or cluster
+// scope first takes the local key, then asks the coordinator for a round with the remaining wait,
+// then re-anchors the handle to that round ([Handle.JoinClusterRound]): the lease is measured from
+// the instant the round was minted, never extended locally, and the round's release becomes the
+// handle's release hook. Cluster scope fails closed: with no coordinator, or after one was removed
+// without declaring the database standalone, it returns [ErrClusterUnavailable] rather than a
+// node-local lock. Node scope is always local.
+package recordlock

@@ -1,0 +1,468 @@
+package etcdcoord_test
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/etcdcoord"
+)
+
+// Three nodes contend for four keys from eight goroutines each. Invariant: at most one
+// authorized holder per key at a time (the occupancy counter, checked inside the fence, never
+// passes one), and no lost update (a counter kept in etcd, read then written inside the fence,
+// ends at the number of fenced increments).
+func TestMutualExclusionAcrossNodes(t *testing.T) {
+	e := startEtcd(t)
+	nodes := make([]*node, 3)
+	for i := range nodes {
+		nodes[i] = newNode(t, e, fmt.Sprintf("node-%d", i), nodeConfig{})
+	}
+	keys := []string{"k0", "k1", "k2", "k3"}
+	const goroutines, rounds = 8, 2 // each goroutine increments every key rounds times
+	var (
+		occupancy [4]atomic.Int32
+		maxOcc    atomic.Int32
+		checks    atomic.Int64
+		revoked   atomic.Int64
+		done      [4]atomic.Int64
+	)
+	counter := func(i int) string { return "counter/" + keys[i] }
+
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		for g := range goroutines {
+			wg.Go(func() {
+				for r := range rounds * len(keys) {
+					i := (g + r) % len(keys)
+					for {
+						h, err := n.l.Lock(context.Background(), []byte(keys[i]), cluster(5*time.Second, 30*time.Second))
+						if !assert.NoError(t, err) {
+							return
+						}
+						err = h.Fence(func() error {
+							occ := occupancy[i].Add(1)
+							defer occupancy[i].Add(-1)
+							checks.Add(1)
+							for m := maxOcc.Load(); occ > m && !maxOcc.CompareAndSwap(m, occ); m = maxOcc.Load() {
+							}
+							ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+							defer cancel()
+							resp, err := n.cli.Get(ctx, counter(i))
+							if err != nil {
+								return err
+							}
+							v := 0
+							if len(resp.Kvs) == 1 {
+								v, _ = strconv.Atoi(string(resp.Kvs[0].Value))
+							}
+							_, err = n.cli.Put(ctx, counter(i), strconv.Itoa(v+1))
+							return err
+						})
+						h.Release()
+						if errors.Is(err, recordlock.ErrLeaseExpired) {
+							revoked.Add(1) // recalled before its fence began: nothing was written
+							continue
+						}
+						if !assert.NoError(t, err) {
+							return
+						}
+						done[i].Add(1)
+						break
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+
+	assert.LessOrEqual(t, maxOcc.Load(), int32(1), "authorized holders of one key at once")
+	for i := range keys {
+		resp, err := nodes[0].cli.Get(context.Background(), counter(i))
+		require.NoError(t, err)
+		require.Len(t, resp.Kvs, 1)
+		assert.Equal(t, strconv.Itoa(int(done[i].Load())), string(resp.Kvs[0].Value), "counter of %s", keys[i])
+		assert.Equal(t, int64(len(nodes)*goroutines*rounds), done[i].Load())
+	}
+	t.Logf("%d fenced critical sections checked, %d holders recalled before their fence", checks.Load(), revoked.Load())
+}
+
+// 26 locks of one key from one node within one delegation cost exactly one etcd request: the Txn
+// that created the delegation.
+func TestRepeatLocksCostOneRequest(t *testing.T) {
+	e := startEtcd(t)
+	n := newNode(t, e, "a", nodeConfig{})
+	ctx := context.Background()
+	opts := cluster(time.Second, 10*time.Second)
+
+	// The node's etcd lease and recall watch are set up once per node, not per key.
+	h, err := n.l.Lock(ctx, []byte("warm-up"), opts)
+	require.NoError(t, err)
+	require.True(t, h.Release())
+
+	before := n.reqs.snapshot()
+	var token uint64
+	for i := range 26 {
+		h, err := n.l.Lock(ctx, []byte("k"), opts)
+		require.NoError(t, err)
+		require.Equal(t, recordlock.ScopeCluster, h.Scope())
+		if i == 0 {
+			token = h.Token()
+		}
+		assert.Equal(t, token, h.Token(), "one delegation, one token")
+		require.True(t, h.Release())
+	}
+	assert.Equal(t, map[string]int{"/etcdserverpb.KV/Txn": 1}, n.reqs.since(before))
+}
+
+// Handoff: a live admission on A blocks B until A's holder is revoked, and a fenced write in
+// flight lands before B is admitted; a write A staged and then released is fenced once B's
+// recall revokes it.
+func TestHandoffRevokesAndFences(t *testing.T) {
+	e := startEtcd(t)
+	a := newNode(t, e, "a", nodeConfig{})
+	b := newNode(t, e, "b", nodeConfig{})
+	ctx := context.Background()
+	opts := cluster(10*time.Second, 20*time.Second)
+
+	t.Run("a fenced write in flight lands before the handoff", func(t *testing.T) {
+		ha, err := a.l.Lock(ctx, []byte("k"), opts)
+		require.NoError(t, err)
+		type result struct {
+			h   *recordlock.Handle
+			err error
+		}
+		got := make(chan result, 1)
+		go func() {
+			h, err := b.l.Lock(ctx, []byte("k"), opts)
+			got <- result{h, err}
+		}()
+		err = ha.Fence(func() error {
+			waitForKey(t, a.cli, "/recordlock/r/"+encode("k")) // B has asked for the key back
+			time.Sleep(100 * time.Millisecond)                 // room for a wrong handoff to happen
+			select {
+			case r := <-got:
+				got <- r
+				t.Error("B was admitted while A's fenced write was in flight")
+			default:
+			}
+			_, err := a.cli.Put(ctx, "value/k", "a")
+			return err
+		})
+		require.NoError(t, err)
+		r := <-got
+		require.NoError(t, r.err)
+		assert.True(t, ha.IsLeaseExpired(), "A's holder was revoked")
+		resp, err := b.cli.Get(ctx, "value/k")
+		require.NoError(t, err)
+		require.Len(t, resp.Kvs, 1)
+		assert.Equal(t, "a", string(resp.Kvs[0].Value), "A's fenced write landed before B was admitted")
+		assert.Greater(t, r.h.Token(), ha.Token())
+		require.True(t, r.h.Release())
+	})
+
+	t.Run("a write staged before Release is fenced by the recall", func(t *testing.T) {
+		ha, err := a.l.Lock(ctx, []byte("j"), opts)
+		require.NoError(t, err)
+		commit := func() error { _, err := a.cli.Put(ctx, "value/j", "staged by a"); return err }
+		require.True(t, ha.Release())
+		require.False(t, ha.IsLeaseExpired(), "a released handle still authorizes its staged write")
+
+		hb, err := b.l.Lock(ctx, []byte("j"), opts)
+		require.NoError(t, err)
+		assert.True(t, ha.IsLeaseExpired(), "B's recall revoked A's released handle")
+		require.ErrorIs(t, ha.Fence(commit), recordlock.ErrLeaseExpired)
+		resp, err := b.cli.Get(ctx, "value/j")
+		require.NoError(t, err)
+		assert.Empty(t, resp.Kvs, "the staged write must not land")
+		require.True(t, hb.Release())
+	})
+}
+
+// An asker whose budget runs out while the holder drains fails with ErrTimeout, gives its local
+// key back and withdraws its recall; the handoff it started still completes.
+func TestAskerTimesOut(t *testing.T) {
+	e := startEtcd(t)
+	a := newNode(t, e, "a", nodeConfig{})
+	b := newNode(t, e, "b", nodeConfig{})
+	ctx := context.Background()
+	ha, err := a.l.Lock(ctx, []byte("k"), cluster(10*time.Second, 10*time.Second))
+	require.NoError(t, err)
+
+	entered, finish := make(chan struct{}), make(chan struct{})
+	fenced := make(chan error, 1)
+	go func() { // A's revoke will wait for this commit
+		fenced <- ha.Fence(func() error { close(entered); <-finish; return nil })
+	}()
+	<-entered
+
+	_, err = b.l.Lock(ctx, []byte("k"), cluster(time.Second, 300*time.Millisecond))
+	require.ErrorIs(t, err, recordlock.ErrTimeout)
+	assert.NotErrorIs(t, err, recordlock.ErrClusterUnavailable)
+	h, err := b.l.TryLock([]byte("k"), recordlock.Options{Scope: recordlock.ScopeNode})
+	require.NoError(t, err, "B's local key was given back")
+	require.True(t, h.Release())
+	waitForDelete(t, b.cli, "/recordlock/r/"+encode("k"))
+
+	close(finish)
+	require.NoError(t, <-fenced, "the fence began before the recall, so its write stands")
+	waitForDelete(t, b.cli, "/recordlock/d/"+encode("k")) // A handed the key back
+	assert.True(t, ha.IsLeaseExpired())
+	hb, err := b.l.Lock(ctx, []byte("k"), cluster(time.Second, 10*time.Second))
+	require.NoError(t, err)
+	require.True(t, hb.Release())
+}
+
+// With the etcd server stopped, every cluster lock that needs etcd fails closed, with
+// ErrClusterUnavailable within its wait budget, never as a node-local lock.
+func TestEtcdDownFailsClosed(t *testing.T) {
+	e := startEtcd(t)
+	fast := nodeConfig{opts: []etcdcoord.Option{etcdcoord.WithRequestTimeout(300 * time.Millisecond)}}
+	warm := newNode(t, e, "warm", fast) // has its lease and watch
+	h, err := warm.l.Lock(context.Background(), []byte("warm-up"), cluster(time.Second, 10*time.Second))
+	require.NoError(t, err)
+	require.True(t, h.Release())
+	fresh := newNode(t, e, "fresh", fast) // has never talked to etcd
+
+	e.stop()
+
+	const budget = 300 * time.Millisecond
+	for _, n := range []*node{warm, fresh} {
+		for i, try := range []bool{false, true} {
+			key := []byte(fmt.Sprintf("cold-%d", i))
+			start := time.Now()
+			var h *recordlock.Handle
+			var err error
+			if try {
+				h, err = n.l.TryLock(key, cluster(time.Second, budget))
+			} else {
+				h, err = n.l.Lock(context.Background(), key, cluster(time.Second, budget))
+			}
+			elapsed := time.Since(start)
+			assert.Nil(t, h)
+			require.ErrorIs(t, err, recordlock.ErrClusterUnavailable, "%s try=%v", n.name, try)
+			assert.NotErrorIs(t, err, recordlock.ErrTimeout)
+			assert.Less(t, elapsed, budget+5*time.Second, "returned within its budget")
+			// Failing closed gave the local key back.
+			h, err = n.l.TryLock(key, recordlock.Options{Scope: recordlock.ScopeNode})
+			require.NoError(t, err)
+			require.True(t, h.Release())
+		}
+	}
+}
+
+// A node that dies holding a delegation blocks the key only until its etcd lease expires, and
+// its holder's lease has ended by the time another node is admitted.
+func TestDeadNodeDelegationExpires(t *testing.T) {
+	e := startEtcd(t)
+	a := newNode(t, e, "a", nodeConfig{opts: []etcdcoord.Option{
+		etcdcoord.WithTTL(2 * time.Second), etcdcoord.WithSkew(500 * time.Millisecond),
+	}})
+	b := newNode(t, e, "b", nodeConfig{})
+	ctx := context.Background()
+
+	ha, err := a.l.Lock(ctx, []byte("k"), cluster(time.Second, 10*time.Second))
+	require.NoError(t, err)
+	require.NoError(t, a.cli.Close()) // A is gone: no recall reaches it, no request leaves it
+
+	hb, err := b.l.Lock(ctx, []byte("k"), cluster(time.Second, 20*time.Second))
+	require.NoError(t, err, "B is admitted once A's lease expires")
+	assert.True(t, ha.IsLeaseExpired(), "A's holder lapsed before B was admitted")
+	assert.Greater(t, hb.Token(), ha.Token())
+	require.True(t, hb.Release())
+	require.ErrorIs(t, a.coord.Close(), recordlock.ErrClusterUnavailable, "A cannot hand anything back")
+}
+
+// Tokens strictly increase per key across handoffs, and each is the revision that created the
+// delegation its round came from.
+func TestTokensIncreaseAcrossHandoffs(t *testing.T) {
+	e := startEtcd(t)
+	nodes := []*node{newNode(t, e, "a", nodeConfig{}), newNode(t, e, "b", nodeConfig{})}
+	ctx := context.Background()
+	var tokens []uint64
+	for i := range 10 {
+		n := nodes[i%2]
+		h, err := n.l.Lock(ctx, []byte("k"), cluster(time.Second, 10*time.Second))
+		require.NoError(t, err)
+		resp, err := n.cli.Get(ctx, "/recordlock/d/"+encode("k"))
+		require.NoError(t, err)
+		require.Len(t, resp.Kvs, 1)
+		assert.Equal(t, n.name, string(resp.Kvs[0].Value))
+		assert.Equal(t, uint64(resp.Kvs[0].CreateRevision), h.Token())
+		tokens = append(tokens, h.Token())
+		require.True(t, h.Release())
+	}
+	for i := 1; i < len(tokens); i++ {
+		assert.Greater(t, tokens[i], tokens[i-1], "tokens %v", tokens)
+	}
+}
+
+// Close revokes live admissions and hands every delegation back at once, so another node need
+// not wait for the lease TTL; the closed coordinator grants nothing.
+func TestCloseHandsBackDelegations(t *testing.T) {
+	e := startEtcd(t)
+	a := newNode(t, e, "a", nodeConfig{})
+	b := newNode(t, e, "b", nodeConfig{})
+	ctx := context.Background()
+
+	ha, err := a.l.Lock(ctx, []byte("k"), cluster(10*time.Second, 10*time.Second))
+	require.NoError(t, err)
+	require.NoError(t, a.coord.Close())
+	assert.True(t, ha.IsLeaseExpired(), "Close revokes live admissions")
+	require.NoError(t, a.coord.Close(), "Close is idempotent")
+
+	hb, err := b.l.Lock(ctx, []byte("k"), cluster(time.Second, 2*time.Second)) // far below A's 60 s TTL
+	require.NoError(t, err)
+	require.True(t, hb.Release())
+
+	_, err = a.l.Lock(ctx, []byte("k"), cluster(time.Second, time.Second))
+	require.ErrorIs(t, err, recordlock.ErrClusterUnavailable)
+}
+
+// MintedMono is read before the granting request is sent: a request that takes a second moves
+// the round's deadline no later, so this node's deadline falls before etcd's.
+func TestMintedBeforeRequest(t *testing.T) {
+	e := startEtcd(t)
+	clk := recordlock.NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	n := newNode(t, e, "a", nodeConfig{clock: clk})
+	ctx := context.Background()
+	h, err := n.l.Lock(ctx, []byte("warm-up"), cluster(time.Second, 10*time.Second))
+	require.NoError(t, err)
+	require.True(t, h.Release())
+
+	n.reqs.mu.Lock()
+	n.reqs.onRequest = func(method string) {
+		if method == "/etcdserverpb.KV/Txn" {
+			clk.Advance(time.Second)
+		}
+	}
+	n.reqs.mu.Unlock()
+	before := n.l.Timestamp()
+	h, err = n.l.Lock(ctx, []byte("k"), cluster(5*time.Second, 10*time.Second))
+	require.NoError(t, err)
+	tsR, ok := h.ClusterTsR()
+	require.True(t, ok)
+	assert.Greater(t, tsR, before, "TsR comes from the Locker's timestamps")
+	clk.Advance(4*time.Second - time.Nanosecond) // 5 s since the mint, less a nanosecond
+	assert.False(t, h.IsLeaseExpired())
+	clk.Advance(time.Nanosecond)
+	assert.True(t, h.IsLeaseExpired(), "the deadline is MintedMono+Lease, the mint before the request")
+}
+
+// A delegation nobody has used for the linger period is handed back, so a node that locks many
+// distinct keys does not keep them all in etcd; one in use is kept.
+func TestIdleDelegationsAreHandedBack(t *testing.T) {
+	e := startEtcd(t)
+	clk := recordlock.NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	n := newNode(t, e, "a", nodeConfig{clock: clk, opts: []etcdcoord.Option{etcdcoord.WithLinger(time.Second)}})
+	ctx := context.Background()
+	lock := func(key string, lease time.Duration) *recordlock.Handle {
+		t.Helper()
+		h, err := n.l.Lock(ctx, []byte(key), cluster(lease, 10*time.Second))
+		require.NoError(t, err)
+		return h
+	}
+	exists := func(key string) bool {
+		t.Helper()
+		resp, err := n.cli.Get(ctx, "/recordlock/d/"+encode(key))
+		require.NoError(t, err)
+		return len(resp.Kvs) == 1
+	}
+	idle := lock("idle", time.Second)
+	first := idle.Token()
+	require.True(t, idle.Release())
+	held := lock("held", 5*time.Second)
+
+	clk.Advance(2 * time.Second)        // "idle" ended at 1 s: a second of linger has passed
+	other := lock("other", time.Second) // this Acquire looks for idle delegations
+	waitForDelete(t, n.cli, "/recordlock/d/"+encode("idle"))
+	assert.True(t, exists("held"), "a delegation in use is kept")
+	assert.False(t, held.IsExpired())
+	require.True(t, held.Release())
+	require.True(t, other.Release())
+
+	again := lock("idle", time.Second)
+	assert.Greater(t, again.Token(), first, "a new delegation")
+	require.True(t, again.Release())
+}
+
+// A lease that the node's etcd lease cannot outlive fails closed rather than risk two holders.
+func TestLeaseLongerThanTTLFailsClosed(t *testing.T) {
+	e := startEtcd(t)
+	n := newNode(t, e, "a", nodeConfig{opts: []etcdcoord.Option{etcdcoord.WithTTL(5 * time.Second)}})
+	_, err := n.l.Lock(context.Background(), []byte("k"), cluster(10*time.Second, 5*time.Second))
+	require.ErrorIs(t, err, recordlock.ErrClusterUnavailable)
+	h, err := n.l.Lock(context.Background(), []byte("k"), cluster(time.Second, 5*time.Second))
+	require.NoError(t, err)
+	require.True(t, h.Release())
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	e := startEtcd(t)
+	n := newNode(t, e, "a", nodeConfig{})
+	cases := map[string]func() (*etcdcoord.Coordinator, error){
+		"nil client": func() (*etcdcoord.Coordinator, error) { return etcdcoord.New(nil, "x") },
+		"empty node": func() (*etcdcoord.Coordinator, error) { return etcdcoord.New(n.cli, "") },
+		"nil clock":  func() (*etcdcoord.Coordinator, error) { return etcdcoord.New(n.cli, "x", etcdcoord.WithClock(nil)) },
+		"TTL too short": func() (*etcdcoord.Coordinator, error) {
+			return etcdcoord.New(n.cli, "x", etcdcoord.WithTTL(time.Second), etcdcoord.WithSkew(time.Second))
+		},
+	}
+	for name, f := range cases {
+		t.Run(name, func(t *testing.T) {
+			c, err := f()
+			require.ErrorIs(t, err, recordlock.ErrInvalidOptions)
+			assert.Nil(t, c)
+		})
+	}
+}
+
+// waitForKey blocks until key exists in etcd.
+func waitForKey(t *testing.T, cli *clientv3.Client, key string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, key)
+	require.NoError(t, err)
+	if len(resp.Kvs) > 0 {
+		return
+	}
+	for wr := range cli.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterDelete()) {
+		if len(wr.Events) > 0 {
+			return
+		}
+	}
+	t.Fatalf("%s did not appear", key)
+}
+
+// waitForDelete blocks until key does not exist in etcd.
+func waitForDelete(t *testing.T, cli *clientv3.Client, key string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, key)
+	require.NoError(t, err)
+	if len(resp.Kvs) == 0 {
+		return
+	}
+	for wr := range cli.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut()) {
+		if len(wr.Events) > 0 {
+			return
+		}
+	}
+	t.Fatalf("%s was not deleted", key)
+}
+
+// encode is how the coordinator names a key in etcd.
+func encode(k string) string { return base64.RawURLEncoding.EncodeToString([]byte(k)) }

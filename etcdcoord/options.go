@@ -1,0 +1,113 @@
+package etcdcoord
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/recordlock/recordlock"
+)
+
+// Defaults of the options.
+const (
+	// DefaultPrefix is where delegation and recall keys live in etcd.
+	DefaultPrefix = "/recordlock/"
+	// DefaultTTL is the TTL of the node's etcd lease. A dead node stops blocking others within
+	// about this long; a lock's Lease must be shorter than TTL minus the skew margin.
+	DefaultTTL = 60 * time.Second
+	// DefaultSkew is how much longer etcd keeps the lease than this node trusts it, to absorb the
+	// difference between this node's clock and the etcd leader's.
+	DefaultSkew = time.Second
+	// DefaultLinger is how long a delegation that no admission uses is kept for a repeat lock
+	// before it is handed back.
+	DefaultLinger = 30 * time.Second
+	// DefaultRequestTimeout bounds the requests made outside any caller's wait: handing a
+	// delegation back, withdrawing a recall, and revoking the lease in Close.
+	DefaultRequestTimeout = 5 * time.Second
+)
+
+// Option configures New.
+type Option interface{ apply(*config) }
+
+type config struct {
+	prefix   string
+	clock    recordlock.Clock
+	stamp    func() recordlock.Timestamp
+	ttl      time.Duration
+	skew     time.Duration
+	linger   time.Duration
+	reqLimit time.Duration
+}
+
+type prefixOption string
+
+func (o prefixOption) apply(c *config) { c.prefix = string(o) }
+
+// WithPrefix puts the coordinator's keys under prefix instead of DefaultPrefix. Every node that
+// locks the same database must use the same prefix.
+func WithPrefix(prefix string) Option { return prefixOption(prefix) }
+
+type clockOption struct{ c recordlock.Clock }
+
+func (o clockOption) apply(c *config) { c.clock = o.c }
+
+// WithClock sets the clock MintedMono and admission deadlines are read from. It must be the
+// clock of the Locker the coordinator serves (the default, recordlock.SystemClock, is the
+// Locker's default too): a round's deadline is measured on the Locker's clock from MintedMono.
+func WithClock(c recordlock.Clock) Option { return clockOption{c} }
+
+type stampOption func() recordlock.Timestamp
+
+func (o stampOption) apply(c *config) { c.stamp = o }
+
+// WithTimestamp sets where a round's TsR comes from; pass the Locker's Timestamp method so that
+// AcquiredAt stays in the database's strictly increasing order. The default mints from the
+// clock's Now, strictly increasing per coordinator.
+func WithTimestamp(f func() recordlock.Timestamp) Option { return stampOption(f) }
+
+type ttlOption time.Duration
+
+func (o ttlOption) apply(c *config) { c.ttl = time.Duration(o) }
+
+// WithTTL sets the TTL of the node's etcd lease (rounded up to whole seconds); see DefaultTTL.
+func WithTTL(d time.Duration) Option { return ttlOption(d) }
+
+type skewOption time.Duration
+
+func (o skewOption) apply(c *config) { c.skew = time.Duration(o) }
+
+// WithSkew sets the skew margin; see DefaultSkew.
+func WithSkew(d time.Duration) Option { return skewOption(d) }
+
+type lingerOption time.Duration
+
+func (o lingerOption) apply(c *config) { c.linger = time.Duration(o) }
+
+// WithLinger sets how long an idle delegation is kept; see DefaultLinger. Idle delegations are
+// handed back in batches by a later Acquire of the node, and all at once when the node's lease
+// lapses or the coordinator closes.
+func WithLinger(d time.Duration) Option { return lingerOption(d) }
+
+type requestTimeoutOption time.Duration
+
+func (o requestTimeoutOption) apply(c *config) { c.reqLimit = time.Duration(o) }
+
+// WithRequestTimeout bounds the requests made outside any caller's wait; see
+// DefaultRequestTimeout.
+func WithRequestTimeout(d time.Duration) Option { return requestTimeoutOption(d) }
+
+// clockStamps mints timestamps from a clock's wall reading, strictly increasing.
+type clockStamps struct {
+	clock recordlock.Clock
+	last  atomic.Int64
+}
+
+func (s *clockStamps) mint() recordlock.Timestamp {
+	now := s.clock.Now().UnixNano()
+	for {
+		last := s.last.Load()
+		next := max(now, last+1)
+		if s.last.CompareAndSwap(last, next) {
+			return recordlock.Timestamp(next)
+		}
+	}
+}

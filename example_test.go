@@ -1,0 +1,162 @@
+package recordlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/linxGnu/grocksdb"
+
+	"github.com/recordlock/recordlock"
+)
+
+// exampleDB opens a throwaway RocksDB; the returned func closes and removes it.
+func exampleDB() (*grocksdb.DB, func()) {
+	dir, err := os.MkdirTemp("", "recordlock-example-")
+	if err != nil {
+		panic(err)
+	}
+	opts := grocksdb.NewDefaultOptions()
+	defer opts.Destroy()
+	opts.SetCreateIfMissing(true)
+	db, err := grocksdb.OpenDb(opts, dir)
+	if err != nil {
+		panic(err)
+	}
+	return db, func() {
+		db.Close()
+		_ = os.RemoveAll(dir)
+	}
+}
+
+func ExampleLocker_Lock() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	locker, err := recordlock.New(db)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	h, err := locker.Lock(context.Background(), []byte("account/42"), recordlock.Options{Lease: 5 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("locked %s\n", h.Key())
+	fmt.Println("may write:", !h.IsExpired())
+	fmt.Println("released:", h.Release())
+	fmt.Println("released again:", h.Release())
+	fmt.Println("may write:", !h.IsExpired())
+	// Output:
+	// locked account/42
+	// may write: true
+	// released: true
+	// released again: false
+	// may write: false
+}
+
+func ExampleLocker_TryLock() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	locker, err := recordlock.New(db)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	key := []byte("account/42")
+	first, err := locker.TryLock(key, recordlock.Options{})
+	if err != nil {
+		panic(err)
+	}
+	_, err = locker.TryLock(key, recordlock.Options{})
+	fmt.Println("busy:", errors.Is(err, recordlock.ErrLocked))
+	first.Release()
+	second, err := locker.TryLock(key, recordlock.Options{})
+	fmt.Println("after release:", err)
+	second.Release()
+	// Output:
+	// busy: true
+	// after release: <nil>
+}
+
+// A holder that stalls loses its key when its lease lapses, whatever it does or does not call.
+// A ManualClock makes the lapse deterministic.
+func ExampleManualClock() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	clock := recordlock.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	locker, err := recordlock.New(db, recordlock.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	key := []byte("account/42")
+	stalled, err := locker.TryLock(key, recordlock.Options{Lease: time.Second})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("lease ends at", stalled.ExpiresAt().Format(time.TimeOnly))
+
+	clock.StepWall(time.Hour) // wall-clock steps do not move the lease
+	clock.Advance(999 * time.Millisecond)
+	fmt.Println("expired after 999ms:", stalled.IsExpired())
+	clock.Advance(time.Millisecond)
+	<-stalled.Done()
+	fmt.Println("expired after 1s:", stalled.IsExpired())
+
+	next, err := locker.TryLock(key, recordlock.Options{})
+	fmt.Println("taken over:", err == nil)
+	fmt.Println("stalled holder's release:", stalled.Release())
+	next.Release()
+	// Output:
+	// lease ends at 00:00:01
+	// expired after 999ms: false
+	// expired after 1s: true
+	// taken over: true
+	// stalled holder's release: false
+}
+
+// Fence makes a write land only while the lease is live, and keeps the key from passing on
+// until the write returns.
+func ExampleHandle_Fence() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	clock := recordlock.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	locker, err := recordlock.New(db, recordlock.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+	wo := grocksdb.NewDefaultWriteOptions()
+	defer wo.Destroy()
+
+	key := []byte("account/42")
+	h, err := locker.TryLock(key, recordlock.Options{Lease: time.Second})
+	if err != nil {
+		panic(err)
+	}
+	put := func(value string) func() error {
+		return func() error { return db.Put(wo, key, []byte(value)) }
+	}
+	fmt.Println("first write:", h.Fence(put("100")))
+	clock.Advance(time.Second) // the lease lapses before the second write
+	err = h.Fence(put("200"))
+	fmt.Println("second write:", err, errors.Is(err, recordlock.ErrLeaseExpired))
+
+	ro := grocksdb.NewDefaultReadOptions()
+	defer ro.Destroy()
+	v, err := db.Get(ro, key)
+	if err != nil {
+		panic(err)
+	}
+	defer v.Free()
+	fmt.Printf("stored: %s\n", v.Data())
+	// Output:
+	// first write: <nil>
+	// second write: recordlock: lease expired true
+	// stored: 100
+}

@@ -1,0 +1,367 @@
+package recordlock
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// waitForQueue blocks until n Lock calls are queued for key.
+func waitForQueue(t testing.TB, l *Locker, key []byte, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return QueuedWaiters(l, key) == n },
+		10*time.Second, 200*time.Microsecond)
+}
+
+// heapLen is the number of deadlines l's shard for key keeps on l's clock.
+func heapLen(l *Locker, key []byte) int {
+	sh := l.tab.shard(l.tab.hash(key))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return len(sh.sched(l).heap)
+}
+
+// keysInShard returns n distinct keys that all hash to the same shard of l's table.
+func keysInShard(l *Locker, n int) [][]byte {
+	var keys [][]byte
+	for i := 0; len(keys) < n; i++ {
+		k := []byte{byte(i), byte(i >> 8), byte(i >> 16), byte(i >> 24)}
+		if l.tab.hash(k)&(shardCount-1) == 0 {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+func TestTableEmptyAfterWaitersGiveUp(t *testing.T) {
+	db := OpenTestDB(t)
+	clk := NewManualClock(time.Unix(1, 0))
+	l := newTestLocker(t, db, clk)
+	key := []byte("k")
+	h, err := l.TryLock(key, Options{})
+	require.NoError(t, err)
+	require.Equal(t, 1, heapLen(l, key), "the holder's lease is scheduled")
+
+	// One waiter times out, one is cancelled.
+	timedOut := make(chan error, 1)
+	go func() {
+		_, err := l.Lock(context.Background(), key, Options{Timeout: time.Second})
+		timedOut <- err
+	}()
+	waitForQueue(t, l, key, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancelled := make(chan error, 1)
+	go func() {
+		_, err := l.Lock(ctx, key, Options{Timeout: time.Minute})
+		cancelled <- err
+	}()
+	waitForQueue(t, l, key, 2)
+	require.Equal(t, 3, heapLen(l, key), "each waiter's timeout is scheduled")
+
+	clk.Advance(time.Second)
+	require.ErrorIs(t, <-timedOut, ErrTimeout)
+	cancel()
+	require.ErrorIs(t, <-cancelled, context.Canceled)
+
+	assert.Equal(t, 0, QueuedWaiters(l, key))
+	assert.Equal(t, 1, heapLen(l, key), "only the holder's lease is left")
+	assert.False(t, l.tab.empty())
+	require.True(t, h.Release())
+	assert.True(t, l.tab.empty())
+	assert.True(t, TableEmpty(l))
+}
+
+func TestShardMapRebuiltOnceEmptyAfterGrowth(t *testing.T) {
+	db := OpenTestDB(t)
+	clk := NewManualClock(time.Unix(1, 0))
+	l := newTestLocker(t, db, clk)
+	keys := keysInShard(l, shrinkAfter+10)
+	sh := l.tab.shard(l.tab.hash(keys[0]))
+
+	handles := make([]*Handle, 0, len(keys))
+	for _, k := range keys {
+		h, err := l.TryLock(k, Options{})
+		require.NoError(t, err)
+		handles = append(handles, h)
+	}
+	sh.mu.Lock()
+	grown, heapCap := len(sh.entries), cap(sh.sched(l).heap)
+	sh.mu.Unlock()
+	require.Equal(t, len(keys), grown)
+	require.Greater(t, heapCap, shrinkAfter)
+
+	for _, h := range handles[1:] {
+		require.True(t, h.Release())
+	}
+	sh.mu.Lock()
+	assert.NotNil(t, sh.entries, "a map with a key left is kept")
+	sh.mu.Unlock()
+
+	require.True(t, handles[0].Release())
+	sh.mu.Lock()
+	assert.Nil(t, sh.entries, "the grown map is dropped once empty")
+	assert.Zero(t, sh.peak)
+	assert.Nil(t, sh.sched(l).heap, "the grown heap is dropped once empty")
+	sh.mu.Unlock()
+
+	// The rebuilt shard works as before.
+	h, err := l.TryLock(keys[0], Options{})
+	require.NoError(t, err)
+	require.True(t, h.Release())
+	assert.True(t, TableEmpty(l))
+}
+
+func TestSchedulerRearmsForEarlierDeadline(t *testing.T) {
+	db := OpenTestDB(t)
+	clk := NewManualClock(time.Unix(1, 0))
+	l := newTestLocker(t, db, clk)
+	keys := keysInShard(l, 2)
+	late, early := keys[0], keys[1]
+	sh := l.tab.shard(l.tab.hash(late))
+	armedAt := func() time.Duration {
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		return sh.sched(l).armedAt
+	}
+
+	hLate, err := l.TryLock(late, Options{Lease: 10 * time.Second})
+	require.NoError(t, err)
+	require.Equal(t, 10*time.Second, armedAt())
+	hEarly, err := l.TryLock(early, Options{Lease: time.Second})
+	require.NoError(t, err)
+	require.Equal(t, time.Second, armedAt(), "an earlier deadline re-arms the timer")
+
+	// Both holders stall; waiters get their keys at each deadline without anyone calling them.
+	lateDone, earlyDone := hLate.Done(), hEarly.Done()
+	wLate := make(chan *Handle, 1)
+	wEarly := make(chan *Handle, 1)
+	go func() {
+		h, err := l.Lock(context.Background(), late, Options{Timeout: time.Minute})
+		assert.NoError(t, err)
+		wLate <- h
+	}()
+	go func() {
+		h, err := l.Lock(context.Background(), early, Options{Timeout: time.Minute})
+		assert.NoError(t, err)
+		wEarly <- h
+	}()
+	waitForQueue(t, l, late, 1)
+	waitForQueue(t, l, early, 1)
+
+	clk.Advance(time.Second)
+	h2 := <-wEarly
+	require.NotNil(t, h2)
+	assert.True(t, closed(earlyDone))
+	assert.False(t, closed(lateDone))
+	assert.Equal(t, 10*time.Second, armedAt(), "re-armed for the next deadline after firing")
+
+	clk.Advance(9 * time.Second)
+	h1 := <-wLate
+	require.NotNil(t, h1)
+	assert.True(t, closed(lateDone))
+	assert.False(t, hLate.Release())
+	assert.False(t, hEarly.Release())
+	require.True(t, h1.Release())
+	require.True(t, h2.Release())
+	assert.True(t, TableEmpty(l))
+}
+
+func TestCloseAbandonsEveryWaiterWhenOneIsHandedTheKey(t *testing.T) {
+	db := OpenTestDB(t)
+	clk := NewManualClock(time.Unix(1, 0))
+	a := newTestLocker(t, db, clk)
+	b := newTestLocker(t, db, clk)
+	key := []byte("k")
+	hb, err := b.TryLock(key, Options{})
+	require.NoError(t, err)
+
+	const n = 3
+	res := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := a.Lock(context.Background(), key, Options{Timeout: time.Minute})
+			res <- err
+		}()
+		waitForQueue(t, a, key, i+1)
+	}
+
+	// Release hb as Release does, with the oldest waiter woken but not yet scheduled to run.
+	sh := b.tab.shard(hb.hash)
+	sh.mu.Lock()
+	e := hb.e
+	hb.setFlags(flagReleased)
+	hb.clearFlags(flagHeld)
+	sh.sched(b).remove(hb)
+	e.holder = nil
+	e.wakePending = true
+	e.head.state = waitWoken
+	sh.mu.Unlock()
+	// The second waiter has now waited bargeWindow: abandoning the first hands it the key.
+	clk.Advance(bargeWindow)
+
+	require.NoError(t, a.Close())
+	for range n {
+		select {
+		case err := <-res:
+			require.ErrorIs(t, err, ErrClosed)
+		case <-time.After(10 * time.Second):
+			t.Fatal("a waiter of the closed Locker is still queued")
+		}
+	}
+	assert.True(t, b.tab.empty())
+	h, err := b.TryLock(key, Options{})
+	require.NoError(t, err)
+	require.True(t, h.Release())
+}
+
+// closed reports whether c is closed, without blocking.
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestTableDroppedWhenLastLockerCloses(t *testing.T) {
+	db := OpenTestDB(t)
+	clk := NewManualClock(time.Unix(1, 0))
+	path := canonicalPath(db.Name())
+	registered := func() *table {
+		registry.Lock()
+		defer registry.Unlock()
+		return registry.tables[path]
+	}
+	a, err := New(db, WithClock(clk))
+	require.NoError(t, err)
+	b, err := New(db)
+	require.NoError(t, err)
+	require.Same(t, a.tab, b.tab, "Lockers of one database share a table")
+	require.Same(t, a.tab, registered())
+
+	h, err := a.TryLock([]byte("k"), Options{})
+	require.NoError(t, err)
+	require.NoError(t, a.Close())
+	assert.Same(t, b.tab, registered(), "the table stays while a Locker uses it")
+	assert.True(t, h.IsExpired())
+	require.NoError(t, b.Close())
+	assert.Nil(t, registered(), "the last Close drops the table")
+
+	c, err := New(db, WithClock(clk))
+	require.NoError(t, err)
+	assert.NotSame(t, a.tab, c.tab)
+	require.NoError(t, c.Close())
+	assert.Nil(t, registered())
+}
+
+// countingHandler counts the log records it is given.
+type countingHandler struct{ n atomic.Int32 }
+
+func (c *countingHandler) Enabled(context.Context, slog.Level) bool  { return true }
+func (c *countingHandler) Handle(context.Context, slog.Record) error { c.n.Add(1); return nil }
+func (c *countingHandler) WithAttrs([]slog.Attr) slog.Handler        { return c }
+func (c *countingHandler) WithGroup(string) slog.Handler             { return c }
+
+// A lease timer that finds the table inconsistent logs it once per database and never panics.
+func TestKeyTableFaultLoggedOnce(t *testing.T) {
+	db := OpenTestDB(t)
+	clk := NewManualClock(time.Unix(1, 0))
+	var logs countingHandler
+	l, err := New(db, WithClock(clk), WithLogger(slog.New(&logs)))
+	require.NoError(t, err)
+	defer l.Close()
+
+	for _, key := range []string{"a", "b"} {
+		h, err := l.TryLock([]byte(key), Options{Lease: time.Second})
+		require.NoError(t, err)
+		sh := h.shard()
+		sh.mu.Lock()
+		h.e.holder = nil // the table lost track of the holder
+		sh.mu.Unlock()
+	}
+	require.NotPanics(t, func() { clk.Advance(time.Second) })
+	assert.Equal(t, int32(1), logs.n.Load())
+}
+
+// releaseWokenNotRun gives h's key back as Release does, leaving the oldest waiter woken to take
+// it but not yet running: the window in which a newcomer may barge. The returned waiter's
+// wake-up is held back until the test signals it.
+func releaseWokenNotRun(t *testing.T, h *Handle) *waiter {
+	t.Helper()
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := h.e
+	require.Same(t, h, e.holder)
+	require.NotNil(t, e.head)
+	h.setFlags(flagReleased)
+	h.clearFlags(flagHeld)
+	sh.sched(h.l).remove(h)
+	e.holder = nil
+	e.wakePending = true
+	e.head.state = waitWoken
+	return e.head
+}
+
+// A newcomer may take a released key ahead of the woken oldest waiter only while that waiter has
+// waited less than bargeWindow; past it, the waiter is handed the key directly.
+func TestBargingWindow(t *testing.T) {
+	db := OpenTestDB(t)
+	clk := NewManualClock(time.Unix(1, 0))
+	l := newTestLocker(t, db, clk)
+	key := []byte("k")
+	lockAsync := func() <-chan *Handle {
+		c := make(chan *Handle, 1)
+		go func() {
+			h, err := l.Lock(context.Background(), key, Options{Timeout: time.Minute})
+			assert.NoError(t, err)
+			c <- h
+		}()
+		waitForQueue(t, l, key, 1)
+		return c
+	}
+
+	t.Run("within the window", func(t *testing.T) {
+		holder, err := l.TryLock(key, Options{})
+		require.NoError(t, err)
+		got := lockAsync()
+		w := releaseWokenNotRun(t, holder)
+		clk.Advance(bargeWindow - time.Nanosecond)
+		barger, err := l.TryLock(key, Options{})
+		require.NoError(t, err, "a newcomer may barge within the window")
+
+		w.signal() // the woken waiter finds the key taken and stays at the head of the queue
+		require.Eventually(t, func() bool { return WokenWaiters(l, key) == 0 }, 10*time.Second, 100*time.Microsecond)
+		assert.Equal(t, 1, QueuedWaiters(l, key))
+
+		clk.Advance(time.Nanosecond)
+		require.True(t, barger.Release())
+		assert.Equal(t, 0, QueuedWaiters(l, key), "the barger's release handed the key to the waiter")
+		_, err = l.TryLock(key, Options{})
+		require.ErrorIs(t, err, ErrLocked)
+		h := <-got
+		require.NotNil(t, h)
+		require.True(t, h.Release())
+	})
+
+	t.Run("past the window", func(t *testing.T) {
+		holder, err := l.TryLock(key, Options{})
+		require.NoError(t, err)
+		got := lockAsync()
+		w := releaseWokenNotRun(t, holder)
+		clk.Advance(bargeWindow)
+		_, err = l.TryLock(key, Options{})
+		require.ErrorIs(t, err, ErrLocked, "the woken waiter has waited bargeWindow: no barging")
+		w.signal()
+		h := <-got
+		require.NotNil(t, h)
+		require.True(t, h.Release())
+	})
+	assert.True(t, TableEmpty(l))
+}

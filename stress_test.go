@@ -1,0 +1,165 @@
+package recordlock_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/recordlock/recordlock"
+)
+
+// liveSet is every handle issued for one key that was not yet seen expired.
+type liveSet struct {
+	mu sync.Mutex
+	hs []*recordlock.Handle
+}
+
+// check verifies the invariant on one key: at most one handle for which IsExpired is false.
+// Reading the handles one after another is no snapshot, so it reads the live ones twice: a
+// handle that is still live on the second pass was live throughout both passes (expiry is
+// permanent), so two of them were authorized at the same instant. It drops handles seen expired.
+func (s *liveSet) check(t *testing.T, key int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	live := s.hs[:0]
+	for _, h := range s.hs {
+		if !h.IsExpired() {
+			live = append(live, h)
+		}
+	}
+	clear(s.hs[len(live):])
+	s.hs = live
+	still := 0
+	for _, h := range live {
+		if !h.IsExpired() {
+			still++
+		}
+	}
+	if still > 1 {
+		t.Errorf("key %d: %d handles authorize writes at once", key, still)
+	}
+}
+
+func (s *liveSet) add(h *recordlock.Handle) {
+	s.mu.Lock()
+	s.hs = append(s.hs, h)
+	s.mu.Unlock()
+}
+
+// 32 goroutines on 8 keys through two Lockers of one database, on the real clock with the
+// shortest lease; one hold in 25 stalls past the lease and never calls anything until it is over.
+// Invariants, checked after every acquisition and continuously by a checker: at most one handle
+// per key for which IsExpired is false, and no holder acquires while an earlier holder's fenced
+// commit runs.
+func TestStressAtMostOneAuthorizedHolderPerKey(t *testing.T) {
+	const (
+		goroutines = 32
+		nkeys      = 8
+		lease      = recordlock.MinLease
+		run        = 1500 * time.Millisecond
+	)
+	db := openDB(t)
+	lockers := []*recordlock.Locker{newLocker(t, db), newLocker(t, db)}
+	keys := make([][]byte, nkeys)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "stress-%d", i)
+	}
+	var sets [nkeys]liveSet
+	var fencing [nkeys]atomic.Int32 // fenced commits running per key
+	var acquired, released, expired, stalls, timeouts, checks, commits atomic.Int64
+
+	ctx, cancel := context.WithTimeout(context.Background(), run) // real time is what is under test
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			for k := range sets {
+				sets[k].check(t, k)
+				checks.Add(1)
+			}
+			time.Sleep(50 * time.Microsecond) // leave the CPU to the workers now and then
+		}
+	})
+	for g := range goroutines {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			l := lockers[g%len(lockers)]
+			for ctx.Err() == nil {
+				k := rng.IntN(nkeys)
+				h, err := l.Lock(ctx, keys[k], recordlock.Options{Lease: lease, Timeout: time.Second})
+				switch {
+				case err == nil:
+				case ctx.Err() != nil:
+					assert.ErrorIs(t, err, ctx.Err())
+					return
+				default:
+					assert.ErrorIs(t, err, recordlock.ErrTimeout)
+					timeouts.Add(1)
+					continue
+				}
+				acquired.Add(1)
+				if n := fencing[k].Load(); n != 0 {
+					t.Errorf("key %d: acquired while %d fenced commits of an earlier holder ran", k, n)
+				}
+				sets[k].add(h)
+				sets[k].check(t, k)
+				checks.Add(1)
+
+				if rng.IntN(25) == 0 {
+					stalls.Add(1)
+					select { // stalled: only the lease timer can end it, nothing here calls the handle
+					case <-h.Done():
+					case <-time.After(10 * time.Second):
+						t.Errorf("key %d: the lease timer never ended a stalled holder", k)
+						return
+					}
+					assert.True(t, h.IsLeaseExpired())
+					assert.False(t, h.Release(), "a stalled holder's Release after its lease")
+					expired.Add(1)
+					continue
+				}
+				hold := time.Duration(rng.IntN(500)) * time.Microsecond
+				sleep := rng.IntN(2) == 0
+				err = h.Fence(func() error {
+					if n := fencing[k].Add(1); n != 1 {
+						t.Errorf("key %d: %d fenced commits at once", k, n)
+					}
+					if sleep {
+						time.Sleep(hold)
+					}
+					fencing[k].Add(-1)
+					return nil
+				})
+				if err == nil {
+					commits.Add(1)
+				} else {
+					assert.ErrorIs(t, err, recordlock.ErrLeaseExpired)
+				}
+				if h.Release() {
+					released.Add(1)
+				} else {
+					assert.True(t, h.IsLeaseExpired(), "Release false on a live lease")
+					expired.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	t.Logf("%d acquisitions: %d released, %d expired (%d of them stalled past the lease); %d fenced commits; %d waits timed out; invariant checked %d times",
+		acquired.Load(), released.Load(), expired.Load(), stalls.Load(), commits.Load(), timeouts.Load(), checks.Load())
+	assert.Positive(t, stalls.Load())
+	assert.Equal(t, acquired.Load(), released.Load()+expired.Load())
+	for k := range sets {
+		sets[k].check(t, k)
+	}
+	for _, l := range lockers {
+		assert.Eventually(t, func() bool { return recordlock.TableEmpty(l) }, time.Second, time.Millisecond)
+	}
+}

@@ -1,0 +1,125 @@
+package recordlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/linxGnu/grocksdb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// txnTestGuard bounds how long these tests wait for something that must happen promptly.
+const txnTestGuard = 10 * time.Second
+
+// 6. Commit holds off the successor: a commit that is slow to write, and whose lease lapses
+// while it writes, finishes before a waiting successor acquires, and the successor reads its
+// result.
+func TestTxnCommitHoldsOffSuccessor(t *testing.T) {
+	db := OpenTestDB(t)
+	clk := NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	l := newTestLocker(t, db, clk)
+	other := newTestLocker(t, db, clk)
+	ctx := context.Background()
+	key := []byte("k")
+
+	txn := l.Begin()
+	defer txn.Rollback()
+	h, err := txn.Lock(ctx, key, Options{Lease: time.Second})
+	require.NoError(t, err)
+	require.NoError(t, txn.Put(key, []byte("first")))
+
+	entered, proceed := make(chan struct{}), make(chan struct{})
+	testHookInFence = func() {
+		close(entered)
+		<-proceed
+	}
+	t.Cleanup(func() { testHookInFence = nil })
+	committed := make(chan error, 1)
+	go func() { committed <- txn.Commit() }()
+	select {
+	case <-entered:
+	case <-time.After(txnTestGuard):
+		t.Fatal("Commit never reached its write")
+	}
+
+	type outcome struct {
+		h   *Handle
+		val []byte
+		err error
+	}
+	successor := make(chan outcome, 1)
+	go func() {
+		h2, err := other.Lock(ctx, key, Options{Timeout: time.Minute})
+		var val []byte
+		if err == nil {
+			ro := grocksdb.NewDefaultReadOptions()
+			val, err = db.GetBytes(ro, key)
+			ro.Destroy()
+		}
+		successor <- outcome{h2, val, err}
+	}()
+	require.Eventually(t, func() bool { return QueuedWaiters(l, key) == 1 }, txnTestGuard, time.Millisecond)
+
+	clk.Advance(time.Second) // the lease lapses while the commit is writing
+	assert.True(t, h.IsLeaseExpired())
+	select {
+	case <-h.Done():
+	default:
+		t.Error("Done stays open after the lease lapsed inside Fence")
+	}
+	_, err = other.TryLock(key, Options{})
+	require.ErrorIs(t, err, ErrLocked, "the key must not pass on while the commit writes")
+	select {
+	case got := <-successor:
+		t.Fatalf("the successor acquired mid-commit: %+v", got)
+	default:
+	}
+
+	close(proceed)
+	select {
+	case err := <-committed:
+		require.NoError(t, err, "a commit that entered its fences in time lands")
+	case <-time.After(txnTestGuard):
+		t.Fatal("Commit did not return")
+	}
+	select {
+	case got := <-successor:
+		require.NoError(t, got.err)
+		assert.Equal(t, []byte("first"), got.val, "the successor reads the commit's result")
+		assert.True(t, got.h.Release())
+	case <-time.After(txnTestGuard):
+		t.Fatal("the successor never acquired after the commit")
+	}
+	assert.True(t, l.tab.empty(), "nothing is left locked or queued")
+}
+
+// Fences nest in key order whatever the order writes were staged in, each handle once; a key
+// taken anew after a release keeps both handles, the older first.
+func TestTxnProtectorsSortedByKey(t *testing.T) {
+	db := OpenTestDB(t)
+	l := newTestLocker(t, db, NewManualClock(time.Unix(0, 0)))
+	ctx := context.Background()
+	txn := l.Begin()
+	defer txn.Rollback()
+	lock := func(k string) *Handle {
+		h, err := txn.Lock(ctx, []byte(k), Options{})
+		require.NoError(t, err)
+		return h
+	}
+	put := func(keys ...string) {
+		for _, k := range keys {
+			require.NoError(t, txn.Put([]byte(k), []byte("v")))
+		}
+	}
+	c, a, b, unused := lock("c"), lock("a"), lock("b"), lock("0")
+	put("c", "plain", "a")
+	require.True(t, a.Release())
+	a2 := lock("a")
+	put("c", "b", "a")
+	assert.Equal(t, []*Handle{a, a2, b, c}, txn.protectors(nil))
+	assert.False(t, unused.IsExpired())
+	require.NoError(t, txn.Commit())
+	assert.True(t, unused.IsExpired(), "a lock that protects nothing is released too")
+}
