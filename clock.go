@@ -30,6 +30,16 @@ type wallAndMono interface {
 	nowMono() (time.Time, time.Duration)
 }
 
+// readClockNanos is readClock with the wall reading in Unix nanoseconds, the form the lock path
+// stores; for the system clock it skips the round trip through time.Time.
+func readClockNanos(c Clock) (int64, time.Duration) {
+	if s, ok := c.(*systemClock); ok {
+		return s.nowMonoNanos()
+	}
+	wall, mono := readClock(c)
+	return wall.UnixNano(), mono
+}
+
 // readClock returns both readings of c, from one read where c allows it.
 func readClock(c Clock) (time.Time, time.Duration) {
 	if wm, ok := c.(wallAndMono); ok {
@@ -70,15 +80,22 @@ func (c *systemClock) Mono() time.Duration { return time.Since(c.origin) }
 // reflects up to that much later (Timestamps stay strictly increasing regardless; leases never
 // depend on the wall clock).
 func (c *systemClock) nowMono() (time.Time, time.Duration) {
+	wall, mono := c.nowMonoNanos()
+	return time.Unix(0, wall), mono
+}
+
+// nowMonoNanos is nowMono with the wall reading in Unix nanoseconds.
+func (c *systemClock) nowMonoNanos() (int64, time.Duration) {
 	mono := time.Since(c.origin)
 	if mono-time.Duration(c.syncedAt.Load()) < wallResync {
-		return time.Unix(0, c.wallOffset.Load()+int64(mono)), mono
+		return c.wallOffset.Load() + int64(mono), mono
 	}
 	now := time.Now()
 	mono = now.Sub(c.origin)
-	c.wallOffset.Store(now.UnixNano() - int64(mono))
+	wall := now.UnixNano()
+	c.wallOffset.Store(wall - int64(mono))
 	c.syncedAt.Store(int64(mono))
-	return now, mono
+	return wall, mono
 }
 
 func (c *systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }

@@ -250,12 +250,13 @@ func (sh *shard) sched(l *Locker) *scheduler {
 	return s
 }
 
-// grant makes h the holder of e and starts its lease at the given readings of h's clock.
-func (sh *shard) grant(e *keyEntry, h *Handle, wall time.Time, mono, lease time.Duration) {
+// grant makes h the holder of e and starts its lease at the given readings of h's clock (wall in
+// Unix nanoseconds).
+func (sh *shard) grant(e *keyEntry, h *Handle, wall int64, mono, lease time.Duration) {
 	e.holder = h
 	h.e = e
-	h.acquiredAt = sh.tab.stamps.mint(wall)
-	h.expiresAt = wall.Add(lease).UnixNano()
+	h.acquiredAt = sh.tab.stamps.mintNanos(wall)
+	h.expiresAt = wall + int64(lease)
 	h.deadline.Store(int64(mono + lease))
 	h.setFlags(flagHeld)
 	sh.sched(h.l).push(h, mono)
@@ -285,7 +286,7 @@ func (sh *shard) passOn(e *keyEntry) {
 		sh.remove(e.home.hash, e)
 		return
 	}
-	wall, mono := readClock(w.h.l.clock)
+	wall, mono := readClockNanos(w.h.l.clock)
 	if mono-w.since >= bargeWindow {
 		sh.dequeue(e, w)
 		sh.sched(w.h.l).remove(w.h)

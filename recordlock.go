@@ -247,7 +247,7 @@ func (l *Locker) newHandle(key []byte, hold bool) *Handle {
 // which the attempt started, from which the remaining wait is measured.
 func (l *Locker) acquireLocal(ctx context.Context, h *Handle, lease, timeout time.Duration, wait bool) (time.Duration, error) {
 	sh := l.tab.shard(h.hash)
-	wall, mono := readClock(l.clock)
+	wall, mono := readClockNanos(l.clock)
 	sh.mu.Lock()
 	if l.closed.Load() {
 		sh.mu.Unlock()
@@ -318,7 +318,7 @@ func (l *Locker) wait(ctx context.Context, sh *shard, e *keyEntry, h *Handle, le
 				sh.dequeue(e, w)
 				sh.sched(l).remove(h)
 				h.w = nil
-				wall, now := readClock(l.clock)
+				wall, now := readClockNanos(l.clock)
 				sh.grant(e, h, wall, now, lease)
 				sh.unlockAndRunHooks()
 				return l.closedAfterGrant(h)
