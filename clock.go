@@ -2,6 +2,7 @@ package recordlock
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,6 +30,16 @@ type wallAndMono interface {
 	nowMono() (time.Time, time.Duration)
 }
 
+// readClockNanos is readClock with the wall reading in Unix nanoseconds, the form the lock path
+// stores; for the system clock it skips the round trip through time.Time.
+func readClockNanos(c Clock) (int64, time.Duration) {
+	if s, ok := c.(*systemClock); ok {
+		return s.nowMonoNanos()
+	}
+	wall, mono := readClock(c)
+	return wall.UnixNano(), mono
+}
+
 // readClock returns both readings of c, from one read where c allows it.
 func readClock(c Clock) (time.Time, time.Duration) {
 	if wm, ok := c.(wallAndMono); ok {
@@ -37,9 +48,25 @@ func readClock(c Clock) (time.Time, time.Duration) {
 	return c.Now(), c.Mono()
 }
 
-type systemClock struct{ origin time.Time }
+type systemClock struct {
+	origin time.Time
+	// wallOffset is the wall clock minus Mono, in Unix nanoseconds, as sampled at Mono syncedAt.
+	// The kernel slews both clocks alike, so the offset changes only when the wall clock is
+	// stepped; nowMono samples it again every wallResync.
+	wallOffset atomic.Int64
+	syncedAt   atomic.Int64
+}
 
-var theSystemClock = &systemClock{origin: time.Now()}
+// wallResync bounds how long a step of the wall clock can go unseen by nowMono.
+const wallResync = time.Millisecond
+
+var theSystemClock = newSystemClock()
+
+func newSystemClock() *systemClock {
+	c := &systemClock{origin: time.Now()}
+	c.wallOffset.Store(c.origin.UnixNano())
+	return c
+}
 
 // SystemClock returns the real clock: time.Now, the runtime's monotonic clock and time.AfterFunc.
 func SystemClock() Clock { return theSystemClock }
@@ -47,9 +74,28 @@ func SystemClock() Clock { return theSystemClock }
 func (c *systemClock) Now() time.Time      { return time.Now() }
 func (c *systemClock) Mono() time.Duration { return time.Since(c.origin) }
 
+// nowMono reads only the monotonic clock and derives the wall reading from the sampled offset:
+// reading the wall clock as well costs as much again on every Lock. The result equals
+// time.Now's wall reading except within wallResync after a wall-clock step, which it then
+// reflects up to that much later (Timestamps stay strictly increasing regardless; leases never
+// depend on the wall clock).
 func (c *systemClock) nowMono() (time.Time, time.Duration) {
+	wall, mono := c.nowMonoNanos()
+	return time.Unix(0, wall), mono
+}
+
+// nowMonoNanos is nowMono with the wall reading in Unix nanoseconds.
+func (c *systemClock) nowMonoNanos() (int64, time.Duration) {
+	mono := time.Since(c.origin)
+	if mono-time.Duration(c.syncedAt.Load()) < wallResync {
+		return c.wallOffset.Load() + int64(mono), mono
+	}
 	now := time.Now()
-	return now, now.Sub(c.origin)
+	mono = now.Sub(c.origin)
+	wall := now.UnixNano()
+	c.wallOffset.Store(wall - int64(mono))
+	c.syncedAt.Store(int64(mono))
+	return wall, mono
 }
 
 func (c *systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }

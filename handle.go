@@ -19,24 +19,24 @@ type Handle struct {
 	keyBuf [24]byte // short keys live here, so a Lock allocates only the Handle
 	hash   uint64
 
-	state    atomic.Uint32 // handleFlags; written under the shard mutex, read without it
-	deadline atomic.Int64  // Mono of l.clock at which the lease lapses
+	state   atomic.Uint32 // handleFlags; written under the shard mutex, read without it
+	heapIdx int32         // position in its scheduler's heap, -1 when not scheduled; beside state so neither is padded
+	// deadline is the Mono of l.clock at which the lease lapses; while the Lock that made the
+	// handle waits, it is when that wait times out. The scheduler's heap is ordered by it.
+	deadline atomic.Int64
 
-	heapIdx    int32 // position in its scheduler's heap, -1 when not scheduled
-	heapAt     time.Duration
-	lease      time.Duration
 	expiresAt  int64 // wall Unix nanoseconds, informational
 	acquiredAt Timestamp
-	lastVer    Timestamp // valid with flagHasVersion
-	floor      Timestamp // the candidate floor of NoteCandidateFloor
-	w          *waiter   // set while the Lock that made it waits
+	w          *waiter // set while the Lock that made it waits
 	cold       *handleCold
 
 	fenceMu sync.Mutex // held for the whole of Fence; Release and RevokeLease wait on it
 	own     keyEntry   // the table entry, when this handle was the one that brought the key in
 }
 
-// handleCold is what most handles never need, allocated on first use.
+// handleCold is what most handles never need, allocated on first use (under the shard mutex;
+// once set, the pointer never changes). Keeping it out of Handle keeps the one allocation of an
+// uncontended Lock small.
 type handleCold struct {
 	done   chan struct{}
 	hook   func() error
@@ -47,6 +47,8 @@ type handleCold struct {
 	roundEnd       time.Duration
 	roundExpiresAt int64
 	token          uint64
+	lastVer        Timestamp // valid with flagHasVersion
+	floor          Timestamp // the candidate floor of NoteCandidateFloor
 }
 
 type handleFlags = uint32
@@ -70,6 +72,9 @@ var closedChan = func() chan struct{} {
 }()
 
 func (h *Handle) flags() handleFlags { return h.state.Load() }
+
+// dueAt is when the scheduler must look at h: its lease end, or its wait's timeout.
+func (h *Handle) dueAt() time.Duration { return time.Duration(h.deadline.Load()) }
 
 // setFlags and clearFlags are called with the shard mutex held, so a plain load and store suffice.
 func (h *Handle) setFlags(f handleFlags)   { h.state.Store(h.state.Load() | f) }
@@ -320,7 +325,7 @@ func (h *Handle) moveDeadline(sh *shard, deadline, now time.Duration) {
 	h.deadline.Store(int64(deadline))
 	s := sh.sched(h.l)
 	s.remove(h)
-	s.push(h, deadline, now)
+	s.push(h, now)
 }
 
 // UpgradeToHold makes the lock outlive its Txn, with a new lease from now (0 means
@@ -379,9 +384,12 @@ func (h *Handle) HolderVersionCandidate(floor Timestamp) Timestamp {
 }
 
 func (h *Handle) candidate(floor Timestamp) Timestamp {
-	v := max(h.acquiredAt, h.floor, floor)
-	if h.flags()&flagHasVersion != 0 {
-		v = max(v, h.lastVer+1)
+	v := max(h.acquiredAt, floor)
+	if c := h.cold; c != nil {
+		v = max(v, c.floor)
+		if h.flags()&flagHasVersion != 0 {
+			v = max(v, c.lastVer+1)
+		}
 	}
 	return v
 }
@@ -396,7 +404,7 @@ func (h *Handle) NextHolderVersion() Timestamp {
 
 func (h *Handle) nextVersion() Timestamp {
 	v := h.candidate(0)
-	h.lastVer = v
+	h.getCold().lastVer = v
 	h.setFlags(flagHasVersion)
 	return v
 }
@@ -406,7 +414,8 @@ func (h *Handle) NoteCandidateFloor(v Timestamp) {
 	sh := h.shard()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	h.floor = max(h.floor, v)
+	c := h.getCold()
+	c.floor = max(c.floor, v)
 }
 
 // NoteHolderVersion records v as issued if it is above the last issued version; it never lowers it.
@@ -414,8 +423,8 @@ func (h *Handle) NoteHolderVersion(v Timestamp) {
 	sh := h.shard()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if h.flags()&flagHasVersion == 0 || v > h.lastVer {
-		h.lastVer = v
+	if c := h.getCold(); h.flags()&flagHasVersion == 0 || v > c.lastVer {
+		c.lastVer = v
 		h.setFlags(flagHasVersion)
 	}
 }

@@ -2,7 +2,6 @@ package recordlock
 
 import (
 	"bytes"
-	"container/heap"
 	"hash/maphash"
 	"path/filepath"
 	"sync"
@@ -251,15 +250,16 @@ func (sh *shard) sched(l *Locker) *scheduler {
 	return s
 }
 
-// grant makes h the holder of e and starts its lease at the given readings of h's clock.
-func (sh *shard) grant(e *keyEntry, h *Handle, wall time.Time, mono time.Duration) {
+// grant makes h the holder of e and starts its lease at the given readings of h's clock (wall in
+// Unix nanoseconds).
+func (sh *shard) grant(e *keyEntry, h *Handle, wall int64, mono, lease time.Duration) {
 	e.holder = h
 	h.e = e
-	h.acquiredAt = sh.tab.stamps.mint(wall)
-	h.expiresAt = wall.Add(h.lease).UnixNano()
-	h.deadline.Store(int64(mono + h.lease))
+	h.acquiredAt = sh.tab.stamps.mintNanos(wall)
+	h.expiresAt = wall + int64(lease)
+	h.deadline.Store(int64(mono + lease))
 	h.setFlags(flagHeld)
-	sh.sched(h.l).push(h, mono+h.lease, mono)
+	sh.sched(h.l).push(h, mono)
 }
 
 // giveBack ends h's ownership of its key and passes the key on.
@@ -286,11 +286,11 @@ func (sh *shard) passOn(e *keyEntry) {
 		sh.remove(e.home.hash, e)
 		return
 	}
-	wall, mono := readClock(w.h.l.clock)
+	wall, mono := readClockNanos(w.h.l.clock)
 	if mono-w.since >= bargeWindow {
 		sh.dequeue(e, w)
 		sh.sched(w.h.l).remove(w.h)
-		sh.grant(e, w.h, wall, mono)
+		sh.grant(e, w.h, wall, mono, w.lease)
 		w.finish(waitGranted)
 		return
 	}
@@ -401,6 +401,7 @@ type waiter struct {
 	h          *Handle // the handle it becomes when granted
 	next, prev *waiter
 	since      time.Duration // Mono of h's clock when it queued
+	lease      time.Duration // the lease h gets when granted
 	wake       chan struct{} // one buffered slot: a wake-up is never lost and never blocks
 	state      waitState
 }
@@ -430,11 +431,11 @@ type scheduler struct {
 	gen     uint64 // identifies the current timer; a stale callback sees a newer one and returns
 }
 
-// push schedules h at the given deadline; now is the current Mono of the scheduler's clock.
-func (s *scheduler) push(h *Handle, at, now time.Duration) {
-	h.heapAt = at
-	heap.Push(&s.heap, h)
-	s.armFor(at, now)
+// push schedules h at its deadline field (its lease end, or its wait's timeout while it waits);
+// now is the current Mono of the scheduler's clock.
+func (s *scheduler) push(h *Handle, now time.Duration) {
+	s.heap.push(h)
+	s.armFor(h.dueAt(), now)
 }
 
 // remove unschedules h; it is a no-op for a handle that is not scheduled here.
@@ -443,7 +444,7 @@ func (s *scheduler) remove(h *Handle) {
 	if i < 0 || i >= len(s.heap) || s.heap[i] != h {
 		return
 	}
-	heap.Remove(&s.heap, i)
+	s.heap.removeAt(i)
 	if len(s.heap) == 0 && cap(s.heap) > shrinkAfter {
 		s.heap = nil
 	}
@@ -477,7 +478,7 @@ func (s *scheduler) fire(gen uint64) {
 	}
 	s.timer = nil
 	now := s.clock.Mono()
-	for len(s.heap) > 0 && s.heap[0].heapAt <= now {
+	for len(s.heap) > 0 && s.heap[0].dueAt() <= now {
 		h := s.heap[0]
 		if w := h.w; w != nil {
 			sh.abandon(w, waitTimedOut)
@@ -487,33 +488,77 @@ func (s *scheduler) fire(gen uint64) {
 		s.remove(h) // a no-op unless the branch above left it scheduled
 	}
 	if len(s.heap) > 0 {
-		s.armFor(s.heap[0].heapAt, now)
+		s.armFor(s.heap[0].dueAt(), now)
 	}
 	sh.unlockAndRunHooks()
 }
 
-// deadlineHeap orders handles by heapAt for container/heap, keeping each one's index current.
+// deadlineHeap is a binary min-heap of handles by dueAt, each knowing its index. It is written
+// out rather than built on container/heap: an uncontended Lock and Release each touch it once,
+// and the interface calls and boxing of container/heap cost as much as the work itself.
 type deadlineHeap []*Handle
 
-func (d deadlineHeap) Len() int           { return len(d) }
-func (d deadlineHeap) Less(i, j int) bool { return d[i].heapAt < d[j].heapAt }
-func (d deadlineHeap) Swap(i, j int) {
-	d[i], d[j] = d[j], d[i]
-	d[i].heapIdx = int32(i)
-	d[j].heapIdx = int32(j)
-}
-
-func (d *deadlineHeap) Push(x any) {
-	h := x.(*Handle)
-	h.heapIdx = int32(len(*d))
+func (d *deadlineHeap) push(h *Handle) {
 	*d = append(*d, h)
+	d.up(len(*d)-1, h)
 }
 
-func (d *deadlineHeap) Pop() any {
+// removeAt takes out the handle at index i.
+func (d *deadlineHeap) removeAt(i int) {
 	old := *d
-	h := old[len(old)-1]
-	old[len(old)-1] = nil
+	n := len(old) - 1
+	h := old[i]
+	last := old[n]
+	old[n] = nil
+	*d = old[:n]
 	h.heapIdx = -1
-	*d = old[:len(old)-1]
-	return h
+	if i == n {
+		return
+	}
+	if !d.down(i, last) {
+		d.up(i, last)
+	}
+}
+
+// up places h, due to go at index i or above it, moving its ancestors down.
+func (d deadlineHeap) up(i int, h *Handle) {
+	at := h.dueAt()
+	for i > 0 {
+		p := (i - 1) / 2
+		parent := d[p]
+		if parent.dueAt() <= at {
+			break
+		}
+		d[i] = parent
+		parent.heapIdx = int32(i)
+		i = p
+	}
+	d[i] = h
+	h.heapIdx = int32(i)
+}
+
+// down places h, due to go at index i or below it, moving its descendants up. It reports whether
+// h moved.
+func (d deadlineHeap) down(i int, h *Handle) bool {
+	at := h.dueAt()
+	start := i
+	for {
+		c := 2*i + 1
+		if c >= len(d) {
+			break
+		}
+		if r := c + 1; r < len(d) && d[r].dueAt() < d[c].dueAt() {
+			c = r
+		}
+		child := d[c]
+		if at <= child.dueAt() {
+			break
+		}
+		d[i] = child
+		child.heapIdx = int32(i)
+		i = c
+	}
+	d[i] = h
+	h.heapIdx = int32(i)
+	return i > start
 }

@@ -1,0 +1,187 @@
+// Package bench runs recordlock side by side with its peers: sync.Mutex (the floor),
+// github.com/moby/locker, and RocksDB's own TransactionDB locks, all in one process and one run,
+// so that the ratios in BENCHMARKS.md compare like with like on the same machine.
+//
+// Each target of the performance issue is one benchmark function (BenchmarkP1 … BenchmarkP6)
+// whose sub-benchmarks are the contenders: recordlock, moby, mutex, rocksdb, plain. cmd/benchtable
+// turns the output into the table of medians and ratios.
+package bench
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/linxGnu/grocksdb"
+	"go.uber.org/goleak"
+
+	"github.com/recordlock/recordlock"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	fx.close()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// nKeys is the key space that P1, P2 and P4 rotate over.
+const (
+	nKeys   = 1 << 16
+	keyMask = nKeys - 1
+)
+
+// keyLen is the length of every record key.
+const keyLen = 16
+
+// keyBuf holds the nKeys record keys back to back: one pointer-free allocation, so that the
+// benchmark's own live heap gives the garbage collector next to nothing to mark (what each
+// contender allocates per op is then what its GC cost reflects).
+var keyBuf = func() []byte {
+	b := make([]byte, 0, nKeys*keyLen)
+	for i := range nKeys {
+		b = recordKey(b, i)
+	}
+	return b
+}()
+
+// key returns the record key i (mod nKeys) as bytes, for recordlock and RocksDB.
+func key(i int) []byte {
+	o := (i & keyMask) * keyLen
+	return keyBuf[o : o+keyLen : o+keyLen]
+}
+
+// keyStr returns the same key as a string, for moby/locker, without copying: converting on every
+// call would charge it an allocation.
+func keyStr(i int) string { return unsafe.String(&keyBuf[(i&keyMask)*keyLen], keyLen) }
+
+// recordKey appends the i-th record key ("record/1000000i", keyLen bytes) to dst.
+func recordKey(dst []byte, i int) []byte {
+	return strconv.AppendInt(append(dst, "record/"...), int64(1e8+i), 10)
+}
+
+// fx holds the two databases every benchmark shares, opened on first use with the same settings:
+// a plain DB for recordlock and the unlocked peer, a TransactionDB for RocksDB's own locks. Both
+// hold every key of keys with an 8-byte value.
+var fx fixtures
+
+type fixtures struct {
+	once sync.Once
+	err  error
+	dir  string
+	db   *grocksdb.DB
+	tdb  *grocksdb.TransactionDB
+	ro   *grocksdb.ReadOptions
+	wo   *grocksdb.WriteOptions
+	to   *grocksdb.TransactionOptions
+}
+
+func (f *fixtures) open(tb testing.TB) {
+	tb.Helper()
+	f.once.Do(func() { f.err = f.openOnce() })
+	if f.err != nil {
+		tb.Fatal(f.err)
+	}
+}
+
+// dbOptions are the RocksDB settings both databases are opened with.
+func dbOptions() *grocksdb.Options {
+	opts := grocksdb.NewDefaultOptions()
+	opts.SetCreateIfMissing(true)
+	return opts
+}
+
+func (f *fixtures) openOnce() error {
+	dir, err := os.MkdirTemp("", "recordlock-bench-")
+	if err != nil {
+		return err
+	}
+	f.dir = dir
+	opts := dbOptions()
+	defer opts.Destroy()
+	if f.db, err = grocksdb.OpenDb(opts, dir+"/plain"); err != nil {
+		return err
+	}
+	topts := grocksdb.NewDefaultTransactionDBOptions()
+	defer topts.Destroy()
+	if f.tdb, err = grocksdb.OpenTransactionDb(opts, topts, dir+"/txn"); err != nil {
+		return err
+	}
+	f.ro = grocksdb.NewDefaultReadOptions()
+	f.wo = grocksdb.NewDefaultWriteOptions()
+	f.to = grocksdb.NewDefaultTransactionOptions()
+	wb := grocksdb.NewWriteBatch()
+	defer wb.Destroy()
+	for i := range nKeys {
+		wb.Put(key(i), make([]byte, 8))
+	}
+	if err := f.db.Write(f.wo, wb); err != nil {
+		return err
+	}
+	return f.tdb.Write(f.wo, wb)
+}
+
+func (f *fixtures) close() {
+	if f.db != nil {
+		f.db.Close()
+	}
+	if f.tdb != nil {
+		f.tdb.Close()
+	}
+	for _, d := range []interface{ Destroy() }{f.ro, f.wo, f.to} {
+		if d != nil {
+			d.Destroy()
+		}
+	}
+	if f.dir != "" {
+		_ = os.RemoveAll(f.dir)
+	}
+}
+
+// newLocker returns a Locker on the shared plain database with the system clock, closed when the
+// benchmark ends.
+func newLocker(tb testing.TB) *recordlock.Locker {
+	tb.Helper()
+	fx.open(tb)
+	l, err := recordlock.New(fx.db)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// pointLock is RocksDB's own key lock: a pessimistic transaction that locks one key with
+// GetForUpdate and gives it back with Rollback. Begin reuses the transaction object.
+type pointLock struct {
+	txn *grocksdb.Transaction
+}
+
+func (p *pointLock) lock(tb testing.TB, key []byte) {
+	p.txn = fx.tdb.TransactionBegin(fx.wo, fx.to, p.txn)
+	v, err := p.txn.GetForUpdate(fx.ro, key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	v.Free()
+}
+
+func (p *pointLock) unlock(tb testing.TB) {
+	if err := p.txn.Rollback(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func (p *pointLock) destroy() {
+	if p.txn != nil {
+		p.txn.Destroy()
+	}
+}
