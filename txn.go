@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/linxGnu/grocksdb"
 )
@@ -26,12 +27,11 @@ import (
 // Locks taken without Options.Hold end with the Txn; held locks survive Commit and Rollback and
 // end only by Release or their lease (a later Txn that locks the key waits for them like any other
 // Lock). A Txn must end with Commit or Rollback (defer Rollback: it
-// is a no-op after Commit), which also frees its RocksDB memory. A Txn is used by one goroutine.
+// is a no-op after Commit), which also releases its locks. A Txn is used by one goroutine.
 type Txn struct {
 	l      *Locker
-	ro     *grocksdb.ReadOptions // made by the first Get, destroyed when the Txn ends
-	locks  keyList[txnLock]      // every handle this Txn took, in order; the latest per key is current
-	writes keyList[stagedWrite]  // in the order staged; the latest per key is what Get sees
+	locks  keyList[txnLock]     // every handle this Txn took, in order; the latest per key is current
+	writes keyList[stagedWrite] // in the order staged; the latest per key is what Get sees
 	done   bool
 }
 
@@ -133,10 +133,7 @@ func (t *Txn) Get(key []byte) ([]byte, error) {
 		}
 		return bytes.Clone(w.value), nil
 	}
-	if t.ro == nil {
-		t.ro = grocksdb.NewDefaultReadOptions()
-	}
-	v, err := t.l.db.GetBytes(t.ro, key)
+	v, err := t.l.db.GetBytes(defaultReadOptions(), key)
 	if err != nil {
 		return nil, fmt.Errorf("recordlock: get: %w", err)
 	}
@@ -204,6 +201,31 @@ func (t *Txn) Commit() error {
 			return ErrLeaseExpired
 		}
 	}
+	return fenced(fences, func() error {
+		// Checked inside the fences: Close releases these handles only after the write returns.
+		if t.l.closed.Load() {
+			return ErrClosed
+		}
+		if hook := testHookInFence; hook != nil {
+			hook()
+		}
+		if err := t.write(); err != nil {
+			return fmt.Errorf("recordlock: commit: %w", err)
+		}
+		return nil
+	})
+}
+
+// write writes the staged writes atomically: a single one directly, several as one WriteBatch.
+func (t *Txn) write() error {
+	db, wo := t.l.db, defaultWriteOptions()
+	if len(t.writes.items) == 1 {
+		w := t.writes.items[0]
+		if w.del {
+			return db.Delete(wo, w.key)
+		}
+		return db.Put(wo, w.key, w.value)
+	}
 	wb := grocksdb.NewWriteBatch()
 	defer wb.Destroy()
 	for _, w := range t.writes.items {
@@ -213,22 +235,16 @@ func (t *Txn) Commit() error {
 			wb.Put(w.key, w.value)
 		}
 	}
-	wo := grocksdb.NewDefaultWriteOptions()
-	defer wo.Destroy()
-	return fenced(fences, func() error {
-		// Checked inside the fences: Close releases these handles only after the write returns.
-		if t.l.closed.Load() {
-			return ErrClosed
-		}
-		if hook := testHookInFence; hook != nil {
-			hook()
-		}
-		if err := t.l.db.Write(wo, wb); err != nil {
-			return fmt.Errorf("recordlock: commit: %w", err)
-		}
-		return nil
-	})
+	return db.Write(wo, wb)
 }
+
+// defaultReadOptions and defaultWriteOptions are made once and shared by every Txn of the
+// process: RocksDB only reads them, and making and destroying a pair per transaction cost four
+// cgo calls on every read-modify-write. They live as long as the process.
+var (
+	defaultReadOptions  = sync.OnceValue(grocksdb.NewDefaultReadOptions)
+	defaultWriteOptions = sync.OnceValue(grocksdb.NewDefaultWriteOptions)
+)
 
 // fenced runs write inside the fences of hs, hs[0] outermost.
 func fenced(hs []*Handle, write func() error) error {
@@ -258,7 +274,7 @@ func (t *Txn) Rollback() {
 	}
 }
 
-// end ends the Txn: it drops the staged writes, releases non-hold locks and frees RocksDB memory.
+// end ends the Txn: it drops the staged writes and releases non-hold locks.
 func (t *Txn) end() {
 	t.done = true
 	for _, x := range t.locks.items {
@@ -268,10 +284,6 @@ func (t *Txn) end() {
 	}
 	t.locks = keyList[txnLock]{}
 	t.writes = keyList[stagedWrite]{}
-	if t.ro != nil {
-		t.ro.Destroy()
-		t.ro = nil
-	}
 }
 
 // keyed is an entry of a keyList.
