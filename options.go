@@ -1,6 +1,7 @@
 package recordlock
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 )
@@ -69,26 +70,32 @@ type Resolved struct {
 // Resolve validates o and fills in the defaults. On failure it returns an *OptionError that
 // matches ErrInvalidOptions.
 func (o Options) Resolve() (Resolved, error) {
-	lease, err := resolveDuration("Lease", o.Lease, DefaultLease, MinLease, MaxLease)
-	if err != nil {
-		return Resolved{}, err
+	r := Resolved{
+		Lease:          cmp.Or(o.Lease, DefaultLease),
+		Timeout:        cmp.Or(o.Timeout, DefaultTimeout),
+		Hold:           o.Hold,
+		Scope:          ScopeCluster,
+		ScopeRequested: o.Scope != ScopeDefault,
 	}
-	timeout, err := resolveDuration("Timeout", o.Timeout, DefaultTimeout, MinTimeout, MaxTimeout)
-	if err != nil {
-		return Resolved{}, err
+	if o.Scope == ScopeNode {
+		r.Scope = ScopeNode
 	}
-	r := Resolved{Lease: lease, Timeout: timeout, Hold: o.Hold, Scope: ScopeCluster}
-	switch o.Scope {
-	case ScopeDefault:
-	case ScopeCluster:
-		r.ScopeRequested = true
-	case ScopeNode:
-		r.Scope, r.ScopeRequested = ScopeNode, true
-	default:
-		return Resolved{}, &OptionError{Field: "Scope", Value: o.Scope,
-			Reason: "must be ScopeDefault, ScopeCluster or ScopeNode"}
+	// One range check for the usual, valid case; the error is worked out only when it fails.
+	if r.Lease < MinLease || r.Lease > MaxLease || r.Timeout < MinTimeout || r.Timeout > MaxTimeout || o.Scope > ScopeNode {
+		return Resolved{}, o.invalid()
 	}
 	return r, nil
+}
+
+// invalid returns the *OptionError of the first invalid field of o.
+func (o Options) invalid() error {
+	if _, err := resolveDuration("Lease", o.Lease, DefaultLease, MinLease, MaxLease); err != nil {
+		return err
+	}
+	if _, err := resolveDuration("Timeout", o.Timeout, DefaultTimeout, MinTimeout, MaxTimeout); err != nil {
+		return err
+	}
+	return &OptionError{Field: "Scope", Value: o.Scope, Reason: "must be ScopeDefault, ScopeCluster or ScopeNode"}
 }
 
 // resolveDuration applies the zero-means-default rule and the range check shared by every
