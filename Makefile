@@ -36,8 +36,10 @@ fuzz: deps
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) .; \
 	done
 
+# The side-by-side table of BENCHMARKS.md: recordlock and its peers in one run, medians and ratios.
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) .
+	cd bench && $(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) -timeout 30m \
+		| tee bench.out | $(GO) run ./cmd/benchtable
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
