@@ -251,18 +251,25 @@ func (x *linHarness) write(t *testing.T, client int, h *recordlock.Handle, g, se
 	} else {
 		err = h.Fence(put)
 	}
+	x.countWrite(t, err, stalled)
+	x.record(client, call, regInput{Op: regWrite, G: g, Seq: seq}, regOutput{OK: err == nil})
+}
+
+// countWrite counts a fenced write's outcome: landed, or refused because the lease had ended (any
+// other error fails the run).
+func (x *linHarness) countWrite(t *testing.T, err error, stalled bool) {
+	t.Helper()
 	if err != nil {
 		if !assert.ErrorIs(t, err, recordlock.ErrLeaseExpired) {
 			x.fail()
 		}
 		x.stats.fencedOut.Add(1)
-	} else {
-		x.stats.writes.Add(1)
-		if stalled {
-			x.stats.stalledWrites.Add(1)
-		}
+		return
 	}
-	x.record(client, call, regInput{Op: regWrite, G: g, Seq: seq}, regOutput{OK: err == nil})
+	x.stats.writes.Add(1)
+	if stalled {
+		x.stats.stalledWrites.Add(1)
+	}
 }
 
 // stall plays a holder that is paused (GC, swap, a slow disk) past its lease: it resumes once a
@@ -375,17 +382,7 @@ func (x *linHarness) txnTurn(t *testing.T, id int, l *recordlock.Locker, r *rand
 	}
 	call := x.tick.Add(1)
 	err := tx.Commit()
-	if err != nil {
-		if !assert.ErrorIs(t, err, recordlock.ErrLeaseExpired) {
-			x.fail()
-		}
-		x.stats.fencedOut.Add(1)
-	} else {
-		x.stats.writes.Add(1)
-		if stalled {
-			x.stats.stalledWrites.Add(1)
-		}
-	}
+	x.countWrite(t, err, stalled)
 	x.record(id, call, regInput{Op: regWrite, G: g, Seq: seq}, regOutput{OK: err == nil})
 	x.record(id, call, regInput{Op: regEnd, G: g}, regOutput{}) // Commit also ended the lock
 }
