@@ -27,25 +27,20 @@ type Timer interface {
 // wallAndMono is implemented by clocks that can give both readings from one clock read, which
 // saves a read on every Lock.
 type wallAndMono interface {
-	nowMono() (time.Time, time.Duration)
+	nowMono() (int64, time.Duration)
 }
 
-// readClockNanos is readClock with the wall reading in Unix nanoseconds, the form the lock path
-// stores; for the system clock it skips the round trip through time.Time.
-func readClockNanos(c Clock) (int64, time.Duration) {
+// readClock returns c's wall reading in Unix nanoseconds (the form handles store) and its
+// monotonic reading, from one clock read where c allows it. The system clock is tested for first
+// because it is the hot path's clock.
+func readClock(c Clock) (int64, time.Duration) {
 	if s, ok := c.(*systemClock); ok {
-		return s.nowMonoNanos()
+		return s.nowMono()
 	}
-	wall, mono := readClock(c)
-	return wall.UnixNano(), mono
-}
-
-// readClock returns both readings of c, from one read where c allows it.
-func readClock(c Clock) (time.Time, time.Duration) {
 	if wm, ok := c.(wallAndMono); ok {
 		return wm.nowMono()
 	}
-	return c.Now(), c.Mono()
+	return c.Now().UnixNano(), c.Mono()
 }
 
 type systemClock struct {
@@ -79,13 +74,7 @@ func (c *systemClock) Mono() time.Duration { return time.Since(c.origin) }
 // time.Now's wall reading except within wallResync after a wall-clock step, which it then
 // reflects up to that much later (Timestamps stay strictly increasing regardless; leases never
 // depend on the wall clock).
-func (c *systemClock) nowMono() (time.Time, time.Duration) {
-	wall, mono := c.nowMonoNanos()
-	return time.Unix(0, wall), mono
-}
-
-// nowMonoNanos is nowMono with the wall reading in Unix nanoseconds.
-func (c *systemClock) nowMonoNanos() (int64, time.Duration) {
+func (c *systemClock) nowMono() (int64, time.Duration) {
 	mono := time.Since(c.origin)
 	if mono-time.Duration(c.syncedAt.Load()) < wallResync {
 		return c.wallOffset.Load() + int64(mono), mono
@@ -135,10 +124,10 @@ func (c *ManualClock) Mono() time.Duration {
 	return c.mono
 }
 
-func (c *ManualClock) nowMono() (time.Time, time.Duration) {
+func (c *ManualClock) nowMono() (int64, time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.wall, c.mono
+	return c.wall.UnixNano(), c.mono
 }
 
 // AfterFunc arms a timer that runs f inside the Advance that moves Mono past d. A timer armed

@@ -82,3 +82,17 @@ func newTestLocker(t testing.TB, db *grocksdb.DB, clk Clock) *Locker {
 	t.Cleanup(func() { _ = l.Close() })
 	return l
 }
+
+// empty reports whether no key is held or waited on. Tests use it.
+func (t *table) empty() bool {
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		n := len(sh.entries)
+		sh.mu.Unlock()
+		if n != 0 {
+			return false
+		}
+	}
+	return true
+}

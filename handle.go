@@ -297,7 +297,7 @@ func (h *Handle) join(round Round, lease time.Duration) bool {
 	c := h.getCold()
 	c.tsR, c.hasTsR, c.token = round.TsR, true, round.Token
 	c.roundEnd = round.MintedMono + lease
-	c.roundExpiresAt = round.TsR.Time().Add(lease).UnixNano()
+	c.roundExpiresAt = int64(round.TsR) + int64(lease)
 	c.hook = round.Release
 	h.acquiredAt = round.TsR
 	h.clearFlags(flagHasVersion)
@@ -351,7 +351,7 @@ func (h *Handle) UpgradeToHold(lease time.Duration) error {
 		// even after an earlier upgrade had shortened both.
 		deadline, h.expiresAt = c.roundEnd, c.roundExpiresAt
 	} else {
-		h.expiresAt = wall.Add(lease).UnixNano()
+		h.expiresAt = wall + int64(lease)
 	}
 	h.setFlags(flagHold)
 	h.moveDeadline(sh, deadline, now)

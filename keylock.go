@@ -136,20 +136,6 @@ func (t *table) logFault(l *Locker, msg string) {
 	})
 }
 
-// empty reports whether no key is held or waited on. Tests use it.
-func (t *table) empty() bool {
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.Lock()
-		n := len(sh.entries)
-		sh.mu.Unlock()
-		if n != 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // shard is one mutex's worth of the table. Every field of every Handle and waiter whose key
 // hashes here is guarded by mu.
 type shard struct {
@@ -255,7 +241,7 @@ func (sh *shard) sched(l *Locker) *scheduler {
 func (sh *shard) grant(e *keyEntry, h *Handle, wall int64, mono, lease time.Duration) {
 	e.holder = h
 	h.e = e
-	h.acquiredAt = sh.tab.stamps.mintNanos(wall)
+	h.acquiredAt = sh.tab.stamps.mint(wall)
 	h.expiresAt = wall + int64(lease)
 	h.deadline.Store(int64(mono + lease))
 	h.setFlags(flagHeld)
@@ -286,7 +272,7 @@ func (sh *shard) passOn(e *keyEntry) {
 		sh.remove(e.home.hash, e)
 		return
 	}
-	wall, mono := readClockNanos(w.h.l.clock)
+	wall, mono := readClock(w.h.l.clock)
 	if mono-w.since >= bargeWindow {
 		sh.dequeue(e, w)
 		sh.sched(w.h.l).remove(w.h)

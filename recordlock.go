@@ -112,7 +112,7 @@ func (l *Locker) RemoveCoordinator(standalone bool) { l.tab.coord.remove(standal
 
 // Timestamp mints a timestamp: wall-anchored Unix nanoseconds, strictly increasing across every
 // Locker and goroutine of this database.
-func (l *Locker) Timestamp() Timestamp { return l.tab.stamps.mint(l.clock.Now()) }
+func (l *Locker) Timestamp() Timestamp { return l.tab.stamps.mint(l.clock.Now().UnixNano()) }
 
 // Lock waits until key is free and locks it. It fails with ErrTimeout once opts.Timeout has
 // passed, and with an error matching ctx's error once ctx is done (at once if it already is);
@@ -247,7 +247,7 @@ func (l *Locker) newHandle(key []byte, hold bool) *Handle {
 // which the attempt started, from which the remaining wait is measured.
 func (l *Locker) acquireLocal(ctx context.Context, h *Handle, lease, timeout time.Duration, wait bool) (time.Duration, error) {
 	sh := l.tab.shard(h.hash)
-	wall, mono := readClockNanos(l.clock)
+	wall, mono := readClock(l.clock)
 	sh.mu.Lock()
 	if l.closed.Load() {
 		sh.mu.Unlock()
@@ -318,7 +318,7 @@ func (l *Locker) wait(ctx context.Context, sh *shard, e *keyEntry, h *Handle, le
 				sh.dequeue(e, w)
 				sh.sched(l).remove(h)
 				h.w = nil
-				wall, now := readClockNanos(l.clock)
+				wall, now := readClock(l.clock)
 				sh.grant(e, h, wall, now, lease)
 				sh.unlockAndRunHooks()
 				return l.closedAfterGrant(h)

@@ -15,11 +15,9 @@ func (t Timestamp) Time() time.Time { return time.Unix(0, int64(t)) }
 // timestampSource mints the strictly increasing timestamps of one database.
 type timestampSource struct{ last atomic.Int64 }
 
-// mint returns wall as a Timestamp, or last+1 when wall is not past the last one minted.
-func (s *timestampSource) mint(wall time.Time) Timestamp { return s.mintNanos(wall.UnixNano()) }
-
-// mintNanos is mint of a wall reading in Unix nanoseconds.
-func (s *timestampSource) mintNanos(now int64) Timestamp {
+// mint returns the wall reading now (Unix nanoseconds) as a Timestamp, or last+1 when now is not
+// past the last one minted.
+func (s *timestampSource) mint(now int64) Timestamp {
 	for {
 		last := s.last.Load()
 		next := max(now, last+1)

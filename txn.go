@@ -174,7 +174,7 @@ func (t *Txn) stage(key, value []byte, del bool) error {
 	return nil
 }
 
-// Commit writes the staged writes atomically as one WriteBatch, then releases the Txn's locks
+// Commit writes the staged writes atomically (one WriteBatch when there are several), then releases the Txn's locks
 // that were not taken with Hold, and ends the Txn.
 //
 // If the lease of any lock protecting a staged write has ended (lapsed or revoked), Commit writes
@@ -195,13 +195,9 @@ func (t *Txn) Commit() error {
 		return nil
 	}
 	var buf [4]*Handle
-	fences := t.protectors(buf[:0])
-	for _, h := range fences {
-		if h.IsLeaseExpired() {
-			return ErrLeaseExpired
-		}
-	}
-	return fenced(fences, func() error {
+	// No separate lease check first: each Fence refuses with ErrLeaseExpired before anything
+	// inside it runs, and the write is innermost, so one lapsed lease writes nothing.
+	return fenced(t.protectors(buf[:0]), func() error {
 		// Checked inside the fences: Close releases these handles only after the write returns.
 		if t.l.closed.Load() {
 			return ErrClosed
