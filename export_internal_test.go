@@ -19,11 +19,7 @@ func TableEmpty(l *Locker) bool {
 		sh := &l.tab.shards[i]
 		sh.mu.Lock()
 		n := 0
-		for _, s := range sh.scheds {
-			if s != nil {
-				n += len(s.heap)
-			}
-		}
+		sh.schedulers(func(s *scheduler) { n += len(s.heap) })
 		sh.mu.Unlock()
 		if n != 0 {
 			return false
@@ -88,7 +84,7 @@ func (t *table) empty() bool {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
-		n := len(sh.entries)
+		n := sh.index.n
 		sh.mu.Unlock()
 		if n != 0 {
 			return false

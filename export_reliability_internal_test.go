@@ -11,11 +11,7 @@ func ProbeDeadlines(l *Locker) int {
 	for i := range l.tab.shards {
 		sh := &l.tab.shards[i]
 		sh.mu.Lock()
-		for _, s := range sh.scheds {
-			if s != nil {
-				n += len(s.heap)
-			}
-		}
+		sh.schedulers(func(s *scheduler) { n += len(s.heap) })
 		sh.mu.Unlock()
 	}
 	return n

@@ -14,7 +14,7 @@ import (
 // between IsExpired and IsLeaseExpired.
 type Handle struct {
 	l      *Locker
-	e      *keyEntry // the table entry of its key; guarded by the shard mutex like every field below
+	e      *keyEntry // the table entry of its key while it holds or waits for it; guarded by the shard mutex like every field below
 	key    []byte
 	keyBuf [24]byte // short keys live here, so a Lock allocates only the Handle
 	hash   uint64
@@ -31,7 +31,6 @@ type Handle struct {
 	cold       *handleCold
 
 	fenceMu sync.Mutex // held for the whole of Fence; Release and RevokeLease wait on it
-	own     keyEntry   // the table entry, when this handle was the one that brought the key in
 }
 
 // handleCold is what most handles never need, allocated on first use (under the shard mutex;
@@ -244,10 +243,9 @@ func (h *Handle) Release() bool {
 	h.lockForChange(sh)
 	ok := h.flags()&(flagReleased|flagExpired) == 0 && !h.settle(sh)
 	if ok {
-		h.setFlags(flagReleased)
 		sh.sched(h.l).remove(h)
-		h.closeDone()
-		sh.giveBack(h)
+		sh.giveBack(h, flagReleased)
+		h.closeDone() // after the flag: a reader woken by Done finds the handle released
 		sh.queueHook(h)
 	}
 	sh.unlockAndRunHooks()
@@ -266,7 +264,7 @@ func (h *Handle) RevokeLease() {
 		sh.sched(h.l).remove(h)
 		h.closeDone()
 		if h.flags()&flagHeld != 0 {
-			sh.giveBack(h)
+			sh.giveBack(h, 0)
 			sh.queueHook(h)
 		}
 	}
@@ -468,7 +466,7 @@ func (h *Handle) endFence(sh *shard) []pendingHook {
 	}
 	if h.flags()&flagPassOnAfterFence != 0 {
 		h.clearFlags(flagPassOnAfterFence)
-		sh.giveBack(h)
+		sh.giveBack(h, 0)
 		sh.queueHook(h)
 	}
 	hooks := sh.drainHooks()

@@ -1,7 +1,6 @@
 package recordlock
 
 import (
-	"bytes"
 	"hash/maphash"
 	"path/filepath"
 	"sync"
@@ -17,8 +16,8 @@ const (
 	shardCount = 128 // a power of two
 	// bargeWindow is how long the oldest waiter may be passed over by newcomers (SPEC §3).
 	bargeWindow = time.Millisecond
-	// shrinkAfter is the size a shard's map must have reached before it is rebuilt once empty:
-	// Go maps never shrink, and a table whose keys come and go must return to its idle size.
+	// shrinkAfter is the capacity a scheduler's heap must have reached before it is dropped once
+	// empty: a table whose keys come and go must return to its idle size.
 	shrinkAfter = 1024
 )
 
@@ -93,11 +92,7 @@ func releaseTable(t *table) {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
-		for _, s := range sh.scheds {
-			if s != nil {
-				s.disarm()
-			}
-		}
+		sh.schedulers((*scheduler).disarm)
 		sh.mu.Unlock()
 	}
 }
@@ -139,23 +134,42 @@ func (t *table) logFault(l *Locker, msg string) {
 // shard is one mutex's worth of the table. Every field of every Handle and waiter whose key
 // hashes here is guarded by mu.
 type shard struct {
-	mu      sync.Mutex
-	tab     *table
-	entries map[uint64]*keyEntry
-	peak    int          // largest len(entries) since the map was last rebuilt
-	scheds  []*scheduler // by clockID, created on first use
-	hooks   []pendingHook
-	_       [64]byte // keeps neighbouring shards off one cache line
+	mu     sync.Mutex
+	tab    *table
+	index  entryTable
+	spare  *keyEntry // entries no key uses, kept for reuse; linked by nextSpare
+	nSpare int
+	// The schedulers of the table's clocks, by clockID, each created on first use.
+	firstSched scheduler
+	moreScheds []*scheduler // clockID 1 and up
+	hooks      []pendingHook
+	_          [64]byte // keeps neighbouring shards off one cache line
 }
 
-// keyEntry is the table's record of one key that is held or waited on. It is stored inside the
-// Handle that first took the key, so an uncontended Lock allocates only its Handle.
+// maxSpare bounds the entries a shard keeps for reuse: enough that keys coming and going do not
+// allocate, few enough that a table of released keys holds next to nothing.
+const maxSpare = 16
+
+// keyEntry is the table's record of one key that is held or waited on. Entries are reused within
+// their shard, so that an uncontended Lock allocates only its Handle; nothing refers to an entry
+// once it has left the table (the handles that used it were given back or gave up).
 type keyEntry struct {
-	home        *Handle // the handle embedding this entry; its key is the entry's key
+	hash        uint64
 	holder      *Handle // nil while the key is free but waiters remain
 	head, tail  *waiter
-	chain       *keyEntry // next entry with the same hash
-	wakePending bool      // the head waiter was woken and has not yet looked at the key
+	nextSpare   *keyEntry
+	wakePending bool // the head waiter was woken and has not yet looked at the key
+}
+
+// key is the entry's key, as held by its holder or, while the key is free, its oldest waiter.
+func (e *keyEntry) key() []byte {
+	switch {
+	case e.holder != nil:
+		return e.holder.key
+	case e.head != nil:
+		return e.head.h.key
+	}
+	return nil
 }
 
 type pendingHook struct {
@@ -163,42 +177,28 @@ type pendingHook struct {
 	fn func() error
 }
 
-func (sh *shard) lookup(hash uint64, key []byte) *keyEntry {
-	e := sh.entries[hash]
-	for e != nil && !bytes.Equal(e.home.key, key) {
-		e = e.chain
+func (sh *shard) lookup(hash uint64, key []byte) *keyEntry { return sh.index.find(hash, key) }
+
+// newEntry returns an empty entry for a key of the given hash, reusing a spare one if it can.
+func (sh *shard) newEntry(hash uint64) *keyEntry {
+	e := sh.spare
+	if e == nil {
+		return &keyEntry{hash: hash}
 	}
+	sh.spare, e.nextSpare = e.nextSpare, nil
+	sh.nSpare--
+	e.hash = hash
 	return e
 }
 
-func (sh *shard) insert(hash uint64, e *keyEntry) {
-	if sh.entries == nil {
-		sh.entries = make(map[uint64]*keyEntry)
+// remove takes e, which has neither holder nor waiters, out of the table and keeps it for reuse.
+func (sh *shard) remove(e *keyEntry) {
+	if !sh.index.remove(e) || sh.nSpare >= maxSpare {
+		return
 	}
-	e.chain = sh.entries[hash]
-	sh.entries[hash] = e
-	sh.peak = max(sh.peak, len(sh.entries))
-}
-
-func (sh *shard) remove(hash uint64, e *keyEntry) {
-	first := sh.entries[hash]
-	switch {
-	case first == e && e.chain == nil:
-		delete(sh.entries, hash)
-	case first == e:
-		sh.entries[hash] = e.chain
-	default:
-		for p := first; p != nil; p = p.chain {
-			if p.chain == e {
-				p.chain = e.chain
-				break
-			}
-		}
-	}
-	e.chain = nil
-	if len(sh.entries) == 0 && sh.peak >= shrinkAfter {
-		sh.entries, sh.peak = nil, 0
-	}
+	*e = keyEntry{nextSpare: sh.spare}
+	sh.spare = e
+	sh.nSpare++
 }
 
 // drainHooks hands the release hooks collected under mu to the caller, to run once mu is released.
@@ -221,19 +221,40 @@ func (sh *shard) unlockAndRunHooks() {
 	runHooks(hs)
 }
 
-// sched returns the scheduler of the given clock.
+// sched returns the scheduler of l's clock. The first clock of the table, in practice the only
+// one, has its scheduler inside the shard, one pointer less on every Lock and Release.
 func (sh *shard) sched(l *Locker) *scheduler {
-	if l.clockID < len(sh.scheds) {
-		if s := sh.scheds[l.clockID]; s != nil {
+	if l.clockID == 0 {
+		s := &sh.firstSched
+		if s.sh == nil {
+			s.sh, s.clock = sh, l.clock
+		}
+		return s
+	}
+	i := l.clockID - 1
+	if i < len(sh.moreScheds) {
+		if s := sh.moreScheds[i]; s != nil {
 			return s
 		}
 	}
-	for len(sh.scheds) <= l.clockID {
-		sh.scheds = append(sh.scheds, nil)
+	for len(sh.moreScheds) <= i {
+		sh.moreScheds = append(sh.moreScheds, nil)
 	}
 	s := &scheduler{sh: sh, clock: l.clock}
-	sh.scheds[l.clockID] = s
+	sh.moreScheds[i] = s
 	return s
+}
+
+// schedulers calls f on every scheduler the shard has made.
+func (sh *shard) schedulers(f func(*scheduler)) {
+	if sh.firstSched.sh != nil {
+		f(&sh.firstSched)
+	}
+	for _, s := range sh.moreScheds {
+		if s != nil {
+			f(s)
+		}
+	}
 }
 
 // grant makes h the holder of e and starts its lease at the given readings of h's clock (wall in
@@ -248,14 +269,17 @@ func (sh *shard) grant(e *keyEntry, h *Handle, wall int64, mono, lease time.Dura
 	sh.sched(h.l).push(h, mono)
 }
 
-// giveBack ends h's ownership of its key and passes the key on.
-func (sh *shard) giveBack(h *Handle) {
+// giveBack ends h's ownership of its key, setting the flags in set with the same store, and
+// passes the key on.
+func (sh *shard) giveBack(h *Handle, set handleFlags) {
 	e := h.e
 	if e == nil || e.holder != h {
+		h.setFlags(set)
 		sh.tab.logFault(h.l, "a handle gave back a key it did not hold")
 		return
 	}
-	h.clearFlags(flagHeld)
+	h.state.Store(h.flags()&^flagHeld | set)
+	h.e = nil // the entry may be reused once the key leaves the table
 	e.holder = nil
 	sh.passOn(e)
 }
@@ -269,7 +293,7 @@ func (sh *shard) passOn(e *keyEntry) {
 	}
 	w := e.head
 	if w == nil {
-		sh.remove(e.home.hash, e)
+		sh.remove(e)
 		return
 	}
 	wall, mono := readClock(w.h.l.clock)
@@ -318,7 +342,7 @@ func (sh *shard) expire(h *Handle) {
 		h.setFlags(flagPassOnAfterFence)
 		return
 	}
-	sh.giveBack(h)
+	sh.giveBack(h, 0)
 	sh.queueHook(h)
 }
 
@@ -365,6 +389,7 @@ func (sh *shard) dequeue(e *keyEntry, w *waiter) {
 func (sh *shard) abandon(w *waiter, outcome waitState) {
 	e := w.h.e
 	sh.dequeue(e, w)
+	w.h.e = nil
 	sh.sched(w.h.l).remove(w.h)
 	w.finish(outcome)
 	sh.passOn(e)

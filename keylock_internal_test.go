@@ -76,7 +76,7 @@ func TestTableEmptyAfterWaitersGiveUp(t *testing.T) {
 	assert.True(t, TableEmpty(l))
 }
 
-func TestShardMapRebuiltOnceEmptyAfterGrowth(t *testing.T) {
+func TestShardTableShrinksOnceKeysLeave(t *testing.T) {
 	db := OpenTestDB(t)
 	clk := NewManualClock(time.Unix(1, 0))
 	l := newTestLocker(t, db, clk)
@@ -90,29 +90,36 @@ func TestShardMapRebuiltOnceEmptyAfterGrowth(t *testing.T) {
 		handles = append(handles, h)
 	}
 	sh.mu.Lock()
-	grown, heapCap := len(sh.entries), cap(sh.sched(l).heap)
+	grown, slots, heapCap := sh.index.n, len(sh.index.slots), cap(sh.sched(l).heap)
 	sh.mu.Unlock()
 	require.Equal(t, len(keys), grown)
+	require.Greater(t, slots, shrinkAfter)
 	require.Greater(t, heapCap, shrinkAfter)
 
 	for _, h := range handles[1:] {
 		require.True(t, h.Release())
 	}
 	sh.mu.Lock()
-	assert.NotNil(t, sh.entries, "a map with a key left is kept")
+	assert.Equal(t, 1, sh.index.n)
+	assert.LessOrEqual(t, len(sh.index.slots), 4*minSlots, "the table shrank as its keys left")
+	assert.Equal(t, maxSpare, sh.nSpare, "only a few entries are kept for reuse")
 	sh.mu.Unlock()
 
 	require.True(t, handles[0].Release())
 	sh.mu.Lock()
-	assert.Nil(t, sh.entries, "the grown map is dropped once empty")
-	assert.Zero(t, sh.peak)
+	assert.Zero(t, sh.index.n)
+	assert.Len(t, sh.index.slots, minSlots, "an idle table is back to its idle size")
 	assert.Nil(t, sh.sched(l).heap, "the grown heap is dropped once empty")
 	sh.mu.Unlock()
 
-	// The rebuilt shard works as before.
-	h, err := l.TryLock(keys[0], Options{})
-	require.NoError(t, err)
-	require.True(t, h.Release())
+	// The shrunk shard works as before, and finds every key again.
+	for _, k := range keys[:100] {
+		h, err := l.TryLock(k, Options{})
+		require.NoError(t, err)
+		_, err = l.TryLock(k, Options{})
+		require.ErrorIs(t, err, ErrLocked)
+		require.True(t, h.Release())
+	}
 	assert.True(t, TableEmpty(l))
 }
 

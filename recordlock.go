@@ -260,9 +260,9 @@ func (l *Locker) acquireLocal(ctx context.Context, h *Handle, lease, timeout tim
 	}
 	switch {
 	case e == nil:
-		h.own.home = h
-		sh.insert(h.hash, &h.own)
-		sh.grant(&h.own, h, wall, mono, lease)
+		e = sh.newEntry(h.hash)
+		sh.grant(e, h, wall, mono, lease)
+		sh.index.insert(e)
 	case e.holder == nil && l.mayBarge(e.head, mono):
 		sh.grant(e, h, wall, mono, lease)
 	case !wait:
@@ -399,26 +399,23 @@ func (l *Locker) Close() error {
 	for i := range l.tab.shards {
 		sh := &l.tab.shards[i]
 		sh.mu.Lock()
-		for _, first := range sh.entries {
-			for e := first; e != nil; {
-				next := e.chain
-				if e.holder != nil && e.holder.l == l {
-					held = append(held, e.holder)
+		// Collect first: abandoning a waiter can hand its key on or take it out of the table.
+		var entries []*keyEntry
+		sh.index.all(func(e *keyEntry) { entries = append(entries, e) })
+		for _, e := range entries {
+			if e.holder != nil && e.holder.l == l {
+				held = append(held, e.holder)
+			}
+			var mine []*waiter
+			for w := e.head; w != nil; w = w.next {
+				if w.h.l == l {
+					mine = append(mine, w)
 				}
-				// Collect first: abandoning one waiter can hand the key to the next one,
-				// which unlinks it from the queue.
-				var mine []*waiter
-				for w := e.head; w != nil; w = w.next {
-					if w.h.l == l {
-						mine = append(mine, w)
-					}
+			}
+			for _, w := range mine {
+				if w.h.w == w { // still queued; a granted one fails in closedAfterGrant
+					sh.abandon(w, waitClosed)
 				}
-				for _, w := range mine {
-					if w.h.w == w { // still queued; a granted one fails in closedAfterGrant
-						sh.abandon(w, waitClosed)
-					}
-				}
-				e = next
 			}
 		}
 		sh.unlockAndRunHooks()

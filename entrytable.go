@@ -1,0 +1,115 @@
+package recordlock
+
+import "bytes"
+
+// entryTable is one shard's index of the keys that are held or waited on: an open-addressing
+// hash table with linear probing over the 64-bit key hash the shard was chosen by. It replaces a
+// Go map because an uncontended Lock and Release each touch it once, and a map costs a second
+// hash of the key, a lookup before every insert, and a reseed whenever it empties. Unlike a map
+// it shrinks: once its keys are gone it returns to its idle size.
+type entryTable struct {
+	slots []*keyEntry // nil, or a power-of-two number of slots
+	n     int         // entries stored
+}
+
+const (
+	// minSlots is the size of a table in use; a shard keeps it while idle, so that a shard whose
+	// keys come and go allocates nothing.
+	minSlots = 8
+	// hashShift skips the hash bits that chose the shard, which every key of a shard shares.
+	hashShift = 7
+)
+
+func (t *entryTable) home(hash uint64) int { return int(hash>>hashShift) & (len(t.slots) - 1) }
+
+// find returns the entry of key, whose hash is hash, or nil.
+func (t *entryTable) find(hash uint64, key []byte) *keyEntry {
+	if t.n == 0 {
+		return nil
+	}
+	mask := len(t.slots) - 1
+	for i := t.home(hash); ; i = (i + 1) & mask {
+		e := t.slots[i]
+		if e == nil {
+			return nil
+		}
+		if e.hash == hash && bytes.Equal(e.key(), key) {
+			return e
+		}
+	}
+}
+
+// insert adds e, whose key must not be in the table yet.
+func (t *entryTable) insert(e *keyEntry) {
+	switch {
+	case t.slots == nil:
+		t.slots = make([]*keyEntry, minSlots)
+	case (t.n+1)*4 > len(t.slots)*3: // keep the load at most 3/4
+		t.resize(len(t.slots) * 2)
+	}
+	t.place(e)
+	t.n++
+}
+
+// place puts e in the first free slot from its home.
+func (t *entryTable) place(e *keyEntry) {
+	mask := len(t.slots) - 1
+	i := t.home(e.hash)
+	for t.slots[i] != nil {
+		i = (i + 1) & mask
+	}
+	t.slots[i] = e
+}
+
+// remove takes e out of the table. It reports false, changing nothing, if e is not in it.
+func (t *entryTable) remove(e *keyEntry) bool {
+	if t.n == 0 {
+		return false
+	}
+	mask := len(t.slots) - 1
+	i := t.home(e.hash)
+	for t.slots[i] != e {
+		if t.slots[i] == nil {
+			return false
+		}
+		i = (i + 1) & mask
+	}
+	// Backward-shift deletion: move later entries of the probe run into the hole when their home
+	// allows, so that no tombstones accumulate.
+	for j := (i + 1) & mask; t.slots[j] != nil; j = (j + 1) & mask {
+		if h := t.home(t.slots[j].hash); (j-h)&mask >= (j-i)&mask {
+			t.slots[i] = t.slots[j]
+			i = j
+		}
+	}
+	t.slots[i] = nil
+	t.n--
+	if len(t.slots) > minSlots && t.n*8 < len(t.slots) {
+		size := max(minSlots, len(t.slots)/4)
+		if t.n == 0 {
+			size = minSlots
+		}
+		t.resize(size)
+	}
+	return true
+}
+
+// resize rehashes the entries into size slots.
+func (t *entryTable) resize(size int) {
+	old := t.slots
+	t.slots = make([]*keyEntry, size)
+	for _, e := range old {
+		if e != nil {
+			t.place(e)
+		}
+	}
+}
+
+// all calls f on every entry; f must not insert or remove.
+func (t *entryTable) all(f func(*keyEntry)) {
+	for _, e := range t.slots {
+		if e != nil {
+			f(e)
+		}
+	}
+}
