@@ -82,6 +82,23 @@ func (t *Txn) Lock(ctx context.Context, key []byte, opts Options) (*Handle, erro
 	if err := t.usable(); err != nil {
 		return nil, err
 	}
+	if cur, ok := t.locks.latest(key); ok {
+		if h, err := t.relock(ctx, cur.h, key, opts); h != nil || err != nil {
+			return h, err
+		}
+	}
+	// Locker.Lock validates key, opts and ctx as relock does, in the same order.
+	h, err := t.l.Lock(ctx, key, opts)
+	if err != nil {
+		return nil, err
+	}
+	t.locks.add(txnLock{h: h})
+	return h, nil
+}
+
+// relock is Lock of a key this Txn has locked with h: h itself while it authorizes writes (after
+// the scope check and the upgrade opts ask for), else nil and nil so that Lock takes the key anew.
+func (t *Txn) relock(ctx context.Context, h *Handle, key []byte, opts Options) (*Handle, error) {
 	r, err := t.l.check(key, opts)
 	if err != nil {
 		return nil, err
@@ -89,23 +106,17 @@ func (t *Txn) Lock(ctx context.Context, key []byte, opts Options) (*Handle, erro
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if cur, ok := t.locks.latest(key); ok && !cur.h.IsExpired() {
-		h := cur.h
-		if h.Scope() == ScopeNode && t.wantsCluster(r) {
-			return nil, fmt.Errorf("%w: %q is held node-scoped by this transaction", ErrScopeConflict, key)
-		}
-		if opts.Hold {
-			if err := h.UpgradeToHold(opts.Lease); err != nil {
-				return nil, err
-			}
-		}
-		return h, nil
+	if h.IsExpired() {
+		return nil, nil
 	}
-	h, err := t.l.Lock(ctx, key, opts)
-	if err != nil {
-		return nil, err
+	if h.Scope() == ScopeNode && t.wantsCluster(r) {
+		return nil, fmt.Errorf("%w: %q is held node-scoped by this transaction", ErrScopeConflict, key)
 	}
-	t.locks.add(txnLock{h: h})
+	if opts.Hold {
+		if err := h.UpgradeToHold(opts.Lease); err != nil {
+			return nil, err
+		}
+	}
 	return h, nil
 }
 
