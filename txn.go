@@ -208,19 +208,22 @@ func (t *Txn) Commit() error {
 	var buf [4]*Handle
 	// No separate lease check first: each Fence refuses with ErrLeaseExpired before anything
 	// inside it runs, and the write is innermost, so one lapsed lease writes nothing.
-	return fenced(t.protectors(buf[:0]), func() error {
-		// Checked inside the fences: Close releases these handles only after the write returns.
-		if t.l.closed.Load() {
-			return ErrClosed
-		}
-		if hook := testHookInFence; hook != nil {
-			hook()
-		}
-		if err := t.write(); err != nil {
-			return fmt.Errorf("recordlock: commit: %w", err)
-		}
-		return nil
-	})
+	return fenced(t.protectors(buf[:0]), t.fencedWrite)
+}
+
+// fencedWrite is what Commit runs inside the fences: the write of the staged writes.
+func (t *Txn) fencedWrite() error {
+	// Checked inside the fences: Close releases these handles only after the write returns.
+	if t.l.closed.Load() {
+		return ErrClosed
+	}
+	if hook := testHookInFence; hook != nil {
+		hook()
+	}
+	if err := t.write(); err != nil {
+		return fmt.Errorf("recordlock: commit: %w", err)
+	}
+	return nil
 }
 
 // write writes the staged writes atomically: a single one directly, several as one WriteBatch.
@@ -253,10 +256,14 @@ var (
 	defaultWriteOptions = sync.OnceValue(grocksdb.NewDefaultWriteOptions)
 )
 
-// fenced runs write inside the fences of hs, hs[0] outermost.
+// fenced runs write inside the fences of hs, hs[0] outermost. One protector, the usual case,
+// fences write itself rather than a closure around the rest of hs.
 func fenced(hs []*Handle, write func() error) error {
-	if len(hs) == 0 {
+	switch len(hs) {
+	case 0:
 		return write()
+	case 1:
+		return hs[0].Fence(write)
 	}
 	return hs[0].Fence(func() error { return fenced(hs[1:], write) })
 }
