@@ -32,6 +32,8 @@ type Txn struct {
 	l      *Locker
 	locks  keyList[txnLock]     // every handle this Txn took, in order; the latest per key is current
 	writes keyList[stagedWrite] // in the order staged; the latest per key is what Get sees
+	spare  [32]byte             // holds the bytes of the first small writes, which then allocate nothing
+	spareN uint8                // how much of spare is taken
 	done   bool
 }
 
@@ -46,11 +48,14 @@ func (x txnLock) entryKey() []byte { return x.h.key }
 // stagedWrite is one Put or Delete waiting for Commit. Which handle protects it is decided when
 // it is staged, by marking that handle's txnLock.
 type stagedWrite struct {
-	key, value []byte
-	del        bool
+	kv   []byte // a copy of the key, then of the value
+	klen int
+	del  bool
 }
 
-func (w stagedWrite) entryKey() []byte { return w.key }
+func (w stagedWrite) entryKey() []byte { return w.kv[:w.klen:w.klen] }
+
+func (w stagedWrite) value() []byte { return w.kv[w.klen:] }
 
 // testHookInFence, when set by a white-box test, runs inside the fences just before the batch
 // is written.
@@ -142,7 +147,7 @@ func (t *Txn) Get(key []byte) ([]byte, error) {
 		if w.del {
 			return nil, nil
 		}
-		return bytes.Clone(w.value), nil
+		return bytes.Clone(w.value()), nil
 	}
 	v, err := t.l.db.GetBytes(defaultReadOptions(), key)
 	if err != nil {
@@ -175,14 +180,26 @@ func (t *Txn) stage(key, value []byte, del bool) error {
 			return ErrReleased
 		}
 	}
-	buf := make([]byte, len(key)+len(value)) // one allocation for both copies
-	n := copy(buf, key)
-	copy(buf[n:], value)
-	t.writes.add(stagedWrite{key: buf[:n:n], value: buf[n:], del: del})
+	t.writes.add(stagedWrite{kv: t.copyOf(key, value), klen: len(key), del: del})
 	if i >= 0 {
 		t.locks.items[i].protects = true
 	}
 	return nil
+}
+
+// copyOf returns a copy of key and value back to back: in spare while it has room, else in one
+// new allocation.
+func (t *Txn) copyOf(key, value []byte) []byte {
+	n := len(key) + len(value)
+	var buf []byte
+	if off := int(t.spareN); n <= len(t.spare)-off {
+		buf = t.spare[off : off+n : off+n]
+		t.spareN += uint8(n)
+	} else {
+		buf = make([]byte, n)
+	}
+	copy(buf[copy(buf, key):], value)
+	return buf
 }
 
 // Commit writes the staged writes atomically (one WriteBatch when there are several), then releases the Txn's locks
@@ -232,17 +249,17 @@ func (t *Txn) write() error {
 	if len(t.writes.items) == 1 {
 		w := t.writes.items[0]
 		if w.del {
-			return db.Delete(wo, w.key)
+			return db.Delete(wo, w.entryKey())
 		}
-		return db.Put(wo, w.key, w.value)
+		return db.Put(wo, w.entryKey(), w.value())
 	}
 	wb := grocksdb.NewWriteBatch()
 	defer wb.Destroy()
 	for _, w := range t.writes.items {
 		if w.del {
-			wb.Delete(w.key)
+			wb.Delete(w.entryKey())
 		} else {
-			wb.Put(w.key, w.value)
+			wb.Put(w.entryKey(), w.value())
 		}
 	}
 	return db.Write(wo, wb)
