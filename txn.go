@@ -32,6 +32,8 @@ type Txn struct {
 	l      *Locker
 	locks  keyList[txnLock]     // every handle this Txn took, in order; the latest per key is current
 	writes keyList[stagedWrite] // in the order staged; the latest per key is what Get sees
+	spare  [32]byte             // holds the bytes of the first small writes, which then allocate nothing
+	spareN uint8                // how much of spare is taken
 	done   bool
 }
 
@@ -46,11 +48,14 @@ func (x txnLock) entryKey() []byte { return x.h.key }
 // stagedWrite is one Put or Delete waiting for Commit. Which handle protects it is decided when
 // it is staged, by marking that handle's txnLock.
 type stagedWrite struct {
-	key, value []byte
-	del        bool
+	kv   []byte // a copy of the key, then of the value
+	klen int
+	del  bool
 }
 
-func (w stagedWrite) entryKey() []byte { return w.key }
+func (w stagedWrite) entryKey() []byte { return w.kv[:w.klen:w.klen] }
+
+func (w stagedWrite) value() []byte { return w.kv[w.klen:] }
 
 // testHookInFence, when set by a white-box test, runs inside the fences just before the batch
 // is written.
@@ -82,6 +87,23 @@ func (t *Txn) Lock(ctx context.Context, key []byte, opts Options) (*Handle, erro
 	if err := t.usable(); err != nil {
 		return nil, err
 	}
+	if cur, ok := t.locks.latest(key); ok {
+		if h, err := t.relock(ctx, cur.h, key, opts); h != nil || err != nil {
+			return h, err
+		}
+	}
+	// Locker.Lock validates key, opts and ctx as relock does, in the same order.
+	h, err := t.l.Lock(ctx, key, opts)
+	if err != nil {
+		return nil, err
+	}
+	t.locks.add(txnLock{h: h})
+	return h, nil
+}
+
+// relock is Lock of a key this Txn has locked with h: h itself while it authorizes writes (after
+// the scope check and the upgrade opts ask for), else nil and nil so that Lock takes the key anew.
+func (t *Txn) relock(ctx context.Context, h *Handle, key []byte, opts Options) (*Handle, error) {
 	r, err := t.l.check(key, opts)
 	if err != nil {
 		return nil, err
@@ -89,23 +111,17 @@ func (t *Txn) Lock(ctx context.Context, key []byte, opts Options) (*Handle, erro
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if cur, ok := t.locks.latest(key); ok && !cur.h.IsExpired() {
-		h := cur.h
-		if h.Scope() == ScopeNode && t.wantsCluster(r) {
-			return nil, fmt.Errorf("%w: %q is held node-scoped by this transaction", ErrScopeConflict, key)
-		}
-		if opts.Hold {
-			if err := h.UpgradeToHold(opts.Lease); err != nil {
-				return nil, err
-			}
-		}
-		return h, nil
+	if h.IsExpired() {
+		return nil, nil
 	}
-	h, err := t.l.Lock(ctx, key, opts)
-	if err != nil {
-		return nil, err
+	if h.Scope() == ScopeNode && t.wantsCluster(r) {
+		return nil, fmt.Errorf("%w: %q is held node-scoped by this transaction", ErrScopeConflict, key)
 	}
-	t.locks.add(txnLock{h: h})
+	if opts.Hold {
+		if err := h.UpgradeToHold(opts.Lease); err != nil {
+			return nil, err
+		}
+	}
 	return h, nil
 }
 
@@ -131,7 +147,7 @@ func (t *Txn) Get(key []byte) ([]byte, error) {
 		if w.del {
 			return nil, nil
 		}
-		return bytes.Clone(w.value), nil
+		return bytes.Clone(w.value()), nil
 	}
 	v, err := t.l.db.GetBytes(defaultReadOptions(), key)
 	if err != nil {
@@ -164,14 +180,26 @@ func (t *Txn) stage(key, value []byte, del bool) error {
 			return ErrReleased
 		}
 	}
-	buf := make([]byte, len(key)+len(value)) // one allocation for both copies
-	n := copy(buf, key)
-	copy(buf[n:], value)
-	t.writes.add(stagedWrite{key: buf[:n:n], value: buf[n:], del: del})
+	t.writes.add(stagedWrite{kv: t.copyOf(key, value), klen: len(key), del: del})
 	if i >= 0 {
 		t.locks.items[i].protects = true
 	}
 	return nil
+}
+
+// copyOf returns a copy of key and value back to back: in spare while it has room, else in one
+// new allocation.
+func (t *Txn) copyOf(key, value []byte) []byte {
+	n := len(key) + len(value)
+	var buf []byte
+	if off := int(t.spareN); n <= len(t.spare)-off {
+		buf = t.spare[off : off+n : off+n]
+		t.spareN += uint8(n)
+	} else {
+		buf = make([]byte, n)
+	}
+	copy(buf[copy(buf, key):], value)
+	return buf
 }
 
 // Commit writes the staged writes atomically (one WriteBatch when there are several), then releases the Txn's locks
@@ -197,19 +225,22 @@ func (t *Txn) Commit() error {
 	var buf [4]*Handle
 	// No separate lease check first: each Fence refuses with ErrLeaseExpired before anything
 	// inside it runs, and the write is innermost, so one lapsed lease writes nothing.
-	return fenced(t.protectors(buf[:0]), func() error {
-		// Checked inside the fences: Close releases these handles only after the write returns.
-		if t.l.closed.Load() {
-			return ErrClosed
-		}
-		if hook := testHookInFence; hook != nil {
-			hook()
-		}
-		if err := t.write(); err != nil {
-			return fmt.Errorf("recordlock: commit: %w", err)
-		}
-		return nil
-	})
+	return fenced(t.protectors(buf[:0]), t.fencedWrite)
+}
+
+// fencedWrite is what Commit runs inside the fences: the write of the staged writes.
+func (t *Txn) fencedWrite() error {
+	// Checked inside the fences: Close releases these handles only after the write returns.
+	if t.l.closed.Load() {
+		return ErrClosed
+	}
+	if hook := testHookInFence; hook != nil {
+		hook()
+	}
+	if err := t.write(); err != nil {
+		return fmt.Errorf("recordlock: commit: %w", err)
+	}
+	return nil
 }
 
 // write writes the staged writes atomically: a single one directly, several as one WriteBatch.
@@ -218,17 +249,17 @@ func (t *Txn) write() error {
 	if len(t.writes.items) == 1 {
 		w := t.writes.items[0]
 		if w.del {
-			return db.Delete(wo, w.key)
+			return db.Delete(wo, w.entryKey())
 		}
-		return db.Put(wo, w.key, w.value)
+		return db.Put(wo, w.entryKey(), w.value())
 	}
 	wb := grocksdb.NewWriteBatch()
 	defer wb.Destroy()
 	for _, w := range t.writes.items {
 		if w.del {
-			wb.Delete(w.key)
+			wb.Delete(w.entryKey())
 		} else {
-			wb.Put(w.key, w.value)
+			wb.Put(w.entryKey(), w.value())
 		}
 	}
 	return db.Write(wo, wb)
@@ -242,10 +273,14 @@ var (
 	defaultWriteOptions = sync.OnceValue(grocksdb.NewDefaultWriteOptions)
 )
 
-// fenced runs write inside the fences of hs, hs[0] outermost.
+// fenced runs write inside the fences of hs, hs[0] outermost. One protector, the usual case,
+// fences write itself rather than a closure around the rest of hs.
 func fenced(hs []*Handle, write func() error) error {
-	if len(hs) == 0 {
+	switch len(hs) {
+	case 0:
 		return write()
+	case 1:
+		return hs[0].Fence(write)
 	}
 	return hs[0].Fence(func() error { return fenced(hs[1:], write) })
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -397,6 +398,48 @@ func TestTxnGetOverlaysStagedWrites(t *testing.T) {
 	assert.Equal(t, []byte{}, dbGet(t, db, "b"))
 	assert.Equal(t, []byte("2"), dbGet(t, db, "d"), "the batch keeps the order of staging")
 	assert.Nil(t, dbGet(t, db, "z"), "the reused key slice was copied")
+}
+
+// Staged keys and values of every size stay intact and apart: small ones share room inside the
+// Txn until it is full, larger ones get their own copy, and the caller's slices are reused at once.
+func TestTxnStagedBytesKeptApart(t *testing.T) {
+	db := openDB(t)
+	_, l := manual(t, db)
+	ctx := context.Background()
+	txn := l.Begin()
+	defer txn.Rollback()
+	want := map[string]string{
+		"s1":         "small",
+		"big":        strings.Repeat("B", 100),
+		"s2":         "tiny",
+		"long-key/x": strings.Repeat("v", 20),
+		"s3":         "after",
+		"s4":         "",
+	}
+	order := []string{"s1", "big", "s2", "long-key/x", "s3", "s4"}
+	buf := make([]byte, 0, 128)
+	for i, k := range order {
+		if i%2 == 0 {
+			_, err := txn.Lock(ctx, []byte(k), recordlock.Options{})
+			require.NoError(t, err)
+		}
+		kb := append([]byte(nil), k...)
+		vb := append(buf[:0], want[k]...)
+		require.NoError(t, txn.Put(kb, vb))
+		clear(kb) // the caller may reuse its slices
+		for j := range vb {
+			vb[j] = '!'
+		}
+	}
+	for _, k := range order {
+		got, err := txn.Get([]byte(k))
+		require.NoError(t, err)
+		assert.Equal(t, want[k], string(got), "staged %q", k)
+	}
+	require.NoError(t, txn.Commit())
+	for _, k := range order {
+		assert.Equal(t, want[k], string(dbGet(t, db, k)), "committed %q", k)
+	}
 }
 
 // Many keys in one Txn: the lookups stay correct past the size where they switch to a map.

@@ -68,15 +68,17 @@ func recordKey(dst []byte, i int) []byte {
 	return strconv.AppendInt(append(dst, "record/"...), int64(1e8+i), 10)
 }
 
-// fx holds the two databases every benchmark shares, opened on first use with the same settings:
-// a plain DB for recordlock and the unlocked peer, a TransactionDB for RocksDB's own locks. Both
-// hold every key of keys with an 8-byte value.
+// fx holds the two databases the lock benchmarks share, opened on first use with the same
+// settings: a plain DB for recordlock and the unlocked peer, a TransactionDB for RocksDB's own
+// locks. Both hold every record key with an 8-byte value. It also holds the seed that each
+// read-modify-write run copies (freshDB, freshTxnDB).
 var fx fixtures
 
 type fixtures struct {
 	once sync.Once
 	err  error
 	dir  string
+	seed string // a closed database of every record key, in one compacted table file
 	db   *grocksdb.DB
 	tdb  *grocksdb.TransactionDB
 	ro   *grocksdb.ReadOptions
@@ -126,7 +128,77 @@ func (f *fixtures) openOnce() error {
 	if err := f.db.Write(f.wo, wb); err != nil {
 		return err
 	}
-	return f.tdb.Write(f.wo, wb)
+	if err := f.tdb.Write(f.wo, wb); err != nil {
+		return err
+	}
+	f.seed = dir + "/seed"
+	return writeSeed(f.seed, f.wo, wb)
+}
+
+// writeSeed creates the database at dir with the writes of wb, flushed and compacted into one
+// table file, and closes it: a copy of it opens with an empty memtable and one sorted run.
+func writeSeed(dir string, wo *grocksdb.WriteOptions, wb *grocksdb.WriteBatch) error {
+	opts := dbOptions()
+	defer opts.Destroy()
+	db, err := grocksdb.OpenDb(opts, dir)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := db.Write(wo, wb); err != nil {
+		return err
+	}
+	fo := grocksdb.NewDefaultFlushOptions()
+	defer fo.Destroy()
+	fo.SetWait(true)
+	if err := db.Flush(fo); err != nil {
+		return err
+	}
+	db.CompactRange(grocksdb.Range{})
+	return nil
+}
+
+// seedCopy copies the seed database into a new directory, removed when tb's run ends.
+func seedCopy(tb testing.TB) string {
+	tb.Helper()
+	fx.open(tb)
+	dir := tb.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(fx.seed)); err != nil {
+		tb.Fatal(err)
+	}
+	return dir
+}
+
+// freshDB opens a copy of the seed as a plain database, with the settings of every database
+// here, closed when tb's run ends.
+func freshDB(tb testing.TB) *grocksdb.DB {
+	tb.Helper()
+	dir := seedCopy(tb)
+	opts := dbOptions()
+	defer opts.Destroy()
+	db, err := grocksdb.OpenDb(opts, dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(db.Close)
+	return db
+}
+
+// freshTxnDB opens a copy of the seed as a TransactionDB, with the settings of every database
+// here, closed when tb's run ends.
+func freshTxnDB(tb testing.TB) *grocksdb.TransactionDB {
+	tb.Helper()
+	dir := seedCopy(tb)
+	opts := dbOptions()
+	defer opts.Destroy()
+	topts := grocksdb.NewDefaultTransactionDBOptions()
+	defer topts.Destroy()
+	tdb, err := grocksdb.OpenTransactionDb(opts, topts, dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(tdb.Close)
+	return tdb
 }
 
 func (f *fixtures) close() {
@@ -151,7 +223,14 @@ func (f *fixtures) close() {
 func newLocker(tb testing.TB) *recordlock.Locker {
 	tb.Helper()
 	fx.open(tb)
-	l, err := recordlock.New(fx.db)
+	return lockerOn(tb, fx.db)
+}
+
+// lockerOn returns a Locker on db with the system clock, closed when tb's run ends (before db, if
+// db was opened for tb first).
+func lockerOn(tb testing.TB, db *grocksdb.DB) *recordlock.Locker {
+	tb.Helper()
+	l, err := recordlock.New(db)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -11,11 +11,18 @@ import (
 // BenchmarkP4 is a read-modify-write of one record (read an 8-byte counter, write it back plus
 // one), rotating over 65,536 records, on the same RocksDB settings for every contender.
 // Target: recordlock ≤ 1.10× plain, ≤ 0.9× rocksdb.
+//
+// Every run (each b.N, of each contender) gets its own copy of one seed database, opened before
+// the timer starts: the records in one compacted table file, an empty memtable, a cold block
+// cache. Sharing long-lived databases made each contender inherit the memtable, table files and
+// pending compactions left by whoever ran before it, which moved the medians by up to 20% from
+// one run to the next. A run writes far less than a memtable holds, so no flush or compaction
+// happens while it is timed.
 func BenchmarkP4(b *testing.B) {
 	// recordlock is a Txn (SPEC §7): Lock, Get, Put, and Commit, which writes the batch inside the
 	// handle's fence and releases the lock.
 	b.Run("recordlock", func(b *testing.B) {
-		l := newLocker(b)
+		l := lockerOn(b, freshDB(b))
 		ctx := context.Background()
 		var buf [8]byte
 		b.ReportAllocs()
@@ -40,18 +47,18 @@ func BenchmarkP4(b *testing.B) {
 	})
 	// plain is an unlocked Get and Put on the plain database: no isolation at all.
 	b.Run("plain", func(b *testing.B) {
-		fx.open(b)
+		db := freshDB(b)
 		var buf [8]byte
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			k := key(i)
-			v, err := fx.db.Get(fx.ro, k)
+			v, err := db.Get(fx.ro, k)
 			if err != nil {
 				b.Fatal(err)
 			}
 			next := increment(buf[:0], v)
-			if err := fx.db.Put(fx.wo, k, next); err != nil {
+			if err := db.Put(fx.wo, k, next); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -59,7 +66,7 @@ func BenchmarkP4(b *testing.B) {
 	// rocksdb is RocksDB's pessimistic transaction: GetForUpdate locks the key, Commit writes
 	// and unlocks it.
 	b.Run("rocksdb", func(b *testing.B) {
-		fx.open(b)
+		tdb := freshTxnDB(b)
 		var buf [8]byte
 		var txn *grocksdb.Transaction
 		defer func() {
@@ -71,7 +78,7 @@ func BenchmarkP4(b *testing.B) {
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			k := key(i)
-			txn = fx.tdb.TransactionBegin(fx.wo, fx.to, txn)
+			txn = tdb.TransactionBegin(fx.wo, fx.to, txn)
 			v, err := txn.GetForUpdate(fx.ro, k)
 			if err != nil {
 				b.Fatal(err)
