@@ -211,9 +211,13 @@ func (l *Locker) lock(ctx context.Context, key []byte, opts Options, wait bool) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	coord, err := l.tab.coord.resolve(*r)
-	if err != nil {
-		return nil, err
+	var coord Coordinator
+	if r.Scope != ScopeNode { // a node lock never consults the coordinator
+		c, err := l.tab.coord.resolve(*r)
+		if err != nil {
+			return nil, err
+		}
+		coord = c
 	}
 	h := l.newHandle(key, r.Hold)
 	start, err := l.acquireLocal(ctx, h, r.Lease, r.Timeout, wait)
