@@ -243,13 +243,18 @@ func (h *Handle) Release() bool {
 	h.lockForChange(sh)
 	ok := h.flags()&(flagReleased|flagExpired) == 0 && !h.settle(sh)
 	if ok {
-		sh.sched(h.l).remove(h)
-		sh.giveBack(h, flagReleased)
-		h.closeDone() // after the flag: a reader woken by Done finds the handle released
-		sh.queueHook(h)
+		h.releaseLocked(sh)
 	}
 	sh.unlockAndRunHooks()
 	return ok
+}
+
+// releaseLocked gives back the key of a live holder, with the shard mutex held.
+func (h *Handle) releaseLocked(sh *shard) {
+	sh.sched(h.l).remove(h)
+	sh.giveBack(h, flagReleased)
+	h.closeDone() // after the flag: a reader woken by Done finds the handle released
+	sh.queueHook(h)
 }
 
 // RevokeLease ends the handle's authority ahead of its lease, so IsLeaseExpired becomes true and
@@ -433,7 +438,15 @@ func (h *Handle) NoteHolderVersion(v Timestamp) {
 // closes at once and the key passes on when commit returns. commit may call the handle's
 // accessors and predicates; it must not call Release, RevokeLease or Fence on the same handle.
 // Fence after Release still runs while the lease lasts, but then a successor may hold the key.
-func (h *Handle) Fence(commit func() error) error {
+func (h *Handle) Fence(commit func() error) error { return h.fence(commit, false) }
+
+// fenceThenRelease is Fence followed, unless the lock is held (Hold), by Release in the critical
+// section that ends the fence: one mutex round trip and one clock read fewer than the two calls,
+// for Txn.Commit, whose locks without Hold end with it.
+func (h *Handle) fenceThenRelease(commit func() error) error { return h.fence(commit, true) }
+
+// fence is Fence; with releaseUnlessHold it is fenceThenRelease.
+func (h *Handle) fence(commit func() error, releaseUnlessHold bool) error {
 	sh := h.shard()
 	h.fenceMu.Lock()
 	sh.mu.Lock()
@@ -449,25 +462,29 @@ func (h *Handle) Fence(commit func() error) error {
 	// The release hook of a lease that ended inside Fence runs after fenceMu is released, so a
 	// slow hook does not hold up Release or RevokeLease callers waiting for the commit.
 	defer func() {
-		hooks := h.endFence(sh)
+		hooks := h.endFence(sh, releaseUnlessHold)
 		h.fenceMu.Unlock()
 		runHooks(hooks)
 	}()
 	return commit()
 }
 
-// endFence leaves Fence, passing the key on if the lease ended while commit ran. It returns the
-// release hook to run once the caller has let go of fenceMu.
-func (h *Handle) endFence(sh *shard) []pendingHook {
+// endFence leaves Fence, passing the key on if the lease ended while commit ran, or else
+// releasing a lock without Hold if asked to. It returns the release hook to run once the caller
+// has let go of fenceMu.
+func (h *Handle) endFence(sh *shard, releaseUnlessHold bool) []pendingHook {
 	sh.mu.Lock()
 	h.clearFlags(flagFencing)
 	if h.flags()&flagExpired == 0 {
 		h.settle(sh)
 	}
-	if h.flags()&flagPassOnAfterFence != 0 {
+	switch {
+	case h.flags()&flagPassOnAfterFence != 0:
 		h.clearFlags(flagPassOnAfterFence)
 		sh.giveBack(h, 0)
 		sh.queueHook(h)
+	case releaseUnlessHold && h.flags()&(flagReleased|flagExpired|flagHold) == 0:
+		h.releaseLocked(sh)
 	}
 	hooks := sh.drainHooks()
 	sh.mu.Unlock()

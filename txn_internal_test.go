@@ -123,3 +123,66 @@ func TestTxnProtectorsSortedByKey(t *testing.T) {
 	require.NoError(t, txn.Commit())
 	assert.True(t, unused.IsExpired(), "a lock that protects nothing is released too")
 }
+
+// Commit releases a lock without Hold as its fence ends (fenceThenRelease): the key is free and
+// the handle released but not lease-expired, its release hook fires once, and a lock with Hold,
+// or one upgraded to it, stays held.
+func TestTxnCommitReleasesAsTheFenceEnds(t *testing.T) {
+	db := OpenTestDB(t)
+	clk := NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	l := newTestLocker(t, db, clk)
+	ctx := context.Background()
+
+	for _, tc := range []struct {
+		name        string
+		opts        Options
+		upgradeMid  bool // UpgradeToHold from another goroutine while the write runs
+		wantHeldNow bool
+	}{
+		{name: "without Hold", opts: Options{}},
+		{name: "with Hold", opts: Options{Hold: true}, wantHeldNow: true},
+		{name: "upgraded inside the commit", opts: Options{}, upgradeMid: true, wantHeldNow: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := []byte("k-" + tc.name)
+			txn := l.Begin()
+			defer txn.Rollback()
+			h, err := txn.Lock(ctx, key, tc.opts)
+			require.NoError(t, err)
+			var hooks int
+			require.True(t, h.JoinClusterRound(l.Timestamp(), time.Minute, clk.Mono(), func() error { hooks++; return nil }))
+			require.NoError(t, txn.Put(key, []byte("v")))
+			if tc.upgradeMid {
+				testHookInFence = func() {
+					done := make(chan error)
+					go func() { done <- h.UpgradeToHold(0) }()
+					require.NoError(t, <-done)
+				}
+				t.Cleanup(func() { testHookInFence = nil })
+			}
+			require.NoError(t, txn.Commit())
+			testHookInFence = nil
+
+			ro := grocksdb.NewDefaultReadOptions()
+			defer ro.Destroy()
+			got, err := db.GetBytes(ro, key)
+			require.NoError(t, err)
+			assert.Equal(t, []byte("v"), got)
+			assert.False(t, h.IsLeaseExpired())
+			next, err := l.TryLock(key, Options{})
+			if tc.wantHeldNow {
+				require.ErrorIs(t, err, ErrLocked)
+				assert.False(t, h.IsExpired())
+				assert.Zero(t, hooks)
+				require.True(t, h.Release())
+			} else {
+				require.NoError(t, err, "the key is free once Commit returns")
+				assert.True(t, h.IsExpired())
+				assert.False(t, h.Release(), "already released by Commit")
+				require.True(t, next.Release())
+			}
+			assert.Equal(t, 1, hooks, "the release hook fires once")
+		})
+	}
+	assert.True(t, l.tab.empty(), "nothing is left locked or queued")
+}
