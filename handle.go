@@ -104,7 +104,15 @@ func (h *Handle) settle(sh *shard) bool {
 	if h.flags()&flagExpired != 0 {
 		return true
 	}
-	if h.lapsed() {
+	return h.settleAt(sh, h.l.clock.Mono())
+}
+
+// settleAt is settle with the clock already read: now is a Mono of h's clock taken by the caller.
+func (h *Handle) settleAt(sh *shard, now time.Duration) bool {
+	if h.flags()&flagExpired != 0 {
+		return true
+	}
+	if now >= time.Duration(h.deadline.Load()) {
 		sh.expire(h)
 		return true
 	}
@@ -221,17 +229,18 @@ func (h *Handle) settleNow() {
 
 // lockForChange takes the shard mutex for Release or RevokeLease, first waiting for a Fence
 // running in another goroutine to return, whatever the handle's state: a lease that lapsed inside
-// Fence still has its commit in flight (SPEC §5.7).
-func (h *Handle) lockForChange(sh *shard) {
+// Fence still has its commit in flight (SPEC §5.7). It reports whether it had to wait.
+func (h *Handle) lockForChange(sh *shard) (waited bool) {
 	for {
 		sh.mu.Lock()
 		if h.flags()&flagFencing == 0 {
-			return
+			return waited
 		}
 		sh.mu.Unlock()
 		h.fenceMu.Lock()
 		//lint:ignore SA2001 the empty critical section is the point: it waits for Fence to return
 		h.fenceMu.Unlock()
+		waited = true
 	}
 }
 
@@ -240,8 +249,15 @@ func (h *Handle) lockForChange(sh *shard) {
 // goroutine is inside Fence on this handle, Release waits for its commit to return.
 func (h *Handle) Release() bool {
 	sh := h.shard()
-	h.lockForChange(sh)
-	ok := h.flags()&(flagReleased|flagExpired) == 0 && !h.settle(sh)
+	// The clock is read before the mutex, which keeps the read out of the critical section that
+	// every Lock and Release of the shard's keys queues behind. Release takes effect at that
+	// reading: an expiry anyone observed since then was settled under the mutex and is seen below.
+	// Waiting out a Fence can take long, so the clock is read again after one.
+	now := h.l.clock.Mono()
+	if h.lockForChange(sh) {
+		now = h.l.clock.Mono()
+	}
+	ok := h.flags()&(flagReleased|flagExpired) == 0 && !h.settleAt(sh, now)
 	if ok {
 		h.releaseLocked(sh)
 	}
