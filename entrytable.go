@@ -8,12 +8,15 @@ import "bytes"
 // hash of the key, a lookup before every insert, and a reseed whenever it empties. Unlike a map
 // it shrinks: once its keys are gone it returns to its idle size.
 type entryTable struct {
-	slots []*keyEntry // nil, or a power-of-two number of slots
+	slots []*keyEntry // nil, own, or a power-of-two number of slots
 	n     int         // entries stored
+	// own is the storage of a small table, inside the shard: a shard with a few keys at a time
+	// writes only its own cache lines.
+	own [minSlots]*keyEntry
 }
 
 const (
-	// minSlots is the size of a table in use; a shard keeps it while idle, so that a shard whose
+	// minSlots is the size of a table in use, kept in the table itself, so that a shard whose
 	// keys come and go allocates nothing.
 	minSlots = 8
 	// hashShift skips the hash bits that chose the shard, which every key of a shard shares.
@@ -43,7 +46,7 @@ func (t *entryTable) find(hash uint64, key []byte) *keyEntry {
 func (t *entryTable) insert(e *keyEntry) {
 	switch {
 	case t.slots == nil:
-		t.slots = make([]*keyEntry, minSlots)
+		t.slots = t.own[:]
 	case (t.n+1)*4 > len(t.slots)*3: // keep the load at most 3/4
 		t.resize(len(t.slots) * 2)
 	}
@@ -94,14 +97,21 @@ func (t *entryTable) remove(e *keyEntry) bool {
 	return true
 }
 
-// resize rehashes the entries into size slots.
+// resize rehashes the entries into size slots: own when size is minSlots.
 func (t *entryTable) resize(size int) {
 	old := t.slots
-	t.slots = make([]*keyEntry, size)
+	if size == minSlots {
+		t.slots = t.own[:]
+	} else {
+		t.slots = make([]*keyEntry, size)
+	}
 	for _, e := range old {
 		if e != nil {
 			t.place(e)
 		}
+	}
+	if len(old) == minSlots { // old was own: leave it empty for when the table shrinks again
+		clear(old)
 	}
 }
 

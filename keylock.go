@@ -34,8 +34,9 @@ type table struct {
 	path   string
 	refs   int // Lockers using it; guarded by registry
 	seed   maphash.Seed
-	shards [shardCount]shard
 	stamps *timestampSource
+	_      [falseSharingRange]byte // the fields above are read by every Lock; shards are written
+	shards [shardCount]shard
 	coord  coordinatorSlot
 
 	clocksMu sync.Mutex
@@ -69,7 +70,11 @@ func acquireTable(path string) *table {
 		}
 		t = &table{path: path, seed: maphash.MakeSeed(), stamps: stamps}
 		for i := range t.shards {
-			t.shards[i].tab = t
+			sh := &t.shards[i]
+			sh.tab = t
+			for j := range sh.ownEntries {
+				sh.remove(&sh.ownEntries[j]) // not in the index: this only makes it spare
+			}
 		}
 		registry.tables[path] = t
 	}
@@ -131,23 +136,39 @@ func (t *table) logFault(l *Locker, msg string) {
 	})
 }
 
+// falseSharingRange is how far apart memory written by different cores must be: two cache lines,
+// because the CPU prefetches lines in aligned pairs and so moves a neighbour's line along.
+const falseSharingRange = 128
+
 // shard is one mutex's worth of the table. Every field of every Handle and waiter whose key
 // hashes here is guarded by mu.
 type shard struct {
-	mu     sync.Mutex
-	tab    *table
-	index  entryTable
-	spare  *keyEntry // entries no key uses, kept for reuse; linked by nextSpare
-	nSpare int
+	shardState
+	// Keeps the state of neighbouring shards, which goroutines on different keys write at once,
+	// out of each other's cache lines.
+	_ [falseSharingRange]byte
+}
+
+type shardState struct {
+	mu    sync.Mutex
+	tab   *table
+	index entryTable
+	// Entries no key uses, kept for reuse and linked by nextSpare: the shard's own, and a few
+	// allocated ones, which are let go once the shard is idle.
+	spareOwn *keyEntry
+	spare    *keyEntry
+	nSpare   int
 	// The schedulers of the table's clocks, by clockID, each created on first use.
 	firstSched scheduler
 	moreScheds []*scheduler // clockID 1 and up
 	hooks      []pendingHook
-	_          [64]byte // keeps neighbouring shards off one cache line
+	// ownEntries are the entries a shard uses first: a shard with a key or two at a time keeps
+	// them in its own cache lines rather than in small objects that neighbour other shards'.
+	ownEntries [2]keyEntry
 }
 
-// maxSpare bounds the entries a shard keeps for reuse: enough that keys coming and going do not
-// allocate, few enough that a table of released keys holds next to nothing.
+// maxSpare bounds the allocated entries a busy shard keeps for reuse, so that keys coming and
+// going do not allocate.
 const maxSpare = 16
 
 // keyEntry is the table's record of one key that is held or waited on. Entries are reused within
@@ -181,24 +202,48 @@ func (sh *shard) lookup(hash uint64, key []byte) *keyEntry { return sh.index.fin
 
 // newEntry returns an empty entry for a key of the given hash, reusing a spare one if it can.
 func (sh *shard) newEntry(hash uint64) *keyEntry {
-	e := sh.spare
-	if e == nil {
+	e := sh.spareOwn
+	switch {
+	case e != nil:
+		sh.spareOwn = e.nextSpare
+	case sh.spare != nil:
+		e = sh.spare
+		sh.spare = e.nextSpare
+		sh.nSpare--
+	default:
 		return &keyEntry{hash: hash}
 	}
-	sh.spare, e.nextSpare = e.nextSpare, nil
-	sh.nSpare--
-	e.hash = hash
+	e.nextSpare, e.hash = nil, hash
 	return e
 }
 
-// remove takes e, which has neither holder nor waiters, out of the table and keeps it for reuse.
-func (sh *shard) remove(e *keyEntry) {
-	if !sh.index.remove(e) || sh.nSpare >= maxSpare {
-		return
+// owns reports whether e is one of the shard's own entries.
+func (sh *shard) owns(e *keyEntry) bool {
+	for i := range sh.ownEntries {
+		if e == &sh.ownEntries[i] {
+			return true
+		}
 	}
-	*e = keyEntry{nextSpare: sh.spare}
-	sh.spare = e
-	sh.nSpare++
+	return false
+}
+
+// remove takes e, which has neither holder nor waiters, out of the table and keeps it for reuse.
+// Once no key of the shard is held or waited on, the shard holds no allocated entry: a table
+// whose keys come and go returns to its idle size.
+func (sh *shard) remove(e *keyEntry) {
+	sh.index.remove(e)
+	switch {
+	case sh.owns(e):
+		*e = keyEntry{nextSpare: sh.spareOwn}
+		sh.spareOwn = e
+	case sh.nSpare < maxSpare:
+		*e = keyEntry{nextSpare: sh.spare}
+		sh.spare = e
+		sh.nSpare++
+	}
+	if sh.index.n == 0 {
+		sh.spare, sh.nSpare = nil, 0
+	}
 }
 
 // drainHooks hands the release hooks collected under mu to the caller, to run once mu is released.
@@ -437,6 +482,7 @@ type scheduler struct {
 	sh      *shard
 	clock   Clock
 	heap    deadlineHeap
+	own     [4]*Handle // the heap's first storage, in the shard's own cache lines
 	timer   Timer
 	armedAt time.Duration
 	gen     uint64 // identifies the current timer; a stale callback sees a newer one and returns
@@ -445,6 +491,9 @@ type scheduler struct {
 // push schedules h at its deadline field (its lease end, or its wait's timeout while it waits);
 // now is the current Mono of the scheduler's clock.
 func (s *scheduler) push(h *Handle, now time.Duration) {
+	if s.heap == nil {
+		s.heap = s.own[:0]
+	}
 	s.heap.push(h)
 	s.armFor(h.dueAt(), now)
 }

@@ -102,13 +102,21 @@ func TestShardTableShrinksOnceKeysLeave(t *testing.T) {
 	sh.mu.Lock()
 	assert.Equal(t, 1, sh.index.n)
 	assert.LessOrEqual(t, len(sh.index.slots), 4*minSlots, "the table shrank as its keys left")
-	assert.Equal(t, maxSpare, sh.nSpare, "only a few entries are kept for reuse")
+	assert.Equal(t, maxSpare, sh.nSpare, "only a few allocated entries are kept for reuse")
 	sh.mu.Unlock()
 
 	require.True(t, handles[0].Release())
 	sh.mu.Lock()
 	assert.Zero(t, sh.index.n)
 	assert.Len(t, sh.index.slots, minSlots, "an idle table is back to its idle size")
+	assert.Nil(t, sh.spare, "an idle shard keeps no allocated entry")
+	assert.Zero(t, sh.nSpare)
+	own := 0
+	for e := sh.spareOwn; e != nil; e = e.nextSpare {
+		assert.True(t, sh.owns(e))
+		own++
+	}
+	assert.Equal(t, len(sh.ownEntries), own, "the shard's own entries are spare again")
 	assert.Nil(t, sh.sched(l).heap, "the grown heap is dropped once empty")
 	sh.mu.Unlock()
 

@@ -13,7 +13,10 @@ type Timestamp int64
 func (t Timestamp) Time() time.Time { return time.Unix(0, int64(t)) }
 
 // timestampSource mints the strictly increasing timestamps of one database.
-type timestampSource struct{ last atomic.Int64 }
+type timestampSource struct {
+	last atomic.Int64
+	_    [falseSharingRange - 8]byte // every Lock of the database writes last: no neighbours
+}
 
 // mint returns the wall reading now (Unix nanoseconds) as a Timestamp, or last+1 when now is not
 // past the last one minted.
