@@ -1,4 +1,4 @@
-// Package bench runs recordlock side by side with its peers: sync.Mutex (the floor),
+// Package bench runs recordlock side by side with its peers: sync.Mutex (a bare mutex per key),
 // github.com/moby/locker, and RocksDB's own TransactionDB locks, all in one process and one run,
 // so that the ratios in BENCHMARKS.md compare like with like on the same machine.
 //
