@@ -3,7 +3,8 @@
 // so that the ratios in BENCHMARKS.md compare like with like on the same machine.
 //
 // Each target of the performance issue is one benchmark function (BenchmarkP1 … BenchmarkP6)
-// whose sub-benchmarks are the contenders: recordlock, moby, mutex, rocksdb, plain. cmd/benchtable
+// whose sub-benchmarks are the contenders: recordlock, moby, mutex, rocksdb, plain, and P1's floor
+// (what any leased lock must pay on the system clock). cmd/benchtable
 // turns the output into the table of medians and ratios.
 package bench
 
