@@ -267,7 +267,7 @@ func (h *Handle) Release() bool {
 
 // releaseLocked gives back the key of a live holder, with the shard mutex held.
 func (h *Handle) releaseLocked(sh *shard) {
-	sh.sched(h.l).remove(h)
+	sh.unschedule(h)
 	sh.giveBack(h, flagReleased)
 	h.closeDone() // after the flag: a reader woken by Done finds the handle released
 	sh.queueHook(h)
@@ -282,7 +282,7 @@ func (h *Handle) RevokeLease() {
 	h.lockForChange(sh)
 	if h.flags()&flagExpired == 0 {
 		h.setFlags(flagExpired | flagReleased)
-		sh.sched(h.l).remove(h)
+		sh.unschedule(h)
 		h.closeDone()
 		if h.flags()&flagHeld != 0 {
 			sh.giveBack(h, 0)

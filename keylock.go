@@ -16,9 +16,10 @@ const (
 	shardCount = 128 // a power of two
 	// bargeWindow is how long the oldest waiter may be passed over by newcomers (SPEC §3).
 	bargeWindow = time.Millisecond
-	// shrinkAfter is the capacity a scheduler's heap must have reached before it is dropped once
-	// empty: a table whose keys come and go must return to its idle size.
-	shrinkAfter = 1024
+	// shrinkAfter is the capacity above which a scheduler's heap array is let go once empty, so
+	// that a table whose keys come and go returns to its idle size (a shard keeps at most this
+	// many pointers' worth after a burst; below it, a shard whose load swings does not reallocate).
+	shrinkAfter = 64
 )
 
 // registry maps a database's canonical path to its table.
@@ -40,7 +41,7 @@ type table struct {
 	coord  coordinatorSlot
 
 	clocksMu sync.Mutex
-	clocks   []Clock // a Locker's clockID indexes this
+	clocks   []clockSlot // a Locker's clockID indexes this
 
 	faultOnce sync.Once // SPEC §5.9: a key-table fault is logged once per database
 }
@@ -102,17 +103,53 @@ func releaseTable(t *table) {
 	}
 }
 
-// clockID returns the index of c among the clocks of this table's Lockers.
+// clockSlot is one clock of the table's open Lockers; a slot nobody uses any more is reused.
+type clockSlot struct {
+	c    Clock
+	refs int // open Lockers on c
+}
+
+// clockID returns the index of c among the clocks of this table's open Lockers, taking a
+// reference that dropClock gives back.
 func (t *table) clockID(c Clock) int {
 	t.clocksMu.Lock()
 	defer t.clocksMu.Unlock()
-	for i, known := range t.clocks {
-		if sameClock(known, c) {
+	free := -1
+	for i, slot := range t.clocks {
+		switch {
+		case slot.refs > 0 && sameClock(slot.c, c):
+			t.clocks[i].refs++
 			return i
+		case slot.refs == 0 && free < 0:
+			free = i
 		}
 	}
-	t.clocks = append(t.clocks, c)
-	return len(t.clocks) - 1
+	if free < 0 {
+		t.clocks = append(t.clocks, clockSlot{})
+		free = len(t.clocks) - 1
+	}
+	t.clocks[free] = clockSlot{c: c, refs: 1}
+	return free
+}
+
+// dropClock gives back a reference taken by clockID, when a Locker closes. The last one stops and
+// lets go of the clock's schedulers, so that Lockers that come and go with clocks of their own do
+// not leave a scheduler per shard behind. The closed Locker has nothing scheduled any more: Close
+// released its handles and failed its waiters first.
+func (t *table) dropClock(id int) {
+	t.clocksMu.Lock()
+	defer t.clocksMu.Unlock()
+	t.clocks[id].refs--
+	if t.clocks[id].refs > 0 {
+		return
+	}
+	t.clocks[id].c = nil
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		sh.dropScheduler(id)
+		sh.mu.Unlock()
+	}
 }
 
 // sameClock compares two clocks without panicking on an incomparable implementation.
@@ -266,12 +303,13 @@ func (sh *shard) unlockAndRunHooks() {
 	runHooks(hs)
 }
 
-// sched returns the scheduler of l's clock. The first clock of the table, in practice the only
-// one, has its scheduler inside the shard, one pointer less on every Lock and Release.
+// sched returns the scheduler of l's clock, creating it on first use. The first clock of the
+// table, in practice the only one, has its scheduler inside the shard, one pointer less on every
+// Lock and Release.
 func (sh *shard) sched(l *Locker) *scheduler {
 	if l.clockID == 0 {
 		s := &sh.firstSched
-		if s.sh == nil {
+		if s.clock == nil {
 			s.sh, s.clock = sh, l.clock
 		}
 		return s
@@ -290,9 +328,34 @@ func (sh *shard) sched(l *Locker) *scheduler {
 	return s
 }
 
+// unschedule takes h out of its scheduler's heap, if it is in one. A handle that is not scheduled
+// (every handle of a closed Locker) never looks its scheduler up, so it cannot bring back one
+// that dropScheduler let go.
+func (sh *shard) unschedule(h *Handle) {
+	if h.heapIdx >= 0 {
+		sh.sched(h.l).remove(h)
+	}
+}
+
+// dropScheduler stops and forgets the scheduler of clock id, whose heap is empty. The first
+// clock's scheduler is reset in place; its generation carries on, so a callback of its old timer
+// that is already on its way finds it stale.
+func (sh *shard) dropScheduler(id int) {
+	if id == 0 {
+		s := &sh.firstSched
+		s.disarm()
+		*s = scheduler{sh: sh, gen: s.gen}
+		return
+	}
+	if i := id - 1; i < len(sh.moreScheds) && sh.moreScheds[i] != nil {
+		sh.moreScheds[i].disarm()
+		sh.moreScheds[i] = nil
+	}
+}
+
 // schedulers calls f on every scheduler the shard has made.
 func (sh *shard) schedulers(f func(*scheduler)) {
-	if sh.firstSched.sh != nil {
+	if sh.firstSched.clock != nil {
 		f(&sh.firstSched)
 	}
 	for _, s := range sh.moreScheds {
@@ -344,7 +407,7 @@ func (sh *shard) passOn(e *keyEntry) {
 	wall, mono := readClock(w.h.l.clock)
 	if mono-w.since >= bargeWindow {
 		sh.dequeue(e, w)
-		sh.sched(w.h.l).remove(w.h)
+		sh.unschedule(w.h)
 		sh.grant(e, w.h, wall, mono, w.lease)
 		w.finish(waitGranted)
 		return
@@ -378,7 +441,7 @@ func (sh *shard) expire(h *Handle) {
 		return
 	}
 	h.setFlags(flagExpired | flagReleased)
-	sh.sched(h.l).remove(h)
+	sh.unschedule(h)
 	h.closeDone()
 	if h.flags()&flagHeld == 0 {
 		return
@@ -435,7 +498,7 @@ func (sh *shard) abandon(w *waiter, outcome waitState) {
 	e := w.h.e
 	sh.dequeue(e, w)
 	w.h.e = nil
-	sh.sched(w.h.l).remove(w.h)
+	sh.unschedule(w.h)
 	w.finish(outcome)
 	sh.passOn(e)
 }

@@ -320,7 +320,7 @@ func (l *Locker) wait(ctx context.Context, sh *shard, e *keyEntry, h *Handle, le
 		case waitWoken:
 			if e.holder == nil {
 				sh.dequeue(e, w)
-				sh.sched(l).remove(h)
+				sh.unschedule(h)
 				h.w = nil
 				wall, now := readClock(l.clock)
 				sh.grant(e, h, wall, now, lease)
@@ -427,6 +427,7 @@ func (l *Locker) Close() error {
 	for _, h := range held {
 		h.Release()
 	}
+	l.tab.dropClock(l.clockID)
 	releaseTable(l.tab)
 	return nil
 }
