@@ -13,8 +13,10 @@ import (
 // revoked; Done is closed at that moment. See the package documentation for the difference
 // between IsExpired and IsLeaseExpired.
 type Handle struct {
-	l      *Locker
-	e      *keyEntry // the table entry of its key while it holds or waits for it; guarded by the shard mutex like every field below
+	l *Locker
+	// e is the table entry of its key while it holds or waits for it. It and every field below
+	// are guarded by the shard mutex.
+	e      *keyEntry
 	key    []byte
 	keyBuf [24]byte // short keys live here, so a Lock allocates only the Handle
 	hash   uint64
