@@ -269,13 +269,13 @@ func (sh *shard) owns(e *keyEntry) bool {
 // whose keys come and go returns to its idle size.
 func (sh *shard) remove(e *keyEntry) {
 	sh.index.remove(e)
+	// e has no holder and no waiters, so its pointers are nil already but for the link.
+	e.wakePending = false
 	switch {
 	case sh.owns(e):
-		*e = keyEntry{nextSpare: sh.spareOwn}
-		sh.spareOwn = e
+		e.nextSpare, sh.spareOwn = sh.spareOwn, e
 	case sh.nSpare < maxSpare:
-		*e = keyEntry{nextSpare: sh.spare}
-		sh.spare = e
+		e.nextSpare, sh.spare = sh.spare, e
 		sh.nSpare++
 	}
 	if sh.index.n == 0 {
@@ -286,7 +286,9 @@ func (sh *shard) remove(e *keyEntry) {
 // drainHooks hands the release hooks collected under mu to the caller, to run once mu is released.
 func (sh *shard) drainHooks() []pendingHook {
 	hs := sh.hooks
-	sh.hooks = nil
+	if hs != nil { // most critical sections queue no hook: no store, no write barrier
+		sh.hooks = nil
+	}
 	return hs
 }
 
