@@ -459,7 +459,7 @@ func (h *Handle) NoteHolderVersion(v Timestamp) {
 func (h *Handle) Fence(commit func() error) error { return h.fence(commit, false) }
 
 // fenceThenRelease is Fence followed, unless the lock is held (Hold), by Release in the critical
-// section that ends the fence: one mutex round trip and one clock read fewer than the two calls,
+// section that ends the fence: one mutex round trip and two clock reads fewer than the two calls,
 // for Txn.Commit, whose locks without Hold end with it.
 func (h *Handle) fenceThenRelease(commit func() error) error { return h.fence(commit, true) }
 
@@ -493,16 +493,17 @@ func (h *Handle) fence(commit func() error, releaseUnlessHold bool) error {
 func (h *Handle) endFence(sh *shard, releaseUnlessHold bool) []pendingHook {
 	sh.mu.Lock()
 	h.clearFlags(flagFencing)
-	if h.flags()&flagExpired == 0 {
-		h.settle(sh)
-	}
-	switch {
-	case h.flags()&flagPassOnAfterFence != 0:
+	switch f := h.flags(); {
+	case f&flagPassOnAfterFence != 0:
 		h.clearFlags(flagPassOnAfterFence)
 		sh.giveBack(h, 0)
 		sh.queueHook(h)
-	case releaseUnlessHold && h.flags()&(flagReleased|flagExpired|flagHold) == 0:
+	case releaseUnlessHold && f&(flagReleased|flagExpired|flagHold) == 0:
+		// No clock read: lapsed while commit ran or not, the key goes back now and the hook
+		// fires once, and from the deadline on both predicates read the lapse off the deadline.
 		h.releaseLocked(sh)
+	case f&flagExpired == 0:
+		h.settle(sh) // a lease that lapsed while commit ran, before any timer saw it
 	}
 	hooks := sh.drainHooks()
 	sh.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // The key-lock table of one database: exclusive, ownerless, in memory, shared by every Locker of
@@ -32,11 +33,11 @@ var registry = struct {
 }{tables: map[string]*table{}, stamps: map[string]*timestampSource{}}
 
 type table struct {
-	path   string
-	refs   int // Lockers using it; guarded by registry
-	seed   maphash.Seed
-	stamps *timestampSource
-	_      [falseSharingRange]byte // the fields above are read by every Lock; shards are written
+	tableHeader
+	// The header is read by every Lock and the shards are written; the padding also starts the
+	// shards on a 128-byte boundary (a table is page-aligned), which the layout of shardState
+	// counts on.
+	_      [2*falseSharingRange - unsafe.Sizeof(tableHeader{})%falseSharingRange]byte
 	shards [shardCount]shard
 	coord  coordinatorSlot
 
@@ -44,6 +45,13 @@ type table struct {
 	clocks   []clockSlot // a Locker's clockID indexes this
 
 	faultOnce sync.Once // SPEC §5.9: a key-table fault is logged once per database
+}
+
+type tableHeader struct {
+	path   string
+	refs   int // Lockers using it; guarded by registry
+	seed   maphash.Seed
+	stamps *timestampSource
 }
 
 // canonicalPath names a database so that two handles of it agree.
@@ -69,7 +77,7 @@ func acquireTable(path string) *table {
 			stamps = &timestampSource{}
 			registry.stamps[path] = stamps
 		}
-		t = &table{path: path, seed: maphash.MakeSeed(), stamps: stamps}
+		t = &table{tableHeader: tableHeader{path: path, seed: maphash.MakeSeed(), stamps: stamps}}
 		for i := range t.shards {
 			sh := &t.shards[i]
 			sh.tab = t
@@ -182,26 +190,33 @@ const falseSharingRange = 128
 type shard struct {
 	shardState
 	// Keeps the state of neighbouring shards, which goroutines on different keys write at once,
-	// out of each other's cache lines.
-	_ [falseSharingRange]byte
+	// out of each other's cache lines, and keeps every shard on a 128-byte boundary (a test checks
+	// both; unsafe.Sizeof cannot size it here, shardState refers back to table).
+	_ [shardPad]byte
 }
 
+// shardPad rounds a shard up to 4*falseSharingRange with at least falseSharingRange to spare.
+const shardPad = 4*falseSharingRange - 376
+
+// shardState is laid out for an uncontended Lock and Release, which touch four of its cache
+// lines: the first (the mutex, the index's header, the spare entries), the index's own slots, the
+// first scheduler's heap and timer, and one of the own entries.
 type shardState struct {
-	mu    sync.Mutex
-	tab   *table
-	index entryTable
+	mu  sync.Mutex
+	tab *table
 	// Entries no key uses, kept for reuse and linked by nextSpare: the shard's own, and a few
 	// allocated ones, which are let go once the shard is idle.
 	spareOwn *keyEntry
 	spare    *keyEntry
-	nSpare   int
+	index    entryTable
 	// The schedulers of the table's clocks, by clockID, each created on first use.
 	firstSched scheduler
+	nSpare     int
 	moreScheds []*scheduler // clockID 1 and up
-	hooks      []pendingHook
 	// ownEntries are the entries a shard uses first: a shard with a key or two at a time keeps
 	// them in its own cache lines rather than in small objects that neighbour other shards'.
 	ownEntries [2]keyEntry
+	hooks      []pendingHook
 }
 
 // maxSpare bounds the allocated entries a busy shard keeps for reuse, so that keys coming and
@@ -544,13 +559,15 @@ func (w *waiter) finish(s waitState) {
 // heap, and one timer armed for the earliest. The timer is re-armed only when an earlier deadline
 // arrives, so an uncontended Lock and Release touch no runtime timer.
 type scheduler struct {
-	sh      *shard
-	clock   Clock
+	// What every Lock and Release touches comes first, in one cache line.
 	heap    deadlineHeap
-	own     [4]*Handle // the heap's first storage, in the shard's own cache lines
 	timer   Timer
 	armedAt time.Duration
-	gen     uint64 // identifies the current timer; a stale callback sees a newer one and returns
+	own     [2]*Handle // the heap's first storage, in the shard's own cache lines
+
+	sh    *shard
+	clock Clock
+	gen   uint64 // identifies the current timer; a stale callback sees a newer one and returns
 }
 
 // push schedules h at its deadline field (its lease end, or its wait's timeout while it waits);
