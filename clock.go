@@ -50,7 +50,6 @@ type systemClock struct {
 	// stepped; nowMono samples it again every wallResync.
 	wallOffset atomic.Int64
 	syncedAt   atomic.Int64
-	_          [falseSharingRange]byte // read by every Lock: kept off lines other code writes
 }
 
 // wallResync bounds how long a step of the wall clock can go unseen by nowMono.

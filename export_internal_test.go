@@ -58,6 +58,19 @@ func countWaiters(l *Locker, key []byte) (queued, woken int) {
 	return queued, woken
 }
 
+// closed reports whether c is closed, without blocking.
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// Closed is closed, for the black-box tests.
+func Closed(c <-chan struct{}) bool { return closed(c) }
+
 // OpenTestDB opens a fresh RocksDB in a temp dir, closed at the end of the test.
 func OpenTestDB(t testing.TB) *grocksdb.DB {
 	t.Helper()

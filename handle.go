@@ -98,7 +98,10 @@ func (h *Handle) closeDone() {
 }
 
 // lapsed reports whether the lease deadline has passed, by h's own clock.
-func (h *Handle) lapsed() bool { return h.l.clock.Mono() >= time.Duration(h.deadline.Load()) }
+func (h *Handle) lapsed() bool { return h.lapsedAt(h.l.clock.Mono()) }
+
+// lapsedAt reports whether the lease deadline is not after now, a Mono of h's clock.
+func (h *Handle) lapsedAt(now time.Duration) bool { return now >= time.Duration(h.deadline.Load()) }
 
 // settle completes an expiry whose deadline passed before any timer ran. Called with the shard
 // mutex held; it reports whether the lease has ended (lapsed or revoked).
@@ -114,7 +117,7 @@ func (h *Handle) settleAt(sh *shard, now time.Duration) bool {
 	if h.flags()&flagExpired != 0 {
 		return true
 	}
-	if now >= time.Duration(h.deadline.Load()) {
+	if h.lapsedAt(now) {
 		sh.expire(h)
 		return true
 	}

@@ -39,7 +39,7 @@ func TestHandleAccessors(t *testing.T) {
 	_, ok := h.ClusterTsR()
 	assert.False(t, ok)
 	assert.Zero(t, h.Token())
-	assert.False(t, closed(h.Done()))
+	assert.False(t, recordlock.Closed(h.Done()))
 	require.True(t, h.Release())
 
 	h, err = l.TryLock([]byte("k"), recordlock.Options{})
@@ -60,12 +60,12 @@ func TestStalledHolderLosesKeyAtDeadline(t *testing.T) {
 
 	clk.Advance(time.Second - time.Nanosecond)
 	assert.Equal(t, 1, recordlock.QueuedWaiters(l, key))
-	assert.False(t, closed(done))
+	assert.False(t, recordlock.Closed(done))
 
 	clk.Advance(time.Nanosecond) // the holder calls nothing: the lease timer gives the key on
 	r := result(t, got)
 	require.NoError(t, r.err)
-	assert.True(t, closed(done))
+	assert.True(t, recordlock.Closed(done))
 	assert.False(t, h.Release())
 	assert.True(t, h.IsExpired())
 	assert.True(t, h.IsLeaseExpired())
@@ -119,7 +119,7 @@ func TestLazyExpiryWithoutTimers(t *testing.T) {
 		"IsExpired":      func(h *recordlock.Handle) { assert.True(t, h.IsExpired()) },
 		"IsLeaseExpired": func(h *recordlock.Handle) { assert.True(t, h.IsLeaseExpired()) },
 		"Release":        func(h *recordlock.Handle) { assert.False(t, h.Release()) },
-		"Done":           func(h *recordlock.Handle) { assert.True(t, closed(h.Done())) },
+		"Done":           func(h *recordlock.Handle) { assert.True(t, recordlock.Closed(h.Done())) },
 	}
 	for name, check := range checks {
 		t.Run(name, func(t *testing.T) {
@@ -171,7 +171,7 @@ func TestReleaseThenLeasePredicates(t *testing.T) {
 	done := h.Done()
 	require.True(t, h.Release())
 	assert.False(t, h.Release(), "only the first Release is true")
-	assert.True(t, closed(done))
+	assert.True(t, recordlock.Closed(done))
 	assert.True(t, h.IsExpired(), "a released handle authorizes no new write")
 	assert.False(t, h.IsLeaseExpired(), "a write staged before Release stays valid until the deadline")
 
@@ -198,7 +198,7 @@ func TestRevokeLeaseOnHeldHandle(t *testing.T) {
 	assert.Equal(t, 1, hooks.count())
 	assert.True(t, h.IsLeaseExpired())
 	assert.True(t, h.IsExpired())
-	assert.True(t, closed(h.Done()))
+	assert.True(t, recordlock.Closed(h.Done()))
 	r := result(t, got)
 	require.NoError(t, r.err, "the revoked key went to the waiter")
 
@@ -333,9 +333,9 @@ func TestJoinClusterRoundAheadOfWallClock(t *testing.T) {
 	done := h.Done()
 
 	clk.Advance(200*time.Millisecond - time.Nanosecond)
-	assert.False(t, closed(done))
+	assert.False(t, recordlock.Closed(done))
 	clk.Advance(time.Nanosecond)
-	assert.True(t, closed(done), "the timer ended the lease")
+	assert.True(t, recordlock.Closed(done), "the timer ended the lease")
 	assert.Equal(t, 1, hooks.count())
 	assert.True(t, h.IsLeaseExpired())
 }
@@ -631,7 +631,7 @@ func TestFenceHoldsKeyUntilCommitReturns(t *testing.T) {
 
 			if lapse {
 				clk.Advance(time.Second)
-				assert.True(t, closed(h.Done()), "Done closes at once")
+				assert.True(t, recordlock.Closed(h.Done()), "Done closes at once")
 				assert.True(t, h.IsLeaseExpired())
 			}
 			_, err = l.TryLock(key, recordlock.Options{})

@@ -181,8 +181,8 @@ func (t *table) logFault(l *Locker, msg string) {
 	})
 }
 
-// falseSharingRange is how far apart memory written by different cores must be: two cache lines,
-// because the CPU prefetches lines in aligned pairs and so moves a neighbour's line along.
+// falseSharingRange is how far apart memory written by different cores is kept: two cache lines,
+// because many CPUs prefetch lines in aligned pairs and so move a neighbour's line along.
 const falseSharingRange = 128
 
 // shard is one mutex's worth of the table. Every field of every Handle and waiter whose key

@@ -234,16 +234,6 @@ func TestCloseAbandonsEveryWaiterWhenOneIsHandedTheKey(t *testing.T) {
 	require.True(t, h.Release())
 }
 
-// closed reports whether c is closed, without blocking.
-func closed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
 func TestTableDroppedWhenLastLockerCloses(t *testing.T) {
 	db := OpenTestDB(t)
 	clk := NewManualClock(time.Unix(1, 0))

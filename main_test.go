@@ -74,16 +74,6 @@ func result(t testing.TB, c <-chan lockResult) lockResult {
 	}
 }
 
-// closed reports whether c is closed, without blocking.
-func closed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
 // hookCounter is a release hook that counts its calls.
 type hookCounter struct{ n atomic.Int32 }
 

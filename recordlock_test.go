@@ -290,7 +290,7 @@ func TestCloseReleasesHandlesAndFailsWaiters(t *testing.T) {
 
 	require.NoError(t, a.Close())
 	assert.Equal(t, 1, hooks.count(), "Close fires the release hook")
-	assert.True(t, closed(done))
+	assert.True(t, recordlock.Closed(done))
 	assert.True(t, held.IsExpired())
 	assert.False(t, held.Release())
 	r := result(t, waiting)
