@@ -25,8 +25,8 @@ const (
 
 func (t *entryTable) home(hash uint64) int { return int(hash>>hashShift) & (len(t.slots) - 1) }
 
-// find returns the entry of key, whose hash is hash, or nil.
-func (t *entryTable) find(hash uint64, key []byte) *keyEntry {
+// find returns the entry of the record (cf, key), whose hash is hash, or nil.
+func (t *entryTable) find(hash uint64, cf uint32, key []byte) *keyEntry {
 	if t.n == 0 {
 		return nil
 	}
@@ -36,8 +36,10 @@ func (t *entryTable) find(hash uint64, key []byte) *keyEntry {
 		if e == nil {
 			return nil
 		}
-		if e.hash == hash && bytes.Equal(e.key(), key) {
-			return e
+		if e.hash == hash {
+			if ecf, ekey := e.record(); ecf == cf && bytes.Equal(ekey, key) {
+				return e
+			}
 		}
 	}
 }

@@ -27,13 +27,13 @@ func checkTable(t *testing.T, tab *entryTable, model map[string]*keyEntry) {
 		stored++
 		mask := len(tab.slots) - 1
 		for j := tab.home(e.hash); j != i; j = (j + 1) & mask {
-			require.NotNil(t, tab.slots[j], "a gap between %q's home and its slot", e.key())
+			require.NotNil(t, tab.slots[j], "a gap between %q's home and its slot", e.holder.key)
 		}
 	}
 	require.Equal(t, len(model), stored)
 	for k, e := range model {
-		require.Same(t, e, tab.find(e.hash, []byte(k)), "key %q", k)
-		require.Nil(t, tab.find(e.hash, []byte(k+"x")), "another key with the same hash")
+		require.Same(t, e, tab.find(e.hash, 0, []byte(k)), "key %q", k)
+		require.Nil(t, tab.find(e.hash, 0, []byte(k+"x")), "another key with the same hash")
 	}
 }
 
@@ -75,7 +75,7 @@ func TestEntryTableAgainstMap(t *testing.T) {
 
 func TestEntryTableGrowsAndShrinks(t *testing.T) {
 	var tab entryTable
-	assert.Nil(t, tab.find(1, []byte("k")), "an unused table finds nothing")
+	assert.Nil(t, tab.find(1, 0, []byte("k")), "an unused table finds nothing")
 	assert.False(t, tab.remove(tableEntry(1, "k")))
 
 	var es []*keyEntry

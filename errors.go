@@ -3,6 +3,7 @@ package recordlock
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors, matched with errors.Is. Errors that come from RocksDB or from a ctx are
@@ -28,6 +29,11 @@ var (
 	ErrClosed = errors.New("recordlock: locker closed")
 	// ErrTxnDone: the Txn was already committed or rolled back.
 	ErrTxnDone = errors.New("recordlock: transaction already committed or rolled back")
+	// ErrDeadlock: waiting for the key would close a cycle of Txns waiting for each other; the
+	// request queued nothing and the Txn keeps its other locks. Roll back and retry.
+	ErrDeadlock = errors.New("recordlock: deadlock")
+	// ErrNotLocked: a Txn wrote a key it never locked (see TxnOptions.AllowUnlockedWrites).
+	ErrNotLocked = errors.New("recordlock: key not locked by this transaction")
 )
 
 // OptionError describes one rejected option. It matches ErrInvalidOptions.
@@ -43,3 +49,40 @@ func (e *OptionError) Error() string {
 
 // Is makes errors.Is(err, ErrInvalidOptions) true for every *OptionError.
 func (e *OptionError) Is(target error) bool { return target == ErrInvalidOptions }
+
+// DeadlockError names the cycle of Txns that a lock request would have closed. It matches
+// ErrDeadlock.
+type DeadlockError struct {
+	// Cycle lists the Txns of the cycle, starting with the one whose request failed: each waits
+	// for a record the next one holds or is queued for ahead of it, and the last waits for the first.
+	Cycle []DeadlockWait
+}
+
+// DeadlockWait is one Txn of a deadlock cycle and the record it waits for.
+type DeadlockWait struct {
+	Txn            string // the Txn's TxnOptions.Name, or "" when it has none
+	ColumnFamilyID uint32
+	Key            []byte
+}
+
+func (e *DeadlockError) Error() string {
+	var b strings.Builder
+	b.WriteString("recordlock: deadlock: ")
+	for i, w := range e.Cycle {
+		if i > 0 {
+			b.WriteString(" → ")
+		}
+		name := w.Txn
+		if name == "" {
+			name = "unnamed txn"
+		}
+		fmt.Fprintf(&b, "%s waits for %q", name, w.Key)
+		if w.ColumnFamilyID != 0 {
+			fmt.Fprintf(&b, " (cf %d)", w.ColumnFamilyID)
+		}
+	}
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrDeadlock) true for every *DeadlockError.
+func (e *DeadlockError) Is(target error) bool { return target == ErrDeadlock }

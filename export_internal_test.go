@@ -41,11 +41,11 @@ func WokenWaiters(l *Locker, key []byte) int {
 }
 
 func countWaiters(l *Locker, key []byte) (queued, woken int) {
-	hash := l.tab.hash(key)
+	hash := l.tab.hash(0, key)
 	sh := l.tab.shard(hash)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.lookup(hash, key)
+	e := sh.index.find(hash, 0, key)
 	if e == nil {
 		return 0, 0
 	}

@@ -19,7 +19,7 @@ func ProbeDeadlines(l *Locker) int {
 
 // ProbeSameShard reports whether two keys share a shard (and so a mutex and a timer) in l's table.
 func ProbeSameShard(l *Locker, a, b []byte) bool {
-	return l.tab.shard(l.tab.hash(a)) == l.tab.shard(l.tab.hash(b))
+	return l.tab.shard(l.tab.hash(0, a)) == l.tab.shard(l.tab.hash(0, b))
 }
 
 // ProbeTimers counts the timers of c that are armed and have not run.

@@ -20,6 +20,8 @@ type Handle struct {
 	key    []byte
 	keyBuf [24]byte // short keys live here, so a Lock allocates only the Handle
 	hash   uint64
+	cf     uint32 // column family ID: a record is (cf, key)
+	owner  *Txn   // the Txn that took it, until that Txn ends; nil outside a Txn
 
 	state   atomic.Uint32 // handleFlags; written under the shard mutex, read without it
 	heapIdx int32         // position in its scheduler's heap, -1 when not scheduled; beside state so neither is padded
@@ -126,6 +128,20 @@ func (h *Handle) settleAt(sh *shard, now time.Duration) bool {
 
 // Key returns the locked key. The caller must not modify it.
 func (h *Handle) Key() []byte { return h.key }
+
+// disown ends the handle's ownership by its Txn, when the Txn ends and the lock outlives it.
+func (h *Handle) disown() {
+	if h.owner == nil {
+		return
+	}
+	sh := h.shard()
+	sh.mu.Lock()
+	h.owner = nil
+	sh.mu.Unlock()
+}
+
+// ColumnFamilyID returns the ID of the locked key's column family; 0 is the default one.
+func (h *Handle) ColumnFamilyID() uint32 { return h.cf }
 
 // Scope returns the resolved scope: ScopeCluster once a cluster round was joined, else ScopeNode.
 func (h *Handle) Scope() Scope {

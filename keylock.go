@@ -170,7 +170,15 @@ func sameClock(a, b Clock) (same bool) {
 	return a == b
 }
 
-func (t *table) hash(key []byte) uint64 { return maphash.Bytes(t.seed, key) }
+// hash is the table's hash of the record (cf, key). Column family 0, the default, hashes as
+// the key alone.
+func (t *table) hash(cf uint32, key []byte) uint64 {
+	h := maphash.Bytes(t.seed, key)
+	if cf != 0 {
+		h ^= uint64(cf) * 0x9e3779b97f4a7c15 // spreads cf over every bit, the shard bits too
+	}
+	return h
+}
 
 func (t *table) shard(hash uint64) *shard { return &t.shards[hash&(shardCount-1)] }
 
@@ -234,15 +242,16 @@ type keyEntry struct {
 	wakePending bool // the head waiter was woken and has not yet looked at the key
 }
 
-// key is the entry's key, as held by its holder or, while the key is free, its oldest waiter.
-func (e *keyEntry) key() []byte {
+// record is the entry's column family and key, as held by its holder or, while the key is free,
+// its oldest waiter.
+func (e *keyEntry) record() (uint32, []byte) {
 	switch {
 	case e.holder != nil:
-		return e.holder.key
+		return e.holder.cf, e.holder.key
 	case e.head != nil:
-		return e.head.h.key
+		return e.head.h.cf, e.head.h.key
 	}
-	return nil
+	return 0, nil
 }
 
 type pendingHook struct {
@@ -250,7 +259,7 @@ type pendingHook struct {
 	fn func() error
 }
 
-func (sh *shard) lookup(hash uint64, key []byte) *keyEntry { return sh.index.find(hash, key) }
+func (sh *shard) lookup(h *Handle) *keyEntry { return sh.index.find(h.hash, h.cf, h.key) }
 
 // newEntry returns an empty entry for a key of the given hash, reusing a spare one if it can.
 func (sh *shard) newEntry(hash uint64) *keyEntry {

@@ -20,7 +20,7 @@ func waitForQueue(t testing.TB, l *Locker, key []byte, n int) {
 
 // heapLen is the number of deadlines l's shard for key keeps on l's clock.
 func heapLen(l *Locker, key []byte) int {
-	sh := l.tab.shard(l.tab.hash(key))
+	sh := l.tab.shard(l.tab.hash(0, key))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	return len(sh.sched(l).heap)
@@ -31,7 +31,7 @@ func keysInShard(l *Locker, n int) [][]byte {
 	var keys [][]byte
 	for i := 0; len(keys) < n; i++ {
 		k := []byte{byte(i), byte(i >> 8), byte(i >> 16), byte(i >> 24)}
-		if l.tab.hash(k)&(shardCount-1) == 0 {
+		if l.tab.hash(0, k)&(shardCount-1) == 0 {
 			keys = append(keys, k)
 		}
 	}
@@ -81,7 +81,7 @@ func TestShardTableShrinksOnceKeysLeave(t *testing.T) {
 	clk := NewManualClock(time.Unix(1, 0))
 	l := newTestLocker(t, db, clk)
 	keys := keysInShard(l, shrinkAfter+10)
-	sh := l.tab.shard(l.tab.hash(keys[0]))
+	sh := l.tab.shard(l.tab.hash(0, keys[0]))
 
 	handles := make([]*Handle, 0, len(keys))
 	for _, k := range keys {
@@ -137,7 +137,7 @@ func TestSchedulerRearmsForEarlierDeadline(t *testing.T) {
 	l := newTestLocker(t, db, clk)
 	keys := keysInShard(l, 2)
 	late, early := keys[0], keys[1]
-	sh := l.tab.shard(l.tab.hash(late))
+	sh := l.tab.shard(l.tab.hash(0, late))
 	armedAt := func() time.Duration {
 		sh.mu.Lock()
 		defer sh.mu.Unlock()

@@ -119,13 +119,40 @@ func (l *Locker) Timestamp() Timestamp { return l.tab.stamps.mint(l.clock.Now().
 // invalid options or key fail before anything is locked. On failure nothing stays locked or
 // queued. The caller may reuse key once Lock returns.
 func (l *Locker) Lock(ctx context.Context, key []byte, opts Options) (*Handle, error) {
-	return l.lock(ctx, key, opts, true)
+	return l.lock(ctx, lockRequest{key: key, wait: true}, opts)
+}
+
+// LockCF is Lock of key in column family cf: the same key bytes in two column families are two
+// records, locked independently. A nil cf is the default column family, as Lock uses.
+func (l *Locker) LockCF(ctx context.Context, cf *grocksdb.ColumnFamilyHandle, key []byte, opts Options) (*Handle, error) {
+	return l.lock(ctx, lockRequest{cf: columnFamilyID(cf), key: key, wait: true}, opts)
 }
 
 // TryLock locks key if it is free and fails with ErrLocked at once if it is not. With cluster
 // scope the coordinator's round is bounded by opts.Timeout.
 func (l *Locker) TryLock(key []byte, opts Options) (*Handle, error) {
-	return l.lock(context.Background(), key, opts, false)
+	return l.lock(context.Background(), lockRequest{key: key}, opts)
+}
+
+// TryLockCF is TryLock of key in column family cf (nil: the default column family).
+func (l *Locker) TryLockCF(cf *grocksdb.ColumnFamilyHandle, key []byte, opts Options) (*Handle, error) {
+	return l.lock(context.Background(), lockRequest{cf: columnFamilyID(cf), key: key}, opts)
+}
+
+// lockRequest is what identifies one lock call apart from its Options.
+type lockRequest struct {
+	cf    uint32 // column family ID
+	key   []byte
+	wait  bool // Lock waits for a busy key; TryLock does not
+	owner *Txn // the Txn that locks, nil outside one
+}
+
+// columnFamilyID is cf's ID, 0 (the default column family) for nil.
+func columnFamilyID(cf *grocksdb.ColumnFamilyHandle) uint32 {
+	if cf == nil {
+		return 0
+	}
+	return cf.ID()
 }
 
 // check validates a lock request.
@@ -197,7 +224,8 @@ func (c *resolvedCache) resolve(o Options) (Resolved, error) {
 	return r, nil
 }
 
-func (l *Locker) lock(ctx context.Context, key []byte, opts Options, wait bool) (*Handle, error) {
+func (l *Locker) lock(ctx context.Context, req lockRequest, opts Options) (*Handle, error) {
+	key, wait := req.key, req.wait
 	// The usual case reads the cached resolution in place: copying the Resolved out of check
 	// through two calls cost about a tenth of an uncontended Lock.
 	r := l.opts.lookup(opts)
@@ -219,7 +247,7 @@ func (l *Locker) lock(ctx context.Context, key []byte, opts Options, wait bool) 
 		}
 		coord = c
 	}
-	h := l.newHandle(key, r.Hold)
+	h := l.newHandle(req, r.Hold)
 	start, err := l.acquireLocal(ctx, h, r.Lease, r.Timeout, wait)
 	if err != nil {
 		return nil, err
@@ -232,15 +260,16 @@ func (l *Locker) lock(ctx context.Context, key []byte, opts Options, wait bool) 
 	return h, nil
 }
 
-func (l *Locker) newHandle(key []byte, hold bool) *Handle {
-	h := &Handle{l: l, heapIdx: -1}
+func (l *Locker) newHandle(req lockRequest, hold bool) *Handle {
+	key := req.key
+	h := &Handle{l: l, heapIdx: -1, cf: req.cf, owner: req.owner}
 	if len(key) <= len(h.keyBuf) {
 		h.key = h.keyBuf[:len(key):len(key)]
 		copy(h.key, key)
 	} else {
 		h.key = bytes.Clone(key)
 	}
-	h.hash = l.tab.hash(h.key)
+	h.hash = l.tab.hash(h.cf, h.key)
 	if hold {
 		h.state.Store(flagHold)
 	}
@@ -257,10 +286,10 @@ func (l *Locker) acquireLocal(ctx context.Context, h *Handle, lease, timeout tim
 		sh.mu.Unlock()
 		return 0, ErrClosed
 	}
-	e := sh.lookup(h.hash, h.key)
+	e := sh.lookup(h)
 	if e != nil {
 		sh.settleLapsed(e, l, mono)
-		e = sh.lookup(h.hash, h.key) // settling may have emptied and removed the entry
+		e = sh.lookup(h) // settling may have emptied and removed the entry
 	}
 	switch {
 	case e == nil:

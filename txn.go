@@ -93,7 +93,7 @@ func (t *Txn) Lock(ctx context.Context, key []byte, opts Options) (*Handle, erro
 		}
 	}
 	// Locker.Lock validates key, opts and ctx as relock does, in the same order.
-	h, err := t.l.Lock(ctx, key, opts)
+	h, err := t.l.lock(ctx, lockRequest{key: key, wait: true, owner: t}, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -315,6 +315,7 @@ func (t *Txn) end() {
 		if x.h.flags()&(flagHold|flagReleased|flagExpired) == 0 {
 			x.h.Release()
 		}
+		x.h.disown() // a held lock outlives the Txn with no owner
 	}
 	t.locks = keyList[txnLock]{}
 	t.writes = keyList[stagedWrite]{}
