@@ -668,3 +668,28 @@ func TestClusterRevoke(t *testing.T) {
 		requireFree(t, l, "k")
 	})
 }
+
+// A coordinator removed without declaring the database standalone keeps its default-scope locks
+// failing closed after every Locker of it closed and a new one opened: the state belongs to the
+// database, not to the Lockers' table.
+func TestRemovedCoordinatorFailsClosedAcrossReopen(t *testing.T) {
+	db := openDB(t)
+	clk := recordlock.NewManualClock(epoch)
+	l, err := recordlock.New(db, recordlock.WithClock(clk))
+	require.NoError(t, err)
+	l.SetCoordinator(newTestCoord(clk, l.Timestamp))
+	l.RemoveCoordinator(false)
+	require.NoError(t, l.Close())
+
+	reopened := newLocker(t, db, recordlock.WithClock(clk))
+	_, err = reopened.TryLock([]byte("k"), recordlock.Options{})
+	require.ErrorIs(t, err, recordlock.ErrClusterUnavailable)
+	h, err := reopened.TryLock([]byte("k"), recordlock.Options{Scope: recordlock.ScopeNode})
+	require.NoError(t, err, "node scope is always local")
+	require.True(t, h.Release())
+
+	reopened.RemoveCoordinator(true)
+	h, err = reopened.TryLock([]byte("k"), recordlock.Options{})
+	require.NoError(t, err, "declared standalone, the database runs node locks again")
+	require.True(t, h.Release())
+}

@@ -560,6 +560,13 @@ func (m *fzModel) fence(b, a byte) {
 		return commitErr
 	}
 	wantRun := !m.leaseOver(x)
+	if wantRun && m.closed[x.locker] {
+		// Close released the key and waits for no fence begun after it: none may run.
+		err := x.h.Fence(commit)
+		m.expect(!called, "commit ran on a closed Locker's handle")
+		m.expectErr("Fence", err, recordlock.ErrClosed)
+		return
+	}
 	if wantRun {
 		x.fencing = true
 	}

@@ -13,28 +13,31 @@ import (
 // revoked; Done is closed at that moment. See the package documentation for the difference
 // between IsExpired and IsLeaseExpired.
 type Handle struct {
-	l *Locker
-	// e is the table entry of its key while it holds or waits for it. It and every field below
-	// are guarded by the shard mutex.
-	e      *keyEntry
+	// Set when the handle is made, never changed: read without a lock.
+	l      *Locker
 	key    []byte
 	keyBuf [24]byte // short keys live here, so a Lock allocates only the Handle
 	hash   uint64
 	cf     uint32 // column family ID: a record is (cf, key)
-	owner  *Txn   // the Txn that took it, until that Txn ends; nil outside a Txn
 
-	state   atomic.Uint32 // handleFlags; written under the shard mutex, read without it
-	heapIdx int32         // position in its scheduler's heap, -1 when not scheduled; beside state so neither is padded
+	// Written under the shard mutex, read without it.
+	state atomic.Uint32 // handleFlags
 	// deadline is the Mono of l.clock at which the lease lapses; while the Lock that made the
 	// handle waits, it is when that wait times out. The scheduler's heap is ordered by it.
 	deadline atomic.Int64
 
-	expiresAt  int64 // wall Unix nanoseconds, informational
+	// Guarded by the shard mutex.
+	heapIdx    int32     // position in its scheduler's heap, -1 when not scheduled
+	e          *keyEntry // the table entry of its key while it holds or waits for it
+	owner      *Txn      // the Txn that took it, until that Txn ends; nil outside a Txn
+	expiresAt  int64     // wall Unix nanoseconds, informational
 	acquiredAt Timestamp
 	w          *waiter // set while the Lock that made it waits
 	cold       *handleCold
 
-	fenceMu sync.Mutex // held for the whole of Fence; Release and RevokeLease wait on it
+	// Held for the whole of Fence; Release, RevokeLease and Close wait on it. Not the shard
+	// mutex: a commit runs under it while the shard serves other keys.
+	fenceMu sync.Mutex
 }
 
 // handleCold is what most handles never need, allocated on first use (under the shard mutex;
@@ -56,10 +59,13 @@ type handleCold struct {
 
 type handleFlags = uint32
 
+// A handle is dead, and authorizes no new write, once it is released or expired (dead). The key
+// goes back to the table when it dies, except that a lease ending inside Fence keeps the key until
+// the commit returns (flagPassOnAfterFence).
 const (
 	flagHeld             handleFlags = 1 << iota // the table's holder of the key
-	flagReleased                                 // the key was given back (deliberately or by expiry)
-	flagExpired                                  // the lease lapsed or was revoked
+	flagReleased                                 // given back deliberately: Release or Close
+	flagExpired                                  // the lease ended: lapsed or revoked
 	flagFencing                                  // inside Fence
 	flagPassOnAfterFence                         // expired inside Fence: pass the key on when it returns
 	flagHold                                     // Options.Hold, or upgraded
@@ -75,6 +81,19 @@ var closedChan = func() chan struct{} {
 }()
 
 func (h *Handle) flags() handleFlags { return h.state.Load() }
+
+// dead reports whether the handle was released or its lease ended, as far as its flags know: a
+// lapse that nothing has settled yet is not in them.
+func (h *Handle) dead() bool { return h.flags()&(flagReleased|flagExpired) != 0 }
+
+// monoFor returns the Mono of h's clock, given mono, a reading of l's clock: the same reading
+// when both Lockers run on one clock.
+func (h *Handle) monoFor(l *Locker, mono time.Duration) time.Duration {
+	if h.l.clockID == l.clockID {
+		return mono
+	}
+	return h.l.clock.Mono()
+}
 
 // dueAt is when the scheduler must look at h: its lease end, or its wait's timeout.
 func (h *Handle) dueAt() time.Duration { return time.Duration(h.deadline.Load()) }
@@ -105,8 +124,14 @@ func (h *Handle) lapsed() bool { return h.lapsedAt(h.l.clock.Mono()) }
 // lapsedAt reports whether the lease deadline is not after now, a Mono of h's clock.
 func (h *Handle) lapsedAt(now time.Duration) bool { return now >= time.Duration(h.deadline.Load()) }
 
-// settle completes an expiry whose deadline passed before any timer ran. Called with the shard
-// mutex held; it reports whether the lease has ended (lapsed or revoked).
+// Settling. A lease lapses at its deadline whether or not its timer has run: the timer may be
+// late, or the handle may be off every heap. Whoever looks at a handle under the shard mutex and
+// finds its deadline passed completes the expiry then and there (the key goes back, Done closes,
+// the release hook is queued), so every observer agrees with the deadline. settle, settleAt and
+// settleFor do that; settleNow takes the mutex to do it.
+
+// settle settles h on a fresh reading of its clock, with the shard mutex held. It reports
+// whether the lease has ended (lapsed or revoked).
 func (h *Handle) settle(sh *shard) bool {
 	if h.flags()&flagExpired != 0 {
 		return true
@@ -114,7 +139,7 @@ func (h *Handle) settle(sh *shard) bool {
 	return h.settleAt(sh, h.l.clock.Mono())
 }
 
-// settleAt is settle with the clock already read: now is a Mono of h's clock taken by the caller.
+// settleAt is settle with the clock already read: now is a Mono of h's clock.
 func (h *Handle) settleAt(sh *shard, now time.Duration) bool {
 	if h.flags()&flagExpired != 0 {
 		return true
@@ -124,6 +149,16 @@ func (h *Handle) settleAt(sh *shard, now time.Duration) bool {
 		return true
 	}
 	return false
+}
+
+// settleFor settles h, the holder of a key that l's Lock found with mono, a reading of l's
+// clock. It reports whether it ended the lease just now.
+func (h *Handle) settleFor(sh *shard, l *Locker, mono time.Duration) bool {
+	if h.flags()&flagExpired != 0 || !h.lapsedAt(h.monoFor(l, mono)) {
+		return false
+	}
+	sh.expire(h)
+	return true
 }
 
 // Key returns the locked key. The caller must not modify it.
@@ -200,7 +235,7 @@ func (h *Handle) Done() <-chan struct{} {
 	sh := h.shard()
 	sh.mu.Lock()
 	defer sh.unlockAndRunHooks()
-	if h.flags()&(flagReleased|flagExpired) != 0 || h.settle(sh) {
+	if h.dead() || h.settle(sh) {
 		return closedChan
 	}
 	c := h.getCold()
@@ -214,7 +249,7 @@ func (h *Handle) Done() <-chan struct{} {
 // released, revoked, or past its deadline. Finding the deadline passed, it completes the expiry
 // (gives the key back and fires the release hook) before it returns true.
 func (h *Handle) IsExpired() bool {
-	if h.flags()&(flagReleased|flagExpired) != 0 {
+	if h.dead() {
 		return true
 	}
 	if !h.lapsed() {
@@ -250,7 +285,7 @@ func (h *Handle) settleNow() {
 
 // lockForChange takes the shard mutex for Release or RevokeLease, first waiting for a Fence
 // running in another goroutine to return, whatever the handle's state: a lease that lapsed inside
-// Fence still has its commit in flight (SPEC §5.7). It reports whether it had to wait.
+// Fence still has its commit in flight (docs/DESIGN.md §4). It reports whether it had to wait.
 func (h *Handle) lockForChange(sh *shard) (waited bool) {
 	for {
 		sh.mu.Lock()
@@ -278,7 +313,7 @@ func (h *Handle) Release() bool {
 	if h.lockForChange(sh) {
 		now = h.l.clock.Mono()
 	}
-	ok := h.flags()&(flagReleased|flagExpired) == 0 && !h.settleAt(sh, now)
+	ok := !h.dead() && !h.settleAt(sh, now)
 	if ok {
 		h.releaseLocked(sh)
 	}
@@ -302,7 +337,7 @@ func (h *Handle) RevokeLease() {
 	sh := h.shard()
 	h.lockForChange(sh)
 	if h.flags()&flagExpired == 0 {
-		h.setFlags(flagExpired | flagReleased)
+		h.setFlags(flagExpired)
 		sh.unschedule(h)
 		h.closeDone()
 		if h.flags()&flagHeld != 0 {
@@ -327,7 +362,7 @@ func (h *Handle) join(round Round, lease time.Duration) bool {
 	sh := h.shard()
 	sh.mu.Lock()
 	defer sh.unlockAndRunHooks()
-	if h.flags()&(flagReleased|flagExpired) != 0 || h.settle(sh) {
+	if h.dead() || h.settle(sh) {
 		return false
 	}
 	now := h.l.clock.Mono()
@@ -343,7 +378,7 @@ func (h *Handle) join(round Round, lease time.Duration) bool {
 	h.clearFlags(flagHasVersion)
 	h.setFlags(flagCluster)
 	h.expiresAt = c.roundExpiresAt
-	h.moveDeadline(sh, round.MintedMono+lease, now)
+	h.moveDeadline(sh, round.MintedMono+lease)
 	return true
 }
 
@@ -353,19 +388,17 @@ func (h *Handle) holdThrough(deadline time.Duration) bool {
 	sh := h.shard()
 	sh.mu.Lock()
 	defer sh.unlockAndRunHooks()
-	if h.flags()&(flagReleased|flagExpired) != 0 || h.settle(sh) {
+	if h.dead() || h.settle(sh) {
 		return false
 	}
-	h.moveDeadline(sh, deadline, h.l.clock.Mono())
+	h.moveDeadline(sh, deadline)
 	return true
 }
 
 // moveDeadline sets a live holder's lease deadline and re-arms its schedule.
-func (h *Handle) moveDeadline(sh *shard, deadline, now time.Duration) {
+func (h *Handle) moveDeadline(sh *shard, deadline time.Duration) {
 	h.deadline.Store(int64(deadline))
-	s := sh.sched(h.l)
-	s.remove(h)
-	s.push(h, now)
+	sh.reschedule(h)
 }
 
 // UpgradeToHold makes the lock outlive its Txn, with a new lease from now (0 means
@@ -387,14 +420,14 @@ func (h *Handle) UpgradeToHold(lease time.Duration) error {
 	wall, now := readClock(h.l.clock)
 	deadline := now + lease
 	if c := h.cold; h.flags()&flagCluster != 0 && c.roundEnd <= deadline {
-		// Clamped to the round: its deadline and its ExpiresAt, wall(tsR)+lease (SPEC §5.1),
+		// Clamped to the round: its deadline and its ExpiresAt, wall(tsR)+lease,
 		// even after an earlier upgrade had shortened both.
 		deadline, h.expiresAt = c.roundEnd, c.roundExpiresAt
 	} else {
 		h.expiresAt = wall + int64(lease)
 	}
 	h.setFlags(flagHold)
-	h.moveDeadline(sh, deadline, now)
+	h.moveDeadline(sh, deadline)
 	h.nextVersion()
 	return nil
 }
@@ -494,6 +527,16 @@ func (h *Handle) fence(commit func() error, releaseUnlessHold bool) error {
 		runHooks(hooks)
 		return ErrLeaseExpired
 	}
+	if h.flags()&flagHeld == 0 {
+		// Released before the fence: Close no longer holds the key to wait on, so the fence
+		// registers with the Locker instead.
+		if !h.l.strays.enter() {
+			sh.mu.Unlock()
+			h.fenceMu.Unlock()
+			return ErrClosed
+		}
+		defer h.l.strays.leave()
+	}
 	h.setFlags(flagFencing)
 	sh.mu.Unlock()
 	// The release hook of a lease that ended inside Fence runs after fenceMu is released, so a
@@ -517,7 +560,7 @@ func (h *Handle) endFence(sh *shard, releaseUnlessHold bool) []pendingHook {
 		h.clearFlags(flagPassOnAfterFence)
 		sh.giveBack(h, 0)
 		sh.queueHook(h)
-	case releaseUnlessHold && f&(flagReleased|flagExpired|flagHold) == 0:
+	case releaseUnlessHold && !h.dead() && f&flagHold == 0:
 		// No clock read: lapsed while commit ran or not, the key goes back now and the hook
 		// fires once, and from the deadline on both predicates read the lapse off the deadline.
 		h.releaseLocked(sh)

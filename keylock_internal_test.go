@@ -18,6 +18,21 @@ func waitForQueue(t testing.TB, l *Locker, key []byte, n int) {
 		10*time.Second, 200*time.Microsecond)
 }
 
+// schedulers calls f on every scheduler of the shard's taken clock slots.
+func (sh *shard) schedulers(f func(*scheduler)) {
+	if sh.firstSched.clock != nil {
+		f(&sh.firstSched)
+	}
+	for _, s := range sh.moreScheds {
+		if s != nil {
+			f(s)
+		}
+	}
+}
+
+// sched is the scheduler of l's clock in the shard.
+func (sh *shard) sched(l *Locker) *scheduler { return sh.scheduler(l.clockID) }
+
 // heapLen is the number of deadlines l's shard for key keeps on l's clock.
 func heapLen(l *Locker, key []byte) int {
 	sh := l.tab.shard(l.tab.hash(0, key))
@@ -400,7 +415,7 @@ func TestClockSlotsReusedWhenLockersClose(t *testing.T) {
 		require.Equal(t, 1, l.clockID, "round %d: the freed slot is reused", round)
 		h, err := l.TryLock(key, Options{Lease: time.Second})
 		require.NoError(t, err)
-		require.Equal(t, 1, schedulersOf(1))
+		require.Equal(t, shardCount, schedulersOf(1), "round %d: every shard has the clock's scheduler", round)
 		if round%2 == 0 {
 			clk.Advance(time.Second) // the lease lapses by the timer of this round's clock
 			require.NotZero(t, h.flags()&flagExpired, "round %d: the lease timer on the reused slot fired", round)
@@ -410,9 +425,9 @@ func TestClockSlotsReusedWhenLockersClose(t *testing.T) {
 		require.NoError(t, l.Close())
 		assert.Zero(t, schedulersOf(1), "round %d: the closed Locker's schedulers are gone", round)
 	}
-	tab.clocksMu.Lock()
-	assert.Len(t, tab.clocks, 2, "two clocks at a time, two slots")
-	tab.clocksMu.Unlock()
+	tab.clocks.mu.Lock()
+	assert.Len(t, tab.clocks.slots, 2, "two clocks at a time, two slots")
+	tab.clocks.mu.Unlock()
 
 	// A handle of a closed Locker touches no scheduler, so it cannot bring one back.
 	released.RevokeLease()

@@ -23,10 +23,17 @@ type Locker struct {
 	db      *grocksdb.DB
 	tab     *table
 	clock   Clock
-	clockID int
+	clockID int // the slot of clock among the table's clocks
 	log     *slog.Logger
-	closed  atomic.Bool
 	opts    resolvedCache
+	hooks   testHooks
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	// closing is cancelled when Close begins, to call off the coordinator requests in flight.
+	closing context.Context
+	cancel  context.CancelFunc
+	strays  strayFences
 
 	warnMu   sync.Mutex
 	lastWarn map[string]time.Duration // Mono of the last warning per kind of hook failure
@@ -39,6 +46,7 @@ type config struct {
 	clock Clock
 	log   *slog.Logger
 	coord Coordinator
+	hooks testHooks
 }
 
 type clockOption struct{ c Clock }
@@ -83,14 +91,18 @@ func New(db *grocksdb.DB, opts ...Option) (*Locker, error) {
 	}
 	tab := acquireTable(canonicalPath(db.Name()))
 	if cfg.coord != nil {
-		tab.coord.set(cfg.coord)
+		tab.db.coord.set(cfg.coord)
 	}
+	closing, cancel := context.WithCancel(context.Background())
 	return &Locker{
 		db:       db,
 		tab:      tab,
 		clock:    cfg.clock,
-		clockID:  tab.clockID(cfg.clock),
+		clockID:  tab.openClock(cfg.clock),
 		log:      cfg.log,
+		hooks:    cfg.hooks,
+		closing:  closing,
+		cancel:   cancel,
 		lastWarn: map[string]time.Duration{},
 	}, nil
 }
@@ -99,20 +111,20 @@ func New(db *grocksdb.DB, opts ...Option) (*Locker, error) {
 // A nil c is the same as RemoveCoordinator(false).
 func (l *Locker) SetCoordinator(c Coordinator) {
 	if c == nil {
-		l.tab.coord.remove(false)
+		l.tab.db.coord.remove(false)
 		return
 	}
-	l.tab.coord.set(c)
+	l.tab.db.coord.set(c)
 }
 
 // RemoveCoordinator removes the database's coordinator. With standalone=false, locks of default
 // scope then fail closed with ErrClusterUnavailable (a transport that went away is no proof that
 // the database became standalone); with standalone=true they run as node locks again.
-func (l *Locker) RemoveCoordinator(standalone bool) { l.tab.coord.remove(standalone) }
+func (l *Locker) RemoveCoordinator(standalone bool) { l.tab.db.coord.remove(standalone) }
 
 // Timestamp mints a timestamp: wall-anchored Unix nanoseconds, strictly increasing across every
 // Locker and goroutine of this database.
-func (l *Locker) Timestamp() Timestamp { return l.tab.stamps.mint(l.clock.Now().UnixNano()) }
+func (l *Locker) Timestamp() Timestamp { return l.tab.db.stamps.mint(l.clock.Now().UnixNano()) }
 
 // Lock waits until key is free and locks it. It fails with ErrTimeout once opts.Timeout has
 // passed, and with an error matching ctx's error once ctx is done (at once if it already is);
@@ -241,14 +253,14 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts Options) (*Hand
 	}
 	var coord Coordinator
 	if r.Scope != ScopeNode { // a node lock never consults the coordinator
-		c, err := l.tab.coord.resolve(*r)
+		c, err := l.tab.db.coord.resolve(*r)
 		if err != nil {
 			return nil, err
 		}
 		coord = c
 	}
 	h := l.newHandle(req, r.Hold)
-	start, err := l.acquireLocal(ctx, h, r.Lease, r.Timeout, wait)
+	start, err := l.tab.shard(h.hash).acquire(ctx, h, r.Lease, r.Timeout, wait)
 	if err != nil {
 		return nil, err
 	}
@@ -276,99 +288,6 @@ func (l *Locker) newHandle(req lockRequest, hold bool) *Handle {
 	return h
 }
 
-// acquireLocal takes h's key in the table, waiting if allowed. It returns the Mono reading at
-// which the attempt started, from which the remaining wait is measured.
-func (l *Locker) acquireLocal(ctx context.Context, h *Handle, lease, timeout time.Duration, wait bool) (time.Duration, error) {
-	sh := l.tab.shard(h.hash)
-	wall, mono := readClock(l.clock)
-	sh.mu.Lock()
-	if l.closed.Load() {
-		sh.mu.Unlock()
-		return 0, ErrClosed
-	}
-	e := sh.lookup(h)
-	if e != nil {
-		sh.settleLapsed(e, l, mono)
-		e = sh.lookup(h) // settling may have emptied and removed the entry
-	}
-	switch {
-	case e == nil:
-		e = sh.newEntry(h.hash)
-		sh.grant(e, h, wall, mono, lease)
-		sh.index.insert(e)
-	case e.holder == nil && l.mayBarge(e.head, mono):
-		sh.grant(e, h, wall, mono, lease)
-	case !wait:
-		sh.unlockAndRunHooks()
-		return 0, ErrLocked
-	default:
-		return mono, l.wait(ctx, sh, e, h, lease, mono+timeout, mono)
-	}
-	sh.unlockAndRunHooks()
-	return mono, nil
-}
-
-// mayBarge reports whether a newcomer may take a free key ahead of the woken oldest waiter: only
-// while that waiter has waited less than bargeWindow.
-func (l *Locker) mayBarge(oldest *waiter, mono time.Duration) bool {
-	if oldest == nil {
-		return true
-	}
-	now := mono
-	if oldest.h.l.clockID != l.clockID {
-		now = oldest.h.l.clock.Mono()
-	}
-	return now-oldest.since < bargeWindow
-}
-
-// wait queues h for e's key and blocks until it is granted, the timeout passes, ctx is done or
-// the Locker closes. It is called with sh.mu held and returns with it released.
-func (l *Locker) wait(ctx context.Context, sh *shard, e *keyEntry, h *Handle, lease, deadline, mono time.Duration) error {
-	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1)}
-	h.w, h.e = w, e
-	sh.enqueue(e, w)
-	h.deadline.Store(int64(deadline)) // the wait's timeout until the key is granted
-	sh.sched(l).push(h, mono)
-	sh.unlockAndRunHooks()
-	for {
-		select {
-		case <-w.wake:
-		case <-ctx.Done():
-		}
-		sh.mu.Lock()
-		switch w.state {
-		case waitGranted:
-			sh.unlockAndRunHooks()
-			return l.closedAfterGrant(h)
-		case waitTimedOut:
-			sh.unlockAndRunHooks()
-			return ErrTimeout
-		case waitClosed:
-			sh.unlockAndRunHooks()
-			return ErrClosed
-		case waitWoken:
-			if e.holder == nil {
-				sh.dequeue(e, w)
-				sh.unschedule(h)
-				h.w = nil
-				wall, now := readClock(l.clock)
-				sh.grant(e, h, wall, now, lease)
-				sh.unlockAndRunHooks()
-				return l.closedAfterGrant(h)
-			}
-			// A newcomer took the key first; stay at the head of the queue.
-			w.state = waitQueued
-			e.wakePending = false
-		}
-		if err := ctx.Err(); err != nil {
-			sh.abandon(w, waitCancelled)
-			sh.unlockAndRunHooks()
-			return err
-		}
-		sh.mu.Unlock()
-	}
-}
-
 // closedAfterGrant covers a grant that raced with Close: the key goes back and Lock fails.
 func (l *Locker) closedAfterGrant(h *Handle) error {
 	if l.closed.Load() {
@@ -379,7 +298,7 @@ func (l *Locker) closedAfterGrant(h *Handle) error {
 }
 
 // joinCluster obtains a round for h's key from coord with what is left of the wait, and joins
-// it. On any failure the local key goes back.
+// it. On any failure the local key goes back. Close calls off a request in flight.
 func (l *Locker) joinCluster(ctx context.Context, h *Handle, coord Coordinator, r Resolved, start time.Duration) error {
 	remaining := start + r.Timeout - l.clock.Mono()
 	if remaining <= 0 {
@@ -390,75 +309,81 @@ func (l *Locker) joinCluster(ctx context.Context, h *Handle, coord Coordinator, 
 	// this node could take the key and ask the cluster for it at the same time. No round granted
 	// within the wait ends after start+Timeout+Lease; joining it sets the real deadline.
 	if !h.holdThrough(start + r.Timeout + r.Lease) {
-		return ErrTimeout
+		return l.closedOr(ErrTimeout)
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	budget := l.clock.AfterFunc(remaining, func() { cancel(ErrTimeout) })
+	stopOnClose := context.AfterFunc(l.closing, func() { cancel(ErrClosed) })
 	round, err := coord.Acquire(cctx, h.key, r.Lease, h.RevokeLease)
 	budget.Stop()
-	outOfTime := context.Cause(cctx) == ErrTimeout
+	stopOnClose()
+	cause := context.Cause(cctx)
 	cancel(nil)
 	if err != nil {
 		h.Release()
-		switch {
-		case errors.Is(err, ErrTimeout), errors.Is(err, ErrClusterUnavailable):
-			return err
-		case ctx.Err() != nil:
-			return fmt.Errorf("recordlock: cluster round: %w", ctx.Err())
-		case outOfTime && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
-			// The coordinator gave up because the wait ran out: that is the caller's Timeout.
-			return fmt.Errorf("%w: the cluster did not grant a round in time", ErrTimeout)
-		}
-		return fmt.Errorf("%w: %w", ErrClusterUnavailable, err)
+		return l.acquireError(ctx, err, cause)
 	}
 	if !h.join(round, r.Lease) {
 		h.Release()
 		if round.Release != nil {
 			l.runHook(round.Release)
 		}
+		switch {
+		case l.closed.Load():
+			return ErrClosed
+		case h.flags()&flagExpired != 0 && !h.lapsed():
+			return fmt.Errorf("%w: the admission was revoked before the round was joined", ErrClusterUnavailable)
+		}
 		return fmt.Errorf("%w: the round's lease lapsed before it was joined", ErrClusterUnavailable)
 	}
 	return nil
 }
 
+// acquireError is the error of a failed Coordinator.Acquire, given why its ctx was cancelled.
+func (l *Locker) acquireError(ctx context.Context, err, cause error) error {
+	canceled := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	switch {
+	case errors.Is(err, ErrTimeout), errors.Is(err, ErrClusterUnavailable), errors.Is(err, ErrClosed):
+		return err
+	case cause == ErrClosed || l.closed.Load():
+		return ErrClosed
+	case ctx.Err() != nil:
+		return fmt.Errorf("recordlock: cluster round: %w", ctx.Err())
+	case cause == ErrTimeout && canceled:
+		// The coordinator gave up because the wait ran out: that is the caller's Timeout.
+		return fmt.Errorf("%w: the cluster did not grant a round in time", ErrTimeout)
+	}
+	return fmt.Errorf("%w: %w", ErrClusterUnavailable, err)
+}
+
+// closedOr is ErrClosed once the Locker is closed, else err.
+func (l *Locker) closedOr(err error) error {
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	return err
+}
+
 // Close releases every handle this Locker issued (their release hooks fire), fails its waiting
-// Lock calls with ErrClosed, and makes later calls return ErrClosed. Other Lockers of the same
-// database keep working. Close is idempotent and always returns nil.
+// Lock calls with ErrClosed, calls off its coordinator requests in flight, and makes later calls
+// return ErrClosed. Once it returns no fenced write of its handles is in flight, so the database
+// may be closed. Other Lockers of the same database keep working. Close is idempotent, a
+// concurrent Close returns once the first has finished, and it always returns nil. A release
+// hook must not call Close of the Locker that fires it.
 func (l *Locker) Close() error {
-	if !l.closed.CompareAndSwap(false, true) {
-		return nil
-	}
-	var held []*Handle
-	for i := range l.tab.shards {
-		sh := &l.tab.shards[i]
-		sh.mu.Lock()
-		// Collect first: abandoning a waiter can hand its key on or take it out of the table.
-		var entries []*keyEntry
-		sh.index.all(func(e *keyEntry) { entries = append(entries, e) })
-		for _, e := range entries {
-			if e.holder != nil && e.holder.l == l {
-				held = append(held, e.holder)
-			}
-			var mine []*waiter
-			for w := e.head; w != nil; w = w.next {
-				if w.h.l == l {
-					mine = append(mine, w)
-				}
-			}
-			for _, w := range mine {
-				if w.h.w == w { // still queued; a granted one fails in closedAfterGrant
-					sh.abandon(w, waitClosed)
-				}
-			}
-		}
-		sh.unlockAndRunHooks()
-	}
-	for _, h := range held {
+	l.closeOnce.Do(l.close)
+	return nil
+}
+
+func (l *Locker) close() {
+	l.closed.Store(true)
+	l.cancel()
+	for _, h := range l.tab.evict(l) {
 		h.Release()
 	}
-	l.tab.dropClock(l.clockID)
+	l.strays.closeAndWait()
+	l.tab.closeClock(l.clockID)
 	releaseTable(l.tab)
-	return nil
 }
 
 // runHook calls a release hook; a panic or error never escapes, it is logged at a limited rate.
@@ -487,3 +412,13 @@ func (l *Locker) warnHook(kind string, err error) {
 	l.warnMu.Unlock()
 	l.log.Warn("recordlock: release hook failed; the lease bounds the hold anyway", "kind", kind, "err", err)
 }
+
+// testHooks let white-box tests stop the code at points no public call can reach. They are set
+// through an unexported Option, so production Lockers have none.
+type testHooks struct {
+	inFence func() // Txn.Commit calls it inside the fences, just before the batch is written
+}
+
+type testHooksOption struct{ h testHooks }
+
+func (o testHooksOption) apply(c *config) { c.hooks = o.h }

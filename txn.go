@@ -57,13 +57,12 @@ func (w stagedWrite) entryKey() []byte { return w.kv[:w.klen:w.klen] }
 
 func (w stagedWrite) value() []byte { return w.kv[w.klen:] }
 
-// testHookInFence, when set by a white-box test, runs inside the fences just before the batch
-// is written.
-var testHookInFence func()
-
 // Begin starts a transaction on the Locker's database. It never fails: once the Locker is closed,
 // every call on the Txn but Rollback returns ErrClosed.
 func (l *Locker) Begin() *Txn { return &Txn{l: l} }
+
+// name is the Txn's name in deadlock errors.
+func (t *Txn) name() string { return "" }
 
 // usable is nil while the Txn may be used, else ErrClosed or ErrTxnDone.
 func (t *Txn) usable() error {
@@ -128,7 +127,7 @@ func (t *Txn) relock(ctx context.Context, h *Handle, key []byte, opts Options) (
 // wantsCluster reports whether a lock with options r would be cluster-scoped (or fail closed
 // asking for it) on this database now.
 func (t *Txn) wantsCluster(r Resolved) bool {
-	coord, err := t.l.tab.coord.resolve(r)
+	coord, err := t.l.tab.db.coord.resolve(r)
 	return coord != nil || err != nil
 }
 
@@ -234,7 +233,7 @@ func (t *Txn) fencedWrite() error {
 	if t.l.closed.Load() {
 		return ErrClosed
 	}
-	if hook := testHookInFence; hook != nil {
+	if hook := t.l.hooks.inFence; hook != nil {
 		hook()
 	}
 	if err := t.write(); err != nil {

@@ -19,7 +19,8 @@ const txnTestGuard = 10 * time.Second
 func TestTxnCommitHoldsOffSuccessor(t *testing.T) {
 	db := OpenTestDB(t)
 	clk := NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	l := newTestLocker(t, db, clk)
+	var inFence func()
+	l := newHookedLocker(t, db, clk, &inFence)
 	other := newTestLocker(t, db, clk)
 	ctx := context.Background()
 	key := []byte("k")
@@ -31,11 +32,10 @@ func TestTxnCommitHoldsOffSuccessor(t *testing.T) {
 	require.NoError(t, txn.Put(key, []byte("first")))
 
 	entered, proceed := make(chan struct{}), make(chan struct{})
-	testHookInFence = func() {
+	inFence = func() {
 		close(entered)
 		<-proceed
 	}
-	t.Cleanup(func() { testHookInFence = nil })
 	committed := make(chan error, 1)
 	go func() { committed <- txn.Commit() }()
 	select {
@@ -130,7 +130,8 @@ func TestTxnProtectorsSortedByKey(t *testing.T) {
 func TestTxnCommitReleasesAsTheFenceEnds(t *testing.T) {
 	db := OpenTestDB(t)
 	clk := NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	l := newTestLocker(t, db, clk)
+	var inFence func()
+	l := newHookedLocker(t, db, clk, &inFence)
 	ctx := context.Background()
 
 	for _, tc := range []struct {
@@ -153,15 +154,14 @@ func TestTxnCommitReleasesAsTheFenceEnds(t *testing.T) {
 			require.True(t, h.JoinClusterRound(l.Timestamp(), time.Minute, clk.Mono(), func() error { hooks++; return nil }))
 			require.NoError(t, txn.Put(key, []byte("v")))
 			if tc.upgradeMid {
-				testHookInFence = func() {
+				inFence = func() {
 					done := make(chan error)
 					go func() { done <- h.UpgradeToHold(0) }()
 					require.NoError(t, <-done)
 				}
-				t.Cleanup(func() { testHookInFence = nil })
 			}
 			require.NoError(t, txn.Commit())
-			testHookInFence = nil
+			inFence = nil
 
 			ro := grocksdb.NewDefaultReadOptions()
 			defer ro.Destroy()
@@ -185,4 +185,18 @@ func TestTxnCommitReleasesAsTheFenceEnds(t *testing.T) {
 		})
 	}
 	assert.True(t, l.tab.empty(), "nothing is left locked or queued")
+}
+
+// newHookedLocker is newTestLocker with Txn.Commit calling *inFence, when set, inside its fences.
+// The Txn runs in the test's goroutine or one it waits for, so the variable needs no lock.
+func newHookedLocker(t testing.TB, db *grocksdb.DB, clk Clock, inFence *func()) *Locker {
+	t.Helper()
+	l, err := New(db, WithClock(clk), testHooksOption{testHooks{inFence: func() {
+		if f := *inFence; f != nil {
+			f()
+		}
+	}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
 }

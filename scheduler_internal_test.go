@@ -1,0 +1,106 @@
+package recordlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// signallingClock is a ManualClock that reports, once armed, the next time a Lock reads it.
+type signallingClock struct {
+	*ManualClock
+	read chan struct{} // when set, closed and cleared at the next reading
+}
+
+func (c *signallingClock) nowMono() (int64, time.Duration) {
+	wall, mono := c.ManualClock.nowMono()
+	if c.read != nil {
+		close(c.read)
+		c.read = nil
+	}
+	return wall, mono
+}
+
+// stallAfterReading runs lock in a goroutine that reads the clock and then queues for the mutex of
+// key's shard, which the test holds while the clock moves on by stall.
+func stallAfterReading(t *testing.T, l *Locker, clk *signallingClock, key []byte, stall time.Duration, lock func()) {
+	t.Helper()
+	sh := l.tab.shard(l.tab.hash(0, key))
+	read := make(chan struct{})
+	clk.read = read
+	sh.mu.Lock()
+	go lock()
+	<-read
+	clk.Advance(stall)
+	sh.mu.Unlock()
+}
+
+// A deadline is measured from the clock reading it is stored with, and its timer fires no later
+// than the deadline, however long the Lock queued for the shard mutex after reading the clock.
+func TestTimersFireByDeadlineDespiteMutexWait(t *testing.T) {
+	db := OpenTestDB(t)
+	key := []byte("k")
+
+	t.Run("lease", func(t *testing.T) {
+		clk := &signallingClock{ManualClock: NewManualClock(time.Unix(1, 0))}
+		l := newTestLocker(t, db, clk)
+		got := make(chan *Handle, 1)
+		stallAfterReading(t, l, clk, key, 500*time.Millisecond, func() {
+			h, err := l.TryLock(key, Options{Lease: time.Second})
+			assert.NoError(t, err)
+			got <- h
+		})
+		h := <-got
+		require.NotNil(t, h)
+		done := h.Done()
+		clk.Advance(500 * time.Millisecond) // the deadline: one lease after the Lock's reading
+		assert.True(t, closed(done), "the lease timer fired at the deadline")
+		assert.True(t, TableEmpty(l))
+	})
+
+	t.Run("wait", func(t *testing.T) {
+		clk := &signallingClock{ManualClock: NewManualClock(time.Unix(1, 0))}
+		l := newTestLocker(t, db, clk)
+		holder, err := l.TryLock(key, Options{})
+		require.NoError(t, err)
+		got := make(chan error, 1)
+		stallAfterReading(t, l, clk, key, 500*time.Millisecond, func() {
+			_, err := l.Lock(context.Background(), key, Options{Timeout: time.Second})
+			got <- err
+		})
+		waitForQueue(t, l, key, 1)
+		clk.Advance(500 * time.Millisecond) // the wait's end: one Timeout after the Lock's reading
+		select {
+		case err := <-got:
+			require.ErrorIs(t, err, ErrTimeout)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the wait outlived its timeout")
+		}
+		require.True(t, holder.Release())
+	})
+}
+
+// Once a scheduler's heap outgrows the storage inside the shard, that storage keeps no pointer to
+// a handle: an idle shard pins no dead handle, and so no closed Locker.
+func TestSchedulerKeepsNoStaleHandles(t *testing.T) {
+	db := OpenTestDB(t)
+	l := newTestLocker(t, db, NewManualClock(time.Unix(1, 0)))
+	keys := keysInShard(l, 3)
+	sh := l.tab.shard(l.tab.hash(0, keys[0]))
+	var hs []*Handle
+	for _, k := range keys {
+		h, err := l.TryLock(k, Options{})
+		require.NoError(t, err)
+		hs = append(hs, h)
+	}
+	for _, h := range hs {
+		require.True(t, h.Release())
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	assert.Empty(t, sh.firstSched.heap)
+	assert.Equal(t, [2]*Handle{}, sh.firstSched.own, "the shard's own heap storage points to no handle")
+}
