@@ -1,0 +1,186 @@
+package recordlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock"
+)
+
+// txnLockAsync starts txn.Lock in a goroutine and returns where its result arrives.
+func txnLockAsync(txn *recordlock.Txn, key []byte, opts recordlock.Options) <-chan lockResult {
+	c := make(chan lockResult, 1)
+	go func() {
+		h, err := txn.Lock(context.Background(), key, opts)
+		c <- lockResult{h, err}
+	}()
+	return c
+}
+
+// A cycle of n Txns, each holding one key and waiting for the next one's, is reported at once to
+// the Txn whose wait would close it, and only to it; the clock never moves. Once the victim rolls
+// back, every other Txn gets its key and commits.
+func TestDeadlockCycleReportedToOneTxn(t *testing.T) {
+	for _, n := range []int{2, 3, 32} {
+		t.Run(fmt.Sprintf("%d txns", n), func(t *testing.T) {
+			db := openDB(t)
+			_, l := manual(t, db)
+			key := func(i int) []byte { return []byte(fmt.Sprintf("k%02d", i%n)) }
+			txns := make([]*recordlock.Txn, n)
+			for i := range txns {
+				txns[i] = l.Begin()
+				defer txns[i].Rollback()
+				_, err := txns[i].Lock(context.Background(), key(i), recordlock.Options{})
+				require.NoError(t, err)
+			}
+			waits := make([]<-chan lockResult, n-1)
+			for i := range n - 1 {
+				waits[i] = txnLockAsync(txns[i], key(i+1), recordlock.Options{})
+				waitQueued(t, l, key(i+1), 1)
+			}
+			_, err := txns[n-1].Lock(context.Background(), key(0), recordlock.Options{})
+			require.ErrorIs(t, err, recordlock.ErrDeadlock)
+			var dl *recordlock.DeadlockError
+			require.ErrorAs(t, err, &dl)
+			require.Len(t, dl.Cycle, n, "the error names every Txn of the cycle")
+			assert.Equal(t, key(0), dl.Cycle[0].Key, "starting with the request that failed")
+			assert.Equal(t, 0, recordlock.QueuedWaiters(l, key(0)), "the failed request queued nothing")
+			for i := range n - 1 {
+				select {
+				case r := <-waits[i]:
+					t.Fatalf("txn %d stopped waiting: %v", i, r.err)
+				default:
+				}
+			}
+
+			txns[n-1].Rollback() // the victim lets go of its key: the chain unwinds from its end
+			for i := n - 2; i >= 0; i-- {
+				r := result(t, waits[i])
+				require.NoError(t, r.err, "txn %d", i)
+				require.NoError(t, txns[i].Put(key(i+1), []byte("v")))
+				require.NoError(t, txns[i].Commit())
+			}
+			assert.True(t, recordlock.TableEmpty(l))
+		})
+	}
+}
+
+// Two Txns that start waiting for each other at the same instant: exactly one gets ErrDeadlock,
+// every round, and the other gets its key once the victim rolls back.
+func TestSimultaneousDeadlockHasOneVictim(t *testing.T) {
+	db := openDB(t)
+	_, l := manual(t, db)
+	a, b := []byte("a"), []byte("b")
+	for round := range 1000 {
+		t1, t2 := l.Begin(), l.Begin()
+		_, err := t1.Lock(context.Background(), a, recordlock.Options{})
+		require.NoError(t, err)
+		_, err = t2.Lock(context.Background(), b, recordlock.Options{})
+		require.NoError(t, err)
+
+		start := make(chan struct{})
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i, step := range []struct {
+			txn *recordlock.Txn
+			key []byte
+		}{{t1, b}, {t2, a}} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, errs[i] = step.txn.Lock(context.Background(), step.key, recordlock.Options{})
+				if errs[i] != nil {
+					step.txn.Rollback() // the victim lets the survivor through
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		victims := 0
+		for _, err := range errs {
+			if err != nil {
+				require.ErrorIs(t, err, recordlock.ErrDeadlock, "round %d", round)
+				victims++
+			}
+		}
+		require.Equal(t, 1, victims, "round %d: exactly one victim", round)
+		t1.Rollback()
+		t2.Rollback()
+	}
+	assert.True(t, recordlock.TableEmpty(l))
+}
+
+// A wait for a key held outside any Txn is not part of the graph: a chain through such a holder
+// is never reported, and a true cycle through it is ended by the timeout.
+func TestWaitOnNonTxnHolderIsNotADeadlock(t *testing.T) {
+	db := openDB(t)
+	clk, l := manual(t, db)
+	a, b, c := []byte("a"), []byte("b"), []byte("c")
+
+	t1, t2 := l.Begin(), l.Begin()
+	defer t1.Rollback()
+	defer t2.Rollback()
+	_, err := t1.Lock(context.Background(), a, recordlock.Options{})
+	require.NoError(t, err)
+	_, err = t2.Lock(context.Background(), c, recordlock.Options{})
+	require.NoError(t, err)
+	plain, err := l.TryLock(b, recordlock.Options{})
+	require.NoError(t, err)
+
+	t1Waits := txnLockAsync(t1, b, recordlock.Options{})
+	waitQueued(t, l, b, 1)
+	t2Waits := txnLockAsync(t2, a, recordlock.Options{})
+	waitQueued(t, l, a, 1)
+	// The plain holder now waits for c, held by t2: a cycle the graph does not see.
+	plainWaits := lockAsync(context.Background(), l, c, recordlock.Options{Timeout: time.Second})
+	waitQueued(t, l, c, 1)
+	clk.Advance(time.Second)
+	require.ErrorIs(t, result(t, plainWaits).err, recordlock.ErrTimeout)
+
+	require.True(t, plain.Release())
+	require.NoError(t, result(t, t1Waits).err)
+	require.NoError(t, t1.Commit())
+	require.NoError(t, result(t, t2Waits).err)
+	require.NoError(t, t2.Commit())
+	assert.True(t, recordlock.TableEmpty(l))
+}
+
+// A cycle is reported to the Txn that closes it, not to another Txn queued for one of its keys,
+// which gets the key in its turn.
+func TestDeadlockSparesOtherWaiters(t *testing.T) {
+	db := openDB(t)
+	_, l := manual(t, db)
+	a, b := []byte("a"), []byte("b")
+	holder, t1, t2 := l.Begin(), l.Begin(), l.Begin()
+	defer holder.Rollback()
+	defer t1.Rollback()
+	defer t2.Rollback()
+	_, err := holder.Lock(context.Background(), a, recordlock.Options{})
+	require.NoError(t, err)
+	_, err = t1.Lock(context.Background(), b, recordlock.Options{})
+	require.NoError(t, err)
+
+	t1Waits := txnLockAsync(t1, a, recordlock.Options{}) // first in line for a
+	waitQueued(t, l, a, 1)
+	t2Waits := txnLockAsync(t2, a, recordlock.Options{}) // behind t1
+	waitQueued(t, l, a, 2)
+	// The holder asks for b, held by t1, which waits for a, which the holder holds.
+	_, err = holder.Lock(context.Background(), b, recordlock.Options{})
+	require.ErrorIs(t, err, recordlock.ErrDeadlock)
+	holder.Rollback()
+	require.NoError(t, result(t, t1Waits).err)
+	t1.Rollback()
+	r := result(t, t2Waits)
+	require.NoError(t, r.err)
+	assert.False(t, errors.Is(r.err, recordlock.ErrDeadlock))
+	t2.Rollback()
+	assert.True(t, recordlock.TableEmpty(l))
+}
