@@ -507,7 +507,8 @@ func (h *Handle) NoteHolderVersion(v Timestamp) {
 // IsLeaseExpired is true, and otherwise commit's error. If the lease ends while commit runs, Done
 // closes at once and the key passes on when commit returns. commit may call the handle's
 // accessors and predicates; it must not call Release, RevokeLease or Fence on the same handle.
-// Fence after Release still runs while the lease lasts, but then a successor may hold the key.
+// Fence after Release still runs while the lease lasts, but then a successor may hold the key;
+// once the Locker is closed it returns ErrClosed without calling commit.
 func (h *Handle) Fence(commit func() error) error { return h.fence(commit, false) }
 
 // fenceThenRelease is Fence followed, unless the lock is held (Hold), by Release in the critical
