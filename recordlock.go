@@ -3,73 +3,12 @@ package recordlock
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/linxGnu/grocksdb"
 )
-
-// hookWarnInterval is how often one kind of release-hook failure is logged per Locker.
-const hookWarnInterval = 60 * time.Second
-
-// Locker issues record locks on the keys of one RocksDB database. Every Locker made for the same
-// database in this process shares one key-lock table, so they exclude each other. A Locker is
-// safe for concurrent use.
-type Locker struct {
-	db      *grocksdb.DB
-	tab     *table
-	clock   Clock
-	clockID int // the slot of clock among the table's clocks
-	log     *slog.Logger
-	opts    resolvedCache
-	hooks   testHooks
-
-	closed    atomic.Bool
-	closeOnce sync.Once
-	// closing is cancelled when Close begins, to call off the coordinator requests in flight.
-	closing context.Context
-	cancel  context.CancelFunc
-	strays  strayFences
-
-	warnMu   sync.Mutex
-	lastWarn map[string]time.Duration // Mono of the last warning per kind of hook failure
-}
-
-// Option configures New.
-type Option interface{ apply(*config) }
-
-type config struct {
-	clock Clock
-	log   *slog.Logger
-	coord Coordinator
-	hooks testHooks
-}
-
-type clockOption struct{ c Clock }
-
-func (o clockOption) apply(c *config) { c.clock = o.c }
-
-// WithClock makes the Locker run its leases, timeouts and timestamps on c instead of SystemClock.
-func WithClock(c Clock) Option { return clockOption{c} }
-
-type loggerOption struct{ l *slog.Logger }
-
-func (o loggerOption) apply(c *config) { c.log = o.l }
-
-// WithLogger sets where release-hook failures and key-table faults are reported (at warn level).
-// The default, and what nil means, is slog.Default().
-func WithLogger(l *slog.Logger) Option { return loggerOption{l} }
-
-type coordinatorOption struct{ c Coordinator }
-
-func (o coordinatorOption) apply(c *config) { c.coord = o.c }
-
-// WithCoordinator sets the database's coordinator, as SetCoordinator does.
-func WithCoordinator(c Coordinator) Option { return coordinatorOption{c} }
 
 // New returns a Locker for db. It returns an error matching ErrInvalidOptions when db is nil or
 // WithClock was given nil; nothing is registered then.
@@ -182,60 +121,6 @@ func (l *Locker) check(key []byte, opts Options) (Resolved, error) {
 	return r, nil
 }
 
-// resolvedCache remembers Options.Resolve's result for the first few distinct valid Options a
-// Locker is given, so that a Lock with the same Options does not validate them again: Resolve
-// depends on nothing but its input. Entries are immutable and never replaced; Options beyond
-// the first few are resolved on every call.
-type resolvedCache struct {
-	slots [4]atomic.Pointer[resolvedEntry]
-}
-
-type resolvedEntry struct {
-	opts Options
-	r    Resolved
-}
-
-// lookup returns the cached resolution of o, or nil. The result must not be modified.
-func (c *resolvedCache) lookup(o Options) *Resolved {
-	for i := range c.slots {
-		e := c.slots[i].Load()
-		if e == nil {
-			break
-		}
-		if e.opts == o {
-			return &e.r
-		}
-	}
-	return nil
-}
-
-func (c *resolvedCache) resolve(o Options) (Resolved, error) {
-	if r := c.lookup(o); r != nil {
-		return *r, nil
-	}
-	r, err := o.Resolve()
-	if err != nil {
-		return r, err
-	}
-	var fresh *resolvedEntry
-	for i := range c.slots {
-		e := c.slots[i].Load()
-		if e == nil {
-			if fresh == nil {
-				fresh = &resolvedEntry{opts: o, r: r}
-			}
-			if c.slots[i].CompareAndSwap(nil, fresh) {
-				break
-			}
-			e = c.slots[i].Load() // another Lock filled the slot first
-		}
-		if e.opts == o {
-			break
-		}
-	}
-	return r, nil
-}
-
 func (l *Locker) lock(ctx context.Context, req lockRequest, opts Options) (*Handle, error) {
 	key, wait := req.key, req.wait
 	// The usual case reads the cached resolution in place: copying the Resolved out of check
@@ -297,73 +182,6 @@ func (l *Locker) closedAfterGrant(h *Handle) error {
 	return nil
 }
 
-// joinCluster obtains a round for h's key from coord with what is left of the wait, and joins
-// it. On any failure the local key goes back. Close calls off a request in flight.
-func (l *Locker) joinCluster(ctx context.Context, h *Handle, coord Coordinator, r Resolved, start time.Duration) error {
-	remaining := start + r.Timeout - l.clock.Mono()
-	if remaining <= 0 {
-		h.Release()
-		return ErrTimeout
-	}
-	// The local key must outlast the wait: if its lease lapsed while Acquire ran, another Lock of
-	// this node could take the key and ask the cluster for it at the same time. No round granted
-	// within the wait ends after start+Timeout+Lease; joining it sets the real deadline.
-	if !h.holdThrough(start + r.Timeout + r.Lease) {
-		return l.closedOr(ErrTimeout)
-	}
-	cctx, cancel := context.WithCancelCause(ctx)
-	budget := l.clock.AfterFunc(remaining, func() { cancel(ErrTimeout) })
-	stopOnClose := context.AfterFunc(l.closing, func() { cancel(ErrClosed) })
-	round, err := coord.Acquire(cctx, h.key, r.Lease, h.RevokeLease)
-	budget.Stop()
-	stopOnClose()
-	cause := context.Cause(cctx)
-	cancel(nil)
-	if err != nil {
-		h.Release()
-		return l.acquireError(ctx, err, cause)
-	}
-	if !h.join(round, r.Lease) {
-		h.Release()
-		if round.Release != nil {
-			l.runHook(round.Release)
-		}
-		switch {
-		case l.closed.Load():
-			return ErrClosed
-		case h.flags()&flagExpired != 0 && !h.lapsed():
-			return fmt.Errorf("%w: the admission was revoked before the round was joined", ErrClusterUnavailable)
-		}
-		return fmt.Errorf("%w: the round's lease lapsed before it was joined", ErrClusterUnavailable)
-	}
-	return nil
-}
-
-// acquireError is the error of a failed Coordinator.Acquire, given why its ctx was cancelled.
-func (l *Locker) acquireError(ctx context.Context, err, cause error) error {
-	canceled := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-	switch {
-	case errors.Is(err, ErrTimeout), errors.Is(err, ErrClusterUnavailable), errors.Is(err, ErrClosed):
-		return err
-	case cause == ErrClosed || l.closed.Load():
-		return ErrClosed
-	case ctx.Err() != nil:
-		return fmt.Errorf("recordlock: cluster round: %w", ctx.Err())
-	case cause == ErrTimeout && canceled:
-		// The coordinator gave up because the wait ran out: that is the caller's Timeout.
-		return fmt.Errorf("%w: the cluster did not grant a round in time", ErrTimeout)
-	}
-	return fmt.Errorf("%w: %w", ErrClusterUnavailable, err)
-}
-
-// closedOr is ErrClosed once the Locker is closed, else err.
-func (l *Locker) closedOr(err error) error {
-	if l.closed.Load() {
-		return ErrClosed
-	}
-	return err
-}
-
 // Close releases every handle this Locker issued (their release hooks fire), fails its waiting
 // Lock calls with ErrClosed, calls off its coordinator requests in flight, and makes later calls
 // return ErrClosed. Once it returns no fenced write of its handles is in flight, so the database
@@ -385,40 +203,3 @@ func (l *Locker) close() {
 	l.tab.closeClock(l.clockID)
 	releaseTable(l.tab)
 }
-
-// runHook calls a release hook; a panic or error never escapes, it is logged at a limited rate.
-func (l *Locker) runHook(fn func() error) {
-	defer func() {
-		if p := recover(); p != nil {
-			l.warnHook("panic", fmt.Errorf("%v", p))
-		}
-	}()
-	if err := fn(); err != nil {
-		l.warnHook("error", err)
-	}
-}
-
-// warnHook logs one line per kind of failure per hookWarnInterval of this Locker's clock. It is
-// rate-limited rather than latched so that a fault that persists keeps being reported.
-func (l *Locker) warnHook(kind string, err error) {
-	now := l.clock.Mono()
-	l.warnMu.Lock()
-	last, seen := l.lastWarn[kind]
-	if seen && now-last < hookWarnInterval {
-		l.warnMu.Unlock()
-		return
-	}
-	l.lastWarn[kind] = now
-	l.warnMu.Unlock()
-	l.log.Warn("recordlock: release hook failed; the lease bounds the hold anyway", "kind", kind, "err", err)
-}
-
-// testHooks let white-box tests stop the code at points no public call can reach. They are set
-// through an unexported Option, so production Lockers have none.
-type testHooks struct {
-	inFence func() // Txn.Commit calls it inside the fences, just before the batch is written
-}
-
-type testHooksOption struct{ h testHooks }
-
-func (o testHooksOption) apply(c *config) { c.hooks = o.h }

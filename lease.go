@@ -1,0 +1,104 @@
+package recordlock
+
+import "time"
+
+// Moving a live lease's deadline: joining a cluster round, holding the local key through a round
+// request, and UpgradeToHold.
+
+// JoinClusterRound re-anchors the handle to a granted cluster round. It returns false, changing
+// nothing, if the handle no longer authorizes writes or the round's lease, measured from
+// mintedMono on this handle's clock, is already over. Otherwise AcquiredAt and ClusterTsR become
+// tsR, the version counter restarts, the deadline becomes exactly mintedMono+lease, ExpiresAt
+// becomes tsR+lease, and onRelease becomes the release hook.
+func (h *Handle) JoinClusterRound(tsR Timestamp, lease time.Duration, mintedMono time.Duration, onRelease func() error) bool {
+	return h.join(Round{TsR: tsR, MintedMono: mintedMono, Release: onRelease}, lease)
+}
+
+// join is JoinClusterRound that also records the round's fencing token.
+func (h *Handle) join(round Round, lease time.Duration) bool {
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.unlockAndRunHooks()
+	if h.dead() || h.settle(sh) {
+		return false
+	}
+	now := h.l.clock.Mono()
+	if lease-(now-round.MintedMono) <= 0 {
+		return false
+	}
+	c := h.getCold()
+	c.tsR, c.hasTsR, c.token = round.TsR, true, round.Token
+	c.roundEnd = round.MintedMono + lease
+	c.roundExpiresAt = int64(round.TsR) + int64(lease)
+	c.hook = round.Release
+	h.acquiredAt = round.TsR
+	h.clearFlags(flagHasVersion)
+	h.setFlags(flagCluster)
+	h.expiresAt = c.roundExpiresAt
+	h.moveDeadline(sh, round.MintedMono+lease)
+	return true
+}
+
+// holdThrough moves a live holder's deadline to deadline, for the Locker to keep the local key
+// while a cluster round is requested. It reports false, changing nothing, when h is dead.
+func (h *Handle) holdThrough(deadline time.Duration) bool {
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.unlockAndRunHooks()
+	if h.dead() || h.settle(sh) {
+		return false
+	}
+	h.moveDeadline(sh, deadline)
+	return true
+}
+
+// moveDeadline sets a live holder's lease deadline and re-arms its schedule.
+func (h *Handle) moveDeadline(sh *shard, deadline time.Duration) {
+	h.deadline.Store(int64(deadline))
+	sh.reschedule(h)
+}
+
+// UpgradeToHold makes the lock outlive its Txn, with a new lease from now (0 means
+// DefaultLease). Under a cluster round the new deadline is clamped to the round's: a granted
+// round is never extended locally. It then advances the version counter once. It returns an
+// *OptionError for an invalid lease, and ErrReleased or ErrLeaseExpired for a dead handle; on
+// failure nothing changes.
+func (h *Handle) UpgradeToHold(lease time.Duration) error {
+	lease, err := resolveDuration("Lease", lease, DefaultLease, MinLease, MaxLease)
+	if err != nil {
+		return err
+	}
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.unlockAndRunHooks()
+	if err := h.deadErr(sh); err != nil {
+		return err
+	}
+	wall, now := readClock(h.l.clock)
+	deadline := now + lease
+	if c := h.cold; h.flags()&flagCluster != 0 && c.roundEnd <= deadline {
+		// Clamped to the round: its deadline and its ExpiresAt, wall(tsR)+lease,
+		// even after an earlier upgrade had shortened both.
+		deadline, h.expiresAt = c.roundEnd, c.roundExpiresAt
+	} else {
+		h.expiresAt = wall + int64(lease)
+	}
+	h.setFlags(flagHold)
+	h.moveDeadline(sh, deadline)
+	h.nextVersion()
+	return nil
+}
+
+// deadErr is nil while h authorizes writes, else the error that says why not.
+func (h *Handle) deadErr(sh *shard) error {
+	f := h.flags()
+	switch {
+	case f&flagExpired != 0:
+		return ErrLeaseExpired
+	case f&flagReleased != 0:
+		return ErrReleased
+	case h.settle(sh):
+		return ErrLeaseExpired
+	}
+	return nil
+}

@@ -1,0 +1,45 @@
+package recordlock
+
+import "log/slog"
+
+// Option configures New.
+type Option interface{ apply(*config) }
+
+type config struct {
+	clock Clock
+	log   *slog.Logger
+	coord Coordinator
+	hooks testHooks
+}
+
+type clockOption struct{ c Clock }
+
+func (o clockOption) apply(c *config) { c.clock = o.c }
+
+// WithClock makes the Locker run its leases, timeouts and timestamps on c instead of SystemClock.
+func WithClock(c Clock) Option { return clockOption{c} }
+
+type loggerOption struct{ l *slog.Logger }
+
+func (o loggerOption) apply(c *config) { c.log = o.l }
+
+// WithLogger sets where release-hook failures and key-table faults are reported (at warn level).
+// The default, and what nil means, is slog.Default().
+func WithLogger(l *slog.Logger) Option { return loggerOption{l} }
+
+type coordinatorOption struct{ c Coordinator }
+
+func (o coordinatorOption) apply(c *config) { c.coord = o.c }
+
+// WithCoordinator sets the database's coordinator, as SetCoordinator does.
+func WithCoordinator(c Coordinator) Option { return coordinatorOption{c} }
+
+// testHooks let white-box tests stop the code at points no public call can reach. They are set
+// through an unexported Option, so production Lockers have none.
+type testHooks struct {
+	inFence func() // Txn.Commit calls it inside the fences, just before the batch is written
+}
+
+type testHooksOption struct{ h testHooks }
+
+func (o testHooksOption) apply(c *config) { c.hooks = o.h }
