@@ -102,7 +102,7 @@ func (m *fzModel) expect(ok bool, format string, args ...any) {
 }
 
 // expectErr checks that err is nil when wants is empty, and otherwise matches one of wants (the
-// spec does not rank simultaneous failures).
+// documented behaviour does not rank simultaneous failures).
 func (m *fzModel) expectErr(what string, err error, wants ...error) {
 	m.t.Helper()
 	if len(wants) == 0 {
@@ -386,7 +386,7 @@ func (m *fzModel) upgrade(b, a byte) {
 	case x.expired || x.revoked:
 		wants = append(wants, recordlock.ErrLeaseExpired)
 	case x.released && x.lapsed(m.mono):
-		wants = append(wants, recordlock.ErrLeaseExpired, recordlock.ErrReleased) // the spec names both
+		wants = append(wants, recordlock.ErrLeaseExpired, recordlock.ErrReleased) // a released handle past its deadline may report either
 	case x.released:
 		wants = append(wants, recordlock.ErrReleased)
 	}
