@@ -210,10 +210,15 @@ func (f *fixtures) close() {
 	if f.tdb != nil {
 		f.tdb.Close()
 	}
-	for _, d := range []interface{ Destroy() }{f.ro, f.wo, f.to} {
-		if d != nil {
-			d.Destroy()
-		}
+	// Each is checked on its own: a nil pointer in an interface is not a nil interface.
+	if f.ro != nil {
+		f.ro.Destroy()
+	}
+	if f.wo != nil {
+		f.wo.Destroy()
+	}
+	if f.to != nil {
+		f.to.Destroy()
 	}
 	if f.dir != "" {
 		_ = os.RemoveAll(f.dir)
