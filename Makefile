@@ -9,8 +9,6 @@ SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 FUZZTIME    ?= 60s
 # How long `make test` (and so CI) fuzzes each target; `make fuzz` uses FUZZTIME.
 FUZZCI      ?= 10s
-# go test -fuzz takes one target per run.
-FUZZTARGETS := FuzzOps FuzzOptions
 BENCHCOUNT  ?= 6
 
 .PHONY: deps demo test bench lint fuzz
@@ -31,8 +29,10 @@ test: deps
 	done
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZCI)
 
+# go test -fuzz takes one target per run, so every Fuzz function of the core is run in turn.
 fuzz: deps
-	@set -e; for f in $(FUZZTARGETS); do \
+	@set -e; targets=$$($(GO) test -list '^Fuzz' . | grep '^Fuzz'); \
+	for f in $$targets; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) .; \
 	done
 

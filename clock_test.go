@@ -1,6 +1,7 @@
 package recordlock_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -106,4 +107,28 @@ func TestSystemClock(t *testing.T) {
 	assert.GreaterOrEqual(t, <-fired, m2+time.Millisecond)
 	never := clk.AfterFunc(time.Hour, func() { t.Error("a stopped timer ran") })
 	assert.True(t, never.Stop())
+}
+
+// TestSystemClockLockReadsTheWallClock: on the system clock a lock's AcquiredAt and ExpiresAt are
+// wall readings taken between the calls around Lock, although Lock derives its wall reading from
+// the monotonic clock and an offset it samples again every millisecond.
+func TestSystemClockLockReadsTheWallClock(t *testing.T) {
+	l := newLocker(t, openDB(t))
+	lease := 10 * time.Second
+	for i := range 50 {
+		before := time.Now()
+		h, err := l.TryLock(fmt.Appendf(nil, "k%d", i), recordlock.Options{Lease: lease, Scope: recordlock.ScopeNode})
+		require.NoError(t, err)
+		after := time.Now()
+		at := h.AcquiredAt().Time()
+		assert.False(t, at.Before(before.Add(-time.Microsecond)), "AcquiredAt %v is before the call at %v", at, before)
+		assert.False(t, at.After(after.Add(time.Microsecond)), "AcquiredAt %v is after the call at %v", at, after)
+		exp := h.ExpiresAt()
+		assert.False(t, exp.Before(before.Add(lease-time.Microsecond)), "ExpiresAt %v < %v + lease", exp, before)
+		assert.False(t, exp.After(after.Add(lease+time.Microsecond)), "ExpiresAt %v > %v + lease", exp, after)
+		require.True(t, h.Release())
+		if i%10 == 9 {
+			time.Sleep(2 * time.Millisecond) // real time is under test: let the clock sample its offset again
+		}
+	}
 }

@@ -29,16 +29,13 @@ func TestClockFaultsNeverExtendOrShareALease(t *testing.T) {
 		{"monotonic stall", func(c *recordlock.ManualClock) { c.Advance(10 * lease) }},
 	}
 	phases := []string{"before acquire", "holding", "during Fence", "joining a round", "upgrading", "after release"}
-	checked := 0
 	for _, phase := range phases {
 		for _, fault := range faults {
 			t.Run(phase+"/"+fault.name, func(t *testing.T) {
 				clockFaultCase(t, phase, fault.inject, lease)
-				checked++
 			})
 		}
 	}
-	assert.Equal(t, len(phases)*len(faults), checked)
 }
 
 func clockFaultCase(t *testing.T, phase string, inject func(*recordlock.ManualClock), lease time.Duration) {
@@ -161,5 +158,5 @@ func clockFaultCase(t *testing.T, phase string, inject func(*recordlock.ManualCl
 	clk.StepWall(4 * time.Hour)
 	assert.True(t, h.IsLeaseExpired())
 	assert.True(t, h2.Release())
-	assert.True(t, recordlock.TableEmpty(rival))
+	assert.True(t, recordlock.ProbeTableEmpty(rival))
 }

@@ -71,7 +71,7 @@ func TestCloseCallsOffClusterRequest(t *testing.T) {
 	require.NoError(t, l.Close())
 	r := result(t, got)
 	require.ErrorIs(t, r.err, recordlock.ErrClosed)
-	assert.True(t, recordlock.TableEmpty(l))
+	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
 // A round whose admission the coordinator recalled before Lock could join it fails with an error
@@ -85,7 +85,7 @@ func TestClusterRoundRevokedDuringAcquire(t *testing.T) {
 	require.ErrorIs(t, err, recordlock.ErrClusterUnavailable)
 	assert.Contains(t, err.Error(), "revoked")
 	assert.NotContains(t, err.Error(), "lapsed")
-	assert.True(t, recordlock.TableEmpty(l))
+	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
 // lock, Release, then Fence is valid while the lease lasts; Close waits for such a fence too, so
@@ -148,7 +148,7 @@ func TestConcurrentCloseWaitsForTheFirst(t *testing.T) {
 	require.NoError(t, within(t, first, "the first Close"))
 	require.NoError(t, within(t, second, "the second Close"))
 	assert.False(t, h.Release(), "Close released the handle")
-	assert.True(t, recordlock.TableEmpty(l))
+	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
 // A Locker that closes while the timers of its waits fire must not race with them: a timer's
@@ -187,6 +187,6 @@ func TestCloseWhileWaitTimersFire(t *testing.T) {
 		within(t, advanced, "Advance")
 		wg.Wait()
 		require.NoError(t, holding.Close())
-		assert.True(t, recordlock.TableEmpty(holding))
+		assert.True(t, recordlock.ProbeTableEmpty(holding))
 	}
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // The cluster half of a lock: a round from the coordinator, joined by the local handle
-// (docs/DESIGN.md §6).
+// (docs/DESIGN.md §8).
 
 // joinCluster obtains a round for h's key from coord with what is left of the wait, and joins
 // it. On any failure the local key goes back. Close calls off a request in flight.

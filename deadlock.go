@@ -5,7 +5,7 @@ import (
 	"sync"
 )
 
-// waitGraph finds deadlocks among the Txns of one database (docs/DESIGN.md §9). A Txn waits for
+// waitGraph finds deadlocks among the Txns of one database (docs/DESIGN.md §13). A Txn waits for
 // at most one record at a time (a Txn is used by one goroutine), so the graph records, per
 // waiting Txn, the handle it waits with. Its edges are read from the table when a cycle is
 // looked for: a waiting Txn waits for the Txn that holds its record and for every Txn queued for

@@ -51,7 +51,7 @@ func TestDeadlockCycleReportedToOneTxn(t *testing.T) {
 			require.ErrorAs(t, err, &dl)
 			require.Len(t, dl.Cycle, n, "the error names every Txn of the cycle")
 			assert.Equal(t, key(0), dl.Cycle[0].Key, "starting with the request that failed")
-			assert.Equal(t, 0, recordlock.QueuedWaiters(l, key(0)), "the failed request queued nothing")
+			assert.Equal(t, 0, recordlock.ProbeQueuedWaiters(l, key(0)), "the failed request queued nothing")
 			for i := range n - 1 {
 				select {
 				case r := <-waits[i]:
@@ -67,7 +67,7 @@ func TestDeadlockCycleReportedToOneTxn(t *testing.T) {
 				require.NoError(t, txns[i].Put(key(i+1), []byte("v")))
 				require.NoError(t, txns[i].Commit())
 			}
-			assert.True(t, recordlock.TableEmpty(l))
+			assert.True(t, recordlock.ProbeTableEmpty(l))
 		})
 	}
 }
@@ -115,7 +115,7 @@ func TestSimultaneousDeadlockHasOneVictim(t *testing.T) {
 		t1.Rollback()
 		t2.Rollback()
 	}
-	assert.True(t, recordlock.TableEmpty(l))
+	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
 // A wait for a key held outside any Txn is not part of the graph: a chain through such a holder
@@ -150,7 +150,7 @@ func TestWaitOnNonTxnHolderIsNotADeadlock(t *testing.T) {
 	require.NoError(t, t1.Commit())
 	require.NoError(t, result(t, t2Waits).err)
 	require.NoError(t, t2.Commit())
-	assert.True(t, recordlock.TableEmpty(l))
+	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
 // A cycle is reported to the Txn that closes it, not to another Txn queued for one of its keys,
@@ -182,5 +182,5 @@ func TestDeadlockSparesOtherWaiters(t *testing.T) {
 	require.NoError(t, r.err)
 	assert.False(t, errors.Is(r.err, recordlock.ErrDeadlock))
 	t2.Rollback()
-	assert.True(t, recordlock.TableEmpty(l))
+	assert.True(t, recordlock.ProbeTableEmpty(l))
 }

@@ -6,6 +6,8 @@
 // never interact. Taking or giving back a key writes nothing to RocksDB.
 //
 //	locker, err := recordlock.New(db)
+//	if err != nil { ... }
+//	defer locker.Close()
 //	h, err := locker.Lock(ctx, []byte("user:42"), recordlock.Options{Lease: 5 * time.Second})
 //	if err != nil { ... }           // ErrTimeout, a ctx error, ErrInvalidOptions, ...
 //	defer h.Release()
@@ -45,4 +47,7 @@
 // handle's release hook. Cluster scope fails closed: with no coordinator, or after one was removed
 // without declaring the database standalone, it returns [ErrClusterUnavailable] rather than a
 // node-local lock. Node scope is always local.
+//
+// How the table, leases, fencing, fairness and cluster rounds work inside is described in
+// docs/DESIGN.md in the repository.
 package recordlock

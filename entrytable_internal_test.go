@@ -45,7 +45,7 @@ func TestEntryTableAgainstMap(t *testing.T) {
 	var tab entryTable
 	model := map[string]*keyEntry{}
 	var keys []string
-	checked := 0
+	largest := 0 // the most slots the table had
 	for step := range 20000 {
 		// Grow to a few hundred keys, then drain, twice.
 		growing := step%10000 < 6000
@@ -64,13 +64,15 @@ func TestEntryTableAgainstMap(t *testing.T) {
 			model[k] = e
 			keys = append(keys, k)
 		}
+		largest = max(largest, len(tab.slots))
 		if step%97 == 0 || len(keys) < 4 {
 			checkTable(t, &tab, model)
-			checked++
 		}
 	}
 	checkTable(t, &tab, model)
-	assert.Greater(t, checked, 200)
+	assert.Greater(t, largest, minSlots, "the table grew, so it was resized while keys collided")
+	require.Empty(t, keys, "the second drain removed every key")
+	assert.Len(t, tab.slots, minSlots, "a drained table is back to its idle size")
 }
 
 func TestEntryTableGrowsAndShrinks(t *testing.T) {

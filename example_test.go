@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/linxGnu/grocksdb"
@@ -159,4 +160,52 @@ func ExampleHandle_Fence() {
 	// first write: <nil>
 	// second write: recordlock: lease expired true
 	// stored: 100
+}
+
+// A read-modify-write under a record lock: the increment lands only while the lock's lease is
+// live, so a holder that stalls past its lease can never overwrite its successor's work.
+func ExampleTxn() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	locker, err := recordlock.New(db)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	increment := func(ctx context.Context, key []byte) error {
+		txn := locker.Begin()
+		defer txn.Rollback() // releases the lock; a no-op after Commit
+		if _, err := txn.Lock(ctx, key, recordlock.Options{Lease: 5 * time.Second}); err != nil {
+			return err
+		}
+		v, err := txn.Get(key) // nil while the key does not exist
+		if err != nil {
+			return err
+		}
+		n := 0
+		if v != nil {
+			if n, err = strconv.Atoi(string(v)); err != nil {
+				return err
+			}
+		}
+		if err := txn.Put(key, []byte(strconv.Itoa(n+1))); err != nil {
+			return err
+		}
+		return txn.Commit() // ErrLeaseExpired: nothing was written; read again and retry
+	}
+
+	for range 3 {
+		if err := increment(context.Background(), []byte("visits")); err != nil {
+			panic(err)
+		}
+	}
+	txn := locker.Begin()
+	defer txn.Rollback()
+	v, err := txn.Get([]byte("visits"))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("visits: %s\n", v)
+	// Output: visits: 3
 }

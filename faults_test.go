@@ -72,14 +72,14 @@ func TestCloseWhileThousandWait(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitUntil(t, "1,000 waiters queued", func() bool { return recordlock.QueuedWaiters(l, key) == waiters })
+	waitUntil(t, "1,000 waiters queued", func() bool { return recordlock.ProbeQueuedWaiters(l, key) == waiters })
 	survivor := make(chan *recordlock.Handle, 1)
 	go func() {
 		h, err := other.Lock(ctx, key, wait)
 		assert.NoError(t, err)
 		survivor <- h
 	}()
-	waitUntil(t, "the other Locker's waiter queued", func() bool { return recordlock.QueuedWaiters(l, key) == waiters+1 })
+	waitUntil(t, "the other Locker's waiter queued", func() bool { return recordlock.ProbeQueuedWaiters(l, key) == waiters+1 })
 
 	start := time.Now()
 	require.NoError(t, l.Close())
@@ -103,7 +103,7 @@ func TestCloseWhileThousandWait(t *testing.T) {
 	assert.True(t, h2.Release())
 	_, err = l.Lock(ctx, key, node)
 	require.ErrorIs(t, err, recordlock.ErrClosed)
-	assert.True(t, recordlock.TableEmpty(other))
+	assert.True(t, recordlock.ProbeTableEmpty(other))
 	assert.Zero(t, recordlock.ProbeDeadlines(other))
 	require.NoError(t, other.Close())
 	settleGoroutines(t, base)
@@ -139,7 +139,7 @@ func TestFIFOOrderOfTenThousandWaiters(t *testing.T) {
 					mu.Unlock()
 					assert.True(t, h.Release())
 				})
-				waitUntil(t, fmt.Sprintf("waiter %d queued", i), func() bool { return recordlock.QueuedWaiters(l, key) == i+1 })
+				waitUntil(t, fmt.Sprintf("waiter %d queued", i), func() bool { return recordlock.ProbeQueuedWaiters(l, key) == i+1 })
 			}
 			if handoff {
 				clk.Advance(time.Millisecond) // every waiter has now waited the whole barging window
@@ -153,7 +153,7 @@ func TestFIFOOrderOfTenThousandWaiters(t *testing.T) {
 					t.Fatalf("position %d was served to waiter %d: not FIFO", i, got)
 				}
 			}
-			assert.True(t, recordlock.TableEmpty(l))
+			assert.True(t, recordlock.ProbeTableEmpty(l))
 			assert.Zero(t, recordlock.ProbeDeadlines(l))
 			settleGoroutines(t, base)
 		})
@@ -185,7 +185,7 @@ func TestHundredThousandCancelledWaits(t *testing.T) {
 				errs <- err
 			}()
 		}
-		waitUntil(t, "the batch queued", func() bool { return recordlock.QueuedWaiters(l, key) == batch })
+		waitUntil(t, "the batch queued", func() bool { return recordlock.ProbeQueuedWaiters(l, key) == batch })
 		byTimeout := b%10 == 9
 		if byTimeout {
 			clk.Advance(wait.Timeout)
@@ -205,10 +205,10 @@ func TestHundredThousandCancelledWaits(t *testing.T) {
 		cancel()
 	}
 	require.Equal(t, batches*batch, cancelled+timedOut)
-	assert.Zero(t, recordlock.QueuedWaiters(l, key))
+	assert.Zero(t, recordlock.ProbeQueuedWaiters(l, key))
 	assert.Equal(t, 1, recordlock.ProbeDeadlines(l), "only the holder's lease is scheduled")
 	require.True(t, h.Release())
-	assert.True(t, recordlock.TableEmpty(l), "the table is empty")
+	assert.True(t, recordlock.ProbeTableEmpty(l), "the table is empty")
 	assert.Zero(t, recordlock.ProbeDeadlines(l), "no deadline is scheduled")
 	// A shard keeps its one timer armed after its keys go idle (that spares every uncontended Lock
 	// a timer of its own); it fires once, finds nothing due and is not re-armed.
@@ -290,7 +290,7 @@ func TestReleaseHookCallingBackIntoLocker(t *testing.T) {
 			assert.True(t, h.IsExpired())
 			require.NoError(t, l.Close())
 			require.NoError(t, other.Close())
-			assert.True(t, recordlock.TableEmpty(other))
+			assert.True(t, recordlock.ProbeTableEmpty(other))
 		})
 	}
 }
@@ -327,7 +327,7 @@ func TestBlockingReleaseHookStallsOnlyItsCaller(t *testing.T) {
 				assert.NoError(t, err)
 				waiter <- h
 			}()
-			waitUntil(t, "the neighbour's waiter queued", func() bool { return recordlock.QueuedWaiters(l, neighbour) == 1 })
+			waitUntil(t, "the neighbour's waiter queued", func() bool { return recordlock.ProbeQueuedWaiters(l, neighbour) == 1 })
 
 			stalled := make(chan struct{})
 			go func() {
@@ -373,7 +373,7 @@ func TestBlockingReleaseHookStallsOnlyItsCaller(t *testing.T) {
 				assert.True(t, got.Release())
 			}
 			require.NoError(t, l.Close())
-			assert.True(t, recordlock.TableEmpty(other))
+			assert.True(t, recordlock.ProbeTableEmpty(other))
 			require.NoError(t, other.Close())
 			settleGoroutines(t, base)
 		})
@@ -496,7 +496,7 @@ func TestMillionRandomOps(t *testing.T) {
 	assert.Zero(t, overlaps.Load(), "two fenced commits of one key overlapped")
 	require.Positive(t, fenced.Load())
 	t.Logf("%d operations: %d acquisitions, %d fenced commits, none overlapping", total, acquired.Load(), fenced.Load())
-	assert.True(t, recordlock.TableEmpty(lockers[0]), "the table is empty")
+	assert.True(t, recordlock.ProbeTableEmpty(lockers[0]), "the table is empty")
 	assert.Zero(t, recordlock.ProbeDeadlines(lockers[0]), "no deadline is scheduled")
 	assert.LessOrEqual(t, recordlock.ProbeTimers(clk), keys, "at most one idle timer per shard in use")
 	clk.Advance(recordlock.MaxLease)
@@ -555,7 +555,7 @@ func TestReleaseHookFiredByFenceMayCallFence(t *testing.T) {
 				t.Fatal("a release hook fired by Fence deadlocked calling Fence")
 			}
 			require.ErrorIs(t, inner, recordlock.ErrLeaseExpired)
-			assert.True(t, recordlock.TableEmpty(l))
+			assert.True(t, recordlock.ProbeTableEmpty(l))
 		})
 	}
 }

@@ -1,11 +1,11 @@
 package recordlock
 
 // Fencing: a commit runs only while the lease is live, and the key stays with the handle until
-// the commit returns (docs/DESIGN.md §4).
+// the commit returns (docs/DESIGN.md §5).
 
 // lockForChange takes the shard mutex for Release or RevokeLease, first waiting for a Fence
 // running in another goroutine to return, whatever the handle's state: a lease that lapsed inside
-// Fence still has its commit in flight (docs/DESIGN.md §4). It reports whether it had to wait.
+// Fence still has its commit in flight (docs/DESIGN.md §5). It reports whether it had to wait.
 func (h *Handle) lockForChange(sh *shard) (waited bool) {
 	for {
 		sh.mu.Lock()

@@ -3,7 +3,9 @@ package recordlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,7 +41,7 @@ func TestHandleAccessors(t *testing.T) {
 	_, ok := h.ClusterTsR()
 	assert.False(t, ok)
 	assert.Zero(t, h.Token())
-	assert.False(t, recordlock.Closed(h.Done()))
+	assert.False(t, recordlock.ProbeClosed(h.Done()))
 	require.True(t, h.Release())
 
 	h, err = l.TryLock([]byte("k"), recordlock.Options{})
@@ -59,19 +61,19 @@ func TestStalledHolderLosesKeyAtDeadline(t *testing.T) {
 	waitQueued(t, l, key, 1)
 
 	clk.Advance(time.Second - time.Nanosecond)
-	assert.Equal(t, 1, recordlock.QueuedWaiters(l, key))
-	assert.False(t, recordlock.Closed(done))
+	assert.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key))
+	assert.False(t, recordlock.ProbeClosed(done))
 
 	clk.Advance(time.Nanosecond) // the holder calls nothing: the lease timer gives the key on
 	r := result(t, got)
 	require.NoError(t, r.err)
-	assert.True(t, recordlock.Closed(done))
+	assert.True(t, recordlock.ProbeClosed(done))
 	assert.False(t, h.Release())
 	assert.True(t, h.IsExpired())
 	assert.True(t, h.IsLeaseExpired())
 	assert.False(t, r.h.IsExpired())
 	require.True(t, r.h.Release())
-	assert.True(t, recordlock.TableEmpty(l))
+	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
 func TestWallClockStepMovesNoDeadline(t *testing.T) {
@@ -94,13 +96,13 @@ func TestWallClockStepMovesNoDeadline(t *testing.T) {
 			assert.True(t, h.ExpiresAt().Equal(expiresAt))
 			clk.Advance(time.Second - time.Nanosecond)
 			assert.False(t, h.IsLeaseExpired(), "a forward step shortened the lease")
-			assert.Equal(t, 1, recordlock.QueuedWaiters(l, []byte("other")))
+			assert.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, []byte("other")))
 			clk.Advance(time.Nanosecond)
 			assert.True(t, h.IsLeaseExpired(), "a backward step extended the lease")
 
 			clk.StepWall(-step)
 			clk.Advance(time.Second - time.Nanosecond)
-			assert.Equal(t, 1, recordlock.QueuedWaiters(l, []byte("other")))
+			assert.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, []byte("other")))
 			clk.Advance(time.Nanosecond)
 			require.ErrorIs(t, result(t, timeout).err, recordlock.ErrTimeout)
 			require.True(t, other.Release())
@@ -119,7 +121,7 @@ func TestLazyExpiryWithoutTimers(t *testing.T) {
 		"IsExpired":      func(h *recordlock.Handle) { assert.True(t, h.IsExpired()) },
 		"IsLeaseExpired": func(h *recordlock.Handle) { assert.True(t, h.IsLeaseExpired()) },
 		"Release":        func(h *recordlock.Handle) { assert.False(t, h.Release()) },
-		"Done":           func(h *recordlock.Handle) { assert.True(t, recordlock.Closed(h.Done())) },
+		"Done":           func(h *recordlock.Handle) { assert.True(t, recordlock.ProbeClosed(h.Done())) },
 	}
 	for name, check := range checks {
 		t.Run(name, func(t *testing.T) {
@@ -130,12 +132,12 @@ func TestLazyExpiryWithoutTimers(t *testing.T) {
 			joinHook(t, h, clk, time.Second, hooks.hook)
 
 			clk.Advance(time.Second)
-			require.False(t, recordlock.TableEmpty(l), "no timer ran: the key is still in the table")
+			require.False(t, recordlock.ProbeTableEmpty(l), "no timer ran: the key is still in the table")
 			require.Equal(t, 0, hooks.count())
 
 			check(h)
 			assert.Equal(t, 1, hooks.count(), "the lazy check fired the release hook")
-			assert.True(t, recordlock.TableEmpty(l), "the lazy check gave the key back")
+			assert.True(t, recordlock.ProbeTableEmpty(l), "the lazy check gave the key back")
 			assert.True(t, h.IsExpired())
 			assert.Equal(t, 1, hooks.count())
 
@@ -171,7 +173,7 @@ func TestReleaseThenLeasePredicates(t *testing.T) {
 	done := h.Done()
 	require.True(t, h.Release())
 	assert.False(t, h.Release(), "only the first Release is true")
-	assert.True(t, recordlock.Closed(done))
+	assert.True(t, recordlock.ProbeClosed(done))
 	assert.True(t, h.IsExpired(), "a released handle authorizes no new write")
 	assert.False(t, h.IsLeaseExpired(), "a write staged before Release stays valid until the deadline")
 
@@ -198,7 +200,7 @@ func TestRevokeLeaseOnHeldHandle(t *testing.T) {
 	assert.Equal(t, 1, hooks.count())
 	assert.True(t, h.IsLeaseExpired())
 	assert.True(t, h.IsExpired())
-	assert.True(t, recordlock.Closed(h.Done()))
+	assert.True(t, recordlock.ProbeClosed(h.Done()))
 	r := result(t, got)
 	require.NoError(t, r.err, "the revoked key went to the waiter")
 
@@ -311,7 +313,7 @@ func TestJoinClusterRound(t *testing.T) {
 	waitQueued(t, l, key, 1)
 	clk.Advance(150*time.Millisecond - time.Nanosecond)
 	assert.False(t, h.IsLeaseExpired())
-	assert.Equal(t, 1, recordlock.QueuedWaiters(l, key))
+	assert.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key))
 	clk.Advance(time.Nanosecond)
 	r := result(t, waiting)
 	require.NoError(t, r.err)
@@ -333,9 +335,9 @@ func TestJoinClusterRoundAheadOfWallClock(t *testing.T) {
 	done := h.Done()
 
 	clk.Advance(200*time.Millisecond - time.Nanosecond)
-	assert.False(t, recordlock.Closed(done))
+	assert.False(t, recordlock.ProbeClosed(done))
 	clk.Advance(time.Nanosecond)
-	assert.True(t, recordlock.Closed(done), "the timer ended the lease")
+	assert.True(t, recordlock.ProbeClosed(done), "the timer ended the lease")
 	assert.Equal(t, 1, hooks.count())
 	assert.True(t, h.IsLeaseExpired())
 }
@@ -370,20 +372,33 @@ func TestUpgradeToHoldDefaultLease(t *testing.T) {
 	assert.True(t, h.IsExpired())
 }
 
+// TestUpgradeToHoldClampedToRound: under a cluster round, an upgrade's new deadline is capped by
+// the round's deadline, and ExpiresAt is then the round's too. The cap is the round's, not the
+// handle's current deadline: after an upgrade has shortened the lease, a later longer upgrade
+// reaches the round's deadline again (FuzzOps seed testdata/fuzz/FuzzOps/upgrade-clamp-round).
 func TestUpgradeToHoldClampedToRound(t *testing.T) {
 	clk, l := manual(t, openDB(t))
 	h, err := l.TryLock([]byte("k"), recordlock.Options{Lease: time.Minute})
 	require.NoError(t, err)
 	tsR := recordlock.Timestamp(clk.Now().Add(10 * time.Second).UnixNano())
 	require.True(t, h.JoinClusterRound(tsR, time.Second, clk.Mono(), nil))
+	roundExpiresAt := tsR.Time().Add(time.Second)
 	clk.Advance(100 * time.Millisecond)
 	v := h.HolderVersionCandidate(0)
 
 	require.NoError(t, h.UpgradeToHold(time.Minute))
 	assert.True(t, h.Hold())
-	assert.Equal(t, v+1, h.HolderVersionCandidate(0))
-	assert.True(t, h.ExpiresAt().Equal(tsR.Time().Add(time.Second)), "the round's end is still wall(tsR)+lease")
-	clk.Advance(900*time.Millisecond - time.Nanosecond)
+	assert.Equal(t, v+1, h.HolderVersionCandidate(0), "the version counter advanced once")
+	assert.True(t, h.ExpiresAt().Equal(roundExpiresAt), "ExpiresAt %v, want the round's wall(tsR)+lease", h.ExpiresAt())
+
+	require.NoError(t, h.UpgradeToHold(recordlock.MinLease)) // shorter than the round: not clamped
+	assert.True(t, h.ExpiresAt().Equal(clk.Now().Add(recordlock.MinLease)), "ExpiresAt %v", h.ExpiresAt())
+	require.NoError(t, h.UpgradeToHold(time.Minute))
+	assert.True(t, h.ExpiresAt().Equal(roundExpiresAt), "ExpiresAt %v, want the round's again", h.ExpiresAt())
+
+	clk.Advance(recordlock.MinLease) // past where the shortened lease would have ended
+	assert.False(t, h.IsLeaseExpired(), "the last upgrade runs to the round's deadline")
+	clk.Advance(800*time.Millisecond - time.Nanosecond) // 1 ns before the round's deadline
 	assert.False(t, h.IsExpired())
 	clk.Advance(time.Nanosecond)
 	assert.True(t, h.IsLeaseExpired(), "a granted round is never extended locally")
@@ -631,12 +646,12 @@ func TestFenceHoldsKeyUntilCommitReturns(t *testing.T) {
 
 			if lapse {
 				clk.Advance(time.Second)
-				assert.True(t, recordlock.Closed(h.Done()), "Done closes at once")
+				assert.True(t, recordlock.ProbeClosed(h.Done()), "Done closes at once")
 				assert.True(t, h.IsLeaseExpired())
 			}
 			_, err = l.TryLock(key, recordlock.Options{})
 			require.ErrorIs(t, err, recordlock.ErrLocked)
-			assert.Equal(t, 1, recordlock.QueuedWaiters(l, key), "the successor still waits")
+			assert.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key), "the successor still waits")
 			assert.Equal(t, 0, hooks.count(), "the key has not passed on")
 
 			revoked := make(chan bool, 1)
@@ -711,4 +726,57 @@ func TestFenceReleaseHookRunsAfterFenceLetsGo(t *testing.T) {
 		t.Fatal("Fence deadlocked running a release hook that uses the handle")
 	}
 	require.ErrorIs(t, <-hookFence, recordlock.ErrLeaseExpired)
+}
+
+// TestTimersExpireStalledHoldersInDeadlineOrder takes 300 keys with leases in shuffled order, so
+// that every shard's deadline heap sees deadlines arrive earlier and later than its head, and
+// releases a third of them early. Then it moves the clock one step at a time: each remaining lease
+// must end exactly at the step of its deadline, by the shard timers alone (nothing else is called
+// on the handles).
+func TestTimersExpireStalledHoldersInDeadlineOrder(t *testing.T) {
+	clk, l := manual(t, openDB(t))
+	const n, steps = 300, 50
+	step := 100 * time.Millisecond
+	rng := rand.New(rand.NewPCG(1, 2))
+	type held struct {
+		h        *recordlock.Handle
+		done     <-chan struct{}
+		lease    time.Duration
+		released bool
+		endedAt  time.Duration // elapsed time at which done was first seen closed, -1 before
+	}
+	key := func(i int) []byte { return fmt.Appendf(nil, "record/%d", i) }
+	hs := make([]held, n)
+	for i, p := range rng.Perm(n) {
+		lease := recordlock.MinLease + time.Duration(p%steps)*step
+		h, err := l.TryLock(key(i), recordlock.Options{Lease: lease, Scope: recordlock.ScopeNode})
+		require.NoError(t, err)
+		hs[i] = held{h: h, done: h.Done(), lease: lease, endedAt: -1}
+	}
+	for i := 0; i < n; i += 3 {
+		require.True(t, hs[i].h.Release())
+		hs[i].released = true
+	}
+
+	for elapsed := time.Duration(0); elapsed <= recordlock.MinLease+steps*step; elapsed += step {
+		for i := range hs {
+			if x := &hs[i]; !x.released && x.endedAt < 0 && recordlock.ProbeClosed(x.done) {
+				x.endedAt = elapsed
+			}
+		}
+		clk.Advance(step)
+	}
+	for i, x := range hs {
+		if !x.released {
+			assert.Equal(t, x.lease, x.endedAt, "key %d: its lease ended at the wrong step", i)
+		}
+		assert.True(t, recordlock.ProbeClosed(x.done), "key %d", i)
+		assert.False(t, x.h.Release(), "key %d: released before, or its lease lapsed", i)
+	}
+	for i := range n {
+		h, err := l.TryLock(key(i), recordlock.Options{Scope: recordlock.ScopeNode})
+		require.NoError(t, err, "key %d is free again", i)
+		require.True(t, h.Release())
+	}
+	assert.True(t, recordlock.ProbeTableEmpty(l))
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // The key-lock table of one database: exclusive, ownerless, in memory, shared by every Locker of
-// that database in the process (docs/DESIGN.md §1). It is sharded by a 64-bit hash of the record
+// that database in the process (docs/DESIGN.md §2). It is sharded by a 64-bit hash of the record
 // so that Lockers on different keys rarely share a mutex. The shards (shard.go) hold the entries
 // of the keys held or waited on, their wait queues (waitqueue.go) and, per clock, a heap of
 // deadlines served by one timer (scheduler.go).

@@ -14,7 +14,7 @@ import (
 // waitForQueue blocks until n Lock calls are queued for key.
 func waitForQueue(t testing.TB, l *Locker, key []byte, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool { return QueuedWaiters(l, key) == n },
+	require.Eventually(t, func() bool { return ProbeQueuedWaiters(l, key) == n },
 		10*time.Second, 200*time.Microsecond)
 }
 
@@ -83,12 +83,12 @@ func TestTableEmptyAfterWaitersGiveUp(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, <-cancelled, context.Canceled)
 
-	assert.Equal(t, 0, QueuedWaiters(l, key))
+	assert.Equal(t, 0, ProbeQueuedWaiters(l, key))
 	assert.Equal(t, 1, heapLen(l, key), "only the holder's lease is left")
 	assert.False(t, l.tab.empty())
 	require.True(t, h.Release())
 	assert.True(t, l.tab.empty())
-	assert.True(t, TableEmpty(l))
+	assert.True(t, ProbeTableEmpty(l))
 }
 
 func TestShardTableShrinksOnceKeysLeave(t *testing.T) {
@@ -143,7 +143,7 @@ func TestShardTableShrinksOnceKeysLeave(t *testing.T) {
 		require.ErrorIs(t, err, ErrLocked)
 		require.True(t, h.Release())
 	}
-	assert.True(t, TableEmpty(l))
+	assert.True(t, ProbeTableEmpty(l))
 }
 
 func TestSchedulerRearmsForEarlierDeadline(t *testing.T) {
@@ -198,7 +198,7 @@ func TestSchedulerRearmsForEarlierDeadline(t *testing.T) {
 	assert.False(t, hEarly.Release())
 	require.True(t, h1.Release())
 	require.True(t, h2.Release())
-	assert.True(t, TableEmpty(l))
+	assert.True(t, ProbeTableEmpty(l))
 }
 
 func TestCloseAbandonsEveryWaiterWhenOneIsHandedTheKey(t *testing.T) {
@@ -357,12 +357,12 @@ func TestBargingWindow(t *testing.T) {
 		require.NoError(t, err, "a newcomer may barge within the window")
 
 		w.signal() // the woken waiter finds the key taken and stays at the head of the queue
-		require.Eventually(t, func() bool { return WokenWaiters(l, key) == 0 }, 10*time.Second, 100*time.Microsecond)
-		assert.Equal(t, 1, QueuedWaiters(l, key))
+		require.Eventually(t, func() bool { return ProbeWokenWaiters(l, key) == 0 }, 10*time.Second, 100*time.Microsecond)
+		assert.Equal(t, 1, ProbeQueuedWaiters(l, key))
 
 		clk.Advance(time.Nanosecond)
 		require.True(t, barger.Release())
-		assert.Equal(t, 0, QueuedWaiters(l, key), "the barger's release handed the key to the waiter")
+		assert.Equal(t, 0, ProbeQueuedWaiters(l, key), "the barger's release handed the key to the waiter")
 		_, err = l.TryLock(key, Options{})
 		require.ErrorIs(t, err, ErrLocked)
 		h := <-got
@@ -383,7 +383,7 @@ func TestBargingWindow(t *testing.T) {
 		require.NotNil(t, h)
 		require.True(t, h.Release())
 	})
-	assert.True(t, TableEmpty(l))
+	assert.True(t, ProbeTableEmpty(l))
 }
 
 // Lockers that come and go with clocks of their own leave no clock slot or scheduler behind, and

@@ -41,7 +41,7 @@ func manual(t testing.TB, db *grocksdb.DB, opts ...recordlock.Option) (*recordlo
 // waiters in a known order.
 func waitQueued(t testing.TB, l *recordlock.Locker, key []byte, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool { return recordlock.QueuedWaiters(l, key) == n },
+	require.Eventually(t, func() bool { return recordlock.ProbeQueuedWaiters(l, key) == n },
 		10*time.Second, 200*time.Microsecond, "waiting for %d queued waiters", n)
 }
 

@@ -2,6 +2,7 @@ package recordlock_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -60,7 +61,7 @@ func TestInvalidOptionsLockNothing(t *testing.T) {
 			h, err = l.TryLock(key, tc.opts)
 			check(t, err)
 			assert.Nil(t, h)
-			assert.True(t, recordlock.TableEmpty(l), "an invalid option locked something")
+			assert.True(t, recordlock.ProbeTableEmpty(l), "an invalid option locked something")
 		})
 	}
 }
@@ -114,7 +115,7 @@ func TestDefaultTimeoutApplies(t *testing.T) {
 	got := lockAsync(context.Background(), l, key, recordlock.Options{})
 	waitQueued(t, l, key, 1)
 	clk.Advance(recordlock.DefaultTimeout - time.Nanosecond)
-	assert.Equal(t, 1, recordlock.QueuedWaiters(l, key))
+	assert.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key))
 	clk.Advance(time.Nanosecond)
 	require.ErrorIs(t, result(t, got).err, recordlock.ErrTimeout)
 	require.True(t, h.Release())
@@ -125,4 +126,45 @@ func TestScopeString(t *testing.T) {
 	assert.Equal(t, "cluster", recordlock.ScopeCluster.String())
 	assert.Equal(t, "node", recordlock.ScopeNode.String())
 	assert.Equal(t, "Scope(9)", recordlock.Scope(9).String())
+}
+
+// TestOptionsCacheResolvesEachOptionsAlike locks with more distinct Options than a Locker caches
+// resolved, valid and invalid, several times each: every lock gets its own lease and hold, and
+// every invalid one is rejected every time.
+func TestOptionsCacheResolvesEachOptionsAlike(t *testing.T) {
+	clk, l := manual(t, openDB(t))
+	valid := []recordlock.Options{
+		{},
+		{Lease: time.Second},
+		{Lease: 2 * time.Second, Hold: true},
+		{Lease: 3 * time.Second, Scope: recordlock.ScopeNode},
+		{Lease: 4 * time.Second, Timeout: time.Second},
+		{Lease: 5 * time.Second, Hold: true, Scope: recordlock.ScopeNode},
+		{Timeout: time.Minute},
+	}
+	invalid := []recordlock.Options{
+		{Lease: time.Millisecond},
+		{Timeout: -time.Second},
+		{Scope: recordlock.Scope(9)},
+	}
+	for round := range 3 {
+		for i, o := range valid {
+			h, err := l.TryLock(fmt.Appendf(nil, "k%d", i), o)
+			require.NoError(t, err, "round %d, options %+v", round, o)
+			want := o.Lease
+			if want == 0 {
+				want = recordlock.DefaultLease
+			}
+			assert.Equal(t, clk.Now().Add(want).UnixNano(), h.ExpiresAt().UnixNano(), "round %d, options %+v", round, o)
+			assert.Equal(t, o.Hold, h.Hold(), "round %d, options %+v", round, o)
+			require.True(t, h.Release())
+		}
+		for _, o := range invalid {
+			_, err := l.TryLock([]byte("k"), o)
+			require.ErrorIs(t, err, recordlock.ErrInvalidOptions, "round %d, options %+v", round, o)
+		}
+		_, err := l.TryLock(nil, valid[0])
+		require.ErrorIs(t, err, recordlock.ErrInvalidKey, "a cached Options does not skip the key check")
+	}
+	assert.True(t, recordlock.ProbeTableEmpty(l))
 }

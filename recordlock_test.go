@@ -87,14 +87,14 @@ func TestLockTimesOut(t *testing.T) {
 	got := lockAsync(context.Background(), l, key, recordlock.Options{Timeout: 2 * time.Second})
 	waitQueued(t, l, key, 1)
 	clk.Advance(2*time.Second - time.Nanosecond)
-	require.Equal(t, 1, recordlock.QueuedWaiters(l, key), "the waiter gave up before its timeout")
+	require.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key), "the waiter gave up before its timeout")
 	clk.Advance(time.Nanosecond)
 	r := result(t, got)
 	require.ErrorIs(t, r.err, recordlock.ErrTimeout)
 	assert.Nil(t, r.h)
 	assert.False(t, h.IsExpired(), "a waiter timing out leaves the holder alone")
 	require.True(t, h.Release())
-	assert.True(t, recordlock.TableEmpty(l))
+	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
 func TestLockCancelled(t *testing.T) {
@@ -110,7 +110,7 @@ func TestLockCancelled(t *testing.T) {
 	r := result(t, got)
 	require.ErrorIs(t, r.err, context.Canceled)
 	assert.Nil(t, r.h)
-	assert.Equal(t, 0, recordlock.QueuedWaiters(l, key))
+	assert.Equal(t, 0, recordlock.ProbeQueuedWaiters(l, key))
 
 	dctx, dcancel := context.WithTimeout(context.Background(), 20*time.Millisecond) // real time is the ctx's business
 	defer dcancel()
@@ -118,7 +118,7 @@ func TestLockCancelled(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
 	require.True(t, h.Release())
-	assert.True(t, recordlock.TableEmpty(l))
+	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
 func TestLockWithDoneContextFailsEvenForFreeKey(t *testing.T) {
@@ -128,7 +128,7 @@ func TestLockWithDoneContextFailsEvenForFreeKey(t *testing.T) {
 	h, err := l.Lock(ctx, []byte("free"), recordlock.Options{})
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Nil(t, h)
-	assert.True(t, recordlock.TableEmpty(l))
+	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
 func TestTryLockFailsAtOnce(t *testing.T) {
@@ -139,7 +139,7 @@ func TestTryLockFailsAtOnce(t *testing.T) {
 	h2, err := l.TryLock(key, recordlock.Options{})
 	require.ErrorIs(t, err, recordlock.ErrLocked)
 	assert.Nil(t, h2)
-	assert.Equal(t, 0, recordlock.QueuedWaiters(l, key), "TryLock never queues")
+	assert.Equal(t, 0, recordlock.ProbeQueuedWaiters(l, key), "TryLock never queues")
 	require.True(t, h.Release())
 	h, err = l.TryLock(key, recordlock.Options{})
 	require.NoError(t, err)
@@ -154,7 +154,7 @@ func TestInvalidKeyLocksNothing(t *testing.T) {
 		_, err = l.TryLock(key, recordlock.Options{})
 		require.ErrorIs(t, err, recordlock.ErrInvalidKey)
 	}
-	assert.True(t, recordlock.TableEmpty(l))
+	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
 func TestCallerMayReuseKeySlice(t *testing.T) {
@@ -201,7 +201,7 @@ func TestWaitersAcquireInArrivalOrder(t *testing.T) {
 			clk.Advance(time.Millisecond)
 		}
 		require.True(t, holder.Release())
-		assert.LessOrEqual(t, recordlock.WokenWaiters(l, key), 1, "a release woke more than one waiter")
+		assert.LessOrEqual(t, recordlock.ProbeWokenWaiters(l, key), 1, "a release woke more than one waiter")
 		r := result(t, got[i])
 		require.NoError(t, r.err, "waiter %d", i)
 		holder = r.h
@@ -212,11 +212,11 @@ func TestWaitersAcquireInArrivalOrder(t *testing.T) {
 			default:
 			}
 		}
-		assert.Equal(t, n-i-1, recordlock.QueuedWaiters(l, key))
-		assert.Equal(t, 0, recordlock.WokenWaiters(l, key), "no waiter but the served one was woken")
+		assert.Equal(t, n-i-1, recordlock.ProbeQueuedWaiters(l, key))
+		assert.Equal(t, 0, recordlock.ProbeWokenWaiters(l, key), "no waiter but the served one was woken")
 	}
 	require.True(t, holder.Release())
-	assert.True(t, recordlock.TableEmpty(l))
+	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
 // Once the oldest waiter has waited 1 ms, a release hands it the key directly: a newcomer
@@ -231,7 +231,7 @@ func TestOldestWaiterNotPassedOverPastOneMillisecond(t *testing.T) {
 
 	clk.Advance(time.Millisecond)
 	require.True(t, holder.Release())
-	assert.Equal(t, 0, recordlock.QueuedWaiters(l, key), "Release handed the key over itself")
+	assert.Equal(t, 0, recordlock.ProbeQueuedWaiters(l, key), "Release handed the key over itself")
 	_, err = l.TryLock(key, recordlock.Options{})
 	require.ErrorIs(t, err, recordlock.ErrLocked, "the key went to the oldest waiter")
 	r := result(t, got)
@@ -254,7 +254,7 @@ func TestBargerCannotKeepPassingOverWaiter(t *testing.T) {
 		require.True(t, holder.Release()) // within 1 ms: the waiter is woken
 		if barger, err := l.TryLock(key, recordlock.Options{}); err == nil {
 			barged++
-			assert.Equal(t, 1, recordlock.QueuedWaiters(l, key), "the passed-over waiter keeps its place")
+			assert.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key), "the passed-over waiter keeps its place")
 			clk.Advance(time.Millisecond)
 			require.True(t, barger.Release())
 			_, err = l.TryLock(key, recordlock.Options{})
@@ -267,7 +267,7 @@ func TestBargerCannotKeepPassingOverWaiter(t *testing.T) {
 		require.True(t, r.h.Release())
 	}
 	t.Logf("a newcomer barged ahead of a woken waiter in %d of 20 rounds", barged)
-	assert.True(t, recordlock.TableEmpty(l))
+	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
 func TestCloseReleasesHandlesAndFailsWaiters(t *testing.T) {
@@ -290,7 +290,7 @@ func TestCloseReleasesHandlesAndFailsWaiters(t *testing.T) {
 
 	require.NoError(t, a.Close())
 	assert.Equal(t, 1, hooks.count(), "Close fires the release hook")
-	assert.True(t, recordlock.Closed(done))
+	assert.True(t, recordlock.ProbeClosed(done))
 	assert.True(t, held.IsExpired())
 	assert.False(t, held.Release())
 	r := result(t, waiting)
@@ -317,7 +317,7 @@ func TestCloseReleasesHandlesAndFailsWaiters(t *testing.T) {
 	h, err = b.Lock(context.Background(), []byte("other"), recordlock.Options{})
 	require.NoError(t, err)
 	require.True(t, h.Release())
-	assert.True(t, recordlock.TableEmpty(b))
+	assert.True(t, recordlock.ProbeTableEmpty(b))
 }
 
 func TestTimestampStrictlyIncreasing(t *testing.T) {

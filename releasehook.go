@@ -12,7 +12,7 @@ import (
 )
 
 // Release hooks run outside every table lock; their failures are contained and reported at a
-// limited rate (docs/DESIGN.md §8).
+// limited rate (docs/DESIGN.md §10).
 
 // hookWarnInterval is how often one kind of release-hook failure is logged per Locker.
 const hookWarnInterval = 60 * time.Second

@@ -58,7 +58,7 @@ func TestTimersFireByDeadlineDespiteMutexWait(t *testing.T) {
 		done := h.Done()
 		clk.Advance(500 * time.Millisecond) // the deadline: one lease after the Lock's reading
 		assert.True(t, closed(done), "the lease timer fired at the deadline")
-		assert.True(t, TableEmpty(l))
+		assert.True(t, ProbeTableEmpty(l))
 	})
 
 	t.Run("wait", func(t *testing.T) {

@@ -60,7 +60,7 @@ func TestTxnCommitHoldsOffSuccessor(t *testing.T) {
 		}
 		successor <- outcome{h2, val, err}
 	}()
-	require.Eventually(t, func() bool { return QueuedWaiters(l, key) == 1 }, txnTestGuard, time.Millisecond)
+	require.Eventually(t, func() bool { return ProbeQueuedWaiters(l, key) == 1 }, txnTestGuard, time.Millisecond)
 
 	clk.Advance(time.Second) // the lease lapses while the commit is writing
 	assert.True(t, h.IsLeaseExpired())

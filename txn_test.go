@@ -3,8 +3,6 @@ package recordlock_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -703,55 +701,4 @@ func TestTxnReentrantScope(t *testing.T) {
 			assert.Same(t, h, again)
 		})
 	}
-}
-
-// A read-modify-write under a record lock: the increment lands only while the lock's lease is
-// live, so a holder that stalls past its lease can never overwrite its successor's work.
-func ExampleTxn() {
-	dir, err := os.MkdirTemp("", "recordlock-example-")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(dir)
-	opts := grocksdb.NewDefaultOptions()
-	opts.SetCreateIfMissing(true)
-	db, err := grocksdb.OpenDb(opts, dir)
-	opts.Destroy()
-	if err != nil {
-		panic(err)
-	}
-	defer db.Close()
-	locker, err := recordlock.New(db)
-	if err != nil {
-		panic(err)
-	}
-	defer locker.Close()
-
-	increment := func(ctx context.Context, key []byte) error {
-		txn := locker.Begin()
-		defer txn.Rollback() // releases the lock; a no-op after Commit
-		if _, err := txn.Lock(ctx, key, recordlock.Options{Lease: 5 * time.Second}); err != nil {
-			return err
-		}
-		v, err := txn.Get(key) // nil while the key does not exist
-		if err != nil {
-			return err
-		}
-		n, _ := strconv.Atoi(string(v))
-		if err := txn.Put(key, []byte(strconv.Itoa(n+1))); err != nil {
-			return err
-		}
-		return txn.Commit() // ErrLeaseExpired: nothing was written; read again and retry
-	}
-
-	for range 3 {
-		if err := increment(context.Background(), []byte("visits")); err != nil {
-			panic(err)
-		}
-	}
-	txn := locker.Begin()
-	defer txn.Rollback()
-	v, _ := txn.Get([]byte("visits"))
-	fmt.Println(string(v))
-	// Output: 3
 }

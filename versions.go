@@ -1,6 +1,6 @@
 package recordlock
 
-// Lock-ordered version stamps of a holder's writes (docs/DESIGN.md §7).
+// Lock-ordered version stamps of a holder's writes (docs/DESIGN.md §9).
 
 // HolderVersionCandidate returns the version the next holder write would get, at least floor,
 // without recording it: max(last issued + 1, or AcquiredAt if none; AcquiredAt; the candidate

@@ -1,6 +1,6 @@
 module github.com/recordlock/recordlock/bench
 
-go 1.26.8
+go 1.26
 
 require (
 	github.com/linxGnu/grocksdb v1.7.15
@@ -8,7 +8,7 @@ require (
 	github.com/recordlock/recordlock v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.11.1
 	go.uber.org/goleak v1.3.0
-	golang.org/x/perf v0.0.0-20260908200009-22c9c6c9d4da
+	golang.org/x/perf v0.0.0-20260709024250-82a0b07e230d
 )
 
 require (

@@ -12,12 +12,12 @@ import (
 	"github.com/recordlock/recordlock"
 )
 
-// lockOpts is a node-scoped lock with a 30 s lease: P1, P2 and P3.
+// lockOpts is a node-scoped lock with a 30 s lease, the lock of every recordlock contender.
 var lockOpts = recordlock.Options{Lease: 30 * time.Second, Scope: recordlock.ScopeNode}
 
-// BenchmarkP1 is an uncontended lock and release, rotating over 65,536 keys.
-// Target: recordlock ≤ 2.0× moby, ≤ 1 alloc/op.
-func BenchmarkP1(b *testing.B) {
+// BenchmarkUncontendedLockRelease (P1) is an uncontended lock and release, rotating over 65,536
+// keys. Target: recordlock ≤ 2.0× moby, ≤ 1 alloc/op.
+func BenchmarkUncontendedLockRelease(b *testing.B) {
 	b.Run("recordlock", func(b *testing.B) {
 		l := newLocker(b)
 		ctx := context.Background()
@@ -89,7 +89,7 @@ type handleSized struct {
 
 var floorSink *handleSized
 
-// slicePerGoroutine gives each RunParallel goroutine its own 4,096 keys of the key space, so
+// slicer gives each RunParallel goroutine its own 4,096 keys of the key space, so
 // that no two goroutines ever share a key.
 type slicer struct{ next atomic.Int32 }
 
@@ -97,9 +97,9 @@ const sliceKeys = 4096
 
 func (s *slicer) base() int { return int(s.next.Add(1)-1) % (nKeys / sliceKeys) * sliceKeys }
 
-// BenchmarkP2 is lock and release from every P in parallel, on keys no other goroutine uses.
-// Target: recordlock ≤ 0.8× moby.
-func BenchmarkP2(b *testing.B) {
+// BenchmarkParallelDistinctKeys (P2) is lock and release from every P in parallel, on keys no
+// other goroutine uses. Target: recordlock ≤ 0.8× moby.
+func BenchmarkParallelDistinctKeys(b *testing.B) {
 	b.Run("recordlock", func(b *testing.B) {
 		l := newLocker(b)
 		ctx := context.Background()
@@ -189,10 +189,10 @@ func contend(b *testing.B, newWorker func() (op func(), done func())) {
 	wg.Wait()
 }
 
-// BenchmarkP3 is lock and release of one hot key by 4 goroutines, with the fairness of SPEC §3
-// (FIFO waiters, one wake per release, no waiter passed over for more than 1 ms).
-// Target: recordlock ≤ 4.0× moby.
-func BenchmarkP3(b *testing.B) {
+// BenchmarkHotKey (P3) is lock and release of one hot key by 4 goroutines, recordlock with its
+// ordinary fairness (FIFO waiters, one wake per release, no waiter passed over for more than 1 ms;
+// docs/DESIGN.md §6). Target: recordlock ≤ 4.0× moby.
+func BenchmarkHotKey(b *testing.B) {
 	hot := key(0)
 	b.Run("recordlock", func(b *testing.B) {
 		l := newLocker(b)

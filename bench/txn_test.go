@@ -8,19 +8,18 @@ import (
 	"github.com/linxGnu/grocksdb"
 )
 
-// BenchmarkP4 is a read-modify-write of one record (read an 8-byte counter, write it back plus
-// one), rotating over 65,536 records, on the same RocksDB settings for every contender.
-// Target: recordlock ≤ 1.10× plain, ≤ 0.9× rocksdb.
+// BenchmarkTxnReadModifyWrite (P4) is a read-modify-write of one record (read an 8-byte counter,
+// write it back plus one), rotating over 65,536 records, on the same RocksDB settings for every
+// contender. Target: recordlock ≤ 1.10× plain, ≤ 0.9× rocksdb.
 //
 // Every run (each b.N, of each contender) gets its own copy of one seed database, opened before
 // the timer starts: the records in one compacted table file, an empty memtable, a cold block
-// cache. Sharing long-lived databases made each contender inherit the memtable, table files and
-// pending compactions left by whoever ran before it, which moved the medians by up to 20% from
-// one run to the next. A run writes far less than a memtable holds, so no flush or compaction
-// happens while it is timed.
-func BenchmarkP4(b *testing.B) {
-	// recordlock is a Txn (SPEC §7): Lock, Get, Put, and Commit, which writes the batch inside the
-	// handle's fence and releases the lock.
+// cache, so no contender inherits the memtable, table files or pending compactions of whoever ran
+// before it. A run writes far less than a memtable holds, so no flush or compaction happens while
+// it is timed.
+func BenchmarkTxnReadModifyWrite(b *testing.B) {
+	// recordlock is a Txn: Lock, Get, Put, and Commit, which writes the batch inside the handle's
+	// fence and releases the lock.
 	b.Run("recordlock", func(b *testing.B) {
 		l := lockerOn(b, freshDB(b))
 		ctx := context.Background()

@@ -16,17 +16,17 @@ const input = `goos: linux
 goarch: amd64
 pkg: github.com/recordlock/recordlock/bench
 cpu: Test CPU
-BenchmarkP1/recordlock-2   	 100	 300.0 ns/op	 128 B/op	 1 allocs/op
-BenchmarkP1/recordlock-2   	 100	 100.0 ns/op	 128 B/op	 1 allocs/op
-BenchmarkP1/recordlock-2   	 100	 200.0 ns/op	 128 B/op	 2 allocs/op
-BenchmarkP1/moby-2         	 100	  90.0 ns/op	  16 B/op	 1 allocs/op
-BenchmarkP1/moby-2         	 100	  80.0 ns/op	  16 B/op	 1 allocs/op
-BenchmarkP1/moby-2         	 100	  70.0 ns/op	  16 B/op	 1 allocs/op
-BenchmarkP3/recordlock-2   	 100	 120.0 ns/op
-BenchmarkP3/recordlock-2   	 100	 140.0 ns/op
-BenchmarkP3/moby-2         	 100	  40.0 ns/op
-BenchmarkP3/moby-2         	 100	  40.0 ns/op
-BenchmarkP5/recordlock-2   	   1	 9 ns/op	 -3.5 %heap-after	 180.0 B/lock
+BenchmarkUncontendedLockRelease/recordlock-2   	 100	 300.0 ns/op	 128 B/op	 1 allocs/op
+BenchmarkUncontendedLockRelease/recordlock-2   	 100	 100.0 ns/op	 128 B/op	 1 allocs/op
+BenchmarkUncontendedLockRelease/recordlock-2   	 100	 200.0 ns/op	 128 B/op	 2 allocs/op
+BenchmarkUncontendedLockRelease/moby-2         	 100	  90.0 ns/op	  16 B/op	 1 allocs/op
+BenchmarkUncontendedLockRelease/moby-2         	 100	  80.0 ns/op	  16 B/op	 1 allocs/op
+BenchmarkUncontendedLockRelease/moby-2         	 100	  70.0 ns/op	  16 B/op	 1 allocs/op
+BenchmarkHotKey/recordlock-2   	 100	 120.0 ns/op
+BenchmarkHotKey/recordlock-2   	 100	 140.0 ns/op
+BenchmarkHotKey/moby-2         	 100	  40.0 ns/op
+BenchmarkHotKey/moby-2         	 100	  40.0 ns/op
+BenchmarkHeldLockMemory/recordlock-2   	   1	 9 ns/op	 -3.5 %heap-after	 180.0 B/lock
 PASS
 `
 
@@ -62,7 +62,7 @@ func rowOf(t *testing.T, table, id, what string) string {
 }
 
 func TestRunAllMet(t *testing.T) {
-	in := "BenchmarkP2/recordlock-2 10 50 ns/op\nBenchmarkP2/moby-2 10 100 ns/op\n"
+	in := "BenchmarkParallelDistinctKeys/recordlock-2 10 50 ns/op\nBenchmarkParallelDistinctKeys/moby-2 10 100 ns/op\n"
 	var out strings.Builder
 	ok, err := run(strings.NewReader(in), &out)
 	require.NoError(t, err)

@@ -9,7 +9,7 @@ import (
 )
 
 // samples holds every value read, by benchmark name (without the "Benchmark" prefix and the
-// GOMAXPROCS suffix, e.g. "P1/moby") and by unit as go test printed it (e.g. "ns/op").
+// GOMAXPROCS suffix, e.g. "UncontendedLockRelease/moby") and by unit as go test printed it (e.g. "ns/op").
 type samples struct {
 	values map[string]map[string][]float64
 	cpu    string

@@ -70,7 +70,7 @@ func statusCell(st status) string {
 func others(s *samples, t target) string {
 	var cells []string
 	for _, name := range t.also {
-		v, n := s.median(t.id+"/"+name, t.unit)
+		v, n := s.median(t.bench+"/"+name, t.unit)
 		if n > 0 {
 			cells = append(cells, name+" "+show(v, t.unit, statusMet))
 		}

@@ -7,7 +7,8 @@ const contender = "recordlock"
 
 // target is one row of the table: one criterion of one target id.
 type target struct {
-	id    string // P1 … P6: the benchmark is Benchmark<id>
+	id    string // P1 … P6
+	bench string // the benchmark function, without "Benchmark"; its sub-benchmarks are the contenders
 	what  string
 	unit  string // as go test prints it
 	peer  string // sub-benchmark the ratio is taken to; "" for an absolute bound
@@ -16,18 +17,18 @@ type target struct {
 	also  []string // other contenders shown for context
 }
 
-// targets are the performance issue's targets, in its order.
+// targets are the performance targets, in order.
 var targets = []target{
-	{id: "P1", what: "uncontended Lock+Release, 65,536 keys", unit: "ns/op", peer: "moby", limit: 2.0, also: []string{"floor", "mutex", "rocksdb"}},
-	{id: "P1", what: "allocations per Lock+Release", unit: "allocs/op", limit: 1},
-	{id: "P2", what: "parallel, distinct keys", unit: "ns/op", peer: "moby", limit: 0.8, also: []string{"mutex", "rocksdb"}},
-	{id: "P3", what: "one hot key, 4 goroutines", unit: "ns/op", peer: "moby", limit: 4.0, also: []string{"mutex", "rocksdb"}},
-	{id: "P4", what: "Txn read-modify-write vs unlocked Get+Put", unit: "ns/op", peer: "plain", limit: 1.10},
-	{id: "P4", what: "Txn read-modify-write vs RocksDB pessimistic txn", unit: "ns/op", peer: "rocksdb", limit: 0.9},
-	{id: "P5", what: "live heap per held lock, 1,000,000 held", unit: "B/lock", limit: 256, also: []string{"moby"}},
-	{id: "P5", what: "live heap after releasing all, vs start", unit: "%heap-after", limit: 10, abs: true, also: []string{"moby"}},
-	{id: "P6", what: "100,000 lapsing leases: max deadline-to-waiter delay", unit: "ms-max-delay", limit: 1000},
-	{id: "P6", what: "100,000 lapsing leases: p99 deadline-to-waiter delay", unit: "ms-p99-delay", limit: 1000},
+	{id: "P1", bench: "UncontendedLockRelease", what: "uncontended Lock+Release, 65,536 keys", unit: "ns/op", peer: "moby", limit: 2.0, also: []string{"floor", "mutex", "rocksdb"}},
+	{id: "P1", bench: "UncontendedLockRelease", what: "allocations per Lock+Release", unit: "allocs/op", limit: 1},
+	{id: "P2", bench: "ParallelDistinctKeys", what: "parallel, distinct keys", unit: "ns/op", peer: "moby", limit: 0.8, also: []string{"mutex", "rocksdb"}},
+	{id: "P3", bench: "HotKey", what: "one hot key, 4 goroutines", unit: "ns/op", peer: "moby", limit: 4.0, also: []string{"mutex", "rocksdb"}},
+	{id: "P4", bench: "TxnReadModifyWrite", what: "Txn read-modify-write vs unlocked Get+Put", unit: "ns/op", peer: "plain", limit: 1.10},
+	{id: "P4", bench: "TxnReadModifyWrite", what: "Txn read-modify-write vs RocksDB pessimistic txn", unit: "ns/op", peer: "rocksdb", limit: 0.9},
+	{id: "P5", bench: "HeldLockMemory", what: "live heap per held lock, 1,000,000 held", unit: "B/lock", limit: 256, also: []string{"moby"}},
+	{id: "P5", bench: "HeldLockMemory", what: "live heap after releasing all, vs start", unit: "%heap-after", limit: 10, abs: true, also: []string{"moby"}},
+	{id: "P6", bench: "LapsingLeases", what: "100,000 lapsing leases: max deadline-to-waiter delay", unit: "ms-max-delay", limit: 1000},
+	{id: "P6", bench: "LapsingLeases", what: "100,000 lapsing leases: p99 deadline-to-waiter delay", unit: "ms-p99-delay", limit: 1000},
 }
 
 type status int
@@ -51,10 +52,10 @@ func evaluate(ts []target, s *samples) []row {
 	for _, t := range ts {
 		r := row{target: t}
 		var n, m int
-		r.mine, n = s.median(t.id+"/"+contender, t.unit)
+		r.mine, n = s.median(t.bench+"/"+contender, t.unit)
 		r.measure, m = r.mine, 1
 		if t.peer != "" {
-			r.theirs, m = s.median(t.id+"/"+t.peer, t.unit)
+			r.theirs, m = s.median(t.bench+"/"+t.peer, t.unit)
 			r.measure = r.mine / r.theirs
 		}
 		v := r.measure
