@@ -3,6 +3,7 @@ package recordlock
 import (
 	"bytes"
 	"sync"
+	"time"
 )
 
 // waitGraph finds deadlocks among the Txns of one database (docs/DESIGN.md §13). A Txn waits for
@@ -25,6 +26,17 @@ type waitGraph struct {
 // enter records that h's Txn waits with h, which is queued in sh, unless that would close a
 // cycle: then h's waiter is taken out of the queue and the error names the cycle.
 func (g *waitGraph) enter(sh *shard, h *Handle) error {
+	err, waiters, holderAge := g.check(sh, h)
+	if err != nil {
+		h.l.logDeadlock(h, err, waiters, holderAge) // outside every mutex: the logger is the user's
+		return err
+	}
+	return nil
+}
+
+// check is enter under the graph's mutex. For a deadlock it also returns, for the debug record,
+// how many other calls were queued for h's key and how long its holder had held it.
+func (g *waitGraph) check(sh *shard, h *Handle) (err *DeadlockError, waiters int, holderAge time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.waiting == nil {
@@ -33,18 +45,26 @@ func (g *waitGraph) enter(sh *shard, h *Handle) error {
 	g.waiting[h.owner] = h
 	cycle := g.cycleThrough(h.owner)
 	if cycle == nil {
-		return nil
+		return nil, 0, 0
 	}
 	delete(g.waiting, h.owner)
 	sh.mu.Lock()
 	w := h.w
 	if w == nil { // granted, timed out or closed since: the wait loop reports it
 		sh.mu.Unlock()
-		return nil
+		return nil, 0, 0
+	}
+	for q := h.e.head; q != nil; q = q.next {
+		if q != w {
+			waiters++
+		}
+	}
+	if hd := h.e.holder; hd != nil {
+		holderAge = time.Duration(h.l.clock.Now().UnixNano() - int64(hd.acquiredAt))
 	}
 	sh.abandon(w, waitDeadlock)
 	sh.unlockAndRunHooks()
-	return &DeadlockError{Cycle: cycle}
+	return &DeadlockError{Cycle: cycle}, waiters, holderAge
 }
 
 // leave records that h's Txn no longer waits.

@@ -40,6 +40,7 @@ func (h *Handle) fence(commit func() error, releaseUnlessHold bool) error {
 	h.fenceMu.Lock()
 	sh.mu.Lock()
 	if h.flags()&flagExpired != 0 || h.settle(sh) {
+		sh.counts.fenced++
 		hooks := sh.drainHooks()
 		sh.mu.Unlock()
 		h.fenceMu.Unlock()

@@ -321,6 +321,7 @@ func (h *Handle) RevokeLease() {
 	h.lockForChange(sh)
 	if h.flags()&flagExpired == 0 {
 		h.setFlags(flagExpired)
+		sh.counts.revoked++
 		sh.unschedule(h)
 		h.closeDone()
 		if h.flags()&flagHeld != 0 {

@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -49,7 +50,8 @@ type table struct {
 	clocks clockSlots
 	graph  waitGraph // the wait-for graph of the database's Txns
 
-	faultOnce sync.Once // a key-table fault is logged once per database
+	hookFailures atomic.Uint64 // for Stats; hooks fail rarely, so one shared counter is cheap
+	faultOnce    sync.Once     // a key-table fault is logged once per database
 }
 
 type tableHeader struct {

@@ -44,10 +44,12 @@ type Locker struct {
 func (l *Locker) runHook(fn func() error) {
 	defer func() {
 		if p := recover(); p != nil {
+			l.tab.hookFailures.Add(1)
 			l.warnHook("panic", fmt.Errorf("%v", p))
 		}
 	}()
 	if err := fn(); err != nil {
+		l.tab.hookFailures.Add(1)
 		l.warnHook("error", err)
 	}
 }

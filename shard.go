@@ -34,11 +34,16 @@ type shardState struct {
 	index    entryTable
 	// The schedulers of the table's clock slots: slot 0's inside the shard, the others allocated.
 	firstSched scheduler
+	// Counted by every Lock and Release, in the cache line of the first scheduler's clock, which
+	// both read anyway.
+	acquired   uint64
+	held       int
 	moreScheds []*scheduler // slot 1 and up; nil where the slot is free
 	// ownEntries are the entries a shard uses first: a shard with a key or two at a time keeps
 	// them in its own cache lines rather than in small objects that neighbour other shards'.
 	ownEntries [2]keyEntry
-	hooks      []pendingHook // release hooks to run once mu is released
+	hooks      []pendingHook // release hooks and debug records to run once mu is released
+	counts     shardCounts   // what only contended and failing calls count
 }
 
 // maxSpare bounds the allocated entries a busy shard keeps for reuse, so that keys coming and
@@ -72,9 +77,12 @@ func (e *keyEntry) record() (uint32, []byte) {
 	return 0, nil
 }
 
+// pendingHook is a release hook, or a debug record (note), to run once the shard mutex is
+// released.
 type pendingHook struct {
-	h  *Handle
-	fn func() error
+	h    *Handle
+	fn   func() error
+	note func()
 }
 
 // init makes the shard's own entries spare, before the table is used.
@@ -131,6 +139,8 @@ func (sh *shard) grant(e *keyEntry, h *Handle, wall int64, mono, lease time.Dura
 	h.expiresAt = wall + int64(lease)
 	h.deadline.Store(int64(mono + lease))
 	h.setFlags(flagHeld)
+	sh.acquired++
+	sh.held++
 	sh.schedule(h)
 }
 
@@ -146,6 +156,7 @@ func (sh *shard) giveBack(h *Handle, set handleFlags) {
 	h.state.Store(h.flags()&^flagHeld | set)
 	h.e = nil // the entry may be reused once the key leaves the table
 	e.holder = nil
+	sh.held--
 	sh.passOn(e)
 }
 
@@ -169,6 +180,7 @@ func (sh *shard) passOn(e *keyEntry) {
 		if w.pastBargeWindow(l, mono) {
 			sh.dequeue(e, w)
 			sh.unschedule(w.h)
+			sh.countWait(w, mono)
 			sh.grant(e, w.h, wall, mono, w.lease)
 			w.finish(waitGranted)
 			return
@@ -193,12 +205,20 @@ func (sh *shard) expire(h *Handle) {
 	if h.flags()&flagHeld == 0 {
 		return
 	}
+	sh.counts.lapsed++
+	sh.noteLapse(h)
 	if h.flags()&flagFencing != 0 {
 		h.setFlags(flagPassOnAfterFence)
 		return
 	}
 	sh.giveBack(h, 0)
 	sh.queueHook(h)
+}
+
+// countWait counts the grant of w, which waited until mono, a reading of its Locker's clock.
+func (sh *shard) countWait(w *waiter, mono time.Duration) {
+	sh.counts.contended++
+	sh.counts.waitTime += mono - w.since
 }
 
 // evict fails l's queued waiters with ErrClosed and appends the handles of l holding a key here
@@ -292,6 +312,10 @@ func (sh *shard) drainHooks() []pendingHook {
 
 func runHooks(hs []pendingHook) {
 	for _, p := range hs {
+		if p.note != nil {
+			p.note()
+			continue
+		}
 		p.h.l.runHook(p.fn)
 	}
 }

@@ -27,6 +27,7 @@ type waiter struct {
 	lease      time.Duration // the lease h gets when granted
 	wake       chan struct{} // one buffered slot: a wake-up is never lost and never blocks
 	state      waitState
+	counted    bool // counted in Stats.Waiting
 }
 
 func (w *waiter) signal() {
@@ -58,12 +59,20 @@ func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Handle, lease, deadli
 	sh.enqueue(e, w)
 	h.deadline.Store(int64(deadline)) // the wait's timeout until the key is granted
 	sh.schedule(h)
+	if h.owner == nil {
+		sh.countWaiting(w)
+	}
 	sh.unlockAndRunHooks()
 	if h.owner != nil {
 		if err := l.tab.graph.enter(sh, h); err != nil {
 			return err
 		}
 		defer l.tab.graph.leave(h)
+		sh.mu.Lock()
+		if h.w == w {
+			sh.countWaiting(w)
+		}
+		sh.mu.Unlock()
 	}
 	for {
 		select {
@@ -92,6 +101,7 @@ func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Handle, lease, deadli
 				sh.unschedule(h)
 				h.w = nil
 				wall, now := readClock(l.clock)
+				sh.countWait(w, now)
 				sh.grant(e, h, wall, now, lease)
 				sh.unlockAndRunHooks()
 				return nil
@@ -136,6 +146,16 @@ func (sh *shard) dequeue(e *keyEntry, w *waiter) {
 	if w.state == waitWoken {
 		e.wakePending = false
 	}
+	if w.counted {
+		w.counted = false
+		sh.counts.waiting--
+	}
+}
+
+// countWaiting counts w, queued with its timers armed, in Stats.Waiting.
+func (sh *shard) countWaiting(w *waiter) {
+	w.counted = true
+	sh.counts.waiting++
 }
 
 // abandon removes a waiter that gives up (timeout, ctx, Close, deadlock) and passes the key on if
@@ -146,5 +166,13 @@ func (sh *shard) abandon(w *waiter, outcome waitState) {
 	w.h.e = nil
 	sh.unschedule(w.h)
 	w.finish(outcome)
+	switch outcome {
+	case waitTimedOut:
+		sh.counts.timeouts++
+	case waitCancelled:
+		sh.counts.canceled++
+	case waitDeadlock:
+		sh.counts.deadlocks++
+	}
 	sh.passOn(e)
 }

@@ -1,0 +1,44 @@
+package recordlock
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// Debug records of the events an operator looks for under a stall: a lease that lapsed with its
+// key still held, and a deadlock. They are built only when the Locker's logger is enabled at debug
+// level, and written once the shard mutex is released.
+
+// debugEnabled reports whether l's logger takes debug records now.
+func (l *Locker) debugEnabled() bool { return l.log.Enabled(context.Background(), slog.LevelDebug) }
+
+// noteLapse queues a debug record for h, whose lease lapsed while it held its key. Called with the
+// shard mutex held.
+func (sh *shard) noteLapse(h *Handle) {
+	l := h.l
+	if !l.debugEnabled() {
+		return
+	}
+	key, cf, waiters := string(h.key), h.cf, 0
+	if h.e != nil {
+		for w := h.e.head; w != nil; w = w.next {
+			waiters++
+		}
+	}
+	age := time.Duration(l.clock.Now().UnixNano() - int64(h.acquiredAt))
+	sh.hooks = append(sh.hooks, pendingHook{h: h, note: func() {
+		l.log.Debug("recordlock: lease lapsed with its key held", "db", l.tab.path, "key", key,
+			"cf", cf, "holder_age", age, "waiters", waiters)
+	}})
+}
+
+// logDeadlock writes a debug record of a deadlock found for h's request, with waiters the number of
+// Lock calls queued for h's key.
+func (l *Locker) logDeadlock(h *Handle, err *DeadlockError, waiters int, holderAge time.Duration) {
+	if !l.debugEnabled() {
+		return
+	}
+	l.log.Debug("recordlock: deadlock", "db", l.tab.path, "key", string(h.key), "cf", h.cf,
+		"holder_age", holderAge, "waiters", waiters, "cycle", err.Error())
+}

@@ -1,0 +1,126 @@
+package recordlock
+
+import (
+	"bytes"
+	"iter"
+	"time"
+)
+
+// Stats are figures for one database's key-lock table, shared by every Locker of it. Held and
+// Waiting are readings of now; the counters run from when the table was created (when the first
+// Locker of the database opened, or reopened after the last one closed).
+type Stats struct {
+	Held    int // keys held
+	Waiting int // Lock calls queued for a busy key, with their timers armed (and, for a Txn, its wait checked for deadlocks)
+
+	Acquired     uint64        // keys granted
+	Contended    uint64        // of Acquired, grants that waited
+	WaitTime     time.Duration // total time the Contended grants waited
+	Timeouts     uint64        // Lock calls that failed with ErrTimeout after waiting
+	Canceled     uint64        // Lock calls whose ctx ended the wait
+	Deadlocks    uint64        // lock requests that failed with ErrDeadlock
+	Lapsed       uint64        // leases that ran out while their key was still held
+	Revoked      uint64        // leases ended by RevokeLease
+	Fenced       uint64        // Fence or Commit calls refused with ErrLeaseExpired
+	HookFailures uint64        // release hooks that returned an error or panicked
+}
+
+// LockInfo describes one held key, as Locker.Locks reports it.
+type LockInfo struct {
+	Key            []byte // a copy
+	ColumnFamilyID uint32
+	Scope          Scope
+	Owner          string // the Name of the Txn that holds it, else ""
+	Hold           bool
+	AcquiredAt     Timestamp
+	ExpiresAt      time.Time
+	Remaining      time.Duration // lease left on the holder's clock; 0 once it has lapsed
+	Waiters        int           // Lock calls queued for the key
+	Token          uint64        // the cluster round's fencing token, 0 when none
+}
+
+// shardCounts are the counters of one shard that the uncontended path does not touch; they are
+// written under the shard mutex and summed by Stats.
+type shardCounts struct {
+	waiting                                                           int
+	contended, timeouts, canceled, deadlocks, lapsed, revoked, fenced uint64
+	waitTime                                                          time.Duration
+}
+
+// Stats returns the figures of the Locker's database, summed over every shard. Each shard is read
+// under its mutex, which it holds only to copy a few words.
+func (l *Locker) Stats() Stats {
+	var s Stats
+	for i := range l.tab.shards {
+		sh := &l.tab.shards[i]
+		sh.mu.Lock()
+		s.Held += sh.held
+		s.Acquired += sh.acquired
+		c := &sh.counts
+		s.Waiting += c.waiting
+		s.Contended += c.contended
+		s.WaitTime += c.waitTime
+		s.Timeouts += c.timeouts
+		s.Canceled += c.canceled
+		s.Deadlocks += c.deadlocks
+		s.Lapsed += c.lapsed
+		s.Revoked += c.revoked
+		s.Fenced += c.fenced
+		sh.mu.Unlock()
+	}
+	s.HookFailures = l.tab.hookFailures.Load()
+	return s
+}
+
+// Locks returns every key held now in the Locker's database. It visits the table shard by shard,
+// holding each shard's mutex only to copy that shard's holders, so each LockInfo is consistent and
+// no key appears twice, while locks elsewhere may come and go as the sequence runs. Breaking out
+// of the loop stops the visit.
+func (l *Locker) Locks() iter.Seq[LockInfo] {
+	return func(yield func(LockInfo) bool) {
+		var batch []LockInfo
+		for i := range l.tab.shards {
+			batch = l.tab.shards[i].appendLocks(batch[:0])
+			for _, info := range batch {
+				if !yield(info) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// appendLocks appends a LockInfo for every key held in the shard.
+func (sh *shard) appendLocks(out []LockInfo) []LockInfo {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.held == 0 {
+		return out
+	}
+	sh.index.all(func(e *keyEntry) {
+		h := e.holder
+		if h == nil {
+			return
+		}
+		info := LockInfo{
+			Key:            bytes.Clone(h.key),
+			ColumnFamilyID: h.cf,
+			Scope:          h.Scope(),
+			Hold:           h.Hold(),
+			AcquiredAt:     h.acquiredAt,
+			ExpiresAt:      time.Unix(0, h.expiresAt),
+			Remaining:      max(0, time.Duration(h.deadline.Load())-h.l.clock.Mono()),
+		}
+		if h.owner != nil {
+			info.Owner = h.owner.name()
+		}
+		if h.cold != nil {
+			info.Token = h.cold.token
+		}
+		for w := e.head; w != nil; w = w.next {
+			info.Waiters++
+		}
+		out = append(out, info)
+	})
+	return out
+}
