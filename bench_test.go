@@ -228,3 +228,20 @@ func BenchmarkPlainGetPut(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkStatsMillionHeld is one Stats call on a table holding 1,000,000 keys: the scrape an
+// operator runs every second must stay cheap however much is locked.
+func BenchmarkStatsMillionHeld(b *testing.B) {
+	l := newLocker(b, openDB(b))
+	for _, k := range benchKeys("held", 1_000_000) {
+		if _, err := l.TryLock(k, benchOpts); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if s := l.Stats(); s.Held != 1_000_000 {
+			b.Fatalf("Held = %d", s.Held)
+		}
+	}
+}
