@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/goleak"
@@ -51,17 +52,22 @@ func newLocker(t testing.TB, db *grocksdb.DB, opts ...recordlock.Option) *record
 	return l
 }
 
-// register registers l on a new MeterProvider with a ManualReader and returns the reader; the
-// registration and the provider end with the test.
-func register(t testing.TB, l *recordlock.Locker, opts ...otelrecordlock.Option) (*sdkmetric.ManualReader, *sdkmetric.MeterProvider) {
+// newProvider returns a MeterProvider with a ManualReader, shut down at the end of the test.
+func newProvider(t testing.TB) (*sdkmetric.ManualReader, *sdkmetric.MeterProvider) {
 	t.Helper()
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { assert.NoError(t, mp.Shutdown(context.Background())) })
+	return reader, mp
+}
+
+// register registers l on mp; the registration ends with the test if it has not ended before.
+func register(t testing.TB, l *recordlock.Locker, mp metric.MeterProvider, opts ...otelrecordlock.Option) metric.Registration {
+	t.Helper()
 	reg, err := otelrecordlock.Register(l, mp, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, reg.Unregister()) })
-	return reader, mp
+	return reg
 }
 
 // series is one instrument of the package's scope as a collection reported it.
@@ -187,7 +193,8 @@ func TestReportsStats(t *testing.T) {
 	ctx := context.Background()
 	clk := recordlock.NewManualClock(epoch)
 	l := newLocker(t, openDB(t), recordlock.WithClock(clk), quiet)
-	reader, _ := register(t, l, otelrecordlock.WithDB("orders"))
+	reader, mp := newProvider(t)
+	register(t, l, mp, otelrecordlock.WithDB("orders"))
 	check := func(step string) recordlock.Stats {
 		t.Helper()
 		s := l.Stats()
@@ -298,4 +305,68 @@ func TestReportsStats(t *testing.T) {
 	s = check("all released")
 	assert.Equal(t, 0, s.Held)
 	assert.Equal(t, 0, s.Waiting)
+}
+
+// TestUnregister checks that collections after Unregister carry no recordlock metrics, and that
+// a second Unregister is harmless.
+func TestUnregister(t *testing.T) {
+	l := newLocker(t, openDB(t))
+	reader, mp := newProvider(t)
+	reg := register(t, l, mp)
+	h, err := l.Lock(context.Background(), []byte("k"), recordlock.Options{})
+	require.NoError(t, err)
+	defer h.Release()
+
+	before := collect(t, reader)
+	require.Contains(t, before, "recordlock.locks.held")
+	assert.Equal(t, map[string]float64{"default": 1}, before["recordlock.locks.held"].values)
+
+	require.NoError(t, reg.Unregister())
+	assert.Empty(t, collect(t, reader), "metrics after Unregister")
+	assert.Empty(t, collect(t, reader), "metrics at the next collection")
+	require.NoError(t, reg.Unregister())
+}
+
+// TestSeparateDatabases registers the Lockers of two databases on one MeterProvider: each
+// database's figures stay under its own db attribute, and unregistering one leaves the other.
+func TestSeparateDatabases(t *testing.T) {
+	ctx := context.Background()
+	reader, mp := newProvider(t)
+	la := newLocker(t, openDB(t))
+	lb := newLocker(t, openDB(t))
+	register(t, la, mp, otelrecordlock.WithDB("a"))
+	regB := register(t, lb, mp, otelrecordlock.WithDB("b"))
+	for l, keys := range map[*recordlock.Locker][]string{la: {"k1"}, lb: {"k1", "k2"}} {
+		for _, k := range keys {
+			h, err := l.Lock(ctx, []byte(k), recordlock.Options{})
+			require.NoError(t, err)
+			defer h.Release()
+		}
+	}
+
+	got := collect(t, reader)
+	assert.Equal(t, map[string]float64{"a": 1, "b": 2}, got["recordlock.locks.held"].values)
+	assert.Equal(t, map[string]float64{"a": 1, "b": 2}, got["recordlock.lock.acquisitions"].values)
+
+	require.NoError(t, regB.Unregister())
+	got = collect(t, reader)
+	assert.Equal(t, map[string]float64{"a": 1}, got["recordlock.locks.held"].values)
+	assertMatches(t, got, la.Stats(), "a")
+}
+
+// TestRegisterRefusesNil checks that Register fails, rather than registering a callback that
+// would panic at every collection, when the Locker or the MeterProvider is missing.
+func TestRegisterRefusesNil(t *testing.T) {
+	l := newLocker(t, openDB(t))
+	_, mp := newProvider(t)
+	for name, call := range map[string]func() (metric.Registration, error){
+		"nil Locker":        func() (metric.Registration, error) { return otelrecordlock.Register(nil, mp) },
+		"nil MeterProvider": func() (metric.Registration, error) { return otelrecordlock.Register(l, nil) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			reg, err := call()
+			assert.Error(t, err)
+			assert.Nil(t, reg)
+		})
+	}
 }
