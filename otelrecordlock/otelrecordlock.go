@@ -6,23 +6,24 @@
 // collection and observes every instrument from that one reading, so the figures of a collection
 // are consistent with each other as far as Stats is:
 //
-//	name                           kind                   unit   Stats field
-//	recordlock.locks.held          Int64UpDownCounter     {lock}     Held
-//	recordlock.lock.waiters        Int64UpDownCounter     {request}  Waiting
-//	recordlock.lock.acquisitions   Int64Counter           {lock}     Acquired
-//	recordlock.lock.contended      Int64Counter           {lock}     Contended
-//	recordlock.lock.wait.duration  Float64Counter         s          WaitTime
-//	recordlock.lock.timeouts       Int64Counter           {request}  Timeouts
-//	recordlock.lock.cancellations  Int64Counter           {request}  Canceled
-//	recordlock.lock.deadlocks      Int64Counter           {request}  Deadlocks
-//	recordlock.lease.lapses        Int64Counter           {lease}    Lapsed
-//	recordlock.lease.revocations   Int64Counter           {lease}    Revoked
-//	recordlock.fence.refusals      Int64Counter           {call}     Fenced
-//	recordlock.hook.failures       Int64Counter           {call}     HookFailures
+//	name                           instrument                    unit       Stats field
+//	recordlock.locks.held          Int64ObservableUpDownCounter  {lock}     Held
+//	recordlock.lock.waiters        Int64ObservableUpDownCounter  {request}  Waiting
+//	recordlock.lock.acquisitions   Int64ObservableCounter        {lock}     Acquired
+//	recordlock.lock.contended      Int64ObservableCounter        {lock}     Contended
+//	recordlock.lock.wait.duration  Float64ObservableCounter      s          WaitTime
+//	recordlock.lock.timeouts       Int64ObservableCounter        {request}  Timeouts
+//	recordlock.lock.cancellations  Int64ObservableCounter        {request}  Canceled
+//	recordlock.lock.deadlocks      Int64ObservableCounter        {request}  Deadlocks
+//	recordlock.lease.lapses        Int64ObservableCounter        {lease}    Lapsed
+//	recordlock.lease.revocations   Int64ObservableCounter        {lease}    Revoked
+//	recordlock.fence.refusals      Int64ObservableCounter        {call}     Fenced
+//	recordlock.hook.failures       Int64ObservableCounter        {call}     HookFailures
 //
-// All are asynchronous (observable) instruments. The two UpDownCounters are readings of now; the
-// counters are cumulative totals since the database's key-lock table was created. Every
-// observation carries one attribute, db, naming the database (see WithDB).
+// The two UpDownCounters are readings of now; the counters are cumulative totals since the
+// database's key-lock table was created (they start again from zero when the last Locker of the
+// database closes and a new one opens). Every observation carries one attribute, db, naming the
+// database (see WithDB).
 //
 // Stats are per database and shared by every Locker of it, so register one Locker per database:
 // two registrations of one database report the same figures twice.
