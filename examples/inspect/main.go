@@ -1,0 +1,168 @@
+// Command inspect shows what Locker.Locks and Locker.Stats report while workers contend for a few
+// records of a RocksDB in a temp dir: every 200ms it prints the held keys, with who waits for them
+// and how much lease they have left, and a line of figures. It runs for about two seconds.
+//
+// Some workers lock through a Txn and commit a counter, some lock with Locker.Lock and Hold, and
+// one stalls past its lease now and then, so the lapse and fence counters move too. The owner
+// column is the name of the Txn that holds a key; these Txns have no names, so it shows "-".
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/linxGnu/grocksdb"
+
+	"github.com/recordlock/recordlock"
+)
+
+const (
+	runFor = 2 * time.Second
+	every  = 200 * time.Millisecond
+)
+
+var keys = []string{"account:1", "account:2", "account:3"}
+
+func main() {
+	dir, err := os.MkdirTemp("", "recordlock-inspect-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	opts := grocksdb.NewDefaultOptions()
+	opts.SetCreateIfMissing(true)
+	db, err := grocksdb.OpenDb(opts, dir)
+	opts.Destroy()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	locker, err := recordlock.New(db)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for id := range 3 {
+		wg.Go(func() { txnWorker(ctx, locker, id) })
+	}
+	for id := 3; id < 5; id++ {
+		wg.Go(func() { holdWorker(ctx, locker, id) })
+	}
+	wg.Go(func() { staller(ctx, locker, db) })
+
+	tick := time.NewTicker(every)
+	start := time.Now()
+	for range tick.C {
+		elapsed := time.Since(start)
+		fmt.Printf("== after %v\n", elapsed.Round(10*time.Millisecond))
+		printLocks(locker)
+		printStats(locker.Stats())
+		if elapsed >= runFor {
+			break
+		}
+	}
+	tick.Stop()
+	stop()
+	wg.Wait()
+	fmt.Println("== workers stopped")
+	printStats(locker.Stats())
+}
+
+// printLocks prints one row per held key, sorted by key.
+func printLocks(l *recordlock.Locker) {
+	var rows []recordlock.LockInfo
+	for info := range l.Locks() {
+		rows = append(rows, info)
+	}
+	slices.SortFunc(rows, func(a, b recordlock.LockInfo) int { return cmp.Compare(string(a.Key), string(b.Key)) })
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "KEY\tOWNER\tHOLD\tSCOPE\tCF\tWAITERS\tREMAINING")
+	for _, r := range rows {
+		owner := cmp.Or(r.Owner, "-")
+		fmt.Fprintf(w, "%s\t%s\t%v\t%v\t%d\t%d\t%v\n", r.Key, owner, r.Hold, r.Scope, r.ColumnFamilyID, r.Waiters, r.Remaining.Round(time.Millisecond))
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "(nothing held)")
+	}
+	w.Flush()
+}
+
+func printStats(s recordlock.Stats) {
+	fmt.Printf("held=%d waiting=%d acquired=%d contended=%d wait=%v timeouts=%d canceled=%d lapsed=%d fenced=%d\n",
+		s.Held, s.Waiting, s.Acquired, s.Contended, s.WaitTime.Round(time.Millisecond), s.Timeouts, s.Canceled, s.Lapsed, s.Fenced)
+}
+
+// txnWorker increments a random counter in a Txn, holding its lock for a moment before Commit.
+func txnWorker(ctx context.Context, l *recordlock.Locker, id int) {
+	r := rand.New(rand.NewPCG(uint64(id), 0))
+	for ctx.Err() == nil {
+		key := []byte(keys[r.IntN(len(keys))])
+		txn := l.Begin()
+		if _, err := txn.Lock(ctx, key, recordlock.Options{Lease: time.Second, Timeout: 300 * time.Millisecond}); err != nil {
+			txn.Rollback() // ErrTimeout, or ctx ended the wait: try again or stop
+			continue
+		}
+		v, err := txn.Get(key)
+		if err != nil {
+			log.Fatal(err)
+		}
+		n, _ := strconv.Atoi(string(v)) // a missing counter reads as nil: Atoi fails and gives 0
+		if err := txn.Put(key, []byte(strconv.Itoa(n+1))); err != nil {
+			log.Fatal(err)
+		}
+		time.Sleep(time.Duration(20+r.IntN(60)) * time.Millisecond)
+		if err := txn.Commit(); err != nil && !errors.Is(err, recordlock.ErrLeaseExpired) {
+			log.Fatal(err)
+		}
+	}
+}
+
+// holdWorker locks a random key with Hold, keeps it a while and releases it.
+func holdWorker(ctx context.Context, l *recordlock.Locker, id int) {
+	r := rand.New(rand.NewPCG(uint64(id), 0))
+	for ctx.Err() == nil {
+		h, err := l.Lock(ctx, []byte(keys[r.IntN(len(keys))]), recordlock.Options{Hold: true, Lease: time.Second, Timeout: 300 * time.Millisecond})
+		if err != nil {
+			continue
+		}
+		time.Sleep(time.Duration(20+r.IntN(60)) * time.Millisecond)
+		h.Release()
+	}
+}
+
+// staller locks a key with a short lease and every other time sleeps past it, so its lease
+// lapses with the key held and its fenced write (of a record beside the counter) is refused.
+func staller(ctx context.Context, l *recordlock.Locker, db *grocksdb.DB) {
+	wo := grocksdb.NewDefaultWriteOptions()
+	defer wo.Destroy()
+	for i := 0; ctx.Err() == nil; i++ {
+		key := []byte(keys[i%len(keys)])
+		h, err := l.Lock(ctx, key, recordlock.Options{Lease: 150 * time.Millisecond, Timeout: 300 * time.Millisecond})
+		if err != nil {
+			continue
+		}
+		stall := 30 * time.Millisecond
+		if i%2 == 1 {
+			stall = 200 * time.Millisecond // past the lease
+		}
+		time.Sleep(stall)
+		err = h.Fence(func() error { return db.Put(wo, append(key, "/last-staller"...), []byte(strconv.Itoa(i))) })
+		if err != nil && !errors.Is(err, recordlock.ErrLeaseExpired) {
+			log.Fatal(err)
+		}
+		h.Release()
+	}
+}

@@ -1,0 +1,372 @@
+package otelrecordlock_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/linxGnu/grocksdb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.uber.org/goleak"
+
+	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/otelrecordlock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const scope = "github.com/recordlock/recordlock/otelrecordlock"
+
+// epoch is the wall reading every ManualClock in these tests starts at.
+var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// quiet drops the warnings the Locker logs for failing release hooks, which some tests cause.
+var quiet = recordlock.WithLogger(slog.New(slog.DiscardHandler))
+
+// openDB opens a fresh RocksDB in a temp dir, closed at the end of the test.
+func openDB(t testing.TB) *grocksdb.DB {
+	t.Helper()
+	opts := grocksdb.NewDefaultOptions()
+	opts.SetCreateIfMissing(true)
+	db, err := grocksdb.OpenDb(opts, t.TempDir())
+	opts.Destroy()
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	return db
+}
+
+// newLocker returns a Locker on db, closed at the end of the test (before db, since cleanups run
+// last-registered first).
+func newLocker(t testing.TB, db *grocksdb.DB, opts ...recordlock.Option) *recordlock.Locker {
+	t.Helper()
+	l, err := recordlock.New(db, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// newProvider returns a MeterProvider with a ManualReader, shut down at the end of the test.
+func newProvider(t testing.TB) (*sdkmetric.ManualReader, *sdkmetric.MeterProvider) {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { assert.NoError(t, mp.Shutdown(context.Background())) })
+	return reader, mp
+}
+
+// register registers l on mp; the registration ends with the test if it has not ended before.
+func register(t testing.TB, l *recordlock.Locker, mp metric.MeterProvider, opts ...otelrecordlock.Option) metric.Registration {
+	t.Helper()
+	reg, err := otelrecordlock.Register(l, mp, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, reg.Unregister()) })
+	return reg
+}
+
+// series is one instrument of the package's scope as a collection reported it.
+type series struct {
+	unit      string
+	monotonic bool
+	values    map[string]float64 // by the db attribute
+}
+
+// collect runs one collection and returns the instruments of the package's scope that carry data
+// points, by name.
+func collect(t testing.TB, r *sdkmetric.ManualReader) map[string]series {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, r.Collect(context.Background(), &rm))
+	out := map[string]series{}
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name != scope {
+			continue
+		}
+		for _, m := range sm.Metrics {
+			s := series{unit: m.Unit, values: map[string]float64{}}
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				assert.Equal(t, metricdata.CumulativeTemporality, d.Temporality, m.Name)
+				s.monotonic = d.IsMonotonic
+				for _, p := range d.DataPoints {
+					s.values[dbOf(t, p.Attributes)] = float64(p.Value)
+				}
+			case metricdata.Sum[float64]:
+				assert.Equal(t, metricdata.CumulativeTemporality, d.Temporality, m.Name)
+				s.monotonic = d.IsMonotonic
+				for _, p := range d.DataPoints {
+					s.values[dbOf(t, p.Attributes)] = p.Value
+				}
+			default:
+				t.Fatalf("%s: aggregation %T, want a Sum", m.Name, m.Data)
+			}
+			if len(s.values) > 0 {
+				out[m.Name] = s
+			}
+		}
+	}
+	return out
+}
+
+// dbOf returns the db attribute of a data point and checks that it is the only attribute.
+func dbOf(t testing.TB, attrs attribute.Set) string {
+	t.Helper()
+	assert.Equal(t, 1, attrs.Len(), "attributes of a data point")
+	v, ok := attrs.Value("db")
+	require.True(t, ok, "data point without a db attribute")
+	return v.AsString()
+}
+
+// want is what each instrument must report for s, and its unit and whether it is monotonic.
+func want(s recordlock.Stats) map[string]series {
+	one := func(unit string, monotonic bool, v float64) series {
+		return series{unit: unit, monotonic: monotonic, values: map[string]float64{"": v}}
+	}
+	return map[string]series{
+		"recordlock.locks.held":         one("{lock}", false, float64(s.Held)),
+		"recordlock.lock.waiters":       one("{request}", false, float64(s.Waiting)),
+		"recordlock.lock.acquisitions":  one("{lock}", true, float64(s.Acquired)),
+		"recordlock.lock.contended":     one("{lock}", true, float64(s.Contended)),
+		"recordlock.lock.wait.duration": one("s", true, s.WaitTime.Seconds()),
+		"recordlock.lock.timeouts":      one("{request}", true, float64(s.Timeouts)),
+		"recordlock.lock.cancellations": one("{request}", true, float64(s.Canceled)),
+		"recordlock.lock.deadlocks":     one("{request}", true, float64(s.Deadlocks)),
+		"recordlock.lease.lapses":       one("{lease}", true, float64(s.Lapsed)),
+		"recordlock.lease.revocations":  one("{lease}", true, float64(s.Revoked)),
+		"recordlock.fence.refusals":     one("{call}", true, float64(s.Fenced)),
+		"recordlock.hook.failures":      one("{call}", true, float64(s.HookFailures)),
+	}
+}
+
+// assertMatches checks that a collection reports exactly the figures of s under db.
+func assertMatches(t *testing.T, got map[string]series, s recordlock.Stats, db string) {
+	t.Helper()
+	w := want(s)
+	assert.Len(t, got, len(w), "instruments reported")
+	for name, ws := range w {
+		gs, ok := got[name]
+		if !assert.True(t, ok, "%s not reported", name) {
+			continue
+		}
+		assert.Equal(t, ws.unit, gs.unit, "%s unit", name)
+		assert.Equal(t, ws.monotonic, gs.monotonic, "%s monotonic", name)
+		assert.Equal(t, map[string]float64{db: ws.values[""]}, gs.values, "%s", name)
+	}
+}
+
+// waitForWaiters blocks until Stats shows n Lock calls queued with their timers armed, so that
+// advancing the ManualClock then acts on them.
+func waitForWaiters(t testing.TB, l *recordlock.Locker, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return l.Stats().Waiting == n },
+		10*time.Second, 200*time.Microsecond, "waiting for %d queued Lock calls", n)
+}
+
+// lockAsync starts fn in a goroutine and returns where its error arrives.
+func lockAsync(fn func() error) <-chan error {
+	c := make(chan error, 1)
+	go func() { c <- fn() }()
+	return c
+}
+
+// result waits for an error sent by lockAsync; a call that never returns fails the test.
+func result(t testing.TB, c <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-c:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock did not return")
+		return nil
+	}
+}
+
+// TestReportsStats drives every counter through a real Locker on a ManualClock and checks after
+// each step that a collection reports what Stats reports, and that Stats moved as the step says.
+func TestReportsStats(t *testing.T) {
+	ctx := context.Background()
+	clk := recordlock.NewManualClock(epoch)
+	l := newLocker(t, openDB(t), recordlock.WithClock(clk), quiet)
+	reader, mp := newProvider(t)
+	register(t, l, mp, otelrecordlock.WithDB("orders"))
+	check := func(step string) recordlock.Stats {
+		t.Helper()
+		s := l.Stats()
+		t.Run(step, func(t *testing.T) { assertMatches(t, collect(t, reader), s, "orders") })
+		return s
+	}
+
+	s := check("at rest")
+	assert.Equal(t, recordlock.Stats{}, s)
+
+	// Two uncontended locks.
+	a, err := l.Lock(ctx, []byte("a"), recordlock.Options{})
+	require.NoError(t, err)
+	b, err := l.Lock(ctx, []byte("b"), recordlock.Options{})
+	require.NoError(t, err)
+	s = check("uncontended")
+	assert.Equal(t, 2, s.Held)
+	assert.Equal(t, uint64(2), s.Acquired)
+
+	// A contended lock of a that waits 250ms of the ManualClock.
+	var waited *recordlock.Handle
+	done := lockAsync(func() (err error) {
+		waited, err = l.Lock(ctx, []byte("a"), recordlock.Options{Timeout: 10 * time.Second})
+		return err
+	})
+	waitForWaiters(t, l, 1)
+	s = check("queued")
+	assert.Equal(t, 1, s.Waiting)
+	clk.Advance(250 * time.Millisecond)
+	require.True(t, a.Release())
+	require.NoError(t, result(t, done))
+	s = check("contended")
+	assert.Equal(t, uint64(1), s.Contended)
+	assert.Equal(t, 250*time.Millisecond, s.WaitTime)
+	assert.Equal(t, 0, s.Waiting)
+
+	// A Lock of b that times out, and two whose ctx ends the wait.
+	done = lockAsync(func() error {
+		_, err := l.Lock(ctx, []byte("b"), recordlock.Options{Timeout: 100 * time.Millisecond})
+		return err
+	})
+	waitForWaiters(t, l, 1)
+	clk.Advance(100 * time.Millisecond)
+	require.ErrorIs(t, result(t, done), recordlock.ErrTimeout)
+	for range 2 {
+		cctx, cancel := context.WithCancel(ctx)
+		done = lockAsync(func() error {
+			_, err := l.Lock(cctx, []byte("b"), recordlock.Options{})
+			return err
+		})
+		waitForWaiters(t, l, 1)
+		cancel()
+		require.ErrorIs(t, result(t, done), context.Canceled)
+	}
+	s = check("timeout and cancellations")
+	assert.Equal(t, uint64(1), s.Timeouts)
+	assert.Equal(t, uint64(2), s.Canceled)
+
+	// Two Txns that each wait for the other's key: one of them fails with ErrDeadlock.
+	t1, t2 := l.Begin(), l.Begin()
+	_, err = t1.Lock(ctx, []byte("x"), recordlock.Options{})
+	require.NoError(t, err)
+	_, err = t2.Lock(ctx, []byte("y"), recordlock.Options{})
+	require.NoError(t, err)
+	done = lockAsync(func() error {
+		_, err := t1.Lock(ctx, []byte("y"), recordlock.Options{Timeout: 10 * time.Second})
+		return err
+	})
+	waitForWaiters(t, l, 1)
+	_, err = t2.Lock(ctx, []byte("x"), recordlock.Options{Timeout: 10 * time.Second})
+	require.ErrorIs(t, err, recordlock.ErrDeadlock)
+	t2.Rollback()
+	require.NoError(t, result(t, done))
+	t1.Rollback()
+	s = check("deadlock")
+	assert.Equal(t, uint64(1), s.Deadlocks)
+
+	// Three leases that lapse with their keys held, and fenced writes refused on them; four
+	// revoked leases; a release hook that fails.
+	var lapsing []*recordlock.Handle
+	for _, k := range []string{"l1", "l2", "l3"} {
+		h, err := l.Lock(ctx, []byte(k), recordlock.Options{Lease: recordlock.MinLease})
+		require.NoError(t, err)
+		lapsing = append(lapsing, h)
+	}
+	clk.Advance(recordlock.MinLease)
+	for _, h := range append(lapsing, lapsing[0]) {
+		require.ErrorIs(t, h.Fence(func() error { return nil }), recordlock.ErrLeaseExpired)
+	}
+	for _, k := range []string{"r1", "r2", "r3", "r4"} {
+		h, err := l.Lock(ctx, []byte(k), recordlock.Options{})
+		require.NoError(t, err)
+		h.RevokeLease()
+	}
+	h, err := l.Lock(ctx, []byte("hook"), recordlock.Options{})
+	require.NoError(t, err)
+	require.True(t, h.JoinClusterRound(recordlock.Timestamp(clk.Now().UnixNano()), time.Second, clk.Mono(),
+		func() error { return errors.New("hook fails") }))
+	require.True(t, h.Release())
+	s = check("lapses, fences, revocations, hook failure")
+	assert.Equal(t, uint64(3), s.Lapsed)
+	assert.Equal(t, uint64(4), s.Fenced)
+	assert.Equal(t, uint64(4), s.Revoked)
+	assert.Equal(t, uint64(1), s.HookFailures)
+
+	require.True(t, b.Release())
+	require.True(t, waited.Release())
+	s = check("all released")
+	assert.Equal(t, 0, s.Held)
+	assert.Equal(t, 0, s.Waiting)
+}
+
+// TestUnregister checks that collections after Unregister carry no recordlock metrics, and that
+// a second Unregister is harmless.
+func TestUnregister(t *testing.T) {
+	l := newLocker(t, openDB(t))
+	reader, mp := newProvider(t)
+	reg := register(t, l, mp)
+	h, err := l.Lock(context.Background(), []byte("k"), recordlock.Options{})
+	require.NoError(t, err)
+	defer h.Release()
+
+	before := collect(t, reader)
+	require.Contains(t, before, "recordlock.locks.held")
+	assert.Equal(t, map[string]float64{"default": 1}, before["recordlock.locks.held"].values)
+
+	require.NoError(t, reg.Unregister())
+	assert.Empty(t, collect(t, reader), "metrics after Unregister")
+	assert.Empty(t, collect(t, reader), "metrics at the next collection")
+	require.NoError(t, reg.Unregister())
+}
+
+// TestSeparateDatabases registers the Lockers of two databases on one MeterProvider: each
+// database's figures stay under its own db attribute, and unregistering one leaves the other.
+func TestSeparateDatabases(t *testing.T) {
+	ctx := context.Background()
+	reader, mp := newProvider(t)
+	la := newLocker(t, openDB(t))
+	lb := newLocker(t, openDB(t))
+	register(t, la, mp, otelrecordlock.WithDB("a"))
+	regB := register(t, lb, mp, otelrecordlock.WithDB("b"))
+	for l, keys := range map[*recordlock.Locker][]string{la: {"k1"}, lb: {"k1", "k2"}} {
+		for _, k := range keys {
+			h, err := l.Lock(ctx, []byte(k), recordlock.Options{})
+			require.NoError(t, err)
+			defer h.Release()
+		}
+	}
+
+	got := collect(t, reader)
+	assert.Equal(t, map[string]float64{"a": 1, "b": 2}, got["recordlock.locks.held"].values)
+	assert.Equal(t, map[string]float64{"a": 1, "b": 2}, got["recordlock.lock.acquisitions"].values)
+
+	require.NoError(t, regB.Unregister())
+	got = collect(t, reader)
+	assert.Equal(t, map[string]float64{"a": 1}, got["recordlock.locks.held"].values)
+	assertMatches(t, got, la.Stats(), "a")
+}
+
+// TestRegisterRefusesNil checks that Register fails, rather than registering a callback that
+// would panic at every collection, when the Locker or the MeterProvider is missing.
+func TestRegisterRefusesNil(t *testing.T) {
+	l := newLocker(t, openDB(t))
+	_, mp := newProvider(t)
+	for name, call := range map[string]func() (metric.Registration, error){
+		"nil Locker":        func() (metric.Registration, error) { return otelrecordlock.Register(nil, mp) },
+		"nil MeterProvider": func() (metric.Registration, error) { return otelrecordlock.Register(l, nil) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			reg, err := call()
+			assert.Error(t, err)
+			assert.Nil(t, reg)
+		})
+	}
+}
