@@ -399,6 +399,33 @@ func (h *Handle) UpgradeToHold(lease time.Duration) error {
 	return nil
 }
 
+// Renew extends the lease: the new deadline is now plus lease (0 means DefaultLease). Unlike
+// UpgradeToHold it leaves Hold and the version counter alone, so a lock of a Txn still ends with
+// the Txn. Under a cluster round the new deadline is clamped to the round's, as in UpgradeToHold.
+// It returns an *OptionError for an invalid lease, and ErrReleased or ErrLeaseExpired for a dead
+// handle; on failure nothing changes.
+func (h *Handle) Renew(lease time.Duration) error {
+	lease, err := resolveDuration("Lease", lease, DefaultLease, MinLease, MaxLease)
+	if err != nil {
+		return err
+	}
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.unlockAndRunHooks()
+	if err := h.deadErr(sh); err != nil {
+		return err
+	}
+	wall, now := readClock(h.l.clock)
+	deadline := now + lease
+	if c := h.cold; h.flags()&flagCluster != 0 && c.roundEnd <= deadline {
+		deadline, h.expiresAt = c.roundEnd, c.roundExpiresAt
+	} else {
+		h.expiresAt = wall + int64(lease)
+	}
+	h.moveDeadline(sh, deadline, now)
+	return nil
+}
+
 // deadErr is nil while h authorizes writes, else the error that says why not.
 func (h *Handle) deadErr(sh *shard) error {
 	f := h.flags()
