@@ -3,7 +3,6 @@ package recordlock
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -51,8 +50,6 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 		return nil, err
 	}
 	c := lockAllCall{t: t, cf: cf, ctx: ctx, opts: opts, end: t.l.clock.Mono() + r.Timeout}
-	defer c.stop()
-	c.cluster = t.wantsCluster(r)
 
 	// order lists the positions of keys sorted by key; equal keys are adjacent, the first of
 	// each run stands for the run.
@@ -120,57 +117,20 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 
 // lockAllCall is one LockAll's shared wait budget.
 type lockAllCall struct {
-	t       *Txn
-	cf      uint32
-	ctx     context.Context
-	opts    Options
-	end     time.Duration // the Mono at which the call's Timeout runs out
-	cluster bool          // the locks are cluster-scoped (or fail closed asking to be)
-	// budget is ctx cancelled with cause ErrTimeout at end, made when a key first must wait.
-	budget context.Context
-	cancel context.CancelCauseFunc
-	timer  Timer
+	t    *Txn
+	cf   uint32
+	ctx  context.Context
+	opts Options
+	end  time.Duration // the Mono of the Locker's clock at which the call's Timeout runs out
 }
 
-// take locks key with what is left of the call's Timeout. Each key's own Lock also gets the
-// whole Timeout, which always ends later than the call's: the budget's ctx is what bounds the
-// call, so keys freed one after another, each in time for its own Lock, still time out once.
+// take locks key with what is left of the call's Timeout as the wait's own timeout, so keys
+// freed one after another, each in time for a Lock of its own, still time out once in all.
 func (c *lockAllCall) take(key []byte) (*Handle, error) {
 	l := c.t.l
-	req := lockRequest{cf: c.cf, key: key, owner: c.t}
-	if !c.cluster && c.budget == nil {
-		// A free key is taken without waiting, so an uncontended LockAll arms no timer. Once
-		// the budget is armed every key goes through it, so none is taken after it ran out.
-		h, err := l.lock(c.ctx, req, c.opts)
-		if !errors.Is(err, ErrLocked) {
-			return h, err
-		}
+	left := c.end - l.clock.Mono()
+	if left <= 0 {
+		return nil, fmt.Errorf("%w: LockAll's Timeout ran out", ErrTimeout)
 	}
-	if c.budget == nil {
-		left := c.end - l.clock.Mono()
-		if left <= 0 {
-			return nil, c.timedOut()
-		}
-		c.budget, c.cancel = context.WithCancelCause(c.ctx)
-		c.timer = l.clock.AfterFunc(left, func() { c.cancel(ErrTimeout) })
-	}
-	req.wait = true
-	h, err := l.lock(c.budget, req, c.opts)
-	if err != nil && c.ctx.Err() == nil && context.Cause(c.budget) == ErrTimeout &&
-		(errors.Is(err, context.Canceled) || errors.Is(err, ErrTimeout)) {
-		return nil, c.timedOut()
-	}
-	return h, err
-}
-
-func (c *lockAllCall) timedOut() error {
-	return fmt.Errorf("%w: LockAll's Timeout ran out", ErrTimeout)
-}
-
-// stop disarms the budget, if one was made.
-func (c *lockAllCall) stop() {
-	if c.budget != nil {
-		c.timer.Stop()
-		c.cancel(nil)
-	}
+	return l.lock(c.ctx, lockRequest{cf: c.cf, key: key, wait: true, owner: c.t, timeout: left}, c.opts)
 }
