@@ -17,7 +17,7 @@ type stagedWrite struct {
 	kv   []byte                       // a copy of the key, then of the value
 	cf   *grocksdb.ColumnFamilyHandle // nil for the default column family
 	cfID uint32
-	klen int
+	klen uint32 // beside cfID, so that a Txn with its two inline entries fits a smaller size class
 	del  bool
 }
 
@@ -70,7 +70,7 @@ func (t *Txn) stage(cf *grocksdb.ColumnFamilyHandle, key, value []byte, del bool
 	case !t.unlockedWrites:
 		return fmt.Errorf("%w: %q", ErrNotLocked, key)
 	}
-	t.writes.add(stagedWrite{kv: t.copyOf(key, value), cf: cf, cfID: cfID, klen: len(key), del: del})
+	t.writes.add(stagedWrite{kv: t.copyOf(key, value), cf: cf, cfID: cfID, klen: uint32(len(key)), del: del})
 	if i >= 0 {
 		t.locks.items[i].protects = true
 	}
