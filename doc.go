@@ -38,6 +38,30 @@
 // [Handle.RevokeLease] ends authority early, even after Release, so that a write staged before the
 // release is fenced too.
 //
+// # Multi-record transactions
+//
+// A [Txn] that locks several records (a transfer's two accounts, a row and its index entries)
+// must not wait in a cycle with another Txn that locks them in the opposite order. Either lock
+// in order, or lock as you go and retry:
+//
+//   - [Txn.LockAll] takes all its keys in bytewise order, so Txns that use it never wait for
+//     each other in a cycle. Its Options.Timeout bounds the whole call, and it is all or nothing:
+//     on failure it releases the locks it took and keeps the ones the Txn held before.
+//   - When a Txn's Lock would wait for a record held by a Txn that, directly or through others,
+//     waits for it, the Lock fails at once with an error matching [ErrDeadlock] (a
+//     [*DeadlockError] naming the cycle) and keeps the Txn's other locks. Roll back and retry.
+//
+// A write to a record the Txn did not lock fails with [ErrNotLocked], unless the Txn was begun
+// with [TxnOptions].AllowUnlockedWrites. A record is a key in a column family: the methods ending
+// in CF take a column family handle, the same key in two families is two records, and one Commit
+// writes any mix of families as one atomic RocksDB WriteBatch. TxnOptions.Sync makes that write
+// a synced one, which survives a machine crash once Commit returned; TxnOptions.DisableWAL skips
+// the write-ahead log.
+//
+// A Txn that runs longer than its leases extends them with [Handle.Renew], which moves the
+// deadline and nothing else: the lock still ends with the Txn. [Handle.UpgradeToHold] extends
+// the lease too, but makes the lock outlive the Txn.
+//
 // # Cluster scope
 //
 // With a [Coordinator] (see SetCoordinator and WithCoordinator), a lock of default or cluster

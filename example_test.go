@@ -209,3 +209,78 @@ func ExampleTxn() {
 	fmt.Printf("visits: %s\n", v)
 	// Output: visits: 3
 }
+
+// A transfer locks both accounts with LockAll, which takes them in key order whatever order they
+// are given in, so two transfers between the same accounts in opposite directions never wait for
+// each other in a cycle. The handles come back in the order given.
+func ExampleTxn_LockAll() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	locker, err := recordlock.New(db)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+	ctx := context.Background()
+
+	seed := locker.Begin()
+	if _, err := seed.LockAll(ctx, recordlock.Options{}, []byte("account/alice"), []byte("account/bob")); err != nil {
+		panic(err)
+	}
+	if err := seed.Put([]byte("account/alice"), []byte("100")); err != nil {
+		panic(err)
+	}
+	if err := seed.Put([]byte("account/bob"), []byte("50")); err != nil {
+		panic(err)
+	}
+	if err := seed.Commit(); err != nil {
+		panic(err)
+	}
+
+	// bob pays alice 30: bob's account is given first, alice's is locked first.
+	txn, err := locker.BeginTx(recordlock.TxnOptions{Name: "bob pays alice", Sync: true})
+	if err != nil {
+		panic(err)
+	}
+	defer txn.Rollback()
+	from, to := []byte("account/bob"), []byte("account/alice")
+	hs, err := txn.LockAll(ctx, recordlock.Options{Timeout: time.Second}, from, to)
+	if err != nil {
+		panic(err) // ErrTimeout, ErrDeadlock or a ctx error: nothing this call took stays locked
+	}
+	fmt.Printf("handles: %s, %s\n", hs[0].Key(), hs[1].Key())
+	balance := func(key []byte) int {
+		v, err := txn.Get(key)
+		if err != nil {
+			panic(err)
+		}
+		var n int
+		if _, err := fmt.Sscan(string(v), &n); err != nil {
+			panic(err)
+		}
+		return n
+	}
+	if err := txn.Put(from, fmt.Append(nil, balance(from)-30)); err != nil {
+		panic(err)
+	}
+	if err := txn.Put(to, fmt.Append(nil, balance(to)+30)); err != nil {
+		panic(err)
+	}
+	err = txn.Put([]byte("account/carol"), []byte("1"))
+	fmt.Println("unlocked write:", errors.Is(err, recordlock.ErrNotLocked))
+	fmt.Println("commit:", txn.Commit())
+
+	check := locker.Begin()
+	defer check.Rollback()
+	for _, k := range []string{"account/alice", "account/bob", "account/carol"} {
+		v, _ := check.Get([]byte(k))
+		fmt.Printf("%s = %q\n", k, v)
+	}
+	// Output:
+	// handles: account/bob, account/alice
+	// unlocked write: true
+	// commit: <nil>
+	// account/alice = "130"
+	// account/bob = "20"
+	// account/carol = ""
+}

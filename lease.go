@@ -3,7 +3,7 @@ package recordlock
 import "time"
 
 // Moving a live lease's deadline: joining a cluster round, holding the local key through a round
-// request, and UpgradeToHold.
+// request, UpgradeToHold and Renew.
 
 // JoinClusterRound re-anchors the handle to a granted cluster round. It returns false, changing
 // nothing, if the handle no longer authorizes writes or the round's lease, measured from
@@ -64,6 +64,20 @@ func (h *Handle) moveDeadline(sh *shard, deadline time.Duration) {
 // *OptionError for an invalid lease, and ErrReleased or ErrLeaseExpired for a dead handle; on
 // failure nothing changes.
 func (h *Handle) UpgradeToHold(lease time.Duration) error {
+	return h.extend(lease, true)
+}
+
+// Renew extends the lease: the new deadline is now plus lease (0 means DefaultLease). Unlike
+// UpgradeToHold it leaves Hold and the version counter alone, so a lock of a Txn still ends with
+// the Txn. Under a cluster round the new deadline is clamped to the round's, as in UpgradeToHold.
+// It returns an *OptionError for an invalid lease, and ErrReleased or ErrLeaseExpired for a dead
+// handle; on failure nothing changes.
+func (h *Handle) Renew(lease time.Duration) error {
+	return h.extend(lease, false)
+}
+
+// extend is Renew, and with hold UpgradeToHold.
+func (h *Handle) extend(lease time.Duration, hold bool) error {
 	lease, err := resolveDuration("Lease", lease, DefaultLease, MinLease, MaxLease)
 	if err != nil {
 		return err
@@ -77,15 +91,17 @@ func (h *Handle) UpgradeToHold(lease time.Duration) error {
 	wall, now := readClock(h.l.clock)
 	deadline := now + lease
 	if c := h.cold; h.flags()&flagCluster != 0 && c.roundEnd <= deadline {
-		// Clamped to the round: its deadline and its ExpiresAt, wall(tsR)+lease,
-		// even after an earlier upgrade had shortened both.
+		// Clamped to the round: its deadline and its ExpiresAt, wall(tsR)+lease, even after an
+		// earlier upgrade or renewal had shortened both.
 		deadline, h.expiresAt = c.roundEnd, c.roundExpiresAt
 	} else {
 		h.expiresAt = wall + int64(lease)
 	}
-	h.setFlags(flagHold)
 	h.moveDeadline(sh, deadline)
-	h.nextVersion()
+	if hold {
+		h.setFlags(flagHold)
+		h.nextVersion()
+	}
 	return nil
 }
 

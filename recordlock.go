@@ -96,6 +96,9 @@ type lockRequest struct {
 	key   []byte
 	wait  bool // Lock waits for a busy key; TryLock does not
 	owner *Txn // the Txn that locks, nil outside one
+	// timeout, when positive, bounds the wait instead of Options.Timeout: what is left of
+	// LockAll's budget, which is not a valid Options.Timeout once below MinTimeout.
+	timeout time.Duration
 }
 
 // columnFamilyID is cf's ID, 0 (the default column family) for nil.
@@ -131,6 +134,11 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts Options) (*Hand
 		if err != nil {
 			return nil, err
 		}
+		r = &res
+	}
+	if req.timeout > 0 {
+		res := *r
+		res.Timeout = req.timeout
 		r = &res
 	}
 	if err := ctx.Err(); err != nil {

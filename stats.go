@@ -112,7 +112,7 @@ func (sh *shard) appendLocks(out []LockInfo) []LockInfo {
 			Remaining:      max(0, time.Duration(h.deadline.Load())-h.l.clock.Mono()),
 		}
 		if h.owner != nil {
-			info.Owner = h.owner.name()
+			info.Owner = h.owner.Name()
 		}
 		if h.cold != nil {
 			info.Token = h.cold.token

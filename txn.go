@@ -3,10 +3,7 @@ package recordlock
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"slices"
-	"sync"
 
 	"github.com/linxGnu/grocksdb"
 )
@@ -15,10 +12,14 @@ import (
 // them, stages writes, and commits the writes as one RocksDB WriteBatch that lands only while
 // the lease of every lock protecting them is live.
 //
-// A write staged to a key this Txn has locked is protected by that lock: staging it needs a live
-// handle, and Commit writes nothing unless every protecting lease is still live, holding each
-// key (Handle.Fence) until the batch is written so a successor cannot take it mid-commit. A
-// write to a key the Txn has not locked is a plain write and never waits for anybody's lock.
+// A record is a key in a column family; the plain methods use the default column family, the
+// ones ending in CF take a column family handle of the Locker's database.
+//
+// A write is protected by the lock this Txn took on its record: staging it needs a live handle,
+// and Commit writes nothing unless every protecting lease is still live, holding each record
+// (Handle.Fence) until the batch is written so a successor cannot take it mid-commit. A write to
+// a record the Txn never locked fails with ErrNotLocked, unless the Txn was begun with
+// TxnOptions.AllowUnlockedWrites: then it is a plain write that never waits for anybody's lock.
 //
 // Releasing a lock before Commit keeps the writes staged under it valid while its lease lasts,
 // but gives up ordering: a successor may already hold the key, and have written it, when they
@@ -30,11 +31,32 @@ import (
 // is a no-op after Commit), which also releases its locks. A Txn is used by one goroutine.
 type Txn struct {
 	l      *Locker
-	locks  keyList[txnLock]     // every handle this Txn took, in order; the latest per key is current
-	writes keyList[stagedWrite] // in the order staged; the latest per key is what Get sees
+	name   string
+	locks  keyList[txnLock]     // every handle this Txn took, in order; the latest per record is current
+	writes keyList[stagedWrite] // in the order staged; the latest per record is what Get sees
 	spare  [32]byte             // holds the bytes of the first small writes, which then allocate nothing
 	spareN uint8                // how much of spare is taken
 	done   bool
+	// unlockedWrites and mode are TxnOptions.AllowUnlockedWrites and the write options of
+	// Commit; both are fixed when the Txn begins.
+	unlockedWrites bool
+	mode           writeMode
+}
+
+// TxnOptions configure BeginTx. The zero value is what Begin uses.
+type TxnOptions struct {
+	// Name labels the Txn in deadlock errors and in the Locker's view of its locks. Empty is
+	// allowed.
+	Name string
+	// Sync makes Commit wait until the write is on stable storage (RocksDB's sync write), so a
+	// committed Txn survives a machine crash, not only a process crash.
+	Sync bool
+	// DisableWAL makes Commit skip RocksDB's write-ahead log: faster, but a crash loses the
+	// writes not yet flushed. It cannot be combined with Sync.
+	DisableWAL bool
+	// AllowUnlockedWrites makes a write to a record the Txn never locked a plain write instead
+	// of an ErrNotLocked error. Such a write is not protected by any lock.
+	AllowUnlockedWrites bool
 }
 
 // txnLock is a handle taken through a Txn.
@@ -43,26 +65,32 @@ type txnLock struct {
 	protects bool // some staged write is protected by h
 }
 
+func (x txnLock) entryCF() uint32  { return x.h.cf }
 func (x txnLock) entryKey() []byte { return x.h.key }
 
-// stagedWrite is one Put or Delete waiting for Commit. Which handle protects it is decided when
-// it is staged, by marking that handle's txnLock.
-type stagedWrite struct {
-	kv   []byte // a copy of the key, then of the value
-	klen int
-	del  bool
+// BeginTx starts a transaction on the Locker's database with opts. It fails with an
+// *OptionError, which matches ErrInvalidOptions, when opts asks for both Sync and DisableWAL.
+// Like Begin, it does not check whether the Locker is closed: every call on such a Txn but
+// Rollback returns ErrClosed.
+func (l *Locker) BeginTx(opts TxnOptions) (*Txn, error) {
+	mode := writeDefault
+	switch {
+	case opts.Sync && opts.DisableWAL:
+		return nil, &OptionError{Field: "DisableWAL", Value: true, Reason: "cannot be combined with Sync"}
+	case opts.Sync:
+		mode = writeSync
+	case opts.DisableWAL:
+		mode = writeNoWAL
+	}
+	return &Txn{l: l, name: opts.Name, unlockedWrites: opts.AllowUnlockedWrites, mode: mode}, nil
 }
 
-func (w stagedWrite) entryKey() []byte { return w.kv[:w.klen:w.klen] }
-
-func (w stagedWrite) value() []byte { return w.kv[w.klen:] }
-
-// Begin starts a transaction on the Locker's database. It never fails: once the Locker is closed,
-// every call on the Txn but Rollback returns ErrClosed.
+// Begin starts a transaction on the Locker's database with the zero TxnOptions. It never fails:
+// once the Locker is closed, every call on the Txn but Rollback returns ErrClosed.
 func (l *Locker) Begin() *Txn { return &Txn{l: l} }
 
-// name is the Txn's name in deadlock errors.
-func (t *Txn) name() string { return "" }
+// Name returns the Txn's TxnOptions.Name.
+func (t *Txn) Name() string { return t.name }
 
 // usable is nil while the Txn may be used, else ErrClosed or ErrTxnDone.
 func (t *Txn) usable() error {
@@ -81,18 +109,29 @@ func (t *Txn) usable() error {
 // keeps its AcquiredAt. Asking for cluster scope (explicitly, or by default on a database with a
 // coordinator) on a key this Txn holds node-scoped fails with ErrScopeConflict. A handle that no
 // longer authorizes writes is not reused: Lock takes the key anew, and writes already staged stay
-// with the old handle. On failure nothing new is locked.
+// with the old handle. If waiting for key would close a cycle of Txns waiting for each other, Lock
+// fails at once with an error matching ErrDeadlock and the Txn keeps its other locks. On failure
+// nothing new is locked.
 func (t *Txn) Lock(ctx context.Context, key []byte, opts Options) (*Handle, error) {
+	return t.lock(ctx, 0, key, opts)
+}
+
+// LockCF is Lock of key in column family cf (nil: the default column family).
+func (t *Txn) LockCF(ctx context.Context, cf *grocksdb.ColumnFamilyHandle, key []byte, opts Options) (*Handle, error) {
+	return t.lock(ctx, columnFamilyID(cf), key, opts)
+}
+
+func (t *Txn) lock(ctx context.Context, cf uint32, key []byte, opts Options) (*Handle, error) {
 	if err := t.usable(); err != nil {
 		return nil, err
 	}
-	if cur, ok := t.locks.latest(key); ok {
+	if cur, ok := t.locks.latest(cf, key); ok {
 		if h, err := t.relock(ctx, cur.h, key, opts); h != nil || err != nil {
 			return h, err
 		}
 	}
 	// Locker.Lock validates key, opts and ctx as relock does, in the same order.
-	h, err := t.l.lock(ctx, lockRequest{key: key, wait: true, owner: t}, opts)
+	h, err := t.l.lock(ctx, lockRequest{cf: cf, key: key, wait: true, owner: t}, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -103,6 +142,21 @@ func (t *Txn) Lock(ctx context.Context, key []byte, opts Options) (*Handle, erro
 // relock is Lock of a key this Txn has locked with h: h itself while it authorizes writes (after
 // the scope check and the upgrade opts ask for), else nil and nil so that Lock takes the key anew.
 func (t *Txn) relock(ctx context.Context, h *Handle, key []byte, opts Options) (*Handle, error) {
+	h, err := t.reusable(ctx, h, key, opts)
+	if h == nil || err != nil {
+		return nil, err
+	}
+	if opts.Hold {
+		if err := h.UpgradeToHold(opts.Lease); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+// reusable is relock without the upgrade: h if it may serve a re-entrant lock with opts, nil
+// and nil if the key must be taken anew, or the error that forbids the lock.
+func (t *Txn) reusable(ctx context.Context, h *Handle, key []byte, opts Options) (*Handle, error) {
 	r, err := t.l.check(key, opts)
 	if err != nil {
 		return nil, err
@@ -115,11 +169,6 @@ func (t *Txn) relock(ctx context.Context, h *Handle, key []byte, opts Options) (
 	}
 	if h.Scope() == ScopeNode && t.wantsCluster(r) {
 		return nil, fmt.Errorf("%w: %q is held node-scoped by this transaction", ErrScopeConflict, key)
-	}
-	if opts.Hold {
-		if err := h.UpgradeToHold(opts.Lease); err != nil {
-			return nil, err
-		}
 	}
 	return h, nil
 }
@@ -135,167 +184,42 @@ func (t *Txn) wantsCluster(r Resolved) bool {
 // a staged Delete), else the latest committed value in the database (no snapshot: another
 // writer's committed change is visible at once). A key that does not exist reads as nil with a
 // nil error. The returned slice belongs to the caller.
-func (t *Txn) Get(key []byte) ([]byte, error) {
+func (t *Txn) Get(key []byte) ([]byte, error) { return t.get(nil, key) }
+
+// GetCF is Get of key in column family cf (nil: the default column family).
+func (t *Txn) GetCF(cf *grocksdb.ColumnFamilyHandle, key []byte) ([]byte, error) {
+	return t.get(cf, key)
+}
+
+func (t *Txn) get(cf *grocksdb.ColumnFamilyHandle, key []byte) ([]byte, error) {
 	if err := t.usable(); err != nil {
 		return nil, err
 	}
 	if len(key) == 0 {
 		return nil, ErrInvalidKey
 	}
-	if w, ok := t.writes.latest(key); ok {
+	if w, ok := t.writes.latest(columnFamilyID(cf), key); ok {
 		if w.del {
 			return nil, nil
 		}
 		return bytes.Clone(w.value()), nil
 	}
-	v, err := t.l.db.GetBytes(defaultReadOptions(), key)
+	if cf == nil {
+		v, err := t.l.db.GetBytes(defaultReadOptions(), key)
+		if err != nil {
+			return nil, fmt.Errorf("recordlock: get: %w", err)
+		}
+		return v, nil
+	}
+	s, err := t.l.db.GetCF(defaultReadOptions(), cf, key)
 	if err != nil {
 		return nil, fmt.Errorf("recordlock: get: %w", err)
 	}
-	return v, nil
-}
-
-// Put stages key=value for Commit. If this Txn locked key, the write is protected by that lock,
-// which must still authorize writes: otherwise Put fails with ErrReleased or ErrLeaseExpired and
-// stages nothing. The caller may reuse key and value once Put returns.
-func (t *Txn) Put(key, value []byte) error { return t.stage(key, value, false) }
-
-// Delete stages the deletion of key for Commit, under the same rules as Put.
-func (t *Txn) Delete(key []byte) error { return t.stage(key, nil, true) }
-
-func (t *Txn) stage(key, value []byte, del bool) error {
-	if err := t.usable(); err != nil {
-		return err
+	defer s.Free()
+	if !s.Exists() {
+		return nil, nil
 	}
-	if len(key) == 0 {
-		return ErrInvalidKey
-	}
-	i := t.locks.find(key) // a write to a key this Txn locked is protected by its latest handle
-	if i >= 0 {
-		if h := t.locks.items[i].h; h.IsExpired() {
-			if h.IsLeaseExpired() {
-				return ErrLeaseExpired
-			}
-			return ErrReleased
-		}
-	}
-	t.writes.add(stagedWrite{kv: t.copyOf(key, value), klen: len(key), del: del})
-	if i >= 0 {
-		t.locks.items[i].protects = true
-	}
-	return nil
-}
-
-// copyOf returns a copy of key and value back to back: in spare while it has room, else in one
-// new allocation.
-func (t *Txn) copyOf(key, value []byte) []byte {
-	n := len(key) + len(value)
-	var buf []byte
-	if off := int(t.spareN); n <= len(t.spare)-off {
-		buf = t.spare[off : off+n : off+n]
-		t.spareN += uint8(n)
-	} else {
-		buf = make([]byte, n)
-	}
-	copy(buf[copy(buf, key):], value)
-	return buf
-}
-
-// Commit writes the staged writes atomically (one WriteBatch when there are several), then releases the Txn's locks
-// that were not taken with Hold, and ends the Txn.
-//
-// If the lease of any lock protecting a staged write has ended (lapsed or revoked), Commit writes
-// nothing, still releases the locks, and returns ErrLeaseExpired. Otherwise the batch is written
-// inside the fences of every protecting handle (Handle.Fence), entered in key order: no key
-// passes to a successor until the write has returned. With nothing staged Commit only releases
-// the locks. After the Locker's Close it writes nothing and returns ErrClosed; on a Txn that
-// already ended it returns ErrTxnDone. Either way, a Txn that Commit was called on has ended.
-func (t *Txn) Commit() error {
-	if err := t.usable(); err != nil {
-		if errors.Is(err, ErrClosed) {
-			t.end()
-		}
-		return err
-	}
-	defer t.end()
-	if len(t.writes.items) == 0 {
-		return nil
-	}
-	var buf [4]*Handle
-	// No separate lease check first: each Fence refuses with ErrLeaseExpired before anything
-	// inside it runs, and the write is innermost, so one lapsed lease writes nothing.
-	return fenced(t.protectors(buf[:0]), t.fencedWrite)
-}
-
-// fencedWrite is what Commit runs inside the fences: the write of the staged writes.
-func (t *Txn) fencedWrite() error {
-	// Checked inside the fences: Close releases these handles only after the write returns.
-	if t.l.closed.Load() {
-		return ErrClosed
-	}
-	if hook := t.l.hooks.inFence; hook != nil {
-		hook()
-	}
-	if err := t.write(); err != nil {
-		return fmt.Errorf("recordlock: commit: %w", err)
-	}
-	return nil
-}
-
-// write writes the staged writes atomically: a single one directly, several as one WriteBatch.
-func (t *Txn) write() error {
-	db, wo := t.l.db, defaultWriteOptions()
-	if len(t.writes.items) == 1 {
-		w := t.writes.items[0]
-		if w.del {
-			return db.Delete(wo, w.entryKey())
-		}
-		return db.Put(wo, w.entryKey(), w.value())
-	}
-	wb := grocksdb.NewWriteBatch()
-	defer wb.Destroy()
-	for _, w := range t.writes.items {
-		if w.del {
-			wb.Delete(w.entryKey())
-		} else {
-			wb.Put(w.entryKey(), w.value())
-		}
-	}
-	return db.Write(wo, wb)
-}
-
-// defaultReadOptions and defaultWriteOptions are made once and shared by every Txn of the
-// process: RocksDB only reads them, and making and destroying a pair per transaction cost four
-// cgo calls on every read-modify-write. They live as long as the process.
-var (
-	defaultReadOptions  = sync.OnceValue(grocksdb.NewDefaultReadOptions)
-	defaultWriteOptions = sync.OnceValue(grocksdb.NewDefaultWriteOptions)
-)
-
-// fenced runs write inside the fences of hs, hs[0] outermost. One protector, the usual case,
-// fences write itself rather than a closure around the rest of hs.
-func fenced(hs []*Handle, write func() error) error {
-	switch len(hs) {
-	case 0:
-		return write()
-	case 1:
-		// The Txn releases its locks without Hold when Commit returns anyway; doing it as the
-		// fence ends saves a round trip through the shard.
-		return hs[0].fenceThenRelease(write)
-	}
-	return hs[0].Fence(func() error { return fenced(hs[1:], write) })
-}
-
-// protectors appends to hs the handles protecting staged writes, each once, sorted by key so
-// that fences nest in a deterministic order; handles of one key keep the order they were taken in.
-func (t *Txn) protectors(hs []*Handle) []*Handle {
-	for _, x := range t.locks.items {
-		if x.protects {
-			hs = append(hs, x.h)
-		}
-	}
-	slices.SortStableFunc(hs, func(a, b *Handle) int { return bytes.Compare(a.key, b.key) })
-	return hs
+	return append([]byte{}, s.Data()...), nil
 }
 
 // Rollback discards the staged writes, releases the Txn's locks that were not taken with Hold,
@@ -311,7 +235,7 @@ func (t *Txn) end() {
 	t.done = true
 	for _, x := range t.locks.items {
 		// A released or expired handle has nothing to give back (Commit may have released it).
-		if x.h.flags()&(flagHold|flagReleased|flagExpired) == 0 {
+		if !x.h.dead() && !x.h.Hold() {
 			x.h.Release()
 		}
 		x.h.disown() // a held lock outlives the Txn with no owner
@@ -320,39 +244,46 @@ func (t *Txn) end() {
 	t.writes = keyList[stagedWrite]{}
 }
 
-// keyed is an entry of a keyList.
-type keyed interface{ entryKey() []byte }
+// keyed is an entry of a keyList: something about one record, a key in a column family.
+type keyed interface {
+	entryCF() uint32
+	entryKey() []byte
+}
 
 // scanLimit is how many entries a keyList scans before it builds a map.
 const scanLimit = 8
 
-// keyList keeps entries in insertion order and finds the latest with a given key: by a backward
-// scan while it is short (most transactions touch a few keys), by a map once it is longer.
+// keyList keeps entries in insertion order and finds the latest for a given record: by a
+// backward scan while it is short (most transactions touch a few keys), by a map once it is
+// longer.
 type keyList[T keyed] struct {
 	items []T
-	index map[string]int // key → position of its latest entry, once len(items) > scanLimit
-	small [2]T           // the first entries, so a small Txn allocates no slice
+	// index maps column family ID → key → position of the record's latest entry, once
+	// len(items) > scanLimit. Nested rather than keyed by a struct so that a lookup converts the
+	// key to a string without allocating.
+	index map[uint32]map[string]int
+	small [2]T // the first entries, so a small Txn allocates no slice
 }
 
-// find returns the position of the latest entry with key, or -1.
-func (s *keyList[T]) find(key []byte) int {
+// find returns the position of the latest entry for the record (cf, key), or -1.
+func (s *keyList[T]) find(cf uint32, key []byte) int {
 	if s.index != nil {
-		if i, ok := s.index[string(key)]; ok {
+		if i, ok := s.index[cf][string(key)]; ok {
 			return i
 		}
 		return -1
 	}
 	for i := len(s.items) - 1; i >= 0; i-- {
-		if bytes.Equal(s.items[i].entryKey(), key) {
+		if s.items[i].entryCF() == cf && bytes.Equal(s.items[i].entryKey(), key) {
 			return i
 		}
 	}
 	return -1
 }
 
-// latest returns the latest entry with key.
-func (s *keyList[T]) latest(key []byte) (T, bool) {
-	if i := s.find(key); i >= 0 {
+// latest returns the latest entry for the record (cf, key).
+func (s *keyList[T]) latest(cf uint32, key []byte) (T, bool) {
+	if i := s.find(cf, key); i >= 0 {
 		return s.items[i], true
 	}
 	var zero T
@@ -366,11 +297,22 @@ func (s *keyList[T]) add(x T) {
 	s.items = append(s.items, x)
 	switch {
 	case s.index != nil:
-		s.index[string(x.entryKey())] = len(s.items) - 1
+		s.indexAt(len(s.items) - 1)
 	case len(s.items) > scanLimit:
-		s.index = make(map[string]int, 2*len(s.items))
-		for i, it := range s.items {
-			s.index[string(it.entryKey())] = i
+		s.index = make(map[uint32]map[string]int, 1)
+		for i := range s.items {
+			s.indexAt(i)
 		}
 	}
+}
+
+// indexAt records items[i] as the latest entry of its record.
+func (s *keyList[T]) indexAt(i int) {
+	x := s.items[i]
+	m := s.index[x.entryCF()]
+	if m == nil {
+		m = make(map[string]int, 2*len(s.items))
+		s.index[x.entryCF()] = m
+	}
+	m[string(x.entryKey())] = i
 }

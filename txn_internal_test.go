@@ -101,7 +101,8 @@ func TestTxnProtectorsSortedByKey(t *testing.T) {
 	db := OpenTestDB(t)
 	l := newTestLocker(t, db, NewManualClock(time.Unix(0, 0)))
 	ctx := context.Background()
-	txn := l.Begin()
+	txn, err := l.BeginTx(TxnOptions{AllowUnlockedWrites: true}) // "plain" is written unlocked
+	require.NoError(t, err)
 	defer txn.Rollback()
 	lock := func(k string) *Handle {
 		h, err := txn.Lock(ctx, []byte(k), Options{})

@@ -39,6 +39,14 @@ func dbPut(t testing.TB, db *grocksdb.DB, key, value string) {
 	require.NoError(t, db.Put(wo, []byte(key), []byte(value)))
 }
 
+// beginUnlocked begins a Txn that may also write keys it did not lock, as plain writes.
+func beginUnlocked(t testing.TB, l *recordlock.Locker) *recordlock.Txn {
+	t.Helper()
+	txn, err := l.BeginTx(recordlock.TxnOptions{AllowUnlockedWrites: true})
+	require.NoError(t, err)
+	return txn
+}
+
 // await receives from ch, failing the test if nothing arrives within guard.
 func await[T any](t testing.TB, ch <-chan T, what string) T {
 	t.Helper()
@@ -176,7 +184,7 @@ func TestTxnPlainWritesNotBlockedByLocks(t *testing.T) {
 	held, err := other.Lock(ctx, []byte("a"), recordlock.Options{Lease: time.Minute})
 	require.NoError(t, err)
 
-	txn := l.Begin()
+	txn := beginUnlocked(t, l)
 	defer txn.Rollback()
 	_, err = txn.Lock(ctx, []byte("mine"), recordlock.Options{})
 	require.NoError(t, err)
@@ -221,7 +229,7 @@ func TestTxnCommitAllOrNothing(t *testing.T) {
 			for _, k := range keys {
 				dbPut(t, db, k, "old")
 			}
-			txn := l.Begin()
+			txn := beginUnlocked(t, l)
 			defer txn.Rollback()
 			handles := map[string]*recordlock.Handle{}
 			for _, k := range keys {
@@ -347,7 +355,7 @@ func TestTxnGetOverlaysStagedWrites(t *testing.T) {
 	dbPut(t, db, "a", "committed-a")
 	dbPut(t, db, "b", "committed-b")
 
-	txn := l.Begin()
+	txn := beginUnlocked(t, l)
 	defer txn.Rollback()
 	_, err := txn.Lock(ctx, []byte("a"), recordlock.Options{})
 	require.NoError(t, err)
@@ -404,7 +412,7 @@ func TestTxnStagedBytesKeptApart(t *testing.T) {
 	db := openDB(t)
 	_, l := manual(t, db)
 	ctx := context.Background()
-	txn := l.Begin()
+	txn := beginUnlocked(t, l)
 	defer txn.Rollback()
 	want := map[string]string{
 		"s1":         "small",
@@ -445,7 +453,7 @@ func TestTxnManyKeys(t *testing.T) {
 	db := openDB(t)
 	_, l := manual(t, db)
 	ctx := context.Background()
-	txn := l.Begin()
+	txn := beginUnlocked(t, l)
 	defer txn.Rollback()
 	const n = 50
 	first := map[int]*recordlock.Handle{}
@@ -578,7 +586,7 @@ func TestTxnRollbackAndDone(t *testing.T) {
 	_, l := manual(t, db)
 	ctx := context.Background()
 
-	txn := l.Begin()
+	txn := beginUnlocked(t, l)
 	plain, err := txn.Lock(ctx, []byte("a"), recordlock.Options{})
 	require.NoError(t, err)
 	held, err := txn.Lock(ctx, []byte("h"), recordlock.Options{Hold: true})
@@ -636,7 +644,7 @@ func TestTxnEmptyCommitOnlyReleases(t *testing.T) {
 func TestTxnAfterLockerClose(t *testing.T) {
 	db := openDB(t)
 	_, l := manual(t, db)
-	txn := l.Begin()
+	txn := beginUnlocked(t, l)
 	_, err := txn.Lock(context.Background(), []byte("a"), recordlock.Options{})
 	require.NoError(t, err)
 	require.NoError(t, txn.Put([]byte("a"), []byte("1")))

@@ -1,0 +1,136 @@
+package recordlock
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/linxGnu/grocksdb"
+)
+
+// LockAll locks every key of keys for this Txn, taking them in bytewise key order whatever order
+// they are given in, so that Txns that lock their records with LockAll never wait for each other
+// in a cycle. A key given twice is locked once. Keys this Txn already holds are re-entrant, as in
+// Lock (with opts.Hold they are upgraded once every other key is locked).
+//
+// opts.Timeout bounds the whole call, not each key: LockAll fails with ErrTimeout once it has
+// waited that long in all. It fails with an error matching ctx's error once ctx is done, and
+// with an error matching ErrDeadlock if waiting for a key would close a cycle of Txns (possible
+// only with Txns that lock in another order). It is all or nothing: on any failure the locks
+// this call took are released, the locks the Txn held before stay, and nil is returned. Invalid
+// options, an empty key or a scope conflict fail before anything is locked.
+//
+// On success the handles come back in the order of keys; a key given twice gets the same handle
+// at both places.
+func (t *Txn) LockAll(ctx context.Context, opts Options, keys ...[]byte) ([]*Handle, error) {
+	return t.lockAll(ctx, 0, opts, keys)
+}
+
+// LockAllCF is LockAll of keys in column family cf (nil: the default column family).
+func (t *Txn) LockAllCF(ctx context.Context, cf *grocksdb.ColumnFamilyHandle, opts Options, keys ...[]byte) ([]*Handle, error) {
+	return t.lockAll(ctx, columnFamilyID(cf), opts, keys)
+}
+
+func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byte) ([]*Handle, error) {
+	if err := t.usable(); err != nil {
+		return nil, err
+	}
+	r, err := t.l.opts.resolve(opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		if len(k) == 0 {
+			return nil, ErrInvalidKey
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c := lockAllCall{t: t, cf: cf, ctx: ctx, opts: opts, end: t.l.clock.Mono() + r.Timeout}
+
+	// order lists the positions of keys sorted by key; equal keys are adjacent, the first of
+	// each run stands for the run.
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(i, j int) int { return bytes.Compare(keys[i], keys[j]) })
+	out := make([]*Handle, len(keys))
+	first := func(n int) bool { return n == 0 || !bytes.Equal(keys[order[n-1]], keys[order[n]]) }
+
+	// Keys this Txn holds first: a scope conflict must fail before anything is locked.
+	var reentrant []*Handle
+	for n, i := range order {
+		if !first(n) {
+			continue
+		}
+		if cur, ok := t.locks.latest(cf, keys[i]); ok {
+			h, err := t.reusable(ctx, cur.h, keys[i], opts)
+			if err != nil {
+				return nil, err
+			}
+			if h != nil {
+				out[i] = h
+				reentrant = append(reentrant, h)
+			}
+		}
+	}
+	var taken []*Handle
+	fail := func(err error) ([]*Handle, error) {
+		for _, h := range taken {
+			h.Release()
+			h.disown()
+		}
+		return nil, err
+	}
+	for n, i := range order {
+		if !first(n) || out[i] != nil {
+			continue
+		}
+		h, err := c.take(keys[i])
+		if err != nil {
+			return fail(err)
+		}
+		out[i] = h
+		taken = append(taken, h)
+	}
+	if opts.Hold {
+		for _, h := range reentrant {
+			if err := h.UpgradeToHold(opts.Lease); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	for n, i := range order {
+		if !first(n) {
+			out[i] = out[order[n-1]]
+		}
+	}
+	for _, h := range taken {
+		t.locks.add(txnLock{h: h})
+	}
+	return out, nil
+}
+
+// lockAllCall is one LockAll's shared wait budget.
+type lockAllCall struct {
+	t    *Txn
+	cf   uint32
+	ctx  context.Context
+	opts Options
+	end  time.Duration // the Mono of the Locker's clock at which the call's Timeout runs out
+}
+
+// take locks key with what is left of the call's Timeout as the wait's own timeout, so keys
+// freed one after another, each in time for a Lock of its own, still time out once in all.
+func (c *lockAllCall) take(key []byte) (*Handle, error) {
+	l := c.t.l
+	left := c.end - l.clock.Mono()
+	if left <= 0 {
+		return nil, fmt.Errorf("%w: LockAll's Timeout ran out", ErrTimeout)
+	}
+	return l.lock(c.ctx, lockRequest{cf: c.cf, key: key, wait: true, owner: c.t, timeout: left}, c.opts)
+}

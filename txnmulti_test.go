@@ -1,0 +1,616 @@
+package recordlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/linxGnu/grocksdb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock"
+)
+
+// openCFDB opens a fresh RocksDB with the default column family and the ones named, all closed
+// at the end of the test.
+func openCFDB(t testing.TB, names ...string) (*grocksdb.DB, []*grocksdb.ColumnFamilyHandle) {
+	t.Helper()
+	opts := grocksdb.NewDefaultOptions()
+	defer opts.Destroy()
+	opts.SetCreateIfMissing(true)
+	opts.SetCreateIfMissingColumnFamilies(true)
+	all := append([]string{"default"}, names...)
+	cfOpts := make([]*grocksdb.Options, len(all))
+	for i := range cfOpts {
+		cfOpts[i] = opts
+	}
+	db, cfs, err := grocksdb.OpenDbColumnFamilies(opts, t.TempDir(), all, cfOpts)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		for _, cf := range cfs {
+			cf.Destroy()
+		}
+		db.Close()
+	})
+	return db, cfs[1:]
+}
+
+// cfGet reads key of column family cf straight from RocksDB; nil when it does not exist.
+func cfGet(t testing.TB, db *grocksdb.DB, cf *grocksdb.ColumnFamilyHandle, key string) []byte {
+	t.Helper()
+	ro := grocksdb.NewDefaultReadOptions()
+	defer ro.Destroy()
+	s, err := db.GetCF(ro, cf, []byte(key))
+	require.NoError(t, err)
+	defer s.Free()
+	if !s.Exists() {
+		return nil
+	}
+	return append([]byte{}, s.Data()...)
+}
+
+// A write to a record the Txn never locked fails with ErrNotLocked and stages nothing, in every
+// column family; the same key locked in another column family does not count.
+func TestTxnWriteToUnlockedKeyFails(t *testing.T) {
+	db, cfs := openCFDB(t, "one")
+	cf := cfs[0]
+	_, l := manual(t, db)
+	ctx := context.Background()
+
+	for _, tc := range []struct {
+		name  string
+		write func(txn *recordlock.Txn) error
+	}{
+		{"Put", func(txn *recordlock.Txn) error { return txn.Put([]byte("x"), []byte("v")) }},
+		{"Delete", func(txn *recordlock.Txn) error { return txn.Delete([]byte("x")) }},
+		{"PutCF", func(txn *recordlock.Txn) error { return txn.PutCF(cf, []byte("x"), []byte("v")) }},
+		{"DeleteCF", func(txn *recordlock.Txn) error { return txn.DeleteCF(cf, []byte("x")) }},
+		{"PutCF of a key locked in the default family", func(txn *recordlock.Txn) error {
+			return txn.PutCF(cf, []byte("mine"), []byte("v"))
+		}},
+		{"Put of a key locked in another family", func(txn *recordlock.Txn) error {
+			return txn.Put([]byte("theirs"), []byte("v"))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			txn := l.Begin()
+			defer txn.Rollback()
+			_, err := txn.Lock(ctx, []byte("mine"), recordlock.Options{})
+			require.NoError(t, err)
+			_, err = txn.LockCF(ctx, cf, []byte("theirs"), recordlock.Options{})
+			require.NoError(t, err)
+			require.ErrorIs(t, tc.write(txn), recordlock.ErrNotLocked)
+			for _, k := range []string{"x", "mine", "theirs"} {
+				got, err := txn.Get([]byte(k))
+				require.NoError(t, err)
+				assert.Nil(t, got, "nothing staged for %s", k)
+				got, err = txn.GetCF(cf, []byte(k))
+				require.NoError(t, err)
+				assert.Nil(t, got, "nothing staged for %s in the other family", k)
+			}
+			require.NoError(t, txn.Commit())
+			for _, k := range []string{"x", "mine", "theirs"} {
+				assert.Nil(t, dbGet(t, db, k), "nothing written to %s", k)
+				assert.Nil(t, cfGet(t, db, cf, k), "nothing written to %s in the other family", k)
+			}
+		})
+	}
+}
+
+// AllowUnlockedWrites makes writes to unlocked records plain writes again, in any column family,
+// even to a key another Locker holds; writes to locked records stay protected.
+func TestTxnAllowUnlockedWrites(t *testing.T) {
+	db, cfs := openCFDB(t, "one")
+	cf := cfs[0]
+	clk, l := manual(t, db)
+	other := newLocker(t, db, recordlock.WithClock(clk))
+	ctx := context.Background()
+	dbPut(t, db, "gone", "old")
+	held, err := other.Lock(ctx, []byte("busy"), recordlock.Options{})
+	require.NoError(t, err)
+
+	txn, err := l.BeginTx(recordlock.TxnOptions{AllowUnlockedWrites: true})
+	require.NoError(t, err)
+	defer txn.Rollback()
+	h, err := txn.Lock(ctx, []byte("mine"), recordlock.Options{Lease: time.Second})
+	require.NoError(t, err)
+	require.NoError(t, txn.Put([]byte("busy"), []byte("plain")))
+	require.NoError(t, txn.PutCF(cf, []byte("busy"), []byte("plain-cf")))
+	require.NoError(t, txn.Delete([]byte("gone")))
+	require.NoError(t, txn.Put([]byte("mine"), []byte("fenced")))
+	require.True(t, h.Release())
+	require.ErrorIs(t, txn.Put([]byte("mine"), []byte("again")), recordlock.ErrReleased,
+		"a record the Txn locked stays protected by its lock")
+	require.NoError(t, txn.Commit())
+
+	assert.Equal(t, []byte("plain"), dbGet(t, db, "busy"))
+	assert.Equal(t, []byte("plain-cf"), cfGet(t, db, cf, "busy"))
+	assert.Nil(t, dbGet(t, db, "gone"))
+	assert.Equal(t, []byte("fenced"), dbGet(t, db, "mine"))
+	assert.False(t, held.IsExpired(), "a plain write leaves another holder's lock alone")
+	assert.True(t, held.Release())
+}
+
+// BeginTx validates its options; Sync and DisableWAL become the write options of Commit.
+func TestBeginTxOptions(t *testing.T) {
+	db := openDB(t)
+	_, l := manual(t, db)
+	ctx := context.Background()
+
+	_, err := l.BeginTx(recordlock.TxnOptions{Sync: true, DisableWAL: true})
+	require.ErrorIs(t, err, recordlock.ErrInvalidOptions)
+	var oe *recordlock.OptionError
+	require.ErrorAs(t, err, &oe)
+	assert.Equal(t, "DisableWAL", oe.Field)
+
+	for _, opts := range []recordlock.TxnOptions{
+		{},
+		{Name: "sync", Sync: true},
+		{Name: "no wal", DisableWAL: true},
+	} {
+		txn, err := l.BeginTx(opts)
+		require.NoError(t, err)
+		assert.Equal(t, opts.Name, txn.Name())
+		key := []byte("k-" + opts.Name)
+		_, err = txn.Lock(ctx, key, recordlock.Options{})
+		require.NoError(t, err)
+		require.NoError(t, txn.Put(key, []byte("v")))
+		require.NoError(t, txn.Commit())
+		assert.Equal(t, []byte("v"), dbGet(t, db, string(key)), "committed with %+v", opts)
+	}
+	assert.Empty(t, l.Begin().Name())
+}
+
+// LockAll takes keys in bytewise order whatever order they are given in, and returns the handles
+// in the order given.
+func TestTxnLockAllOrderAndHandles(t *testing.T) {
+	db := openDB(t)
+	clk, l := manual(t, db)
+	other := newLocker(t, db, recordlock.WithClock(clk))
+	ctx := context.Background()
+
+	b, err := other.Lock(ctx, []byte("b"), recordlock.Options{})
+	require.NoError(t, err)
+	txn := l.Begin()
+	defer txn.Rollback()
+	type allResult struct {
+		hs  []*recordlock.Handle
+		err error
+	}
+	res := make(chan allResult, 1)
+	keys := [][]byte{[]byte("c"), []byte("a"), []byte("b")}
+	go func() {
+		hs, err := txn.LockAll(ctx, recordlock.Options{}, keys...)
+		res <- allResult{hs, err}
+	}()
+	waitQueued(t, l, []byte("b"), 1)
+	_, err = other.TryLock([]byte("a"), recordlock.Options{})
+	require.ErrorIs(t, err, recordlock.ErrLocked, "a, before b, is taken")
+	c, err := other.TryLock([]byte("c"), recordlock.Options{})
+	require.NoError(t, err, "c, after b, is not taken yet")
+	require.True(t, c.Release())
+	require.True(t, b.Release())
+
+	r := await(t, res, "LockAll")
+	require.NoError(t, r.err)
+	require.Len(t, r.hs, len(keys))
+	for i, k := range keys {
+		assert.Equal(t, k, r.hs[i].Key(), "handle %d", i)
+		assert.False(t, r.hs[i].IsExpired())
+		_, err := other.TryLock(k, recordlock.Options{})
+		require.ErrorIs(t, err, recordlock.ErrLocked, "%s is locked", k)
+	}
+	require.NoError(t, txn.Commit())
+	for _, h := range r.hs {
+		assert.True(t, h.IsExpired(), "Commit released %s", h.Key())
+	}
+}
+
+// A key given twice gets one handle at both places; a key the Txn already holds keeps its handle
+// (and with Hold is upgraded); writes to every key are protected.
+func TestTxnLockAllDuplicatesAndReentry(t *testing.T) {
+	db := openDB(t)
+	_, l := manual(t, db)
+	ctx := context.Background()
+	txn := l.Begin()
+	defer txn.Rollback()
+	pre, err := txn.Lock(ctx, []byte("b"), recordlock.Options{})
+	require.NoError(t, err)
+	acquired := pre.AcquiredAt()
+
+	hs, err := txn.LockAll(ctx, recordlock.Options{}, []byte("c"), []byte("a"), []byte("b"), []byte("a"))
+	require.NoError(t, err)
+	require.Len(t, hs, 4)
+	assert.Same(t, hs[1], hs[3], "a duplicate key shares its handle")
+	assert.Same(t, pre, hs[2], "a key the Txn holds is re-entered")
+	assert.Equal(t, acquired, hs[2].AcquiredAt())
+	assert.NotSame(t, hs[0], hs[1])
+	assert.False(t, pre.Hold())
+
+	again, err := txn.LockAll(ctx, recordlock.Options{Hold: true}, []byte("a"), []byte("b"))
+	require.NoError(t, err)
+	assert.Same(t, hs[1], again[0])
+	assert.Same(t, pre, again[1])
+	assert.True(t, pre.Hold(), "Hold upgrades re-entered keys")
+
+	empty, err := txn.LockAll(ctx, recordlock.Options{})
+	require.NoError(t, err)
+	assert.Empty(t, empty)
+
+	for _, k := range []string{"a", "b", "c"} {
+		require.NoError(t, txn.Put([]byte(k), []byte("v")))
+	}
+	require.NoError(t, txn.Commit())
+	for _, k := range []string{"a", "b", "c"} {
+		assert.Equal(t, []byte("v"), dbGet(t, db, k))
+	}
+	assert.True(t, hs[1].Hold())
+	assert.False(t, hs[0].Hold())
+	assert.True(t, hs[0].IsExpired(), "c ended with the Txn")
+	assert.False(t, pre.IsExpired(), "b, upgraded to Hold, outlives it")
+	assert.True(t, pre.Release())
+	assert.True(t, hs[1].Release())
+}
+
+// opts.Timeout bounds the whole LockAll: two keys, each freed before a wait of its own would
+// time out, still make the call time out once; it then releases the key it took and keeps the
+// Txn's earlier locks.
+func TestTxnLockAllOneTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		firstFree, secondFree time.Duration // when the holders release k1 and then k2
+		wantErr               error
+	}{
+		{name: "within the budget", firstFree: 400 * time.Millisecond, secondFree: 500 * time.Millisecond},
+		{name: "past the budget in all", firstFree: 900 * time.Millisecond, secondFree: 900 * time.Millisecond, wantErr: recordlock.ErrTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := openDB(t)
+			clk, l := manual(t, db)
+			other := newLocker(t, db, recordlock.WithClock(clk))
+			ctx := context.Background()
+			k1, k2 := []byte("k1"), []byte("k2")
+			h1, err := other.Lock(ctx, k1, recordlock.Options{Lease: time.Minute})
+			require.NoError(t, err)
+			h2, err := other.Lock(ctx, k2, recordlock.Options{Lease: time.Minute})
+			require.NoError(t, err)
+
+			txn := l.Begin()
+			defer txn.Rollback()
+			pre, err := txn.Lock(ctx, []byte("pre"), recordlock.Options{Lease: time.Minute})
+			require.NoError(t, err)
+			res := make(chan error, 1)
+			var hs []*recordlock.Handle
+			go func() {
+				var err error
+				hs, err = txn.LockAll(ctx, recordlock.Options{Timeout: time.Second, Lease: time.Minute}, k2, k1)
+				res <- err
+			}()
+			waitQueued(t, l, k1, 1)
+			clk.Advance(tc.firstFree)
+			require.True(t, h1.Release())
+			waitQueued(t, l, k2, 1) // the call holds k1 now and waits for k2
+			clk.Advance(tc.secondFree)
+			h2.Release() // past the budget the call already gave up
+			err = await(t, res, "LockAll")
+			if tc.wantErr == nil {
+				require.NoError(t, err)
+				require.Len(t, hs, 2)
+				assert.Equal(t, k2, hs[0].Key())
+				assert.Equal(t, k1, hs[1].Key())
+				require.NoError(t, txn.Commit())
+				return
+			}
+			require.ErrorIs(t, err, tc.wantErr)
+			assert.Nil(t, hs)
+			for _, k := range [][]byte{k1, k2} {
+				h, err := other.TryLock(k, recordlock.Options{})
+				require.NoError(t, err, "%s is free: the failed call keeps nothing", k)
+				assert.True(t, h.Release())
+			}
+			assert.False(t, pre.IsExpired(), "the Txn keeps the locks it held before")
+			assert.Zero(t, recordlock.ProbeQueuedWaiters(l, k2), "nothing stays queued")
+		})
+	}
+}
+
+// LockAll is all or nothing when ctx is cancelled mid-call, and when it is handed bad input.
+func TestTxnLockAllAllOrNothing(t *testing.T) {
+	db := openDB(t)
+	clk, l := manual(t, db)
+	other := newLocker(t, db, recordlock.WithClock(clk))
+	ctx := context.Background()
+
+	t.Run("cancelled", func(t *testing.T) {
+		held, err := other.Lock(ctx, []byte("m"), recordlock.Options{})
+		require.NoError(t, err)
+		txn := l.Begin()
+		defer txn.Rollback()
+		pre, err := txn.Lock(ctx, []byte("pre"), recordlock.Options{})
+		require.NoError(t, err)
+		cctx, cancel := context.WithCancel(ctx)
+		res := make(chan error, 1)
+		go func() {
+			_, err := txn.LockAll(cctx, recordlock.Options{}, []byte("z"), []byte("m"), []byte("a"), []byte("pre"))
+			res <- err
+		}()
+		waitQueued(t, l, []byte("m"), 1)
+		cancel()
+		require.ErrorIs(t, await(t, res, "LockAll"), context.Canceled)
+		for _, k := range []string{"a", "z"} {
+			h, err := other.TryLock([]byte(k), recordlock.Options{})
+			require.NoError(t, err, "%s is free", k)
+			assert.True(t, h.Release())
+		}
+		assert.Zero(t, recordlock.ProbeQueuedWaiters(l, []byte("m")))
+		assert.False(t, pre.IsExpired(), "a re-entered key stays locked")
+		assert.True(t, held.Release())
+	})
+
+	t.Run("bad input", func(t *testing.T) {
+		txn := l.Begin()
+		defer txn.Rollback()
+		_, err := txn.LockAll(ctx, recordlock.Options{}, []byte("a"), nil)
+		require.ErrorIs(t, err, recordlock.ErrInvalidKey)
+		_, err = txn.LockAll(ctx, recordlock.Options{Lease: time.Millisecond}, []byte("a"))
+		require.ErrorIs(t, err, recordlock.ErrInvalidOptions)
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		_, err = txn.LockAll(done, recordlock.Options{}, []byte("a"))
+		require.ErrorIs(t, err, context.Canceled)
+		h, err := other.TryLock([]byte("a"), recordlock.Options{})
+		require.NoError(t, err, "nothing was locked")
+		assert.True(t, h.Release())
+	})
+
+	t.Run("scope conflict", func(t *testing.T) {
+		l.SetCoordinator(grantAll{clk})
+		defer l.RemoveCoordinator(true)
+		txn := l.Begin()
+		defer txn.Rollback()
+		_, err := txn.Lock(ctx, []byte("n"), recordlock.Options{Scope: recordlock.ScopeNode})
+		require.NoError(t, err)
+		_, err = txn.LockAll(ctx, recordlock.Options{}, []byte("a"), []byte("n"))
+		require.ErrorIs(t, err, recordlock.ErrScopeConflict)
+		h, err := other.TryLock([]byte("a"), recordlock.Options{Scope: recordlock.ScopeNode})
+		require.NoError(t, err, "a scope conflict fails before anything is locked")
+		assert.True(t, h.Release())
+	})
+
+	t.Run("after the Txn ended", func(t *testing.T) {
+		txn := l.Begin()
+		txn.Rollback()
+		_, err := txn.LockAll(ctx, recordlock.Options{}, []byte("a"))
+		require.ErrorIs(t, err, recordlock.ErrTxnDone)
+	})
+	assert.True(t, recordlock.ProbeTableEmpty(l))
+}
+
+// The same key in two column families is two records: each is locked on its own, and LockAllCF
+// and the Locker's LockCF see only their family.
+func TestColumnFamiliesLockIndependently(t *testing.T) {
+	db, cfs := openCFDB(t, "one", "two")
+	one, two := cfs[0], cfs[1]
+	// The system clock: a wait for a busy record must be able to time out.
+	l, other := newLocker(t, db), newLocker(t, db)
+	ctx := context.Background()
+	key := []byte("k")
+
+	plain, err := other.Lock(ctx, key, recordlock.Options{})
+	require.NoError(t, err)
+	inOne, err := other.LockCF(ctx, one, key, recordlock.Options{})
+	require.NoError(t, err)
+	assert.Equal(t, uint32(0), plain.ColumnFamilyID())
+	assert.Equal(t, one.ID(), inOne.ColumnFamilyID())
+
+	txn := l.Begin()
+	defer txn.Rollback()
+	hs, err := txn.LockAllCF(ctx, two, recordlock.Options{Timeout: time.Millisecond}, key, []byte("j"))
+	require.NoError(t, err, "k in a third family is free")
+	assert.Equal(t, two.ID(), hs[0].ColumnFamilyID())
+	_, err = other.TryLockCF(two, key, recordlock.Options{})
+	require.ErrorIs(t, err, recordlock.ErrLocked)
+	_, err = txn.LockCF(ctx, one, key, recordlock.Options{Timeout: time.Millisecond})
+	require.ErrorIs(t, err, recordlock.ErrTimeout, "k in family one is held by the other Locker")
+	again, err := txn.LockCF(ctx, two, key, recordlock.Options{})
+	require.NoError(t, err)
+	assert.Same(t, hs[0], again, "re-entry is per record")
+
+	require.True(t, inOne.Release())
+	mine, err := txn.LockCF(ctx, one, key, recordlock.Options{})
+	require.NoError(t, err)
+	assert.NotSame(t, hs[0], mine)
+	assert.False(t, plain.IsExpired(), "locking k in other families left the default one alone")
+	require.NoError(t, txn.Commit())
+	_, err = other.TryLockCF(two, key, recordlock.Options{})
+	require.NoError(t, err, "Commit released k in family two")
+	assert.True(t, plain.Release())
+}
+
+// One Commit writing several column families is one atomic write: a reader on a snapshot never
+// sees one family's write without the other's, and with one protecting lease revoked neither
+// lands.
+func TestColumnFamiliesCommitAtomically(t *testing.T) {
+	db, cfs := openCFDB(t, "one", "two")
+	one, two := cfs[0], cfs[1]
+	l := newLocker(t, db)
+	ctx := context.Background()
+	key := []byte("k")
+
+	t.Run("fenced", func(t *testing.T) {
+		txn := l.Begin()
+		defer txn.Rollback()
+		h1, err := txn.LockCF(ctx, one, key, recordlock.Options{})
+		require.NoError(t, err)
+		_, err = txn.LockCF(ctx, two, key, recordlock.Options{})
+		require.NoError(t, err)
+		require.NoError(t, txn.PutCF(one, key, []byte("x")))
+		require.NoError(t, txn.PutCF(two, key, []byte("x")))
+		h1.RevokeLease()
+		require.ErrorIs(t, txn.Commit(), recordlock.ErrLeaseExpired)
+		assert.Nil(t, cfGet(t, db, one, "k"))
+		assert.Nil(t, cfGet(t, db, two, "k"), "with one lease revoked neither family is written")
+	})
+
+	t.Run("atomic", func(t *testing.T) {
+		const rounds = 200
+		stop := make(chan struct{})
+		checked := make(chan int, 1)
+		go func() {
+			n := 0
+			defer func() { checked <- n }()
+			ro := grocksdb.NewDefaultReadOptions()
+			defer ro.Destroy()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				snap := db.NewSnapshot()
+				ro.SetSnapshot(snap)
+				a, errA := db.GetCF(ro, one, key)
+				b, errB := db.GetCF(ro, two, key)
+				if assert.NoError(t, errA) && assert.NoError(t, errB) {
+					assert.Equal(t, string(a.Data()), string(b.Data()), "a snapshot saw half a commit")
+					a.Free()
+					b.Free()
+				}
+				db.ReleaseSnapshot(snap)
+				n++
+			}
+		}()
+		for i := range rounds {
+			txn := l.Begin()
+			hs, err := txn.LockAllCF(ctx, one, recordlock.Options{}, key)
+			require.NoError(t, err)
+			_, err = txn.LockCF(ctx, two, key, recordlock.Options{})
+			require.NoError(t, err)
+			v := []byte{byte(i)}
+			require.NoError(t, txn.PutCF(one, key, v))
+			require.NoError(t, txn.PutCF(two, key, v))
+			require.NoError(t, txn.Commit())
+			assert.True(t, hs[0].IsExpired())
+		}
+		close(stop)
+		n := await(t, checked, "the reader")
+		assert.Positive(t, n, "the reader checked some snapshots")
+		assert.Equal(t, []byte{rounds - 1}, cfGet(t, db, one, "k"))
+		assert.Equal(t, []byte{rounds - 1}, cfGet(t, db, two, "k"))
+	})
+}
+
+// Renew keeps a stalled lock alive: the deadline moves to now plus the lease, a waiter keeps
+// waiting, and the Txn still commits; it sets no Hold and no version, so the lock ends with the
+// Txn.
+func TestRenewKeepsAStalledLockAlive(t *testing.T) {
+	db := openDB(t)
+	clk, l := manual(t, db)
+	other := newLocker(t, db, recordlock.WithClock(clk))
+	ctx := context.Background()
+	key := []byte("k")
+
+	txn := l.Begin()
+	defer txn.Rollback()
+	h, err := txn.Lock(ctx, key, recordlock.Options{Lease: time.Second})
+	require.NoError(t, err)
+	acquired, version := h.AcquiredAt(), h.HolderVersionCandidate(0)
+	waiter := lockAsync(ctx, other, key, recordlock.Options{Timeout: time.Minute})
+	waitQueued(t, l, key, 1)
+
+	clk.Advance(800 * time.Millisecond) // the holder stalls most of its lease
+	require.NoError(t, h.Renew(time.Second))
+	assert.True(t, h.ExpiresAt().Equal(clk.Now().Add(time.Second)))
+	clk.Advance(800 * time.Millisecond) // past the first deadline, inside the renewed one
+	assert.False(t, h.IsExpired(), "the renewed lease is live")
+	assert.False(t, h.Hold(), "Renew does not make the lock outlive its Txn")
+	assert.Equal(t, acquired, h.AcquiredAt())
+	assert.Equal(t, version, h.HolderVersionCandidate(0), "Renew issues no version")
+	select {
+	case r := <-waiter:
+		t.Fatalf("the waiter got the key of a renewed lock: %+v", r)
+	default:
+	}
+
+	require.NoError(t, txn.Put(key, []byte("v")))
+	require.NoError(t, txn.Commit())
+	assert.Equal(t, []byte("v"), dbGet(t, db, "k"))
+	assert.True(t, h.IsExpired(), "the renewed lock ended with Commit")
+	assert.False(t, h.IsLeaseExpired(), "released, not lapsed")
+	r := await(t, waiter, "the waiter's grant")
+	require.NoError(t, r.err)
+	assert.True(t, r.h.Release())
+
+	// Renew(0) means DefaultLease.
+	h2, err := l.TryLock(key, recordlock.Options{Lease: time.Second})
+	require.NoError(t, err)
+	require.NoError(t, h2.Renew(0))
+	clk.Advance(recordlock.DefaultLease - time.Nanosecond)
+	assert.False(t, h2.IsExpired())
+	clk.Advance(time.Nanosecond)
+	assert.True(t, h2.IsLeaseExpired())
+}
+
+// Renew on a dead handle fails and changes nothing; an invalid lease is an *OptionError.
+func TestRenewErrors(t *testing.T) {
+	clk, l := manual(t, openDB(t))
+	lock := func(key string) *recordlock.Handle {
+		h, err := l.TryLock([]byte(key), recordlock.Options{Lease: time.Second})
+		require.NoError(t, err)
+		return h
+	}
+
+	released := lock("released")
+	require.True(t, released.Release())
+	require.ErrorIs(t, released.Renew(time.Minute), recordlock.ErrReleased)
+
+	revoked := lock("revoked")
+	revoked.RevokeLease()
+	require.ErrorIs(t, revoked.Renew(time.Minute), recordlock.ErrLeaseExpired)
+
+	live := lock("live")
+	expires := live.ExpiresAt()
+	for _, bad := range []time.Duration{time.Millisecond, -time.Second, time.Hour} {
+		err := live.Renew(bad)
+		require.ErrorIs(t, err, recordlock.ErrInvalidOptions, "lease %v", bad)
+		var oe *recordlock.OptionError
+		require.ErrorAs(t, err, &oe)
+		assert.Equal(t, "Lease", oe.Field)
+	}
+	assert.True(t, expires.Equal(live.ExpiresAt()), "a failed Renew changes nothing")
+
+	lapsed := lock("lapsed")
+	clk.Advance(time.Second)
+	require.ErrorIs(t, lapsed.Renew(time.Minute), recordlock.ErrLeaseExpired)
+	assert.True(t, lapsed.IsLeaseExpired(), "Renew does not revive a lapsed lease")
+	assert.True(t, live.IsLeaseExpired(), "nor did the failed Renews extend the live one")
+}
+
+// Under a cluster round Renew is clamped to the round's deadline: a granted round is never
+// extended locally. Within the round it still extends a shorter deadline.
+func TestRenewClampedToRound(t *testing.T) {
+	clk, l := manual(t, openDB(t))
+	h, err := l.TryLock([]byte("k"), recordlock.Options{Lease: time.Minute})
+	require.NoError(t, err)
+	tsR := recordlock.Timestamp(clk.Now().Add(10 * time.Second).UnixNano())
+	require.True(t, h.JoinClusterRound(tsR, 2*time.Second, clk.Mono(), nil))
+
+	require.NoError(t, h.Renew(time.Minute))
+	assert.True(t, h.ExpiresAt().Equal(tsR.Time().Add(2*time.Second)), "the round's end is still wall(tsR)+lease")
+	assert.False(t, h.Hold())
+	clk.Advance(2*time.Second - time.Nanosecond)
+	assert.False(t, h.IsExpired())
+	clk.Advance(time.Nanosecond)
+	assert.True(t, h.IsLeaseExpired(), "a granted round is never extended locally")
+
+	h2, err := l.TryLock([]byte("j"), recordlock.Options{Lease: time.Minute})
+	require.NoError(t, err)
+	require.True(t, h2.JoinClusterRound(recordlock.Timestamp(clk.Now().UnixNano()), 10*time.Second, clk.Mono(), nil))
+	require.NoError(t, h2.Renew(time.Second))
+	require.NoError(t, h2.Renew(2*time.Second), "a renewal inside the round moves the deadline")
+	clk.Advance(2*time.Second - time.Nanosecond)
+	assert.False(t, h2.IsExpired())
+	clk.Advance(time.Nanosecond)
+	assert.True(t, h2.IsLeaseExpired())
+}

@@ -1,0 +1,229 @@
+package recordlock
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/linxGnu/grocksdb"
+)
+
+// stagedWrite is one Put or Delete waiting for Commit. Which handle protects it is decided when
+// it is staged, by marking that handle's txnLock.
+type stagedWrite struct {
+	kv   []byte                       // a copy of the key, then of the value
+	cf   *grocksdb.ColumnFamilyHandle // nil for the default column family
+	cfID uint32
+	klen uint32 // beside cfID, so that a Txn with its two inline entries fits a smaller size class
+	del  bool
+}
+
+func (w stagedWrite) entryCF() uint32  { return w.cfID }
+func (w stagedWrite) entryKey() []byte { return w.kv[:w.klen:w.klen] }
+
+func (w stagedWrite) value() []byte { return w.kv[w.klen:] }
+
+// Put stages key=value for Commit. The write is protected by this Txn's lock of key, which must
+// still authorize writes: otherwise Put fails with ErrReleased or ErrLeaseExpired, and with
+// ErrNotLocked when the Txn never locked key (unless TxnOptions.AllowUnlockedWrites). On failure
+// nothing is staged. The caller may reuse key and value once Put returns.
+func (t *Txn) Put(key, value []byte) error { return t.stage(nil, key, value, false) }
+
+// Delete stages the deletion of key for Commit, under the same rules as Put.
+func (t *Txn) Delete(key []byte) error { return t.stage(nil, key, nil, true) }
+
+// PutCF is Put of key in column family cf (nil: the default column family). It is protected by
+// the lock this Txn took on key in the same column family.
+func (t *Txn) PutCF(cf *grocksdb.ColumnFamilyHandle, key, value []byte) error {
+	return t.stage(cf, key, value, false)
+}
+
+// DeleteCF is Delete of key in column family cf (nil: the default column family).
+func (t *Txn) DeleteCF(cf *grocksdb.ColumnFamilyHandle, key []byte) error {
+	return t.stage(cf, key, nil, true)
+}
+
+func (t *Txn) stage(cf *grocksdb.ColumnFamilyHandle, key, value []byte, del bool) error {
+	if err := t.usable(); err != nil {
+		return err
+	}
+	if len(key) == 0 {
+		return ErrInvalidKey
+	}
+	cfID := columnFamilyID(cf)
+	i := t.locks.find(cfID, key) // a write is protected by the record's latest handle
+	switch {
+	case i >= 0:
+		if h := t.locks.items[i].h; h.IsExpired() {
+			if h.IsLeaseExpired() {
+				return ErrLeaseExpired
+			}
+			return ErrReleased
+		}
+	case !t.unlockedWrites:
+		return fmt.Errorf("%w: %q", ErrNotLocked, key)
+	}
+	t.writes.add(stagedWrite{kv: t.copyOf(key, value), cf: cf, cfID: cfID, klen: uint32(len(key)), del: del})
+	if i >= 0 {
+		t.locks.items[i].protects = true
+	}
+	return nil
+}
+
+// copyOf returns a copy of key and value back to back: in spare while it has room, else in one
+// new allocation.
+func (t *Txn) copyOf(key, value []byte) []byte {
+	n := len(key) + len(value)
+	var buf []byte
+	if off := int(t.spareN); n <= len(t.spare)-off {
+		buf = t.spare[off : off+n : off+n]
+		t.spareN += uint8(n)
+	} else {
+		buf = make([]byte, n)
+	}
+	copy(buf[copy(buf, key):], value)
+	return buf
+}
+
+// Commit writes the staged writes atomically, in one RocksDB write whatever column families they
+// touch, with the write options of TxnOptions; then it releases the Txn's locks that were not
+// taken with Hold, and ends the Txn.
+//
+// If the lease of any lock protecting a staged write has ended (lapsed or revoked), Commit writes
+// nothing, still releases the locks, and returns ErrLeaseExpired. Otherwise the batch is written
+// inside the fences of every protecting handle (Handle.Fence), entered in record order: no key
+// passes to a successor until the write has returned. With nothing staged Commit only releases
+// the locks. After the Locker's Close it writes nothing and returns ErrClosed; on a Txn that
+// already ended it returns ErrTxnDone. Either way, a Txn that Commit was called on has ended.
+func (t *Txn) Commit() error {
+	if err := t.usable(); err != nil {
+		if errors.Is(err, ErrClosed) {
+			t.end()
+		}
+		return err
+	}
+	defer t.end()
+	if len(t.writes.items) == 0 {
+		return nil
+	}
+	var buf [4]*Handle
+	// No separate lease check first: each Fence refuses with ErrLeaseExpired before anything
+	// inside it runs, and the write is innermost, so one lapsed lease writes nothing.
+	return fenced(t.protectors(buf[:0]), t.fencedWrite)
+}
+
+// fencedWrite is what Commit runs inside the fences: the write of the staged writes.
+func (t *Txn) fencedWrite() error {
+	// Checked inside the fences: Close releases these handles only after the write returns.
+	if t.l.closed.Load() {
+		return ErrClosed
+	}
+	if hook := t.l.hooks.inFence; hook != nil {
+		hook()
+	}
+	if err := t.write(); err != nil {
+		return fmt.Errorf("recordlock: commit: %w", err)
+	}
+	return nil
+}
+
+// write writes the staged writes atomically: a single one directly, several as one WriteBatch.
+func (t *Txn) write() error {
+	db, wo := t.l.db, t.mode.options()
+	if len(t.writes.items) == 1 {
+		w := t.writes.items[0]
+		switch {
+		case w.cf == nil && w.del:
+			return db.Delete(wo, w.entryKey())
+		case w.cf == nil:
+			return db.Put(wo, w.entryKey(), w.value())
+		case w.del:
+			return db.DeleteCF(wo, w.cf, w.entryKey())
+		}
+		return db.PutCF(wo, w.cf, w.entryKey(), w.value())
+	}
+	wb := grocksdb.NewWriteBatch()
+	defer wb.Destroy()
+	for _, w := range t.writes.items {
+		switch {
+		case w.cf == nil && w.del:
+			wb.Delete(w.entryKey())
+		case w.cf == nil:
+			wb.Put(w.entryKey(), w.value())
+		case w.del:
+			wb.DeleteCF(w.cf, w.entryKey())
+		default:
+			wb.PutCF(w.cf, w.entryKey(), w.value())
+		}
+	}
+	return db.Write(wo, wb)
+}
+
+// writeMode is which RocksDB write options Commit uses.
+type writeMode uint8
+
+const (
+	writeDefault writeMode = iota
+	writeSync              // TxnOptions.Sync
+	writeNoWAL             // TxnOptions.DisableWAL
+)
+
+func (m writeMode) options() *grocksdb.WriteOptions {
+	switch m {
+	case writeSync:
+		return syncWriteOptions()
+	case writeNoWAL:
+		return noWALWriteOptions()
+	}
+	return defaultWriteOptions()
+}
+
+// The read and write options are made once per kind and shared by every Txn of the process:
+// RocksDB only reads them, and making and destroying them per transaction cost cgo calls on
+// every read-modify-write. They live as long as the process.
+var (
+	defaultReadOptions  = sync.OnceValue(grocksdb.NewDefaultReadOptions)
+	defaultWriteOptions = sync.OnceValue(grocksdb.NewDefaultWriteOptions)
+	syncWriteOptions    = sync.OnceValue(func() *grocksdb.WriteOptions {
+		wo := grocksdb.NewDefaultWriteOptions()
+		wo.SetSync(true)
+		return wo
+	})
+	noWALWriteOptions = sync.OnceValue(func() *grocksdb.WriteOptions {
+		wo := grocksdb.NewDefaultWriteOptions()
+		wo.DisableWAL(true)
+		return wo
+	})
+)
+
+// fenced runs write inside the fences of hs, hs[0] outermost. One protector, the usual case,
+// fences write itself rather than a closure around the rest of hs.
+func fenced(hs []*Handle, write func() error) error {
+	switch len(hs) {
+	case 0:
+		return write()
+	case 1:
+		// The Txn releases its locks without Hold when Commit returns anyway; doing it as the
+		// fence ends saves a round trip through the shard.
+		return hs[0].fenceThenRelease(write)
+	}
+	return hs[0].Fence(func() error { return fenced(hs[1:], write) })
+}
+
+// protectors appends to hs the handles protecting staged writes, each once, sorted by record
+// (column family ID, then key) so that fences nest in a deterministic order; handles of one
+// record keep the order they were taken in.
+func (t *Txn) protectors(hs []*Handle) []*Handle {
+	for _, x := range t.locks.items {
+		if x.protects {
+			hs = append(hs, x.h)
+		}
+	}
+	slices.SortStableFunc(hs, func(a, b *Handle) int {
+		return cmp.Or(cmp.Compare(a.cf, b.cf), bytes.Compare(a.key, b.key))
+	})
+	return hs
+}
