@@ -28,12 +28,12 @@ const (
 	p9Timeout = 10 * time.Millisecond
 )
 
-// BenchmarkP9 runs deadlock-prone transfers, 8 goroutines over 16 accounts, each transfer one
+// BenchmarkDeadlockProneTransfers (P9) runs deadlock-prone transfers, 8 goroutines over 16 accounts, each transfer one
 // transaction that reads and rewrites both balances. One op is one committed transfer; the
 // metrics are committed transfers per second, the p50 and p99 latency of a transfer from its
 // first attempt to its commit, and the retries per transfer (deadlocks and timeouts).
 // Target: recordlock ≥ 1.5× rocksdb's transfers/s, lockall ≥ 2.5× rocksdb's.
-func BenchmarkP9(b *testing.B) {
+func BenchmarkDeadlockProneTransfers(b *testing.B) {
 	// recordlock locks from→to in a Txn and relies on deadlock detection: ErrDeadlock at once
 	// for one Txn of each cycle, which rolls back and retries.
 	b.Run("recordlock", func(b *testing.B) {
@@ -169,7 +169,7 @@ func moved(dst, v []byte, delta int64) []byte {
 
 // runTransfers runs b.N committed transfers on p9Workers goroutines, each between two distinct
 // random accounts in from→to order, retrying an attempt while it asks to, and reports the
-// metrics of BenchmarkP9. attempt gets the number of the worker that calls it.
+// metrics of BenchmarkDeadlockProneTransfers. attempt gets the number of the worker that calls it.
 func runTransfers(b *testing.B, attempt func(worker int, from, to []byte) (retry bool, err error)) {
 	var next, retries atomic.Int64
 	lat := make([][]time.Duration, p9Workers)

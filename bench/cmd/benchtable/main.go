@@ -1,5 +1,5 @@
 // Command benchtable reads `go test -bench` output of the bench package on stdin and prints one
-// markdown table: for every performance target (P1 … P6), recordlock's median over the -count
+// markdown table: for every performance target (P1 … P9), recordlock's median over the -count
 // runs, the peer's median, their ratio, the target and whether it is met.
 //
 //	cd bench && go test -run '^$' -bench . -benchmem -count 6 | tee bench.out | go run ./cmd/benchtable
