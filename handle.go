@@ -241,6 +241,7 @@ func (h *Handle) Done() <-chan struct{} {
 	c := h.getCold()
 	if c.done == nil {
 		c.done = make(chan struct{})
+		sh.watch(h) // the channel must close at the deadline
 	}
 	return c.done
 }

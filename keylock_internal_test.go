@@ -60,7 +60,7 @@ func TestTableEmptyAfterWaitersGiveUp(t *testing.T) {
 	key := []byte("k")
 	h, err := l.TryLock(key, Options{})
 	require.NoError(t, err)
-	require.Equal(t, 1, heapLen(l, key), "the holder's lease is scheduled")
+	require.Equal(t, 0, heapLen(l, key), "nobody watches the holder's lease yet")
 
 	// One waiter times out, one is cancelled.
 	timedOut := make(chan error, 1)
@@ -76,7 +76,7 @@ func TestTableEmptyAfterWaitersGiveUp(t *testing.T) {
 		cancelled <- err
 	}()
 	waitForQueue(t, l, key, 2)
-	require.Equal(t, 3, heapLen(l, key), "each waiter's timeout is scheduled")
+	require.Equal(t, 3, heapLen(l, key), "each waiter's timeout, and the holder's lease it watches")
 
 	clk.Advance(time.Second)
 	require.ErrorIs(t, <-timedOut, ErrTimeout)
@@ -102,6 +102,7 @@ func TestShardTableShrinksOnceKeysLeave(t *testing.T) {
 	for _, k := range keys {
 		h, err := l.TryLock(k, Options{})
 		require.NoError(t, err)
+		h.Done() // watched: its deadline goes on the heap
 		handles = append(handles, h)
 	}
 	sh.mu.Lock()
@@ -161,13 +162,14 @@ func TestSchedulerRearmsForEarlierDeadline(t *testing.T) {
 
 	hLate, err := l.TryLock(late, Options{Lease: 10 * time.Second})
 	require.NoError(t, err)
+	lateDone := hLate.Done() // watched: armed
 	require.Equal(t, 10*time.Second, armedAt())
 	hEarly, err := l.TryLock(early, Options{Lease: time.Second})
 	require.NoError(t, err)
+	earlyDone := hEarly.Done()
 	require.Equal(t, time.Second, armedAt(), "an earlier deadline re-arms the timer")
 
 	// Both holders stall; waiters get their keys at each deadline without anyone calling them.
-	lateDone, earlyDone := hLate.Done(), hEarly.Done()
 	wLate := make(chan *Handle, 1)
 	wEarly := make(chan *Handle, 1)
 	go func() {
@@ -301,6 +303,7 @@ func TestKeyTableFaultLoggedOnce(t *testing.T) {
 	for _, key := range []string{"a", "b"} {
 		h, err := l.TryLock([]byte(key), Options{Lease: time.Second})
 		require.NoError(t, err)
+		h.Done() // watched: the lease timer will find the fault
 		sh := h.shard()
 		sh.mu.Lock()
 		h.e.holder = nil // the table lost track of the holder
@@ -418,6 +421,7 @@ func TestClockSlotsReusedWhenLockersClose(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, shardCount, schedulersOf(1), "round %d: every shard has the clock's scheduler", round)
 		if round%2 == 0 {
+			h.Done()                 // watched: armed on this round's clock
 			clk.Advance(time.Second) // the lease lapses by the timer of this round's clock
 			require.NotZero(t, h.flags()&flagExpired, "round %d: the lease timer on the reused slot fired", round)
 		} else {
@@ -446,6 +450,7 @@ func TestClockSlotsReusedWhenLockersClose(t *testing.T) {
 	require.Equal(t, 0, l.clockID)
 	h, err := l.TryLock(key, Options{Lease: time.Second})
 	require.NoError(t, err)
+	h.Done() // watched: armed
 	clk.Advance(time.Second)
 	assert.NotZero(t, h.flags()&flagExpired, "the lease timer on the reset first slot fired")
 }

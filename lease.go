@@ -36,6 +36,7 @@ func (h *Handle) join(round Round, lease time.Duration) bool {
 	h.setFlags(flagCluster)
 	h.expiresAt = c.roundExpiresAt
 	h.moveDeadline(sh, round.MintedMono+lease)
+	sh.watch(h) // the release hook must fire at the round's deadline
 	return true
 }
 
@@ -52,10 +53,12 @@ func (h *Handle) holdThrough(deadline time.Duration) bool {
 	return true
 }
 
-// moveDeadline sets a live holder's lease deadline and re-arms its schedule.
+// moveDeadline sets a live holder's lease deadline and moves its timer, if it has one.
 func (h *Handle) moveDeadline(sh *shard, deadline time.Duration) {
 	h.deadline.Store(int64(deadline))
-	sh.reschedule(h)
+	if h.heapIdx >= 0 {
+		sh.reschedule(h)
+	}
 }
 
 // UpgradeToHold makes the lock outlive its Txn, with a new lease from now (0 means

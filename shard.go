@@ -131,7 +131,8 @@ func (sh *shard) acquire(ctx context.Context, h *Handle, lease, timeout time.Dur
 }
 
 // grant makes h the holder of e and starts its lease at the given readings of h's clock (wall in
-// Unix nanoseconds).
+// Unix nanoseconds). The deadline goes on a timer only if a waiter is already queued (see
+// watch).
 func (sh *shard) grant(e *keyEntry, h *Handle, wall int64, mono, lease time.Duration) {
 	e.holder = h
 	h.e = e
@@ -141,7 +142,19 @@ func (sh *shard) grant(e *keyEntry, h *Handle, wall int64, mono, lease time.Dura
 	h.setFlags(flagHeld)
 	sh.acquired++
 	sh.held++
-	sh.schedule(h)
+	if e.head != nil {
+		sh.schedule(h)
+	}
+}
+
+// watch arms h's lease deadline on its clock's timer, if it is not armed yet, once someone can
+// observe the lease ending: a waiter queues for its key, Done is called, or a release hook is set.
+// Until then nothing can tell a lapse settled at the deadline from one settled when the handle or
+// its key is next looked at (docs/DESIGN.md §7), so an uncontended lock costs no scheduling.
+func (sh *shard) watch(h *Handle) {
+	if h.heapIdx < 0 && h.flags()&flagExpired == 0 {
+		sh.schedule(h)
+	}
 }
 
 // giveBack ends h's ownership of its key, setting the flags in set with the same store, and

@@ -10,7 +10,7 @@ import (
 // Waiting are readings of now; the counters run from when the table was created (when the first
 // Locker of the database opened, or reopened after the last one closed).
 type Stats struct {
-	Held    int // keys held
+	Held    int // keys held, counting a lease that lapsed unwatched until its key is next looked at
 	Waiting int // Lock calls queued for a busy key, with their timers armed (and, for a Txn, its wait checked for deadlocks)
 
 	Acquired     uint64        // keys granted
@@ -19,7 +19,7 @@ type Stats struct {
 	Timeouts     uint64        // Lock calls that failed with ErrTimeout after waiting
 	Canceled     uint64        // Lock calls whose ctx ended the wait
 	Deadlocks    uint64        // lock requests that failed with ErrDeadlock
-	Lapsed       uint64        // leases that ran out while their key was still held
+	Lapsed       uint64        // leases that ran out while their key was still held, counted when settled
 	Revoked      uint64        // leases ended by RevokeLease
 	Fenced       uint64        // Fence or Commit calls refused with ErrLeaseExpired
 	HookFailures uint64        // release hooks that returned an error or panicked
@@ -74,7 +74,8 @@ func (l *Locker) Stats() Stats {
 
 // Locks returns every key held now in the Locker's database. It visits the table shard by shard,
 // holding each shard's mutex only to copy that shard's holders, so each LockInfo is consistent and
-// no key appears twice, while locks elsewhere may come and go as the sequence runs. Breaking out
+// no key appears twice, while locks elsewhere may come and go as the sequence runs. A lease found
+// lapsed is settled, as any look at its key settles it, and its key is not reported. Breaking out
 // of the loop stops the visit.
 func (l *Locker) Locks() iter.Seq[LockInfo] {
 	return func(yield func(LockInfo) bool) {
@@ -90,17 +91,23 @@ func (l *Locker) Locks() iter.Seq[LockInfo] {
 	}
 }
 
-// appendLocks appends a LockInfo for every key held in the shard.
+// appendLocks appends a LockInfo for every key held in the shard. A holder whose lease lapsed
+// unwatched is settled here, as any look at the key settles it, and not reported.
 func (sh *shard) appendLocks(out []LockInfo) []LockInfo {
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	defer sh.unlockAndRunHooks()
 	if sh.held == 0 {
 		return out
 	}
+	var holders []*Handle // collected first: settling can take an entry out of the index
 	sh.index.all(func(e *keyEntry) {
-		h := e.holder
-		if h == nil {
-			return
+		if e.holder != nil {
+			holders = append(holders, e.holder)
+		}
+	})
+	for _, h := range holders {
+		if h.flags()&flagFencing == 0 && h.settle(sh) {
+			continue
 		}
 		info := LockInfo{
 			Key:            bytes.Clone(h.key),
@@ -117,10 +124,10 @@ func (sh *shard) appendLocks(out []LockInfo) []LockInfo {
 		if h.cold != nil {
 			info.Token = h.cold.token
 		}
-		for w := e.head; w != nil; w = w.next {
+		for w := h.e.head; w != nil; w = w.next {
 			info.Waiters++
 		}
 		out = append(out, info)
-	})
+	}
 	return out
 }

@@ -82,6 +82,7 @@ func TestStatsCountEachEvent(t *testing.T) {
 
 	short, err := l.TryLock([]byte("b"), recordlock.Options{Lease: 100 * time.Millisecond})
 	require.NoError(t, err)
+	short.Done() // watched: its timer ends the lease at the deadline
 	clk.Advance(100 * time.Millisecond)
 	want.Acquired, want.Lapsed = 6, 1
 	check("a lease lapsed with its key held")

@@ -59,6 +59,9 @@ func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Handle, lease, deadli
 	sh.enqueue(e, w)
 	h.deadline.Store(int64(deadline)) // the wait's timeout until the key is granted
 	sh.schedule(h)
+	if e.holder != nil {
+		sh.watch(e.holder) // the key must pass on at the holder's deadline
+	}
 	if h.owner == nil {
 		sh.countWaiting(w)
 	}

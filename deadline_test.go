@@ -1,0 +1,110 @@
+package recordlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock"
+)
+
+// A lease's deadline is armed on a timer only once someone can observe it: a waiter on its key,
+// a call of Done, or a release hook. Until then it costs no scheduling, and every check reads the
+// deadline itself.
+
+// An uncontended lock puts nothing on the deadline heap; a waiter that queues arms its holder's
+// deadline.
+func TestUnwatchedLeaseIsNotScheduled(t *testing.T) {
+	db := openDB(t)
+	_, l := manual(t, db)
+	h, err := l.TryLock([]byte("k"), recordlock.Options{Lease: time.Second})
+	require.NoError(t, err)
+	assert.Zero(t, recordlock.ProbeDeadlines(l), "nobody watches the lease")
+
+	waiter := lockAsync(context.Background(), l, []byte("k"), recordlock.Options{Timeout: time.Minute})
+	waitQueued(t, l, []byte("k"), 1)
+	assert.Equal(t, 2, recordlock.ProbeDeadlines(l), "the holder's deadline and the wait's timeout")
+	require.True(t, h.Release())
+	got := result(t, waiter)
+	require.NoError(t, got.err)
+	assert.Zero(t, recordlock.ProbeDeadlines(l), "the new holder has nobody waiting")
+	require.True(t, got.h.Release())
+}
+
+// A holder that stalls past its deadline with nobody waiting keeps the key in the table until
+// someone looks; a waiter that arrives later, while the lease is still live, gets the key at the
+// deadline without the holder calling anything.
+func TestLateWaiterHandedOverAtDeadline(t *testing.T) {
+	db := openDB(t)
+	clk, l := manual(t, db)
+	h, err := l.TryLock([]byte("k"), recordlock.Options{Lease: time.Second})
+	require.NoError(t, err)
+	clk.Advance(900 * time.Millisecond)
+
+	waiter := lockAsync(context.Background(), l, []byte("k"), recordlock.Options{Timeout: time.Minute})
+	waitQueued(t, l, []byte("k"), 1)
+	clk.Advance(99 * time.Millisecond)
+	select {
+	case r := <-waiter:
+		t.Fatalf("the waiter got the key before the deadline: %v", r.err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	clk.Advance(time.Millisecond) // the deadline
+	got := result(t, waiter)
+	require.NoError(t, got.err)
+	assert.True(t, h.IsLeaseExpired())
+	assert.False(t, h.Release())
+	require.True(t, got.h.Release())
+	assert.True(t, recordlock.ProbeTableEmpty(l))
+}
+
+// Done called late on a stalled handle still closes at the deadline, by its timer.
+func TestLateDoneClosesAtDeadline(t *testing.T) {
+	db := openDB(t)
+	clk, l := manual(t, db)
+	h, err := l.TryLock([]byte("k"), recordlock.Options{Lease: time.Second})
+	require.NoError(t, err)
+	clk.Advance(900 * time.Millisecond)
+	done := h.Done()
+	assert.Equal(t, 1, recordlock.ProbeDeadlines(l), "Done armed the deadline")
+	clk.Advance(99 * time.Millisecond)
+	assert.False(t, recordlock.ProbeClosed(done))
+	clk.Advance(time.Millisecond)
+	assert.True(t, recordlock.ProbeClosed(done), "closed at the deadline without another call")
+	other := newLocker(t, db, recordlock.WithClock(clk))
+	h2, err := other.TryLock([]byte("k"), recordlock.Options{})
+	require.NoError(t, err, "the timer gave the key back")
+	require.True(t, h2.Release())
+	assert.True(t, recordlock.ProbeTableEmpty(l))
+}
+
+// A round's release hook fires at the deadline without anyone looking: joining a round arms it.
+func TestJoinedRoundArmsItsDeadline(t *testing.T) {
+	db := openDB(t)
+	clk, l := manual(t, db)
+	h, err := l.TryLock([]byte("k"), recordlock.Options{})
+	require.NoError(t, err)
+	var hook hookCounter
+	joinHook(t, h, clk, time.Second, hook.hook)
+	clk.Advance(time.Second)
+	assert.Equal(t, 1, hook.count(), "the hook fired at the round's deadline")
+	assert.True(t, recordlock.ProbeTableEmpty(l))
+}
+
+// A lapse nobody watched is settled, and counted, by the next look at the key.
+func TestUnwatchedLapseSettledByNextLook(t *testing.T) {
+	db := openDB(t)
+	clk, l := manual(t, db)
+	h, err := l.TryLock([]byte("k"), recordlock.Options{Lease: time.Second})
+	require.NoError(t, err)
+	clk.Advance(time.Second)
+	assert.Zero(t, l.Stats().Lapsed, "nothing looked yet")
+	h2, err := l.TryLock([]byte("k"), recordlock.Options{})
+	require.NoError(t, err, "a lapsed key is free before any timer runs")
+	assert.Equal(t, uint64(1), l.Stats().Lapsed)
+	assert.True(t, h.IsLeaseExpired())
+	require.True(t, h2.Release())
+}
