@@ -1,8 +1,14 @@
-// Command benchtable reads `go test -bench` output of the bench package on stdin and prints one
+// Command benchtable reads `go test -bench` output of the bench package on stdin and prints a
 // markdown table: for every performance target (P1 … P9), recordlock's median over the -count
-// runs, the peer's median, their ratio, the target and whether it is met.
+// runs, the peer's median, their ratio, the target and whether it is met. The table is at one
+// GOMAXPROCS, the one most benchmarks ran at (the larger on a tie).
 //
 //	cd bench && go test -run '^$' -bench . -benchmem -count 6 | tee bench.out | go run ./cmd/benchtable
+//
+// A second table follows when the input has P2 at GOMAXPROCS 1 or 2: recordlock against moby at
+// each. A `sweep: gomaxprocs` line in the input (as `make bench` writes it before its run of P2
+// with -test.cpu 1,2) sends the results after it to that table alone; without one, both tables
+// read the same results.
 //
 // With -check it exits with status 1 when a measured target is not met. A target with no
 // results (a contender not yet written) is reported as pending and never fails the check.

@@ -73,3 +73,90 @@ func TestRunNoResults(t *testing.T) {
 	_, err := run(strings.NewReader("PASS\nok x 1s\n"), &strings.Builder{})
 	assert.ErrorContains(t, err, "no benchmark results")
 }
+
+func TestRunHotRecord(t *testing.T) {
+	in := `BenchmarkHotRecord/recordlock-2 	 100	 9000 ns/op	 111111 increments/s	 7.0 us-p50	 900.0 us-p99
+BenchmarkHotRecord/rocksdb-2    	 100	 10000 ns/op	 100000 increments/s	 8.0 us-p50	 2000 us-p99
+BenchmarkHotRecord/moby-2       	 100	 8000 ns/op	 125000 increments/s	 6.0 us-p50	 2500 us-p99
+`
+	var out strings.Builder
+	ok, err := run(strings.NewReader(in), &out)
+	require.NoError(t, err)
+	assert.False(t, ok, "P8 is 9000/8000 = 1.125× moby's ns/op, over 1/0.9")
+	vsRocksDB := rowOf(t, out.String(), "P8", "RocksDB")
+	assert.Contains(t, vsRocksDB, "| 0.90× |")
+	assert.Contains(t, vsRocksDB, "| met |")
+	assert.Contains(t, vsRocksDB, "| moby 8.00 µs; p99: recordlock 900 µs, rocksdb 2000 µs, moby 2500 µs |")
+	vsMoby := rowOf(t, out.String(), "P8", "moby/locker")
+	assert.Contains(t, vsMoby, "| 1.12× |")
+	assert.Contains(t, vsMoby, "| ≤ 1.11× moby |")
+	assert.Contains(t, vsMoby, "**not met**")
+}
+
+// sweepInput is a main run at GOMAXPROCS 2 followed by the GOMAXPROCS sweep of P2, as `make bench`
+// writes it: go test names a result at GOMAXPROCS 1 with no suffix.
+const sweepInput = `cpu: Test CPU
+BenchmarkParallelDistinctKeys/recordlock-2 	 10	 50 ns/op
+BenchmarkParallelDistinctKeys/moby-2       	 10	 100 ns/op
+BenchmarkHotKey/recordlock-2 	 10	 300 ns/op
+BenchmarkHotKey/moby-2       	 10	 100 ns/op
+sweep: gomaxprocs
+BenchmarkParallelDistinctKeys/recordlock   	 10	 40 ns/op
+BenchmarkParallelDistinctKeys/recordlock   	 10	 42 ns/op
+BenchmarkParallelDistinctKeys/moby         	 10	 20 ns/op
+BenchmarkParallelDistinctKeys/moby         	 10	 20 ns/op
+BenchmarkParallelDistinctKeys/recordlock-2 	 10	 90 ns/op
+BenchmarkParallelDistinctKeys/recordlock-2 	 10	 90 ns/op
+BenchmarkParallelDistinctKeys/moby-2       	 10	 60 ns/op
+BenchmarkParallelDistinctKeys/moby-2       	 10	 60 ns/op
+`
+
+func TestRunProcsTable(t *testing.T) {
+	var out strings.Builder
+	ok, err := run(strings.NewReader(sweepInput), &out)
+	require.NoError(t, err)
+	assert.True(t, ok, "the main table has P2 at 0.5× and P3 at 3.0×, from the main run alone")
+	table := out.String()
+	assert.Contains(t, table, "Medians of 1 runs; cpu: Test CPU; GOMAXPROCS 2.")
+	assert.Contains(t, rowOf(t, table, "P2", "parallel"), "| 50.0 ns | moby 100.0 ns | 0.50× |")
+	assert.Contains(t, table, "P2 by GOMAXPROCS (parallel, distinct keys), medians of 2 runs.")
+	assert.Contains(t, lineOf(t, table, "| 1 "), "| 1 | 41.0 ns | 20.0 ns | 2.05× |")
+	assert.Contains(t, lineOf(t, table, "| 2 "), "| 2 | 90.0 ns | 60.0 ns | 1.50× |")
+}
+
+func TestRunProcsWithoutSweep(t *testing.T) {
+	// go test -cpu 1,2 with no sweep line: the main table is at the larger GOMAXPROCS, and the
+	// table by GOMAXPROCS reads the same run.
+	in := `BenchmarkParallelDistinctKeys/recordlock 	 10	 40 ns/op
+BenchmarkParallelDistinctKeys/moby       	 10	 20 ns/op
+BenchmarkParallelDistinctKeys/recordlock-2 	 10	 90 ns/op
+BenchmarkParallelDistinctKeys/moby-2       	 10	 60 ns/op
+`
+	var out strings.Builder
+	_, err := run(strings.NewReader(in), &out)
+	require.NoError(t, err)
+	table := out.String()
+	assert.Contains(t, table, "GOMAXPROCS 2.")
+	assert.Contains(t, rowOf(t, table, "P2", "parallel"), "| 90.0 ns | moby 60.0 ns | 1.50× |")
+	assert.Contains(t, lineOf(t, table, "| 1 "), "| 1 | 40.0 ns | 20.0 ns | 2.00× |")
+	assert.Contains(t, lineOf(t, table, "| 2 "), "| 2 | 90.0 ns | 60.0 ns | 1.50× |")
+}
+
+func TestRunNoProcsTable(t *testing.T) {
+	var out strings.Builder
+	_, err := run(strings.NewReader(input), &out)
+	require.NoError(t, err)
+	assert.NotContains(t, out.String(), "by GOMAXPROCS", "the input has no P2 results")
+}
+
+// lineOf returns the first table line that starts with prefix, its spacing collapsed.
+func lineOf(t *testing.T, table, prefix string) string {
+	t.Helper()
+	for _, l := range strings.Split(table, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			return strings.Join(strings.Fields(l), " ")
+		}
+	}
+	t.Fatalf("no line starting %q in\n%s", prefix, table)
+	return ""
+}

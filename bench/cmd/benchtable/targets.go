@@ -7,7 +7,7 @@ const contender = "recordlock"
 
 // target is one row of the table: one criterion of one target id.
 type target struct {
-	id    string // P1 … P6
+	id    string // P1 … P9
 	bench string // the benchmark function, without "Benchmark"; its sub-benchmarks are the contenders
 	mine  string // the sub-benchmark measured; "" for contender
 	what  string
@@ -16,6 +16,9 @@ type target struct {
 	limit float64
 	abs   bool     // compare |value| (a change that must stay small either way)
 	also  []string // other contenders shown for context
+	// detail is a second unit (e.g. "us-p99") whose medians for mine, the peer and also follow
+	// them in the others column; "" for none.
+	detail string
 }
 
 // targets are the performance targets, in order.
@@ -30,11 +33,22 @@ var targets = []target{
 	{id: "P5", bench: "HeldLockMemory", what: "live heap after releasing all, vs start", unit: "%heap-after", limit: 10, abs: true, also: []string{"moby"}},
 	{id: "P6", bench: "LapsingLeases", what: "100,000 lapsing leases: max deadline-to-waiter delay", unit: "ms-max-delay", limit: 1000},
 	{id: "P6", bench: "LapsingLeases", what: "100,000 lapsing leases: p99 deadline-to-waiter delay", unit: "ms-p99-delay", limit: 1000},
+	// One op is one committed increment: at least 1.0× RocksDB's increments/s is at most 1.0× its
+	// ns/op, at least 0.9× moby's is at most 1/0.9 of its ns/op.
+	{id: "P8", bench: "HotRecord", what: "hot record, 8 goroutines increment one counter, vs RocksDB pessimistic txn", unit: "ns/op", peer: "rocksdb", limit: 1.0, also: []string{"moby"}, detail: "us-p99"},
+	{id: "P8", bench: "HotRecord", what: "hot record, 8 goroutines increment one counter, vs moby/locker Get+Put", unit: "ns/op", peer: "moby", limit: 1 / 0.9},
 	// One op is one committed transfer, so a ratio of ns/op is the inverse of the throughput ratio:
 	// at least 1.5× RocksDB's transfers/s is at most 1/1.5 of its ns/op.
 	{id: "P9", bench: "DeadlockProneTransfers", what: "deadlock-prone transfers, from→to order with detection", unit: "ns/op", peer: "rocksdb", limit: 1 / 1.5},
 	{id: "P9", bench: "DeadlockProneTransfers", mine: "lockall", what: "deadlock-prone transfers, sorted with LockAll", unit: "ns/op", peer: "rocksdb", limit: 1 / 2.5},
 }
+
+// byProcs is the benchmark shown by GOMAXPROCS in the table after the main one: recordlock
+// against peer, in ns/op, at each of procs.
+var byProcs = struct {
+	id, bench, what, peer string
+	procs                 []int
+}{id: "P2", bench: "ParallelDistinctKeys", what: "parallel, distinct keys", peer: "moby", procs: []int{1, 2}}
 
 type status int
 

@@ -1,0 +1,156 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/linxGnu/grocksdb"
+	"github.com/moby/locker"
+)
+
+// hotRecordWorkers is how many goroutines of P8 increment the one counter.
+const hotRecordWorkers = 8
+
+// BenchmarkHotRecord (P8) is a hot record: 8 goroutines increment one 8-byte counter, each
+// increment a read-modify-write under the contender's lock. One op is one committed increment;
+// the metrics are committed increments per second and the p50 and p99 latency of an increment.
+// After each run the counter must equal the increments done: a lost update fails the benchmark.
+// Every run gets a fresh copy of the seed database, whose counter starts at zero.
+// Target: recordlock ≥ 1.0× rocksdb's increments/s and ≥ 0.9× moby's.
+func BenchmarkHotRecord(b *testing.B) {
+	hot := key(0)
+	// recordlock is a Txn: Lock, Get, Put, and Commit, which writes inside the lock's fence and
+	// releases the lock.
+	b.Run("recordlock", func(b *testing.B) {
+		db := freshDB(b)
+		l := lockerOn(b, db)
+		ctx := context.Background()
+		runIncrements(b, func(int) error {
+			txn := l.Begin()
+			defer txn.Rollback()
+			if _, err := txn.Lock(ctx, hot, lockOpts); err != nil {
+				return err
+			}
+			v, err := txn.Get(hot)
+			if err != nil {
+				return err
+			}
+			var buf [8]byte
+			if err := txn.Put(hot, incremented(buf[:0], v)); err != nil {
+				return err
+			}
+			return txn.Commit()
+		})
+		checkCounter(b, func() (*grocksdb.Slice, error) { return db.Get(fx.ro, hot) })
+	})
+	// rocksdb is RocksDB's pessimistic transaction: GetForUpdate locks the key (waiting for it
+	// while another transaction holds it), Commit writes and unlocks it.
+	b.Run("rocksdb", func(b *testing.B) {
+		tdb := freshTxnDB(b)
+		txns := make([]*grocksdb.Transaction, hotRecordWorkers) // one reusable transaction per worker
+		defer func() {
+			for _, txn := range txns {
+				if txn != nil {
+					txn.Destroy()
+				}
+			}
+		}()
+		runIncrements(b, func(w int) error {
+			txns[w] = tdb.TransactionBegin(fx.wo, fx.to, txns[w])
+			txn := txns[w]
+			v, err := txn.GetForUpdate(fx.ro, hot)
+			if err != nil {
+				_ = txn.Rollback()
+				return err
+			}
+			var buf [8]byte
+			if err := txn.Put(hot, increment(buf[:0], v)); err != nil {
+				_ = txn.Rollback()
+				return err
+			}
+			return txn.Commit()
+		})
+		checkCounter(b, func() (*grocksdb.Slice, error) { return tdb.Get(fx.ro, hot) })
+	})
+	// moby is a moby/locker lock around a plain Get and Put: exclusion with no lease, fence or
+	// transaction.
+	b.Run("moby", func(b *testing.B) {
+		db := freshDB(b)
+		l := locker.New()
+		k := keyStr(0)
+		runIncrements(b, func(int) error {
+			l.Lock(k)
+			defer func() { _ = l.Unlock(k) }()
+			v, err := db.Get(fx.ro, hot)
+			if err != nil {
+				return err
+			}
+			var buf [8]byte
+			return db.Put(fx.wo, hot, increment(buf[:0], v))
+		})
+		checkCounter(b, func() (*grocksdb.Slice, error) { return db.Get(fx.ro, hot) })
+	})
+}
+
+// runIncrements runs b.N increments split over hotRecordWorkers goroutines, calling inc with the
+// number of the worker, and reports the metrics of BenchmarkHotRecord. The first error fails the
+// run once every worker has stopped.
+func runIncrements(b *testing.B, inc func(worker int) error) {
+	var next atomic.Int64
+	lat := make([][]time.Duration, hotRecordWorkers)
+	for w := range lat {
+		lat[w] = make([]time.Duration, 0, b.N/hotRecordWorkers+1)
+	}
+	var failed atomic.Pointer[error]
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range hotRecordWorkers {
+		wg.Go(func() {
+			for next.Add(1) <= int64(b.N) {
+				t0 := time.Now()
+				if err := inc(w); err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+				lat[w] = append(lat[w], time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err := failed.Load(); err != nil {
+		b.Fatal(*err)
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "increments/s")
+	b.ReportMetric(us(percentile(all, 50)), "us-p50")
+	b.ReportMetric(us(percentile(all, 99)), "us-p99")
+}
+
+// checkCounter fails b unless the counter that get reads equals b.N, the increments of the run.
+func checkCounter(b *testing.B, get func() (*grocksdb.Slice, error)) {
+	b.Helper()
+	v, err := get()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer v.Free()
+	if len(v.Data()) != 8 {
+		b.Fatalf("counter is %d bytes, want 8", len(v.Data()))
+	}
+	if n := binary.BigEndian.Uint64(v.Data()); n != uint64(b.N) {
+		b.Fatalf("counter is %d after %d increments: %d updates lost", n, b.N, int64(b.N)-int64(n))
+	}
+}
+
+// us is d in microseconds, with its fraction: an increment can take less than one.
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
