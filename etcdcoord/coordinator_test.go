@@ -397,17 +397,6 @@ func TestIdleDelegationsAreHandedBack(t *testing.T) {
 	require.True(t, again.Release())
 }
 
-// A lease that the node's etcd lease cannot outlive fails closed rather than risk two holders.
-func TestLeaseLongerThanTTLFailsClosed(t *testing.T) {
-	e := startEtcd(t)
-	n := newNode(t, e, "a", nodeConfig{opts: []etcdcoord.Option{etcdcoord.WithTTL(5 * time.Second)}})
-	_, err := n.l.Lock(context.Background(), []byte("k"), cluster(10*time.Second, 5*time.Second))
-	require.ErrorIs(t, err, recordlock.ErrClusterUnavailable)
-	h, err := n.l.Lock(context.Background(), []byte("k"), cluster(time.Second, 5*time.Second))
-	require.NoError(t, err)
-	require.True(t, h.Release())
-}
-
 func TestNewRejectsBadOptions(t *testing.T) {
 	e := startEtcd(t)
 	n := newNode(t, e, "a", nodeConfig{})
