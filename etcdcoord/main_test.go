@@ -170,7 +170,7 @@ type nodeConfig struct {
 	endpoints []string // default: e's client address
 }
 
-// newNode starts a node on e, torn down at the end of the test.
+// newNode starts a node on e (or on nc.endpoints), torn down at the end of the test.
 func newNode(tb testing.TB, e *server, name string, nc nodeConfig) *node {
 	tb.Helper()
 	if nc.clock == nil {
