@@ -38,7 +38,7 @@ func (c *Coordinator) cold(ctx context.Context, a *ask, sess *session, minted, l
 // delegation and nobody asked yet, write this call's recall key.
 func (c *Coordinator) coldTxn(ctx context.Context, a *ask, sess *session) (*clientv3.TxnResponse, error) {
 	dkey, rkey := c.dkey(a.k), c.rkey(a.k)
-	value := c.recallValue(a)
+	value := c.recallValue(a, sess)
 	turn := clientv3.Compare(clientv3.CreateRevision(rkey), "=", 0)
 	then := []clientv3.Op{clientv3.OpPut(dkey, c.node, clientv3.WithLease(sess.id))}
 	if a.in {
@@ -95,7 +95,7 @@ func (c *Coordinator) coldOutcomeLocked(ctx context.Context, a *ask, sess *sessi
 		return coldResult{}, nil // this call's turn: create it
 	case len(dkvs) == 1 && dkvs[0].Lease == int64(sess.id):
 		if c.delegs[a.k] == nil && c.inflight[a.k] == 0 {
-			return coldResult{orphan: dkvs[0].CreateRevision}, nil
+			return coldResult{orphan: dkvs[0].ModRevision}, nil
 		}
 		return coldResult{}, nil // another call of this node just created it: look again
 	}
@@ -110,9 +110,15 @@ func (c *Coordinator) createdLocked(k string, sess *session, rev int64, minted, 
 	if c.closed || c.sess != sess {
 		return coldResult{} // Close or a lost lease hands it back; look again
 	}
-	d := newDelegation(uint64(rev), sess)
-	c.delegs[k] = d
-	if r, ok := c.recalls[k]; ok && r > rev {
+	d := c.delegs[k]
+	if d == nil || d.token != uint64(rev) { // else the watch reported it first
+		d = newDelegation(uint64(rev), sess)
+		c.delegs[k] = d
+	}
+	if d.recalled {
+		return coldResult{}
+	}
+	if r, ok := c.recalls[k]; ok && r.rev > rev {
 		c.recallLocked(k, d) // asked for before this node could admit: hand it on
 		return coldResult{}
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,7 +43,7 @@ type Coordinator struct {
 	watching  bool                   // the watch is established and the state below is caught up
 	up        chan struct{}          // closed when watching becomes true; replaced when it breaks
 	delegs    map[string]*delegation // by key
-	recalls   map[string]int64       // key → revision of another node's pending recall
+	recalls   map[string]recall      // key → another node's pending recall
 	inflight  map[string]int         // key → cold Txns of this node in flight
 	unknown   map[string]struct{}    // keys whose cold Txn failed with an unknown outcome
 	waiters   map[string][]*waiter   // key → Acquire calls waiting for its etcd keys to change
@@ -106,7 +107,7 @@ func New(client *clientv3.Client, node string, opts ...Option) (*Coordinator, er
 		sessLock: make(chan struct{}, 1),
 		up:       make(chan struct{}),
 		delegs:   map[string]*delegation{},
-		recalls:  map[string]int64{},
+		recalls:  map[string]recall{},
 		inflight: map[string]int{},
 		unknown:  map[string]struct{}{},
 		waiters:  map[string][]*waiter{},
@@ -176,6 +177,9 @@ func (c *Coordinator) Acquire(ctx context.Context, key []byte, lease time.Durati
 			}
 			continue
 		case minted+lease <= d.sess.validUntil:
+			if d.honored != "" && d.honored == a.value {
+				a.in = false // the holder handed the key to this call and deleted its recall
+			}
 			round, evicted := c.admitLocked(d, minted, lease, revoke)
 			c.mu.Unlock()
 			if evicted != nil {
@@ -219,15 +223,27 @@ type ask struct {
 	contended bool // etcd answered that another node holds the key or is ahead in turn
 }
 
-// recallValue returns the call's recall value, minting it on first use.
-func (c *Coordinator) recallValue(a *ask) string {
+// recallValue returns the call's recall value, minting it on first use: the node's name, the
+// lease a holder may hand the delegation over on, and a number unique to the call.
+func (c *Coordinator) recallValue(a *ask, sess *session) string {
 	if a.value == "" {
-		a.value = c.node + "\x00" + strconv.FormatUint(c.seq.Add(1), 36)
+		a.value = c.node + "\x00" + strconv.FormatInt(int64(sess.id), 16) + "\x00" + strconv.FormatUint(c.seq.Add(1), 36)
 	}
 	return a.value
 }
 
-// mine reports whether a recall value was written by this node.
+// recallLease returns the lease a recall value names.
+func recallLease(value string) (clientv3.LeaseID, bool) {
+	parts := strings.Split(value, "\x00")
+	if len(parts) != 3 {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(parts[1], 16, 64)
+	return clientv3.LeaseID(id), err == nil
+}
+
+// mine reports whether a recall value was written by this node, or a delegation's value
+// names it.
 func (c *Coordinator) mine(value []byte) bool {
 	return len(value) > len(c.node) && value[len(c.node)] == 0 && string(value[:len(c.node)]) == c.node
 }
@@ -264,10 +280,10 @@ func (c *Coordinator) await(ctx context.Context, ch <-chan struct{}) error {
 
 // deleteOrphan hands back a delegation of this node that no admission uses: one whose creating
 // Txn timed out after it landed. The revision check makes sure it deletes nothing newer.
-func (c *Coordinator) deleteOrphan(ctx context.Context, k string, createRev int64) error {
+func (c *Coordinator) deleteOrphan(ctx context.Context, k string, createRev int64) error { // createRev: the grant's revision
 	dkey := c.dkey(k)
 	_, err := c.cli.Txn(leader(ctx)).
-		If(clientv3.Compare(clientv3.CreateRevision(dkey), "=", createRev)).
+		If(clientv3.Compare(clientv3.ModRevision(dkey), "=", createRev)).
 		Then(clientv3.OpDelete(dkey)).
 		Commit()
 	if err != nil {

@@ -284,8 +284,8 @@ func TestDeadNodeDelegationExpires(t *testing.T) {
 	require.ErrorIs(t, a.coord.Close(), recordlock.ErrClusterUnavailable, "A cannot hand anything back")
 }
 
-// Tokens strictly increase per key across handoffs, and each is the revision that created the
-// delegation its round came from.
+// Tokens strictly increase per key across handoffs, and each is the revision that granted the
+// delegation its round came from to the node.
 func TestTokensIncreaseAcrossHandoffs(t *testing.T) {
 	e := startEtcd(t)
 	nodes := []*node{newNode(t, e, "a", nodeConfig{}), newNode(t, e, "b", nodeConfig{})}
@@ -298,8 +298,8 @@ func TestTokensIncreaseAcrossHandoffs(t *testing.T) {
 		resp, err := n.cli.Get(ctx, "/recordlock/d/"+encode("k"))
 		require.NoError(t, err)
 		require.Len(t, resp.Kvs, 1)
-		assert.Equal(t, n.name, string(resp.Kvs[0].Value))
-		assert.Equal(t, uint64(resp.Kvs[0].CreateRevision), h.Token())
+		assert.Equal(t, n.lease(t), resp.Kvs[0].Lease, "on the node's lease")
+		assert.Equal(t, uint64(resp.Kvs[0].ModRevision), h.Token())
 		tokens = append(tokens, h.Token())
 		require.True(t, h.Release())
 	}

@@ -13,35 +13,45 @@ import (
 )
 
 // A wait for another node that runs out while a request is in flight is ErrTimeout: etcd
-// answered, the other node was slow.
+// answered, the other nodes were slow.
 func TestTimeoutDuringColdRequest(t *testing.T) {
 	e := startEtcd(t)
 	a := newNode(t, e, "a", nodeConfig{})
 	b := newNode(t, e, "b", nodeConfig{})
+	c := newNode(t, e, "c", nodeConfig{})
 	ctx := context.Background()
 	ha, err := a.l.Lock(ctx, []byte("k"), cluster(5*time.Second, 10*time.Second))
 	require.NoError(t, err)
+	gotC := lockAsync(c, "k", cluster(time.Second, 20*time.Second))
+	waitForKey(t, a.cli, "/recordlock/r/"+encode("k")) // C is first in turn
 
-	// B's first cold Txn asks and waits; A then releases, and B's next Txn is slower than
-	// what is left of B's wait.
-	var txns int
+	// B's first cold Txn finds C ahead and waits. When A hands the key to C, B looks again,
+	// and that Txn is slower than what is left of B's wait.
+	txns := make(chan int, 2)
+	n := 0
 	b.reqs.setHook(func(ctx context.Context, method string, req any, invoke func() error) error {
-		if method == "/etcdserverpb.KV/Txn" && !isWithdraw(req) {
-			if txns++; txns == 2 {
-				<-ctx.Done()
-				return ctx.Err()
-			}
+		if method != "/etcdserverpb.KV/Txn" || isWithdraw(req) {
+			return invoke()
 		}
-		return invoke()
+		n++
+		if n == 2 {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		err := invoke()
+		txns <- n
+		return err
 	})
-	got := lockAsync(b, "k", cluster(time.Second, time.Second))
-	waitForKey(t, a.cli, "/recordlock/r/"+encode("k"))
+	gotB := lockAsync(b, "k", cluster(time.Second, time.Second))
+	require.Equal(t, 1, <-txns)
 	require.True(t, ha.Release())
-	r := <-got
+	rc := <-gotC
+	require.NoError(t, rc.err)
+	r := <-gotB
 	require.ErrorIs(t, r.err, recordlock.ErrTimeout)
 	assert.NotErrorIs(t, r.err, recordlock.ErrClusterUnavailable)
 	assert.NotErrorIs(t, r.err, context.Canceled)
-	assert.Equal(t, 2, txns)
+	require.True(t, rc.h.Release())
 }
 
 // A lease the node's etcd lease cannot cover is invalid options, not an unavailable cluster,

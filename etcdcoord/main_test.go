@@ -220,3 +220,12 @@ func newNode(tb testing.TB, e *server, name string, nc nodeConfig) *node {
 func cluster(lease, timeout time.Duration) recordlock.Options {
 	return recordlock.Options{Scope: recordlock.ScopeCluster, Lease: lease, Timeout: timeout}
 }
+
+// lease returns the node's etcd lease: the one its name is registered on.
+func (n *node) lease(tb testing.TB) int64 {
+	tb.Helper()
+	resp, err := n.cli.Get(context.Background(), "/recordlock/n/"+encode(n.name))
+	require.NoError(tb, err)
+	require.Len(tb, resp.Kvs, 1)
+	return resp.Kvs[0].Lease
+}

@@ -2,8 +2,10 @@ package etcdcoord
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -77,7 +79,7 @@ func (c *Coordinator) handOver(k string, d *delegation, bound time.Duration) {
 		}
 		t.Stop()
 	}
-	c.handBack([]string{k}, []*delegation{d})
+	c.handOff(k, d)
 }
 
 // giveUp hands d back once the node can no longer trust its etcd lease to cover it, revoking
@@ -132,20 +134,67 @@ func (c *Coordinator) sweepLocked(now time.Duration) {
 // handBackBatch is how many delegations one Txn hands back; etcd allows 128 operations.
 const handBackBatch = 64
 
-// handBack deletes the delegations' keys in etcd, each only if it is still the one this node
-// created, in one Txn, retrying until they are gone, the lease they live on is, or the
-// coordinator closes.
+// recall is another node's pending request for a key.
+type recall struct {
+	rev   int64  // the revision that wrote it
+	value string // the asker's recall value, which names the lease to hand the key over on
+}
+
+// handOff gives a recalled delegation to the node whose recall is pending, in one Txn that puts
+// the delegation key on that node's lease and deletes its recall, so that the asker admits
+// without another request. If that recall is gone, or its lease is, the key is deleted instead.
+func (c *Coordinator) handOff(k string, d *delegation) {
+	c.mu.Lock()
+	r, ok := c.recalls[k]
+	c.mu.Unlock()
+	lease, valid := recallLease(r.value)
+	if !ok || !valid {
+		c.handBack([]string{k}, []*delegation{d})
+		return
+	}
+	dkey, rkey := c.dkey(k), c.rkey(k)
+	ours := clientv3.Compare(clientv3.ModRevision(dkey), "=", int64(d.token))
+	plain := clientv3.OpTxn([]clientv3.Cmp{ours}, []clientv3.Op{clientv3.OpDelete(dkey)}, nil)
+	c.giveBack([]string{k}, []*delegation{d}, func(ctx context.Context) error {
+		_, err := c.cli.Txn(ctx).
+			If(ours, clientv3.Compare(clientv3.Value(rkey), "=", r.value)).
+			Then(clientv3.OpPut(dkey, r.value, clientv3.WithLease(lease)), clientv3.OpDelete(rkey)).
+			Else(plain).
+			Commit()
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) { // the asker's lease is gone
+			_, err = c.cli.Txn(ctx).Then(plain).Commit()
+		}
+		return err
+	})
+}
+
+// handBack deletes the delegations' keys in etcd, each only if it is still the one granted to
+// this node, in one Txn.
 func (c *Coordinator) handBack(ks []string, ds []*delegation) {
 	ops := make([]clientv3.Op, len(ks))
 	for i, k := range ks {
 		dkey := c.dkey(k)
 		ops[i] = clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(dkey), "=", int64(ds[i].token))},
+			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(dkey), "=", int64(ds[i].token))},
 			[]clientv3.Op{clientv3.OpDelete(dkey)}, nil)
 	}
+	c.giveBack(ks, ds, func(ctx context.Context) error {
+		_, err := c.cli.Txn(ctx).Then(ops...).Commit()
+		return err
+	})
+}
+
+// giveBack runs txn, which deletes or hands over the delegations' keys, retrying until it
+// succeeds, the lease they live on is gone, or the coordinator closes; then forgets them.
+func (c *Coordinator) giveBack(ks []string, ds []*delegation, txn func(ctx context.Context) error) {
+	c.mu.Lock()
+	for _, d := range ds {
+		d.handingBack = true
+	}
+	c.mu.Unlock()
 	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(leader(c.ctx), c.cfg.reqLimit)
-		_, err := c.cli.Txn(ctx).Then(ops...).Commit()
+		err := txn(ctx)
 		cancel()
 		if err == nil {
 			break
@@ -170,6 +219,30 @@ func (c *Coordinator) handBack(ks []string, ds []*delegation) {
 		ds[i].end()
 	}
 	c.stats.HandBacks += uint64(len(ks))
+}
+
+// adoptLocked records a delegation that etcd reports on this node's lease but this node does
+// not know: one another node handed over, or one whose creating Txn's reply did not arrive.
+// Called with c.mu held.
+func (c *Coordinator) adoptLocked(k string, rev int64, value []byte) {
+	d := newDelegation(uint64(rev), c.sess)
+	d.lastEnd = c.cfg.clock.Mono() // kept for the linger period if nobody uses it
+	if c.mine(value) {
+		d.honored = string(value)
+	}
+	c.delegs[k] = d
+	if r, ok := c.recalls[k]; ok && r.rev > rev {
+		c.recallLocked(k, d)
+	}
+}
+
+// forgetLocked drops a delegation this node deleted or handed over itself. Called with c.mu
+// held.
+func (c *Coordinator) forgetLocked(k string, d *delegation) {
+	if c.delegs[k] == d {
+		delete(c.delegs, k)
+	}
+	d.end()
 }
 
 // loseLocked forgets a delegation that etcd no longer has and revokes every admission from it

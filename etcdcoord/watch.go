@@ -77,25 +77,34 @@ func (c *Coordinator) resync() (int64, error) {
 	rev := resp.Header.Revision
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	held := map[string]int64{} // key → create revision of its delegation
+	held := map[string]*mvccpb.KeyValue{} // key → its delegation
 	clear(c.recalls)
 	for _, kv := range resp.Kvs {
 		switch kind, k, ok := c.parse(kv.Key); {
 		case !ok:
 		case kind == 'd':
-			held[k] = kv.CreateRevision
+			held[k] = kv
 		case kind == 'r' && !c.mine(kv.Value):
-			c.recalls[k] = kv.ModRevision
+			c.recalls[k] = recall{rev: kv.ModRevision, value: string(kv.Value)}
 		}
 	}
 	for k, d := range c.delegs {
-		// A delegation created after the read is not in it, and the watch will report on it.
-		if d.token <= uint64(rev) && held[k] != int64(d.token) {
-			c.loseLocked(k, d, "not in etcd when the watch restarted")
+		// A delegation granted after the read is not in it, and the watch will report on it.
+		if kv := held[k]; d.token <= uint64(rev) && (kv == nil || kv.ModRevision != int64(d.token)) {
+			if d.handingBack {
+				c.forgetLocked(k, d)
+			} else {
+				c.loseLocked(k, d, "not in etcd when the watch restarted")
+			}
+		}
+	}
+	for k, kv := range held {
+		if c.delegs[k] == nil && c.sess != nil && kv.Lease == int64(c.sess.id) && !c.closed {
+			c.adoptLocked(k, kv.ModRevision, kv.Value)
 		}
 	}
 	for k, r := range c.recalls {
-		if d := c.delegs[k]; d != nil && r > int64(d.token) {
+		if d := c.delegs[k]; d != nil && r.rev > int64(d.token) {
 			c.recallLocked(k, d)
 		}
 	}
@@ -118,7 +127,7 @@ func (c *Coordinator) applyLocked(typ mvccpb.Event_EventType, kv *mvccpb.KeyValu
 	case kind == 'r' && typ == clientv3.EventTypeDelete:
 		delete(c.recalls, k)
 	case kind == 'r' && !c.mine(kv.Value):
-		c.recalls[k] = rev
+		c.recalls[k] = recall{rev: rev, value: string(kv.Value)}
 		if d := c.delegs[k]; d != nil {
 			if rev > int64(d.token) {
 				c.recallLocked(k, d)
@@ -128,11 +137,19 @@ func (c *Coordinator) applyLocked(typ mvccpb.Event_EventType, kv *mvccpb.KeyValu
 			delete(c.unknown, k)
 			c.backgroundLocked(func() { c.clearOrphan(k) })
 		}
-	case kind == 'd' && typ == clientv3.EventTypeDelete:
-		// The key existed without a break from its creation to this delete, so a delete after
-		// this node's delegation was created deletes that delegation.
+	case kind == 'd':
+		// Only its holder changes a delegation key once it is granted, so a change after this
+		// node's grant ends this node's delegation.
 		if d := c.delegs[k]; d != nil && rev > int64(d.token) {
-			c.loseLocked(k, d, "deleted in etcd")
+			if d.handingBack {
+				c.forgetLocked(k, d)
+			} else {
+				c.loseLocked(k, d, "deleted or overwritten in etcd")
+			}
+		}
+		if typ == clientv3.EventTypePut && c.delegs[k] == nil && c.sess != nil &&
+			kv.Lease == int64(c.sess.id) && !c.closed {
+			c.adoptLocked(k, rev, kv.Value)
 		}
 	}
 	for _, w := range c.waiters[k] {
@@ -188,6 +205,6 @@ func (c *Coordinator) clearOrphan(k string) {
 	orphan := c.sess != nil && kv.Lease == int64(c.sess.id) && c.delegs[k] == nil
 	c.mu.Unlock()
 	if orphan {
-		_ = c.deleteOrphan(ctx, k, kv.CreateRevision)
+		_ = c.deleteOrphan(ctx, k, kv.ModRevision)
 	}
 }

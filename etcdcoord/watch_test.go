@@ -49,7 +49,7 @@ func TestVanishedDelegationRevokes(t *testing.T) {
 			resp, err := a.cli.Get(ctx, "/recordlock/d/"+encode("k"))
 			require.NoError(t, err)
 			require.Len(t, resp.Kvs, 1)
-			assert.Equal(t, h.Token(), uint64(resp.Kvs[0].CreateRevision))
+			assert.Equal(t, h.Token(), uint64(resp.Kvs[0].ModRevision))
 			require.True(t, h.Release())
 		})
 	}
