@@ -16,20 +16,13 @@ type coldResult struct {
 	round    recordlock.Round
 	granted  bool
 	waitFrom int64 // wait for a change of the key's delegation or recall after this revision
-	orphan   int64 // create revision of a delegation of ours that this node lost track of
 }
 
 // cold runs the one Txn of a cold key and reads its outcome.
 func (c *Coordinator) cold(ctx context.Context, a *ask, sess *session, minted, lease time.Duration, revoke func()) (coldResult, error) {
-	c.mu.Lock()
-	c.inflight[a.k]++
-	c.mu.Unlock()
 	resp, err := c.coldTxn(ctx, a, sess)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.inflight[a.k]--; c.inflight[a.k] == 0 {
-		delete(c.inflight, a.k)
-	}
 	return c.coldOutcomeLocked(ctx, a, sess, resp, err, minted, lease, revoke)
 }
 
@@ -68,14 +61,12 @@ func (c *Coordinator) coldOutcomeLocked(ctx context.Context, a *ask, sess *sessi
 		c.dropSessionLocked(sess) // the lease expired under us: start a new one
 		return coldResult{}, nil
 	case err != nil:
-		// The Txn may have landed: the delegation is looked for when a recall of the key
-		// arrives, and the recall key is withdrawn when the call ends.
-		c.unknown[a.k] = struct{}{}
+		// The Txn may have landed: a delegation it created is adopted when the watch reports
+		// it, and a recall it wrote is withdrawn when the call ends.
 		a.in = true
 		return coldResult{}, requestErr(ctx, "create the delegation", err, a.contended)
 	case resp.Succeeded:
 		a.in = false
-		delete(c.unknown, a.k)
 		return c.createdLocked(a.k, sess, resp.Header.Revision, minted, lease, revoke), nil
 	}
 	if nested := resp.Responses[2].GetResponseTxn(); nested != nil && nested.Succeeded {
@@ -94,10 +85,12 @@ func (c *Coordinator) coldOutcomeLocked(ctx context.Context, a *ask, sess *sessi
 	case len(dkvs) == 0 && a.in:
 		return coldResult{}, nil // this call's turn: create it
 	case len(dkvs) == 1 && dkvs[0].Lease == int64(sess.id):
-		if c.delegs[a.k] == nil && c.inflight[a.k] == 0 {
-			return coldResult{orphan: dkvs[0].ModRevision}, nil
+		// On this node's lease but unknown to it: a Txn of this node whose reply was lost
+		// created it, or another node handed it over. Adopt it and look again.
+		if c.delegs[a.k] == nil && c.sess == sess && !c.closed {
+			c.adoptLocked(a.k, dkvs[0].ModRevision, dkvs[0].Value)
 		}
-		return coldResult{}, nil // another call of this node just created it: look again
+		return coldResult{}, nil
 	}
 	// Another node holds the key, or another node's recall is ahead of this call.
 	a.contended = true

@@ -44,8 +44,6 @@ type Coordinator struct {
 	up        chan struct{}          // closed when watching becomes true; replaced when it breaks
 	delegs    map[string]*delegation // by key
 	recalls   map[string]recall      // key → another node's pending recall
-	inflight  map[string]int         // key → cold Txns of this node in flight
-	unknown   map[string]struct{}    // keys whose cold Txn failed with an unknown outcome
 	waiters   map[string][]*waiter   // key → Acquire calls waiting for its etcd keys to change
 	lastSweep time.Duration          // Mono of the last look for idle delegations
 	stats     Stats                  // counters; Delegations and Retained are computed by Stats
@@ -108,8 +106,6 @@ func New(client *clientv3.Client, node string, opts ...Option) (*Coordinator, er
 		up:       make(chan struct{}),
 		delegs:   map[string]*delegation{},
 		recalls:  map[string]recall{},
-		inflight: map[string]int{},
-		unknown:  map[string]struct{}{},
 		waiters:  map[string][]*waiter{},
 	}
 	rctx, cancel := context.WithTimeout(ctx, cfg.reqLimit)
@@ -206,10 +202,6 @@ func (c *Coordinator) Acquire(ctx context.Context, key []byte, lease time.Durati
 			return recordlock.Round{}, err
 		case r.granted:
 			return r.round, nil
-		case r.orphan != 0:
-			if err := c.deleteOrphan(ctx, a.k, r.orphan); err != nil {
-				return recordlock.Round{}, err
-			}
 		}
 	}
 }
@@ -276,20 +268,6 @@ func (c *Coordinator) await(ctx context.Context, ch <-chan struct{}) error {
 	case <-c.ctx.Done():
 		return errClosed
 	}
-}
-
-// deleteOrphan hands back a delegation of this node that no admission uses: one whose creating
-// Txn timed out after it landed. The revision check makes sure it deletes nothing newer.
-func (c *Coordinator) deleteOrphan(ctx context.Context, k string, createRev int64) error { // createRev: the grant's revision
-	dkey := c.dkey(k)
-	_, err := c.cli.Txn(leader(ctx)).
-		If(clientv3.Compare(clientv3.ModRevision(dkey), "=", createRev)).
-		Then(clientv3.OpDelete(dkey)).
-		Commit()
-	if err != nil {
-		return requestErr(ctx, "hand back a stale delegation", err, false)
-	}
-	return nil
 }
 
 // background runs f in a goroutine that Close waits for; after Close it does nothing, since

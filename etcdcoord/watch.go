@@ -128,14 +128,8 @@ func (c *Coordinator) applyLocked(typ mvccpb.Event_EventType, kv *mvccpb.KeyValu
 		delete(c.recalls, k)
 	case kind == 'r' && !c.mine(kv.Value):
 		c.recalls[k] = recall{rev: rev, value: string(kv.Value)}
-		if d := c.delegs[k]; d != nil {
-			if rev > int64(d.token) {
-				c.recallLocked(k, d)
-			}
-		} else if _, ok := c.unknown[k]; ok && c.inflight[k] == 0 && !c.closed {
-			// A cold Txn of this node failed after it may have landed: look for the orphan.
-			delete(c.unknown, k)
-			c.backgroundLocked(func() { c.clearOrphan(k) })
+		if d := c.delegs[k]; d != nil && rev > int64(d.token) {
+			c.recallLocked(k, d)
 		}
 	case kind == 'd':
 		// Only its holder changes a delegation key once it is granted, so a change after this
@@ -188,23 +182,5 @@ func (c *Coordinator) setWatching(on bool) {
 				w.fire()
 			}
 		}
-	}
-}
-
-// clearOrphan deletes k's delegation if it is on this node's lease but no delegation of this
-// node knows it.
-func (c *Coordinator) clearOrphan(k string) {
-	ctx, cancel := context.WithTimeout(leader(c.ctx), c.cfg.reqLimit)
-	defer cancel()
-	resp, err := c.cli.Get(ctx, c.dkey(k))
-	if err != nil || len(resp.Kvs) != 1 {
-		return
-	}
-	kv := resp.Kvs[0]
-	c.mu.Lock()
-	orphan := c.sess != nil && kv.Lease == int64(c.sess.id) && c.delegs[k] == nil
-	c.mu.Unlock()
-	if orphan {
-		_ = c.deleteOrphan(ctx, k, kv.ModRevision)
 	}
 }
