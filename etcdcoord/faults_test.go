@@ -67,6 +67,9 @@ type faultRun struct {
 	regs    []*register
 	occ     []atomic.Int32 // holders inside a fenced section, per key
 	maxOcc  atomic.Int32
+	// healed is true outside a fault's injection; maxHealed is maxOcc over those times only.
+	healed    atomic.Bool
+	maxHealed atomic.Int32
 
 	mu      sync.Mutex
 	ops     []rmw
@@ -140,7 +143,9 @@ func (fr *faultRun) work(t *testing.T, n *node, client int, stop <-chan struct{}
 		err = h.Fence(func() error {
 			occ := fr.occ[i].Add(1)
 			defer fr.occ[i].Add(-1)
-			for m := fr.maxOcc.Load(); occ > m && !fr.maxOcc.CompareAndSwap(m, occ); m = fr.maxOcc.Load() {
+			raise(&fr.maxOcc, occ)
+			if fr.healed.Load() {
+				raise(&fr.maxHealed, occ)
 			}
 			op = rmw{key: i, client: client, call: time.Now().UnixNano()}
 			v, seq, err := fr.regs[i].access(h.Token(), false, 0)
@@ -165,6 +170,12 @@ func (fr *faultRun) work(t *testing.T, n *node, client int, stop <-chan struct{}
 		fr.ops = append(fr.ops, op)
 		fr.commits++
 		fr.mu.Unlock()
+	}
+}
+
+// raise sets m to v if v is greater.
+func raise(m *atomic.Int32, v int32) {
+	for cur := m.Load(); v > cur && !m.CompareAndSwap(cur, v); cur = m.Load() {
 	}
 }
 
@@ -226,7 +237,8 @@ func (fr *faultRun) check(t *testing.T) string {
 			t.Errorf("key %s: porcupine says %v over %d operations", fr.keys[i], r, len(ops))
 		}
 	}
-	return fmt.Sprintf("interleaved %d, linearizable %v, max holders in a fence at once %d", interleaved, linearizable, fr.maxOcc.Load())
+	return fmt.Sprintf("interleaved %d, linearizable %v, max holders in a fence at once %d (%d outside the fault)",
+		interleaved, linearizable, fr.maxOcc.Load(), fr.maxHealed.Load())
 }
 
 // faults are the runs of the suite: each injects its fault while the nodes work and heals it.
@@ -237,6 +249,8 @@ var faults = []struct {
 	// overlap: holders may overlap for a moment, because etcd itself let the key go to
 	// another node before the holder could hear of it; the tokens must then keep them apart.
 	overlap bool
+	// lost: the nodes must notice that delegations they held disappeared.
+	lost bool
 }{
 	{name: "leader killed and restarted", inject: func(t *testing.T, fr *faultRun) {
 		l := fr.ec.leader()
@@ -255,7 +269,7 @@ var faults = []struct {
 		time.Sleep(faultTTL + 1500*time.Millisecond) // past the node's etcd lease
 		fr.healClient(0)
 	}},
-	{name: "delegation prefix deleted", overlap: true, inject: func(t *testing.T, fr *faultRun) {
+	{name: "delegation prefix deleted", overlap: true, lost: true, inject: func(t *testing.T, fr *faultRun) {
 		_, err := fr.nodes[1].cli.Delete(context.Background(), "/recordlock/d/", clientv3.WithPrefix())
 		require.NoError(t, err)
 		time.Sleep(time.Second)
@@ -275,8 +289,9 @@ var faults = []struct {
 // The fault suite: three nodes over a 3-member cluster lock three keys from two goroutines each
 // while one fault is injected and healed, once per run (repeatedly with -long). Invariants: no
 // two read-modify-writes of a key that both took effect interleave; each key's register is
-// linearizable; outside a deletion of the delegations, at most one holder is inside a fenced
-// section of a key at any instant; afterwards every node can lock every key.
+// linearizable; at most one holder is inside a fenced section of a key at any instant (while the
+// delegations are being deleted, only outside that moment); afterwards every node can lock
+// every key.
 func TestFaults(t *testing.T) {
 	for _, f := range faults {
 		t.Run(f.name, func(t *testing.T) {
@@ -292,9 +307,12 @@ func TestFaults(t *testing.T) {
 			if *long {
 				cycles = 5
 			}
+			fr.healed.Store(true)
 			for range cycles {
 				time.Sleep(time.Second)
+				fr.healed.Store(false)
 				f.inject(t, fr)
+				fr.healed.Store(true)
 			}
 			time.Sleep(2 * time.Second) // working after the heal
 			close(stop)
@@ -304,11 +322,16 @@ func TestFaults(t *testing.T) {
 			if !f.overlap {
 				assert.LessOrEqual(t, fr.maxOcc.Load(), int32(1), "holders of one key inside a fence at once")
 			}
-			var handoffs, restarts uint64
+			assert.LessOrEqual(t, fr.maxHealed.Load(), int32(1), "holders of one key inside a fence at once, outside the fault")
+			var handoffs, restarts, lost uint64
 			for _, n := range fr.nodes {
 				s := n.coord.Stats()
 				handoffs += s.RecallsReceived
 				restarts += s.WatchRestarts
+				lost += s.Lost
+			}
+			if f.lost {
+				assert.Positive(t, lost, "delegations the nodes noticed were gone")
 			}
 			fr.mu.Lock()
 			var errs []string
@@ -317,8 +340,8 @@ func TestFaults(t *testing.T) {
 				assert.False(t, strings.HasPrefix(k, "other"), "unexpected failure %s", k)
 			}
 			sort.Strings(errs)
-			t.Logf("%s: %d commits, %d hand-offs, %d watch restarts; failures: %s; %s",
-				f.name, fr.commits, handoffs, restarts, strings.Join(errs, ", "), summary)
+			t.Logf("%s: %d commits, %d hand-offs, %d delegations lost, %d watch restarts; failures: %s; %s",
+				f.name, fr.commits, handoffs, lost, restarts, strings.Join(errs, ", "), summary)
 			assert.Positive(t, fr.commits)
 			fr.mu.Unlock()
 
