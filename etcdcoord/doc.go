@@ -16,10 +16,12 @@
 // A node that finds the key delegated elsewhere asks for it back by writing a recall key, which
 // the holder sees on its watch. The holder stops admitting new local locks of the key, revokes
 // the admissions already released (so that a write staged before Release is fenced), waits for
-// each live admission to be released or to reach its deadline and revokes it then, and deletes
-// the delegation once every revocation has returned. A fenced commit in progress therefore
-// delays the hand-back until it returns, bounded by what the node trusts of its etcd lease when
-// the recall arrives. The asker waits on its watch within its own budget and fails with
+// each live admission to be released or to reach its deadline and revokes it then. Once every
+// revocation has returned, it hands the delegation over in one Txn that puts the key on the
+// asker's lease and deletes the recall, so the asker admits as soon as its watch reports it;
+// if the asker has gone, the key is deleted. A fenced commit in progress therefore delays the
+// hand-back until it returns, bounded by what the node trusts of its etcd lease when the recall
+// arrives. The asker waits on its watch within its own budget and fails with
 // recordlock.ErrTimeout when it runs out; its recall key is then withdrawn, with retries until
 // etcd confirms or the node's lease is gone. Askers are served in turn: while one node's recall
 // is pending, no other node creates the delegation.
@@ -40,8 +42,9 @@
 //
 // MintedMono is read from the Locker's clock before the request that grants is sent, and a
 // round is admitted only if it ends before the node's etcd lease can, so this node's deadline
-// always falls before etcd's. The fencing token is the etcd revision that created the
-// delegation, strictly increasing per key across the cluster. When etcd cannot be reached within
+// always falls before etcd's. The fencing token is the etcd revision that granted the
+// delegation to the node (its key's ModRevision), strictly increasing per key across the
+// cluster. When etcd cannot be reached within
 // the wait, Acquire fails with recordlock.ErrClusterUnavailable, never with a node-local lock. A
 // node that dies stops blocking others when its etcd lease expires, about one TTL later.
 package etcdcoord
