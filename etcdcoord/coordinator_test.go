@@ -233,7 +233,7 @@ func TestEtcdDownFailsClosed(t *testing.T) {
 	h, err := warm.l.Lock(context.Background(), []byte("warm-up"), cluster(time.Second, 10*time.Second))
 	require.NoError(t, err)
 	require.True(t, h.Release())
-	fresh := newNode(t, e, "fresh", fast) // has never talked to etcd
+	fresh := newNode(t, e, "fresh", fast) // has its lease but has never locked
 
 	e.stop()
 
