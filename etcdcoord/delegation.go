@@ -1,49 +1,58 @@
 package etcdcoord
 
 import (
-	"context"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/recordlock/recordlock"
 )
 
 // delegation is this node's right to admit holders of one key, backed by a key in etcd on the
-// node's lease. Its fields are guarded by Coordinator.mu.
+// node's lease. Its fields are guarded by Coordinator.mu, except gone, which is closed once.
 type delegation struct {
-	token    uint64   // the revision that created it: the fencing token of its rounds
-	sess     *session // the lease it lives on
-	recalled bool     // asked back (or closing): admits no more
-	ended    bool
+	token       uint64   // the revision that granted it to this node: the fencing token of its rounds
+	sess        *session // the lease it lives on
+	honored     string   // the recall value of this node's call that it was handed over for
+	recalled    bool     // admits no more: asked back, lost, idle or closing
+	handingBack bool     // this node is deleting or handing over its key in etcd
+	ended       bool
 
-	adm     []*admission // admissions whose lease may not have ended, in admission order from head
-	head    int
-	live    int           // admissions not yet released
-	lastEnd time.Duration // the latest deadline of any admission
+	// kept are the admissions a recall may have to revoke, oldest first: every live one, and
+	// at most RetainedPerKey released ones whose lease has not ended. A local key is held by
+	// one holder at a time, so this stays short.
+	kept     []*admission
+	released int           // how many of kept are released
+	lastEnd  time.Duration // the latest deadline of any admission
+	wake     chan struct{} // while handing back: closed when an admission is released
 
-	drained chan struct{} // while recalled: closed when live reaches zero
-	gone    chan struct{} // closed when the delegation is handed back or lost
+	gone chan struct{} // closed when the delegation is handed back or lost
 }
 
-// admission is one granted round. It is kept until its lease ends, released or not: a recall
-// revokes released admissions too, so that a write staged before Release is fenced.
+func newDelegation(token uint64, sess *session) *delegation {
+	return &delegation{token: token, sess: sess, gone: make(chan struct{})}
+}
+
+// admission is one granted round.
 type admission struct {
 	c        *Coordinator
 	d        *delegation
 	revoke   func()
 	deadline time.Duration // MintedMono + lease, on the Locker's clock
-	released bool
+	released bool          // its round's Release ran: the local key is free
+	taken    bool          // no longer in kept: revoked, being revoked, or its lease ended
 }
 
-// admit grants a round from d. Called with c.mu held.
-func (c *Coordinator) admit(d *delegation, minted, lease time.Duration, revoke func()) recordlock.Round {
+// admitLocked grants a round from d. If that keeps one released admission too many, it returns
+// the oldest one's revoke, for the caller to run once it has let go of c.mu.
+func (c *Coordinator) admitLocked(d *delegation, minted, lease time.Duration, revoke func()) (recordlock.Round, func()) {
 	d.prune(minted)
+	var evicted func()
+	if d.released >= RetainedPerKey {
+		evicted = d.evictOldestReleased()
+	}
 	a := &admission{c: c, d: d, revoke: revoke, deadline: minted + lease}
-	d.adm = append(d.adm, a)
-	d.live++
+	d.kept = append(d.kept, a)
 	d.lastEnd = max(d.lastEnd, a.deadline)
-	return recordlock.Round{TsR: c.cfg.stamp(), MintedMono: minted, Token: d.token, Release: a.release}
+	return recordlock.Round{TsR: c.cfg.stamp(), MintedMono: minted, Token: d.token, Release: a.release}, evicted
 }
 
 // release ends the admission (not the delegation). It never fails.
@@ -56,35 +65,77 @@ func (a *admission) release() error {
 	}
 	a.released = true
 	d := a.d
-	if d.live--; d.live == 0 && d.drained != nil {
-		close(d.drained)
-		d.drained = nil
+	if !a.taken {
+		d.released++
+	}
+	if d.wake != nil {
+		close(d.wake)
+		d.wake = nil
 	}
 	return nil
 }
 
-// prune drops the admissions at the head whose lease has ended; they need no revocation.
-func (d *delegation) prune(now time.Duration) {
-	for d.head < len(d.adm) && d.adm[d.head].deadline <= now {
-		d.adm[d.head] = nil
-		d.head++
+// live reports whether d has an admission not yet released.
+func (d *delegation) live() bool { return len(d.kept) > d.released }
+
+// remove takes kept[i] out of kept.
+func (d *delegation) remove(i int) *admission {
+	a := d.kept[i]
+	a.taken = true
+	if a.released {
+		d.released--
 	}
-	if d.head == len(d.adm) {
-		d.adm, d.head = d.adm[:0], 0
-	} else if d.head >= 64 && d.head*2 >= len(d.adm) {
-		n := copy(d.adm, d.adm[d.head:])
-		clear(d.adm[n:])
-		d.adm, d.head = d.adm[:n], 0
+	copy(d.kept[i:], d.kept[i+1:])
+	d.kept[len(d.kept)-1] = nil
+	d.kept = d.kept[:len(d.kept)-1]
+	return a
+}
+
+// prune drops the released admissions whose lease has ended by now: nothing they staged can
+// commit any more, so they need no revocation.
+func (d *delegation) prune(now time.Duration) {
+	for i := 0; i < len(d.kept); {
+		if a := d.kept[i]; a.released && a.deadline <= now {
+			d.remove(i)
+			continue
+		}
+		i++
 	}
 }
 
-// unended returns the revoke functions of the admissions whose lease has not ended by now.
-func (d *delegation) unended(now time.Duration) []func() {
-	var revokes []func()
-	for _, a := range d.adm[d.head:] {
-		if a.deadline > now {
-			revokes = append(revokes, a.revoke)
+// evictOldestReleased takes the oldest released admission out of kept and returns its revoke.
+func (d *delegation) evictOldestReleased() func() {
+	for i, a := range d.kept {
+		if a.released {
+			return d.remove(i).revoke
 		}
+	}
+	return nil
+}
+
+// takeDue takes out of kept the admissions a recall revokes now: those released, and those
+// whose deadline has passed (their Fence may still be committing; revoking waits for it). It
+// returns their revokes and the earliest deadline among the admissions left, 0 if none is.
+func (d *delegation) takeDue(now time.Duration) (revokes []func(), next time.Duration) {
+	for i := 0; i < len(d.kept); {
+		if a := d.kept[i]; a.released || a.deadline <= now {
+			revokes = append(revokes, d.remove(i).revoke)
+			continue
+		}
+		if next == 0 || d.kept[i].deadline < next {
+			next = d.kept[i].deadline
+		}
+		i++
+	}
+	return revokes, next
+}
+
+// takeAll takes every kept admission out and returns their revokes: the delegation is gone or
+// closing, so live holders lose their lease too.
+func (d *delegation) takeAll() []func() {
+	revokes := make([]func(), 0, len(d.kept))
+	for len(d.kept) > 0 {
+		revokes = append(revokes, d.remove(len(d.kept)-1).revoke)
 	}
 	return revokes
 }
@@ -93,105 +144,5 @@ func (d *delegation) end() {
 	if !d.ended {
 		d.ended = true
 		close(d.gone)
-	}
-}
-
-// recallLocked starts handing d back: no more admissions, every admission whose lease has not
-// ended is revoked, and once they have drained, or their deadlines have passed, the delegation
-// is deleted. Called with c.mu held.
-func (c *Coordinator) recallLocked(k string, d *delegation) {
-	if d.recalled || c.closed {
-		return
-	}
-	d.recalled = true
-	now := c.cfg.clock.Mono()
-	revokes := d.unended(now)
-	bound := now
-	for _, a := range d.adm[d.head:] {
-		bound = max(bound, a.deadline)
-	}
-	drained := make(chan struct{})
-	if d.live == 0 {
-		close(drained)
-	} else {
-		d.drained = drained
-	}
-	c.wg.Add(2)
-	revoked := make(chan struct{})
-	go func() {
-		defer c.wg.Done()
-		defer close(revoked)
-		for _, revoke := range revokes {
-			revoke() // RevokeLease: waits for a Fence in flight, fires the round's Release
-		}
-	}()
-	go func() {
-		defer c.wg.Done()
-		lapsed := make(chan struct{})
-		t := c.cfg.clock.AfterFunc(bound-now, func() { close(lapsed) })
-		defer t.Stop()
-		for _, ch := range []chan struct{}{revoked, drained} {
-			select {
-			case <-ch:
-			case <-lapsed:
-			case <-c.ctx.Done():
-				return // Close hands everything back
-			}
-		}
-		c.handBack([]string{k}, []*delegation{d})
-	}()
-}
-
-// sweepLocked hands back the delegations that no admission has used for the linger period:
-// a node that locks many distinct keys must not keep them all in etcd. Called with c.mu held.
-func (c *Coordinator) sweepLocked(now time.Duration) {
-	c.lastSweep = now
-	var ks []string
-	var ds []*delegation
-	for k, d := range c.delegs {
-		if !d.recalled && d.live == 0 && now-d.lastEnd >= c.cfg.linger {
-			d.recalled = true
-			ks, ds = append(ks, k), append(ds, d)
-		}
-	}
-	for len(ks) > 0 {
-		n := min(len(ks), handBackBatch)
-		bk, bd := ks[:n], ds[:n]
-		c.backgroundLocked(func() { c.handBack(bk, bd) })
-		ks, ds = ks[n:], ds[n:]
-	}
-}
-
-// handBackBatch is how many delegations one Txn hands back; etcd allows 128 operations.
-const handBackBatch = 64
-
-// handBack deletes the delegations' keys in etcd, each only if it is still the one this node
-// created, in one Txn, retrying until they are gone or the coordinator closes.
-func (c *Coordinator) handBack(ks []string, ds []*delegation) {
-	ops := make([]clientv3.Op, len(ks))
-	for i, k := range ks {
-		dkey := c.dkey(k)
-		ops[i] = clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(dkey), "=", int64(ds[i].token))},
-			[]clientv3.Op{clientv3.OpDelete(dkey)}, nil)
-	}
-	for attempt := 0; ; attempt++ {
-		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.reqLimit)
-		_, err := c.cli.Txn(ctx).Then(ops...).Commit()
-		cancel()
-		if err == nil {
-			break
-		}
-		if !c.sleep(min(attempt, 4)) {
-			return
-		}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, k := range ks {
-		if c.delegs[k] == ds[i] {
-			delete(c.delegs, k)
-		}
-		ds[i].end()
 	}
 }

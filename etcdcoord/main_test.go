@@ -2,6 +2,8 @@ package etcdcoord_test
 
 import (
 	"context"
+	"flag"
+	"log/slog"
 	"net"
 	"net/url"
 	"sync"
@@ -21,6 +23,12 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// long makes the fault suite and the retention test run at full length.
+var long = flag.Bool("long", false, "run the fault suite and the retention test at full length")
+
+// quiet is the logger of coordinators whose logs no test reads.
+var quiet = slog.New(slog.DiscardHandler)
 
 // startEtcd runs a single-member etcd on loopback ports in a temp dir, stopped at the end of the
 // test. Its short election timeout allows leases of one second.
@@ -73,6 +81,15 @@ type requests struct {
 	mu        sync.Mutex
 	by        map[string]int
 	onRequest func(method string)
+	// hook, when set, runs each unary call in place of the plain invocation; invoke sends it.
+	hook func(ctx context.Context, method string, req any, invoke func() error) error
+}
+
+// setHook sets or clears the unary hook.
+func (r *requests) setHook(h func(ctx context.Context, method string, req any, invoke func() error) error) {
+	r.mu.Lock()
+	r.hook = h
+	r.mu.Unlock()
 }
 
 func (r *requests) add(method string) {
@@ -108,7 +125,14 @@ func (r *requests) since(before map[string]int) map[string]int {
 
 func (r *requests) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	r.add(method)
-	return invoker(ctx, method, req, reply, cc, opts...)
+	r.mu.Lock()
+	hook := r.hook
+	r.mu.Unlock()
+	invoke := func() error { return invoker(ctx, method, req, reply, cc, opts...) }
+	if hook != nil {
+		return hook(ctx, method, req, invoke)
+	}
+	return invoke()
 }
 
 func (r *requests) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -141,11 +165,12 @@ type node struct {
 }
 
 type nodeConfig struct {
-	clock recordlock.Clock
-	opts  []etcdcoord.Option
+	clock     recordlock.Clock
+	opts      []etcdcoord.Option
+	endpoints []string // default: e's client address
 }
 
-// newNode starts a node on e, torn down at the end of the test.
+// newNode starts a node on e (or on nc.endpoints), torn down at the end of the test.
 func newNode(tb testing.TB, e *server, name string, nc nodeConfig) *node {
 	tb.Helper()
 	if nc.clock == nil {
@@ -161,10 +186,15 @@ func newNode(tb testing.TB, e *server, name string, nc nodeConfig) *node {
 	tb.Cleanup(db.Close)
 	n.db = db
 
+	if nc.endpoints == nil {
+		nc.endpoints = []string{e.Clients[0].Addr().String()}
+	}
 	n.cli, err = clientv3.New(clientv3.Config{
-		Endpoints:   []string{e.Clients[0].Addr().String()},
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
+		Endpoints:            nc.endpoints,
+		DialTimeout:          5 * time.Second,
+		DialKeepAliveTime:    time.Second,
+		DialKeepAliveTimeout: time.Second,
+		Logger:               zap.NewNop(),
 		DialOptions: []grpc.DialOption{
 			grpc.WithChainUnaryInterceptor(n.reqs.unary),
 			grpc.WithChainStreamInterceptor(n.reqs.stream),
@@ -177,7 +207,8 @@ func newNode(tb testing.TB, e *server, name string, nc nodeConfig) *node {
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = n.l.Close() })
 
-	opts := append([]etcdcoord.Option{etcdcoord.WithClock(nc.clock), etcdcoord.WithTimestamp(n.l.Timestamp)}, nc.opts...)
+	opts := append([]etcdcoord.Option{etcdcoord.WithClock(nc.clock), etcdcoord.WithTimestamp(n.l.Timestamp),
+		etcdcoord.WithLogger(quiet)}, nc.opts...)
 	n.coord, err = etcdcoord.New(n.cli, name, opts...)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = n.coord.Close() })
@@ -188,4 +219,13 @@ func newNode(tb testing.TB, e *server, name string, nc nodeConfig) *node {
 // cluster are the options of a cluster-scoped lock.
 func cluster(lease, timeout time.Duration) recordlock.Options {
 	return recordlock.Options{Scope: recordlock.ScopeCluster, Lease: lease, Timeout: timeout}
+}
+
+// lease returns the node's etcd lease: the one its name is registered on.
+func (n *node) lease(tb testing.TB) int64 {
+	tb.Helper()
+	resp, err := n.cli.Get(context.Background(), "/recordlock/n/"+encode(n.name))
+	require.NoError(tb, err)
+	require.Len(tb, resp.Kvs, 1)
+	return resp.Kvs[0].Lease
 }

@@ -1,6 +1,7 @@
 package etcdcoord
 
 import (
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +24,9 @@ const (
 	// DefaultRequestTimeout bounds the requests made outside any caller's wait: handing a
 	// delegation back, withdrawing a recall, and revoking the lease in Close.
 	DefaultRequestTimeout = 5 * time.Second
+	// RetainedPerKey is how many released admissions whose lease has not ended a delegation
+	// keeps for revocation; when one more would be kept, the oldest is revoked at once.
+	RetainedPerKey = 16
 )
 
 // Option configures New.
@@ -36,6 +40,7 @@ type config struct {
 	skew     time.Duration
 	linger   time.Duration
 	reqLimit time.Duration
+	log      *slog.Logger
 }
 
 type prefixOption string
@@ -94,6 +99,14 @@ func (o requestTimeoutOption) apply(c *config) { c.reqLimit = time.Duration(o) }
 // WithRequestTimeout bounds the requests made outside any caller's wait; see
 // DefaultRequestTimeout.
 func WithRequestTimeout(d time.Duration) Option { return requestTimeoutOption(d) }
+
+type loggerOption struct{ l *slog.Logger }
+
+func (o loggerOption) apply(c *config) { c.log = o.l }
+
+// WithLogger sets where failed hand-backs, withdrawals, watch restarts and lost delegations are
+// reported. The default, and what nil means, is slog.Default().
+func WithLogger(l *slog.Logger) Option { return loggerOption{l} }
 
 // clockStamps mints timestamps from a clock's wall reading, strictly increasing.
 type clockStamps struct {

@@ -1,0 +1,86 @@
+package etcdcoord_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/etcdcoord"
+)
+
+// A wait for another node that runs out while a request is in flight is ErrTimeout: etcd
+// answered, the other nodes were slow.
+func TestTimeoutDuringColdRequest(t *testing.T) {
+	e := startEtcd(t)
+	a := newNode(t, e, "a", nodeConfig{})
+	b := newNode(t, e, "b", nodeConfig{})
+	c := newNode(t, e, "c", nodeConfig{})
+	ctx := context.Background()
+	ha, err := a.l.Lock(ctx, []byte("k"), cluster(5*time.Second, 10*time.Second))
+	require.NoError(t, err)
+	gotC := lockAsync(c, "k", cluster(time.Second, 20*time.Second))
+	waitForKey(t, a.cli, "/recordlock/r/"+encode("k")) // C is first in turn
+
+	// B's first cold Txn finds C ahead and waits. When A hands the key to C, B looks again,
+	// and that Txn is slower than what is left of B's wait.
+	txns := make(chan int, 2)
+	n := 0
+	b.reqs.setHook(func(ctx context.Context, method string, req any, invoke func() error) error {
+		if method != "/etcdserverpb.KV/Txn" || isWithdraw(req) {
+			return invoke()
+		}
+		n++
+		if n == 2 {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		err := invoke()
+		txns <- n
+		return err
+	})
+	gotB := lockAsync(b, "k", cluster(time.Second, time.Second))
+	require.Equal(t, 1, <-txns)
+	ha.Release() // whether A still held it is TestRecallWaitsForLiveHolder's business
+
+	rc := <-gotC
+	require.NoError(t, rc.err)
+	r := <-gotB
+	require.ErrorIs(t, r.err, recordlock.ErrTimeout)
+	assert.NotErrorIs(t, r.err, recordlock.ErrClusterUnavailable)
+	assert.NotErrorIs(t, r.err, context.Canceled)
+	require.True(t, rc.h.Release())
+}
+
+// A lease the node's etcd lease cannot cover is invalid options, not an unavailable cluster,
+// and nothing stays locked.
+func TestLeaseLongerThanTTLLessSkew(t *testing.T) {
+	e := startEtcd(t)
+	n := newNode(t, e, "a", nodeConfig{opts: []etcdcoord.Option{etcdcoord.WithTTL(5 * time.Second)}})
+	before := n.reqs.snapshot()
+	_, err := n.l.Lock(context.Background(), []byte("k"), cluster(4500*time.Millisecond, 5*time.Second))
+	require.ErrorIs(t, err, recordlock.ErrInvalidOptions)
+	assert.Empty(t, n.reqs.since(before), "no request for a lease that cannot be granted")
+	h, err := n.l.Lock(context.Background(), []byte("k"), cluster(4*time.Second, 5*time.Second))
+	require.NoError(t, err, "TTL less skew is the longest lease")
+	require.True(t, h.Release())
+}
+
+// A node name that is live in the cluster is refused; once its coordinator closes, the name
+// is free again.
+func TestNewRefusesLiveName(t *testing.T) {
+	e := startEtcd(t)
+	a := newNode(t, e, "a", nodeConfig{})
+	other := newNode(t, e, "other", nodeConfig{})
+	c, err := etcdcoord.New(other.cli, "a", etcdcoord.WithLogger(quiet))
+	require.ErrorIs(t, err, etcdcoord.ErrNameTaken)
+	assert.Nil(t, c)
+
+	require.NoError(t, a.coord.Close())
+	c, err = etcdcoord.New(other.cli, "a", etcdcoord.WithLogger(quiet))
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+}

@@ -1,0 +1,292 @@
+package etcdcoord
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// recallLocked starts handing d back after another node asked for it: no more admissions, and
+// handOver returns it once every admission is revoked. Called with c.mu held.
+func (c *Coordinator) recallLocked(k string, d *delegation) {
+	if d.recalled || c.closed {
+		return
+	}
+	d.recalled = true
+	c.stats.RecallsReceived++
+	bound := d.sess.validUntil
+	c.wg.Add(1)
+	go c.handOver(k, d, bound)
+}
+
+// handOver revokes d's admissions as they become due and then hands d back. Released ones are
+// revoked at once, so that what they staged is fenced; a live one is revoked when it is
+// released or reaches its deadline, not before. A revocation waits for a Fence in flight, so
+// the hand-back waits for it too, but not past bound (a Mono reading): the end of what the node
+// trusted of its etcd lease when the recall arrived, after which etcd may let the key go anyway.
+func (c *Coordinator) handOver(k string, d *delegation, bound time.Duration) {
+	defer c.wg.Done()
+	lapsed := make(chan struct{})
+	lt := c.cfg.clock.AfterFunc(bound-c.cfg.clock.Mono(), func() { close(lapsed) })
+	defer lt.Stop()
+	for {
+		c.mu.Lock()
+		now := c.cfg.clock.Mono()
+		revokes, next := d.takeDue(now)
+		var wake chan struct{}
+		if next != 0 {
+			wake = make(chan struct{})
+			d.wake = wake
+		}
+		c.mu.Unlock()
+		if len(revokes) > 0 {
+			done := make(chan struct{})
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				defer close(done)
+				for _, revoke := range revokes {
+					revoke() // RevokeLease: waits for a Fence in flight, fires the round's Release
+				}
+			}()
+			select {
+			case <-done:
+			case <-lapsed:
+				c.giveUp(k, d)
+				return
+			case <-c.ctx.Done():
+				return // Close hands everything back
+			}
+		}
+		if next == 0 {
+			break
+		}
+		due := make(chan struct{})
+		t := c.cfg.clock.AfterFunc(next-now, func() { close(due) })
+		select {
+		case <-wake:
+		case <-due:
+		case <-lapsed:
+			t.Stop()
+			c.giveUp(k, d)
+			return
+		case <-c.ctx.Done():
+			t.Stop()
+			return
+		}
+		t.Stop()
+	}
+	c.handOff(k, d)
+}
+
+// giveUp hands d back once the node can no longer trust its etcd lease to cover it, revoking
+// whatever admission is left without waiting for it.
+func (c *Coordinator) giveUp(k string, d *delegation) {
+	c.mu.Lock()
+	c.revokeLocked(d.takeAll())
+	c.mu.Unlock()
+	c.log.Warn("etcdcoord: a fenced commit outlasted the node's etcd lease; handing the key back", "key", k)
+	c.handBack([]string{k}, []*delegation{d})
+}
+
+// revokeLocked runs revokes in a goroutine that Close waits for: a revocation waits for a
+// Fence in flight, which must not hold up the caller. Called with c.mu held.
+func (c *Coordinator) revokeLocked(revokes []func()) {
+	if len(revokes) == 0 {
+		return
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		for _, revoke := range revokes {
+			revoke()
+		}
+	}()
+}
+
+// sweepLocked hands back the delegations that no admission has used for the linger period:
+// a node that locks many distinct keys must not keep them all in etcd. Called with c.mu held.
+func (c *Coordinator) sweepLocked(now time.Duration) {
+	c.lastSweep = now
+	var ks []string
+	var ds []*delegation
+	for k, d := range c.delegs {
+		if d.recalled {
+			continue
+		}
+		d.prune(now)
+		if !d.live() && len(d.kept) == 0 && now-d.lastEnd >= c.cfg.linger {
+			d.recalled = true
+			ks, ds = append(ks, k), append(ds, d)
+		}
+	}
+	for len(ks) > 0 {
+		n := min(len(ks), handBackBatch)
+		bk, bd := ks[:n], ds[:n]
+		c.backgroundLocked(func() { c.handBack(bk, bd) })
+		ks, ds = ks[n:], ds[n:]
+	}
+}
+
+// handBackBatch is how many delegations one Txn hands back; etcd allows 128 operations.
+const handBackBatch = 64
+
+// recall is another node's pending request for a key.
+type recall struct {
+	rev   int64  // the revision that wrote it
+	value string // the asker's recall value, which names the lease to hand the key over on
+}
+
+// handOff gives a recalled delegation to the node whose recall is pending, in one Txn that puts
+// the delegation key on that node's lease and deletes its recall, so that the asker admits
+// without another request. If that recall is gone, or its lease is, the key is deleted instead.
+func (c *Coordinator) handOff(k string, d *delegation) {
+	c.mu.Lock()
+	r, ok := c.recalls[k]
+	c.mu.Unlock()
+	lease, valid := recallLease(r.value)
+	if !ok || !valid {
+		c.handBack([]string{k}, []*delegation{d})
+		return
+	}
+	dkey, rkey := c.dkey(k), c.rkey(k)
+	ours := clientv3.Compare(clientv3.ModRevision(dkey), "=", int64(d.token))
+	plain := clientv3.OpTxn([]clientv3.Cmp{ours}, []clientv3.Op{clientv3.OpDelete(dkey)}, nil)
+	c.giveBack([]string{k}, []*delegation{d}, func(ctx context.Context) error {
+		_, err := c.cli.Txn(ctx).
+			If(ours, clientv3.Compare(clientv3.Value(rkey), "=", r.value)).
+			Then(clientv3.OpPut(dkey, r.value, clientv3.WithLease(lease)), clientv3.OpDelete(rkey)).
+			Else(plain).
+			Commit()
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) { // the asker's lease is gone
+			_, err = c.cli.Txn(ctx).Then(plain).Commit()
+		}
+		return err
+	})
+}
+
+// handBack deletes the delegations' keys in etcd, each only if it is still the one granted to
+// this node, in one Txn.
+func (c *Coordinator) handBack(ks []string, ds []*delegation) {
+	ops := make([]clientv3.Op, len(ks))
+	for i, k := range ks {
+		dkey := c.dkey(k)
+		ops[i] = clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(dkey), "=", int64(ds[i].token))},
+			[]clientv3.Op{clientv3.OpDelete(dkey)}, nil)
+	}
+	c.giveBack(ks, ds, func(ctx context.Context) error {
+		_, err := c.cli.Txn(ctx).Then(ops...).Commit()
+		return err
+	})
+}
+
+// giveBack runs txn, which deletes or hands over the delegations' keys, retrying until it
+// succeeds, the lease they live on is gone, or the coordinator closes; then forgets them.
+func (c *Coordinator) giveBack(ks []string, ds []*delegation, txn func(ctx context.Context) error) {
+	c.mu.Lock()
+	for _, d := range ds {
+		d.handingBack = true
+	}
+	c.mu.Unlock()
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(leader(c.ctx), c.cfg.reqLimit)
+		err := txn(ctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if c.ctx.Err() != nil {
+			return // Close revokes the lease, which hands everything back
+		}
+		c.log.Warn("etcdcoord: hand-back failed; retrying", "keys", len(ks), "attempt", attempt+1, "err", err)
+		c.mu.Lock()
+		lost := c.sess != ds[0].sess
+		c.mu.Unlock()
+		if lost || !c.sleep(min(attempt, 5)) {
+			break // the lease, and every delegation on it, is gone
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, k := range ks {
+		if c.delegs[k] == ds[i] {
+			delete(c.delegs, k)
+		}
+		ds[i].end()
+	}
+	c.stats.HandBacks += uint64(len(ks))
+}
+
+// adoptLocked records a delegation that etcd reports on this node's lease but this node does
+// not know: one another node handed over, or one whose creating Txn's reply did not arrive.
+// Called with c.mu held.
+func (c *Coordinator) adoptLocked(k string, rev int64, value []byte) {
+	d := newDelegation(uint64(rev), c.sess)
+	d.lastEnd = c.cfg.clock.Mono() // kept for the linger period if nobody uses it
+	if c.mine(value) {
+		d.honored = string(value)
+	}
+	c.delegs[k] = d
+	if r, ok := c.recalls[k]; ok && r.rev > rev {
+		c.recallLocked(k, d)
+	}
+}
+
+// forgetLocked drops a delegation this node deleted or handed over itself. Called with c.mu
+// held.
+func (c *Coordinator) forgetLocked(k string, d *delegation) {
+	if c.delegs[k] == d {
+		delete(c.delegs, k)
+	}
+	d.end()
+}
+
+// loseLocked forgets a delegation that etcd no longer has and revokes every admission from it
+// at once, live ones included: another node may already hold the key. Called with c.mu held.
+func (c *Coordinator) loseLocked(k string, d *delegation, why string) {
+	if c.delegs[k] == d {
+		delete(c.delegs, k)
+	}
+	d.recalled = true
+	revokes := d.takeAll()
+	d.end()
+	c.stats.Lost++
+	c.log.Warn("etcdcoord: a delegation disappeared from etcd; its admissions are revoked",
+		"key", k, "token", d.token, "revoked", len(revokes), "why", why)
+	c.revokeLocked(revokes)
+}
+
+// withdraw deletes a recall key this node wrote, or may have written, after the call that
+// wrote it gave up, so that nodes queued behind it are not held up. It compares the call's own
+// value, so it never deletes a later recall, and retries until etcd confirms, the lease the key
+// lives on is gone, or the coordinator closes.
+func (c *Coordinator) withdraw(a *ask) {
+	rkey, value := c.rkey(a.k), a.value
+	c.mu.Lock()
+	sess := c.sess
+	c.mu.Unlock()
+	c.background(func() {
+		for attempt := 0; ; attempt++ {
+			ctx, cancel := context.WithTimeout(leader(c.ctx), c.cfg.reqLimit)
+			_, err := c.cli.Txn(ctx).
+				If(clientv3.Compare(clientv3.Value(rkey), "=", value)).
+				Then(clientv3.OpDelete(rkey)).
+				Commit()
+			cancel()
+			if err == nil || c.ctx.Err() != nil {
+				return
+			}
+			c.log.Warn("etcdcoord: withdrawing a recall failed; retrying", "key", a.k, "attempt", attempt+1, "err", err)
+			c.mu.Lock()
+			lost := sess == nil || c.sess != sess
+			c.mu.Unlock()
+			if lost || !c.sleep(min(attempt, 5)) {
+				return
+			}
+		}
+	})
+}

@@ -1,0 +1,125 @@
+package etcdcoord_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock"
+)
+
+type lockResult struct {
+	h   *recordlock.Handle
+	err error
+}
+
+// lockAsync starts a Lock on n and returns where its result arrives.
+func lockAsync(n *node, key string, opts recordlock.Options) chan lockResult {
+	got := make(chan lockResult, 1)
+	go func() {
+		h, err := n.l.Lock(context.Background(), []byte(key), opts)
+		got <- lockResult{h, err}
+	}()
+	return got
+}
+
+// admitted reports whether the Lock behind got has returned, putting its result back.
+func admitted(got chan lockResult) bool {
+	select {
+	case r := <-got:
+		got <- r
+		return true
+	default:
+		return false
+	}
+}
+
+// A recall does not take the key from a live holder: B's request waits while A works, A's
+// fenced write after the recall arrived still lands, and B is admitted once A releases.
+func TestRecallWaitsForLiveHolder(t *testing.T) {
+	e := startEtcd(t)
+	a := newNode(t, e, "a", nodeConfig{})
+	b := newNode(t, e, "b", nodeConfig{})
+	ctx := context.Background()
+
+	ha, err := a.l.Lock(ctx, []byte("k"), cluster(10*time.Second, 10*time.Second))
+	require.NoError(t, err)
+	got := make(chan lockResult, 1)
+	go func() {
+		h, err := b.l.Lock(ctx, []byte("k"), cluster(10*time.Second, 20*time.Second))
+		got <- lockResult{h, err}
+	}()
+	waitForKey(t, a.cli, "/recordlock/r/"+encode("k")) // B has asked for the key back
+	time.Sleep(300 * time.Millisecond)                 // A is working; room for a wrong hand-off
+
+	assert.False(t, ha.IsLeaseExpired(), "A's live holder was revoked by the recall")
+	assert.False(t, admitted(got), "B was admitted while A's holder was live")
+	// A new local lock of the key on A is not admitted from the recalled delegation.
+	_, err = a.l.TryLock([]byte("k"), recordlock.Options{Scope: recordlock.ScopeNode})
+	require.ErrorIs(t, err, recordlock.ErrLocked)
+	require.NoError(t, ha.Fence(func() error {
+		_, err := a.cli.Put(ctx, "value/k", "a")
+		return err
+	}), "A's fenced write after the recall arrived")
+	require.True(t, ha.Release())
+
+	r := <-got
+	require.NoError(t, r.err)
+	assert.Greater(t, r.h.Token(), ha.Token())
+	resp, err := b.cli.Get(ctx, "value/k")
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	assert.Equal(t, "a", string(resp.Kvs[0].Value))
+	require.True(t, r.h.Release())
+}
+
+// A cross-node TryLock of a held key fails without taking it from its live holder.
+func TestCrossNodeTryLockDoesNotSteal(t *testing.T) {
+	e := startEtcd(t)
+	a := newNode(t, e, "a", nodeConfig{})
+	b := newNode(t, e, "b", nodeConfig{})
+
+	ha, err := a.l.Lock(context.Background(), []byte("k"), cluster(10*time.Second, 10*time.Second))
+	require.NoError(t, err)
+	_, err = b.l.TryLock([]byte("k"), cluster(time.Second, 300*time.Millisecond))
+	require.ErrorIs(t, err, recordlock.ErrTimeout)
+	assert.False(t, ha.IsLeaseExpired(), "the TryLock took the key from its live holder")
+	require.NoError(t, ha.Fence(func() error { return nil }))
+	require.True(t, ha.Release())
+}
+
+// A fenced commit in flight delays the hand-back until it returns, even past the holder's
+// deadline: the successor is admitted only after the commit.
+func TestFencedCommitDelaysHandBack(t *testing.T) {
+	e := startEtcd(t)
+	a := newNode(t, e, "a", nodeConfig{})
+	b := newNode(t, e, "b", nodeConfig{})
+	const lease = 500 * time.Millisecond
+
+	ha, err := a.l.Lock(context.Background(), []byte("k"), cluster(lease, 10*time.Second))
+	require.NoError(t, err)
+	entered, finish := make(chan struct{}), make(chan struct{})
+	fenced := make(chan error, 1)
+	go func() {
+		fenced <- ha.Fence(func() error { close(entered); <-finish; return nil })
+	}()
+	<-entered
+	got := lockAsync(b, "k", cluster(time.Second, 20*time.Second))
+	waitForKey(t, a.cli, "/recordlock/r/"+encode("k"))
+	select {
+	case <-ha.Done(): // the deadline passed while the commit runs
+	case <-time.After(10 * time.Second):
+		t.Fatal("A's lease did not lapse")
+	}
+	time.Sleep(300 * time.Millisecond) // room for a wrong hand-back
+	assert.False(t, admitted(got), "B was admitted while A's fenced commit ran")
+
+	close(finish)
+	require.NoError(t, <-fenced)
+	r := <-got
+	require.NoError(t, r.err)
+	require.True(t, r.h.Release())
+}

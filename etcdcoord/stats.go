@@ -1,0 +1,33 @@
+package etcdcoord
+
+// Stats are a coordinator's figures: the gauges now, the counters since New.
+type Stats struct {
+	// Delegations is how many keys this node holds a delegation for now.
+	Delegations int
+	// Retained is how many admissions the delegations keep for revocation now: live ones and
+	// released ones whose lease has not ended (at most RetainedPerKey of those per key).
+	Retained int
+	// RecallsSent counts recall keys this node wrote; RecallsReceived, recalls of its
+	// delegations by other nodes.
+	RecallsSent, RecallsReceived uint64
+	// HandBacks counts delegations handed back to etcd: recalled, idle or given up.
+	HandBacks uint64
+	// Lost counts delegations that disappeared from etcd while this node held them.
+	Lost uint64
+	// RefreshFailures counts refreshes of the node's etcd lease that failed.
+	RefreshFailures uint64
+	// WatchRestarts counts times the watch broke and was set up again.
+	WatchRestarts uint64
+}
+
+// Stats returns the coordinator's figures.
+func (c *Coordinator) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.stats
+	s.Delegations = len(c.delegs)
+	for _, d := range c.delegs {
+		s.Retained += len(d.kept)
+	}
+	return s
+}

@@ -1,0 +1,108 @@
+package etcdcoord_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock/etcdcoord"
+)
+
+// syncBuffer is a log destination safe for the coordinator's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Stats count what the coordinators did, and a failed hand-back is logged and retried.
+func TestStatsAndLogs(t *testing.T) {
+	e := startEtcd(t)
+	var logs syncBuffer
+	a := newNode(t, e, "a", nodeConfig{opts: []etcdcoord.Option{etcdcoord.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))}})
+	b := newNode(t, e, "b", nodeConfig{})
+	ctx := context.Background()
+
+	h, err := a.l.Lock(ctx, []byte("k"), cluster(time.Second, 10*time.Second))
+	require.NoError(t, err)
+	require.True(t, h.Release())
+	s := a.coord.Stats()
+	assert.Equal(t, 1, s.Delegations)
+	assert.Equal(t, 1, s.Retained, "a released admission whose lease has not ended")
+
+	var failed bool
+	a.reqs.setHook(func(ctx context.Context, method string, req any, invoke func() error) error {
+		if method == "/etcdserverpb.KV/Txn" && !failed {
+			failed = true // A's first hand-back
+			return errLostReply
+		}
+		return invoke()
+	})
+	h, err = b.l.Lock(ctx, []byte("k"), cluster(time.Second, 10*time.Second))
+	require.NoError(t, err)
+	require.True(t, h.Release())
+
+	// B may be admitted before the reply to A's hand-back reaches A.
+	assert.Eventually(t, func() bool { return a.coord.Stats().HandBacks == 1 }, 10*time.Second, 10*time.Millisecond)
+	s = a.coord.Stats()
+	assert.Equal(t, 0, s.Delegations)
+	assert.Equal(t, 0, s.Retained)
+	assert.Equal(t, uint64(1), s.RecallsReceived)
+	assert.Equal(t, uint64(1), b.coord.Stats().RecallsSent)
+	assert.Equal(t, 1, b.coord.Stats().Delegations)
+	assert.Contains(t, logs.String(), "hand-back failed")
+}
+
+// What a delegation keeps for revocation does not grow with the lock rate: many locks of one
+// key with a long lease retain a bounded number of admissions and little memory.
+func TestRetentionBounded(t *testing.T) {
+	locks := 30_000
+	if *long {
+		locks = 300_000
+	}
+	e := startEtcd(t)
+	n := newNode(t, e, "a", nodeConfig{})
+	ctx := context.Background()
+	opts := cluster(30*time.Second, 10*time.Second)
+	h, err := n.l.Lock(ctx, []byte("k"), opts)
+	require.NoError(t, err)
+	require.True(t, h.Release())
+
+	before := heapInUse()
+	for range locks {
+		h, err := n.l.Lock(ctx, []byte("k"), opts)
+		require.NoError(t, err)
+		h.Release()
+	}
+	grown := heapInUse() - before
+	assert.LessOrEqual(t, n.coord.Stats().Retained, etcdcoord.RetainedPerKey)
+	assert.Less(t, grown, int64(1<<20), "heap grew by %d bytes over %d locks", grown, locks)
+	t.Logf("%d locks of one key with a 30s lease: %d admissions retained, heap %+d bytes",
+		locks, n.coord.Stats().Retained, grown)
+}
+
+// heapInUse is the live heap after a collection.
+func heapInUse() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}

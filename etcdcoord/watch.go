@@ -1,0 +1,186 @@
+package etcdcoord
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// watch follows every key under the prefix until the coordinator or its client closes. Each
+// time it (re)starts, it first reads the prefix afresh, so that nothing that changed while it
+// was down is missed, then watches from the revision of that read.
+func (c *Coordinator) watch() {
+	defer c.wg.Done()
+	for attempt := 0; ; attempt++ {
+		if c.ctx.Err() != nil || c.cli.Ctx().Err() != nil {
+			return
+		}
+		rev, err := c.resync()
+		if err == nil {
+			var established bool
+			established, err = c.follow(rev)
+			if established {
+				attempt = 0
+			}
+		}
+		c.setWatching(false)
+		if c.ctx.Err() != nil || c.cli.Ctx().Err() != nil {
+			return
+		}
+		c.mu.Lock()
+		c.stats.WatchRestarts++
+		c.mu.Unlock()
+		c.log.Warn("etcdcoord: the watch on etcd broke; reading the prefix again", "attempt", attempt+1, "err", err)
+		if !c.sleep(min(attempt, 4)) {
+			return
+		}
+	}
+}
+
+// follow watches the prefix from after revision rev until the watch ends, applying each event.
+// It reports whether the watch was established.
+func (c *Coordinator) follow(rev int64) (bool, error) {
+	ctx, cancel := context.WithCancel(leader(c.ctx))
+	defer cancel()
+	established := false
+	for resp := range c.cli.Watch(ctx, c.cfg.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithCreatedNotify()) {
+		if err := resp.Err(); err != nil {
+			return established, err
+		}
+		if resp.Created {
+			established = true
+			c.setWatching(true)
+			continue
+		}
+		c.mu.Lock()
+		for _, ev := range resp.Events {
+			c.applyLocked(ev.Type, ev.Kv)
+		}
+		c.mu.Unlock()
+	}
+	return established, errors.New("etcdcoord: the watch closed")
+}
+
+// resync reads every key under the prefix and brings this node's view up to date: delegations
+// etcd no longer has are lost, and pending recalls are honoured. It returns the revision read.
+func (c *Coordinator) resync() (int64, error) {
+	ctx, cancel := context.WithTimeout(leader(c.ctx), c.cfg.reqLimit)
+	defer cancel()
+	resp, err := c.cli.Get(ctx, c.cfg.prefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, err
+	}
+	rev := resp.Header.Revision
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	held := map[string]*mvccpb.KeyValue{} // key → its delegation
+	clear(c.recalls)
+	for _, kv := range resp.Kvs {
+		switch kind, k, ok := c.parse(kv.Key); {
+		case !ok:
+		case kind == 'd':
+			held[k] = kv
+		case kind == 'r' && !c.mine(kv.Value):
+			c.recalls[k] = recall{rev: kv.ModRevision, value: string(kv.Value)}
+		}
+	}
+	for k, d := range c.delegs {
+		// A delegation granted after the read is not in it, and the watch will report on it.
+		if kv := held[k]; d.token <= uint64(rev) && (kv == nil || kv.ModRevision != int64(d.token)) {
+			if d.handingBack {
+				c.forgetLocked(k, d)
+			} else {
+				c.loseLocked(k, d, "not in etcd when the watch restarted")
+			}
+		}
+	}
+	for k, kv := range held {
+		if c.delegs[k] == nil && c.sess != nil && kv.Lease == int64(c.sess.id) && !c.closed {
+			c.adoptLocked(k, kv.ModRevision, kv.Value)
+		}
+	}
+	for k, r := range c.recalls {
+		if d := c.delegs[k]; d != nil && r.rev > int64(d.token) {
+			c.recallLocked(k, d)
+		}
+	}
+	for _, ws := range c.waiters {
+		for _, w := range ws {
+			w.fire()
+		}
+	}
+	return rev, nil
+}
+
+// applyLocked follows one change of a key under the prefix. Called with c.mu held.
+func (c *Coordinator) applyLocked(typ mvccpb.Event_EventType, kv *mvccpb.KeyValue) {
+	kind, k, ok := c.parse(kv.Key)
+	if !ok {
+		return
+	}
+	rev := kv.ModRevision
+	switch {
+	case kind == 'r' && typ == clientv3.EventTypeDelete:
+		delete(c.recalls, k)
+	case kind == 'r' && !c.mine(kv.Value):
+		c.recalls[k] = recall{rev: rev, value: string(kv.Value)}
+		if d := c.delegs[k]; d != nil && rev > int64(d.token) {
+			c.recallLocked(k, d)
+		}
+	case kind == 'd':
+		// Only its holder changes a delegation key once it is granted, so a change after this
+		// node's grant ends this node's delegation.
+		if d := c.delegs[k]; d != nil && rev > int64(d.token) {
+			if d.handingBack {
+				c.forgetLocked(k, d)
+			} else {
+				c.loseLocked(k, d, "deleted or overwritten in etcd")
+			}
+		}
+		if typ == clientv3.EventTypePut && c.delegs[k] == nil && c.sess != nil &&
+			kv.Lease == int64(c.sess.id) && !c.closed {
+			c.adoptLocked(k, rev, kv.Value)
+		}
+	}
+	for _, w := range c.waiters[k] {
+		w.saw(rev)
+	}
+}
+
+// parse splits a key under the prefix into its kind ('d' delegation, 'r' recall, 'n' name) and
+// the record key it is for.
+func (c *Coordinator) parse(key []byte) (kind byte, k string, ok bool) {
+	rest := strings.TrimPrefix(string(key), c.cfg.prefix)
+	if len(rest) < 2 || rest[1] != '/' || (rest[0] != 'd' && rest[0] != 'r') {
+		return 0, "", false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(rest[2:])
+	if err != nil {
+		return 0, "", false
+	}
+	return rest[0], string(raw), true
+}
+
+// setWatching records whether the watch is established. While it is not, nothing is admitted
+// from a delegation and every waiter looks again.
+func (c *Coordinator) setWatching(on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case on && !c.watching:
+		c.watching = true
+		close(c.up)
+	case !on && c.watching:
+		c.watching = false
+		c.up = make(chan struct{})
+		for _, ws := range c.waiters {
+			for _, w := range ws {
+				w.fire()
+			}
+		}
+	}
+}

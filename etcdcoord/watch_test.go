@@ -1,0 +1,83 @@
+package etcdcoord_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// A delegation that disappears from etcd revokes its admissions at once, live ones too, and the
+// node admits from it no more: the next lock of the key makes a new delegation.
+func TestVanishedDelegationRevokes(t *testing.T) {
+	for name, vanish := range map[string]func(t *testing.T, n *node){
+		"deleted": func(t *testing.T, n *node) {
+			_, err := n.cli.Delete(context.Background(), "/recordlock/d/", clientv3.WithPrefix())
+			require.NoError(t, err)
+		},
+		"lease revoked": func(t *testing.T, n *node) {
+			leases, err := n.cli.Leases(context.Background())
+			require.NoError(t, err)
+			require.NotEmpty(t, leases.Leases)
+			for _, l := range leases.Leases {
+				_, err := n.cli.Revoke(context.Background(), l.ID)
+				require.NoError(t, err)
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := startEtcd(t)
+			a := newNode(t, e, "a", nodeConfig{})
+			ctx := context.Background()
+			ha, err := a.l.Lock(ctx, []byte("k"), cluster(10*time.Second, 10*time.Second))
+			require.NoError(t, err)
+
+			vanish(t, a)
+			select {
+			case <-ha.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the holder of a vanished delegation was not revoked")
+			}
+			assert.True(t, ha.IsLeaseExpired())
+
+			h, err := a.l.Lock(ctx, []byte("k"), cluster(time.Second, 10*time.Second))
+			require.NoError(t, err)
+			assert.Greater(t, h.Token(), ha.Token(), "admitted from a new delegation")
+			resp, err := a.cli.Get(ctx, "/recordlock/d/"+encode("k"))
+			require.NoError(t, err)
+			require.Len(t, resp.Kvs, 1)
+			assert.Equal(t, h.Token(), uint64(resp.Kvs[0].ModRevision))
+			require.True(t, h.Release())
+		})
+	}
+}
+
+// Waiting for another node uses the node's one watch: hand-offs open no new watch.
+func TestHandoffsOpenNoWatch(t *testing.T) {
+	e := startEtcd(t)
+	nodes := []*node{newNode(t, e, "a", nodeConfig{}), newNode(t, e, "b", nodeConfig{})}
+	ctx := context.Background()
+	lockRelease := func(n *node, key string) {
+		h, err := n.l.Lock(ctx, []byte(key), cluster(time.Second, 10*time.Second))
+		require.NoError(t, err)
+		require.True(t, h.Release())
+	}
+	lockRelease(nodes[1], "warm-up") // the watch is established
+	lockRelease(nodes[0], "k")
+	before := []map[string]int{nodes[0].reqs.snapshot(), nodes[1].reqs.snapshot()}
+	const handoffs = 10
+	for i := range handoffs {
+		lockRelease(nodes[(i+1)%2], "k")
+	}
+	for i, n := range nodes {
+		assert.Zero(t, n.reqs.since(before[i])["/etcdserverpb.Watch/Watch"], "watch requests of %s", n.name)
+	}
+	var recalls uint64
+	for _, n := range nodes {
+		recalls += n.coord.Stats().RecallsReceived
+	}
+	assert.Equal(t, uint64(handoffs), recalls)
+}
