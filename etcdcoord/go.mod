@@ -1,10 +1,11 @@
 module github.com/recordlock/recordlock/etcdcoord
 
-go 1.26.8
+go 1.26.0
 
 replace github.com/recordlock/recordlock => ../
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/linxGnu/grocksdb v1.7.15
 	github.com/recordlock/recordlock v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.11.1
@@ -17,7 +18,6 @@ require (
 )
 
 require (
-	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
