@@ -4,7 +4,7 @@
 //
 // Some workers lock through a Txn and commit a counter, some lock with Locker.Lock and Hold, and
 // one stalls past its lease now and then, so the lapse and fence counters move too. The owner
-// column is the name of the Txn that holds a key; these Txns have no names, so it shows "-".
+// column is the name of the Txn that holds a key (TxnOptions.Name), "-" for a lock outside one.
 package main
 
 import (
@@ -110,7 +110,10 @@ func txnWorker(ctx context.Context, l *recordlock.Locker, id int) {
 	r := rand.New(rand.NewPCG(uint64(id), 0))
 	for ctx.Err() == nil {
 		key := []byte(keys[r.IntN(len(keys))])
-		txn := l.Begin()
+		txn, err := l.BeginTx(recordlock.TxnOptions{Name: fmt.Sprintf("counter-%d", id)})
+		if err != nil {
+			log.Fatal(err)
+		}
 		if _, err := txn.Lock(ctx, key, recordlock.Options{Lease: time.Second, Timeout: 300 * time.Millisecond}); err != nil {
 			txn.Rollback() // ErrTimeout, or ctx ended the wait: try again or stop
 			continue
