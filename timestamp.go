@@ -3,6 +3,7 @@ package recordlock
 import (
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Timestamp is a wall-anchored instant in Unix nanoseconds. The timestamps of one database are
@@ -15,7 +16,7 @@ func (t Timestamp) Time() time.Time { return time.Unix(0, int64(t)) }
 // timestampSource mints the strictly increasing timestamps of one database.
 type timestampSource struct {
 	last atomic.Int64
-	_    [falseSharingRange - 8]byte // every Lock of the database writes last: no neighbours
+	_    [falseSharingRange - unsafe.Sizeof(atomic.Int64{})]byte // every Lock of the database writes last: no neighbours
 }
 
 // mint returns the wall reading now (Unix nanoseconds) as a Timestamp, or last+1 when now is not
