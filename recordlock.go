@@ -3,6 +3,7 @@ package recordlock
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -80,7 +81,8 @@ func (l *Locker) LockCF(ctx context.Context, cf *grocksdb.ColumnFamilyHandle, ke
 }
 
 // TryLock locks key if it is free and fails with ErrLocked at once if it is not. With cluster
-// scope the coordinator's round is bounded by opts.Timeout.
+// scope the coordinator's round is bounded by opts.Timeout; a round not granted within it (the key
+// is held on another node) fails with an error matching both ErrLocked and ErrTimeout.
 func (l *Locker) TryLock(key []byte, opts Options) (*Handle, error) {
 	return l.lock(context.Background(), lockRequest{key: key}, opts)
 }
@@ -159,6 +161,11 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts Options) (*Hand
 	}
 	if coord != nil {
 		if err := l.joinCluster(ctx, h, coord, *r, start); err != nil {
+			if !wait && errors.Is(err, ErrTimeout) {
+				// The key is busy elsewhere in the cluster: for TryLock that is ErrLocked, and the
+				// error still says the round was not granted within Timeout.
+				return nil, fmt.Errorf("%w: %w", ErrLocked, err)
+			}
 			return nil, err
 		}
 	}

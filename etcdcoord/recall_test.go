@@ -85,6 +85,7 @@ func TestCrossNodeTryLockDoesNotSteal(t *testing.T) {
 	ha, err := a.l.Lock(context.Background(), []byte("k"), cluster(10*time.Second, 10*time.Second))
 	require.NoError(t, err)
 	_, err = b.l.TryLock([]byte("k"), cluster(time.Second, 300*time.Millisecond))
+	require.ErrorIs(t, err, recordlock.ErrLocked)
 	require.ErrorIs(t, err, recordlock.ErrTimeout)
 	assert.False(t, ha.IsLeaseExpired(), "the TryLock took the key from its live holder")
 	require.NoError(t, ha.Fence(func() error { return nil }))

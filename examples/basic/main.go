@@ -7,29 +7,21 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
 	"sync"
 	"time"
 
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/examples/internal/tempdb"
 )
 
 func main() {
-	dir, err := os.MkdirTemp("", "recordlock-basic-")
+	db, closeDB, err := tempdb.Open("recordlock-basic-")
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-	opts := grocksdb.NewDefaultOptions()
-	opts.SetCreateIfMissing(true)
-	db, err := grocksdb.OpenDb(opts, dir)
-	opts.Destroy()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
+	defer closeDB()
 
 	locker, err := recordlock.New(db)
 	if err != nil {

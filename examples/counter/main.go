@@ -15,7 +15,6 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -24,6 +23,7 @@ import (
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/examples/internal/tempdb"
 )
 
 func main() {
@@ -43,22 +43,22 @@ func main() {
 }
 
 func run(dbPath string, workers, counters, increments int, lease time.Duration, stallEvery int) error {
+	var db *grocksdb.DB
 	if dbPath == "" {
-		dir, err := os.MkdirTemp("", "recordlock-counter-")
+		tmp, closeDB, err := tempdb.Open("recordlock-counter-")
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
-		dbPath = dir
+		defer closeDB()
+		db = tmp
+	} else {
+		opened, err := tempdb.OpenAt(dbPath)
+		if err != nil {
+			return err
+		}
+		defer opened.Close()
+		db = opened
 	}
-	opts := grocksdb.NewDefaultOptions()
-	opts.SetCreateIfMissing(true)
-	db, err := grocksdb.OpenDb(opts, dbPath)
-	opts.Destroy()
-	if err != nil {
-		return err
-	}
-	defer db.Close()
 	l, err := recordlock.New(db)
 	if err != nil {
 		return err

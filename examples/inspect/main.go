@@ -24,6 +24,7 @@ import (
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/examples/internal/tempdb"
 )
 
 const (
@@ -34,19 +35,11 @@ const (
 var keys = []string{"account:1", "account:2", "account:3"}
 
 func main() {
-	dir, err := os.MkdirTemp("", "recordlock-inspect-")
+	db, closeDB, err := tempdb.Open("recordlock-inspect-")
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-	opts := grocksdb.NewDefaultOptions()
-	opts.SetCreateIfMissing(true)
-	db, err := grocksdb.OpenDb(opts, dir)
-	opts.Destroy()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
+	defer closeDB()
 	locker, err := recordlock.New(db)
 	if err != nil {
 		log.Fatal(err)

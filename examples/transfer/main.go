@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"log"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -30,6 +29,7 @@ import (
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/examples/internal/tempdb"
 )
 
 const initialBalance = 1000
@@ -49,19 +49,11 @@ func main() {
 }
 
 func run(workers, accounts, transfers int, timeout time.Duration) error {
-	dir, err := os.MkdirTemp("", "recordlock-transfer-")
+	db, closeDB, err := tempdb.Open("recordlock-transfer-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	opts := grocksdb.NewDefaultOptions()
-	opts.SetCreateIfMissing(true)
-	db, err := grocksdb.OpenDb(opts, dir)
-	opts.Destroy()
-	if err != nil {
-		return err
-	}
-	defer db.Close()
+	defer closeDB()
 	l, err := recordlock.New(db)
 	if err != nil {
 		return err
