@@ -27,7 +27,7 @@ func (l *Locker) joinCluster(ctx context.Context, h *Handle, coord Coordinator, 
 	cctx, cancel := context.WithCancelCause(ctx)
 	budget := l.clock.AfterFunc(remaining, func() { cancel(ErrTimeout) })
 	stopOnClose := context.AfterFunc(l.closing, func() { cancel(ErrClosed) })
-	round, err := coord.Acquire(cctx, h.key, r.Lease, h.RevokeLease)
+	round, err := coord.Acquire(cctx, h.key(), r.Lease, h.RevokeLease)
 	budget.Stop()
 	stopOnClose()
 	cause := context.Cause(cctx)

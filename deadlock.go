@@ -139,7 +139,7 @@ func (g *waitGraph) describe(parent map[*Txn]*Txn, last *Txn) []DeadlockWait {
 	for i := len(path) - 1; i >= 0; i-- {
 		t := path[i]
 		h := g.waiting[t]
-		cycle = append(cycle, DeadlockWait{Txn: t.Name(), ColumnFamilyID: h.cf, Key: bytes.Clone(h.key)})
+		cycle = append(cycle, DeadlockWait{Txn: t.Name(), ColumnFamilyID: h.cf, Key: bytes.Clone(h.key())})
 	}
 	return cycle
 }

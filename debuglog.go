@@ -20,7 +20,7 @@ func (sh *shard) noteLapse(h *Handle) {
 	if !l.debugEnabled() {
 		return
 	}
-	key, cf, waiters := string(h.key), h.cf, 0
+	key, cf, waiters := string(h.key()), h.cf, 0
 	if h.e != nil {
 		for w := h.e.head; w != nil; w = w.next {
 			waiters++
@@ -39,6 +39,6 @@ func (l *Locker) logDeadlock(h *Handle, err *DeadlockError, waiters int, holderA
 	if !l.debugEnabled() {
 		return
 	}
-	l.log.Debug("recordlock: deadlock", "db", l.tab.path, "key", string(h.key), "cf", h.cf,
+	l.log.Debug("recordlock: deadlock", "db", l.tab.path, "key", string(h.key()), "cf", h.cf,
 		"holder_age", holderAge, "waiters", waiters, "cycle", err.Error())
 }

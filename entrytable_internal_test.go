@@ -11,7 +11,9 @@ import (
 
 // tableEntry makes an entry for key whose hash is hash, as a held key has.
 func tableEntry(hash uint64, key string) *keyEntry {
-	return &keyEntry{hash: hash, holder: &Handle{key: []byte(key)}}
+	h := &Handle{}
+	h.setKey([]byte(key))
+	return &keyEntry{hash: hash, holder: h}
 }
 
 // checkTable verifies that every entry of model is found under its key, that nothing else is,
@@ -27,7 +29,7 @@ func checkTable(t *testing.T, tab *entryTable, model map[string]*keyEntry) {
 		stored++
 		mask := len(tab.slots) - 1
 		for j := tab.home(e.hash); j != i; j = (j + 1) & mask {
-			require.NotNil(t, tab.slots[j], "a gap between %q's home and its slot", e.holder.key)
+			require.NotNil(t, tab.slots[j], "a gap between %q's home and its slot", e.holder.key())
 		}
 	}
 	require.Equal(t, len(model), stored)

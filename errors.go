@@ -3,6 +3,7 @@ package recordlock
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -11,8 +12,8 @@ import (
 var (
 	// ErrInvalidOptions: an Options field or Locker option is out of range; nothing was locked.
 	ErrInvalidOptions = errors.New("recordlock: invalid options")
-	// ErrInvalidKey: the key is nil or empty; nothing was locked or staged.
-	ErrInvalidKey = errors.New("recordlock: invalid key: a key must be non-empty")
+	// ErrInvalidKey: the key is nil, empty or longer than 2 GiB; nothing was locked or staged.
+	ErrInvalidKey = errors.New("recordlock: invalid key: a key must be non-empty and at most 2 GiB")
 	// ErrLocked: TryLock found the key held or waited on.
 	ErrLocked = errors.New("recordlock: key is locked")
 	// ErrTimeout: the key stayed busy for the whole Options.Timeout.
@@ -35,6 +36,9 @@ var (
 	// ErrNotLocked: a Txn wrote a key it never locked (see TxnOptions.AllowUnlockedWrites).
 	ErrNotLocked = errors.New("recordlock: key not locked by this transaction")
 )
+
+// maxKeyLen is the longest key a lock takes; a Handle stores the length in 32 bits.
+const maxKeyLen = math.MaxInt32
 
 // OptionError describes one rejected option. It matches ErrInvalidOptions.
 type OptionError struct {

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Handle is one holder's authority over one key, bounded by a lease that runs on the monotonic
@@ -13,12 +14,16 @@ import (
 // revoked; Done is closed at that moment. See the package documentation for the difference
 // between IsExpired and IsLeaseExpired.
 type Handle struct {
-	// Set when the handle is made, never changed: read without a lock.
+	// Set when the handle is made, never changed: read without a lock. The key is a pointer and a
+	// length rather than a slice, which keeps a Handle within 128 bytes (see key).
 	l      *Locker
-	key    []byte
-	keyBuf [24]byte // short keys live here, so a Lock allocates only the Handle
-	hash   uint64
-	cf     uint32 // column family ID: a record is (cf, key)
+	keyPtr *byte
+	keyLen int32
+	// heapIdx is guarded by the shard mutex; it sits here to share a word with keyLen.
+	heapIdx int32    // position in its scheduler's heap, -1 when not scheduled
+	keyBuf  [24]byte // short keys live here, so a Lock allocates only the Handle
+	hash    uint64
+	cf      uint32 // column family ID: a record is (cf, key)
 
 	// Written under the shard mutex, read without it.
 	state atomic.Uint32 // handleFlags
@@ -27,7 +32,6 @@ type Handle struct {
 	deadline atomic.Int64
 
 	// Guarded by the shard mutex.
-	heapIdx    int32     // position in its scheduler's heap, -1 when not scheduled
 	e          *keyEntry // the table entry of its key while it holds or waits for it
 	owner      *Txn      // the Txn that took it, until that Txn ends; nil outside a Txn
 	expiresAt  int64     // wall Unix nanoseconds, informational
@@ -162,7 +166,20 @@ func (h *Handle) settleFor(sh *shard, l *Locker, mono time.Duration) bool {
 }
 
 // Key returns the locked key. The caller must not modify it.
-func (h *Handle) Key() []byte { return h.key }
+func (h *Handle) Key() []byte { return h.key() }
+
+// key is the handle's key: in keyBuf when it fits, else in a copy of its own.
+func (h *Handle) key() []byte { return unsafe.Slice(h.keyPtr, h.keyLen) }
+
+// setKey stores a copy of key, which must not be longer than maxKeyLen.
+func (h *Handle) setKey(key []byte) {
+	buf := h.keyBuf[:]
+	if len(key) > len(buf) {
+		buf = make([]byte, len(key))
+	}
+	copy(buf, key)
+	h.keyPtr, h.keyLen = unsafe.SliceData(buf), int32(len(key))
+}
 
 // disown ends the handle's ownership by its Txn, when the Txn ends and the lock outlives it.
 func (h *Handle) disown() {

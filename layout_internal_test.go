@@ -30,3 +30,9 @@ func TestShardLayout(t *testing.T) {
 		assert.Equal(t, uintptr(2), line(p), "the first scheduler's hot fields share a line")
 	}
 }
+
+// A Handle, the one allocation of an uncontended Lock, fits a 128-byte size class: the next class
+// up, 144 bytes, straddles a third cache line for most handles.
+func TestHandleSize(t *testing.T) {
+	assert.LessOrEqual(t, unsafe.Sizeof(Handle{}), uintptr(128))
+}

@@ -1,7 +1,6 @@
 package recordlock
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -117,7 +116,7 @@ func (l *Locker) check(key []byte, opts Options) (Resolved, error) {
 	if err != nil {
 		return r, err
 	}
-	if len(key) == 0 {
+	if len(key) == 0 || len(key) > maxKeyLen {
 		return r, ErrInvalidKey
 	}
 	if l.closed.Load() {
@@ -131,7 +130,7 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts Options) (*Hand
 	// The usual case reads the cached resolution in place: copying the Resolved out of check
 	// through two calls cost about a tenth of an uncontended Lock.
 	r := l.opts.lookup(opts)
-	if r == nil || len(key) == 0 || l.closed.Load() {
+	if r == nil || len(key) == 0 || len(key) > maxKeyLen || l.closed.Load() {
 		res, err := l.check(key, opts)
 		if err != nil {
 			return nil, err
@@ -173,15 +172,9 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts Options) (*Hand
 }
 
 func (l *Locker) newHandle(req lockRequest, hold bool) *Handle {
-	key := req.key
 	h := &Handle{l: l, heapIdx: -1, cf: req.cf, owner: req.owner}
-	if len(key) <= len(h.keyBuf) {
-		h.key = h.keyBuf[:len(key):len(key)]
-		copy(h.key, key)
-	} else {
-		h.key = bytes.Clone(key)
-	}
-	h.hash = l.tab.hash(h.cf, h.key)
+	h.setKey(req.key)
+	h.hash = l.tab.hash(h.cf, req.key)
 	if hold {
 		h.state.Store(flagHold)
 	}

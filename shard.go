@@ -70,9 +70,9 @@ type keyEntry struct {
 func (e *keyEntry) record() (uint32, []byte) {
 	switch {
 	case e.holder != nil:
-		return e.holder.cf, e.holder.key
+		return e.holder.cf, e.holder.key()
 	case e.head != nil:
-		return e.head.h.cf, e.head.h.key
+		return e.head.h.cf, e.head.h.key()
 	}
 	return 0, nil
 }
@@ -93,7 +93,7 @@ func (sh *shard) init() {
 	}
 }
 
-func (sh *shard) lookup(h *Handle) *keyEntry { return sh.index.find(h.hash, h.cf, h.key) }
+func (sh *shard) lookup(h *Handle) *keyEntry { return sh.index.find(h.hash, h.cf, h.key()) }
 
 // acquire takes h's key, or with wait queues for it until it is granted, the timeout passes, ctx
 // is done or h's Locker closes. It returns the Mono reading the attempt started at, from which

@@ -110,7 +110,7 @@ func (sh *shard) appendLocks(out []LockInfo) []LockInfo {
 			continue
 		}
 		info := LockInfo{
-			Key:            bytes.Clone(h.key),
+			Key:            bytes.Clone(h.key()),
 			ColumnFamilyID: h.cf,
 			Scope:          h.Scope(),
 			Hold:           h.Hold(),

@@ -66,7 +66,7 @@ type txnLock struct {
 }
 
 func (x txnLock) entryCF() uint32  { return x.h.cf }
-func (x txnLock) entryKey() []byte { return x.h.key }
+func (x txnLock) entryKey() []byte { return x.h.key() }
 
 // BeginTx starts a transaction on the Locker's database with opts. It fails with an
 // *OptionError, which matches ErrInvalidOptions, when opts asks for both Sync and DisableWAL.

@@ -223,7 +223,7 @@ func (t *Txn) protectors(hs []*Handle) []*Handle {
 		}
 	}
 	slices.SortStableFunc(hs, func(a, b *Handle) int {
-		return cmp.Or(cmp.Compare(a.cf, b.cf), bytes.Compare(a.key, b.key))
+		return cmp.Or(cmp.Compare(a.cf, b.cf), bytes.Compare(a.key(), b.key()))
 	})
 	return hs
 }
