@@ -49,7 +49,8 @@
 //     on failure it releases the locks it took and keeps the ones the Txn held before.
 //   - When a Txn's Lock would wait for a record held by a Txn that, directly or through others,
 //     waits for it, the Lock fails at once with an error matching [ErrDeadlock] (a
-//     [*DeadlockError] naming the cycle) and keeps the Txn's other locks. Roll back and retry.
+//     [*DeadlockError] naming the cycle) and keeps the Txn's other locks. Roll back and retry
+//     after a short random pause, so that the Txns of the cycle do not start again in step.
 //
 // A write to a record the Txn did not lock fails with [ErrNotLocked], unless the Txn was begun
 // with [TxnOptions].AllowUnlockedWrites. A record is a key in a column family: the methods ending

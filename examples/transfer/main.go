@@ -132,8 +132,10 @@ func (b *bank) run(workers, transfers int) error {
 }
 
 // transfer moves amount from one account to another, retrying after a deadlock or a timeout.
+// A retry waits a random moment, growing with each attempt, so that the Txns of a cycle do not
+// start again in step and close the same cycle at once.
 func (b *bank) transfer(from, to, amount int) error {
-	for {
+	for attempt := 1; ; attempt++ {
 		err := b.try(from, to, amount)
 		switch {
 		case err == nil:
@@ -146,6 +148,7 @@ func (b *bank) transfer(from, to, amount int) error {
 		default:
 			return err
 		}
+		time.Sleep(rand.N(time.Duration(min(attempt, 10)) * 20 * time.Microsecond))
 	}
 }
 
