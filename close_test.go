@@ -39,6 +39,23 @@ func within[T any](t *testing.T, c <-chan T, what string) T {
 	}
 }
 
+// fenceUntil runs a Fence on h in a goroutine whose commit blocks until proceed is closed, and
+// returns once the commit is running; fenced gets what Fence returned.
+func fenceUntil(t *testing.T, h *recordlock.Handle) (proceed chan struct{}, fenced <-chan error) {
+	t.Helper()
+	entered, proceed := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- h.Fence(func() error {
+			close(entered)
+			<-proceed
+			return nil
+		})
+	}()
+	within(t, entered, "the fence")
+	return proceed, done
+}
+
 // blockingCoord is a Coordinator whose Acquire waits for its ctx, or, with revokeFirst, recalls
 // the admission before it returns a round.
 type blockingCoord struct {
@@ -97,16 +114,7 @@ func TestCloseWaitsForFenceBegunAfterRelease(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, h.Release())
 
-	entered, proceed := make(chan struct{}), make(chan struct{})
-	fenced := make(chan error, 1)
-	go func() {
-		fenced <- h.Fence(func() error {
-			close(entered)
-			<-proceed
-			return nil
-		})
-	}()
-	within(t, entered, "the fence")
+	proceed, fenced := fenceUntil(t, h)
 	closed := make(chan error, 1)
 	go func() { closed <- l.Close() }()
 	assert.True(t, notReturned(closed), "Close returned while a fenced write of its handle ran")
@@ -128,16 +136,7 @@ func TestConcurrentCloseWaitsForTheFirst(t *testing.T) {
 	h, err := l.TryLock([]byte("k"), recordlock.Options{})
 	require.NoError(t, err)
 
-	entered, proceed := make(chan struct{}), make(chan struct{})
-	fenced := make(chan error, 1)
-	go func() {
-		fenced <- h.Fence(func() error {
-			close(entered)
-			<-proceed
-			return nil
-		})
-	}()
-	within(t, entered, "the fence")
+	proceed, fenced := fenceUntil(t, h)
 	first, second := make(chan error, 1), make(chan error, 1)
 	go func() { first <- l.Close() }()
 	go func() { second <- l.Close() }()

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"encoding/binary"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -129,11 +128,7 @@ func runIncrements(b *testing.B, inc func(worker int) error) {
 	if err := failed.Load(); err != nil {
 		b.Fatal(*err)
 	}
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "increments/s")
-	b.ReportMetric(us(percentile(all, 50)), "us-p50")
-	b.ReportMetric(us(percentile(all, 99)), "us-p99")
+	reportThroughput(b, "increments/s", elapsed, lat)
 }
 
 // checkCounter fails b unless the counter that get reads equals b.N, the increments of the run.
@@ -151,6 +146,3 @@ func checkCounter(b *testing.B, get func() (*grocksdb.Slice, error)) {
 		b.Fatalf("counter is %d after %d increments: %d updates lost", n, b.N, int64(b.N)-int64(n))
 	}
 }
-
-// us is d in microseconds, with its fraction: an increment can take less than one.
-func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

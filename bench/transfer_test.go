@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -210,18 +209,6 @@ func runTransfers(b *testing.B, attempt func(worker int, from, to []byte) (retry
 	if err := failed.Load(); err != nil {
 		b.Fatal(*err)
 	}
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "transfers/s")
-	b.ReportMetric(float64(percentile(all, 50).Microseconds()), "us-p50")
-	b.ReportMetric(float64(percentile(all, 99).Microseconds()), "us-p99")
+	reportThroughput(b, "transfers/s", elapsed, lat)
 	b.ReportMetric(float64(retries.Load())/float64(b.N), "retries/op")
-}
-
-// percentile returns the p-th percentile of sorted, 0 when it is empty.
-func percentile(sorted []time.Duration, p int) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
 }

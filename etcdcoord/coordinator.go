@@ -136,9 +136,9 @@ func (c *Coordinator) Acquire(ctx context.Context, key []byte, lease time.Durati
 		return recordlock.Round{}, fmt.Errorf("%w: etcdcoord: lease %v is longer than the TTL %ds less the skew %v",
 			recordlock.ErrInvalidOptions, lease, c.ttlSec, c.cfg.skew)
 	}
-	a := &ask{k: string(key)}
+	var a *ask // made by the first cold attempt: the repeat path allocates nothing for it
 	defer func() {
-		if a.in {
+		if a != nil && a.in {
 			c.withdraw(a)
 		}
 	}()
@@ -155,7 +155,7 @@ func (c *Coordinator) Acquire(ctx context.Context, key []byte, lease time.Durati
 		if minted-c.lastSweep >= c.cfg.linger {
 			c.sweepLocked(minted)
 		}
-		d := c.delegs[a.k]
+		d := c.delegs[string(key)]
 		switch {
 		case !c.watching:
 			up := c.up
@@ -173,7 +173,7 @@ func (c *Coordinator) Acquire(ctx context.Context, key []byte, lease time.Durati
 			}
 			continue
 		case minted+lease <= d.sess.validUntil:
-			if d.honored != "" && d.honored == a.value {
+			if a != nil && d.honored != "" && d.honored == a.value {
 				a.in = false // the holder handed the key to this call and deleted its recall
 			}
 			round, evicted := c.admitLocked(d, minted, lease, revoke)
@@ -190,6 +190,9 @@ func (c *Coordinator) Acquire(ctx context.Context, key []byte, lease time.Durati
 		}
 		if d != nil {
 			continue // the lease was refreshed (or lost, and the delegation with it): look again
+		}
+		if a == nil {
+			a = &ask{k: string(key)}
 		}
 		w := c.addWaiter(a.k)
 		r, err := c.cold(ctx, a, sess, minted, lease, revoke)
