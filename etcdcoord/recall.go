@@ -245,6 +245,16 @@ func (c *Coordinator) forgetLocked(k string, d *delegation) {
 	d.end()
 }
 
+// goneLocked follows the end of d's key in etcd: expected if this node was handing it back,
+// a loss otherwise. Called with c.mu held.
+func (c *Coordinator) goneLocked(k string, d *delegation, why string) {
+	if d.handingBack {
+		c.forgetLocked(k, d)
+	} else {
+		c.loseLocked(k, d, why)
+	}
+}
+
 // loseLocked forgets a delegation that etcd no longer has and revokes every admission from it
 // at once, live ones included: another node may already hold the key. Called with c.mu held.
 func (c *Coordinator) loseLocked(k string, d *delegation, why string) {

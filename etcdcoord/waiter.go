@@ -29,6 +29,15 @@ func (w *waiter) saw(rev int64) {
 	}
 }
 
+// wakeAllLocked makes every waiting Acquire call look again. Called with c.mu held.
+func (c *Coordinator) wakeAllLocked() {
+	for _, ws := range c.waiters {
+		for _, w := range ws {
+			w.fire()
+		}
+	}
+}
+
 func (c *Coordinator) addWaiter(k string) *waiter {
 	w := &waiter{ch: make(chan struct{})}
 	c.mu.Lock()

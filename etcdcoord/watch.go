@@ -91,11 +91,7 @@ func (c *Coordinator) resync() (int64, error) {
 	for k, d := range c.delegs {
 		// A delegation granted after the read is not in it, and the watch will report on it.
 		if kv := held[k]; d.token <= uint64(rev) && (kv == nil || kv.ModRevision != int64(d.token)) {
-			if d.handingBack {
-				c.forgetLocked(k, d)
-			} else {
-				c.loseLocked(k, d, "not in etcd when the watch restarted")
-			}
+			c.goneLocked(k, d, "not in etcd when the watch restarted")
 		}
 	}
 	for k, kv := range held {
@@ -108,11 +104,7 @@ func (c *Coordinator) resync() (int64, error) {
 			c.recallLocked(k, d)
 		}
 	}
-	for _, ws := range c.waiters {
-		for _, w := range ws {
-			w.fire()
-		}
-	}
+	c.wakeAllLocked()
 	return rev, nil
 }
 
@@ -135,11 +127,7 @@ func (c *Coordinator) applyLocked(typ mvccpb.Event_EventType, kv *mvccpb.KeyValu
 		// Only its holder changes a delegation key once it is granted, so a change after this
 		// node's grant ends this node's delegation.
 		if d := c.delegs[k]; d != nil && rev > int64(d.token) {
-			if d.handingBack {
-				c.forgetLocked(k, d)
-			} else {
-				c.loseLocked(k, d, "deleted or overwritten in etcd")
-			}
+			c.goneLocked(k, d, "deleted or overwritten in etcd")
 		}
 		if typ == clientv3.EventTypePut && c.delegs[k] == nil && c.sess != nil &&
 			kv.Lease == int64(c.sess.id) && !c.closed {
@@ -177,10 +165,6 @@ func (c *Coordinator) setWatching(on bool) {
 	case !on && c.watching:
 		c.watching = false
 		c.up = make(chan struct{})
-		for _, ws := range c.waiters {
-			for _, w := range ws {
-				w.fire()
-			}
-		}
+		c.wakeAllLocked()
 	}
 }
