@@ -5,10 +5,35 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/linxGnu/grocksdb"
 )
+
+// Locker issues record locks on the keys of one RocksDB database. Every Locker made for the same
+// database in this process shares one key-lock table, so they exclude each other. A Locker is
+// safe for concurrent use.
+type Locker struct {
+	db      *grocksdb.DB
+	tab     *table
+	clock   Clock
+	clockID int // the slot of clock among the table's clocks
+	log     *slog.Logger
+	opts    resolvedCache
+	hooks   testHooks
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	// closing is cancelled when Close begins, to call off the coordinator requests in flight.
+	closing context.Context
+	cancel  context.CancelFunc
+	strays  strayFences
+
+	warnMu   sync.Mutex
+	lastWarn map[string]time.Duration // Mono of the last warning per kind of hook failure
+}
 
 // New returns a Locker for db. It returns an error matching ErrInvalidOptions when db is nil or
 // WithClock was given nil; nothing is registered then.

@@ -1,14 +1,8 @@
 package recordlock
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/linxGnu/grocksdb"
 )
 
 // Release hooks run outside every table lock; their failures are contained and reported at a
@@ -16,29 +10,6 @@ import (
 
 // hookWarnInterval is how often one kind of release-hook failure is logged per Locker.
 const hookWarnInterval = 60 * time.Second
-
-// Locker issues record locks on the keys of one RocksDB database. Every Locker made for the same
-// database in this process shares one key-lock table, so they exclude each other. A Locker is
-// safe for concurrent use.
-type Locker struct {
-	db      *grocksdb.DB
-	tab     *table
-	clock   Clock
-	clockID int // the slot of clock among the table's clocks
-	log     *slog.Logger
-	opts    resolvedCache
-	hooks   testHooks
-
-	closed    atomic.Bool
-	closeOnce sync.Once
-	// closing is cancelled when Close begins, to call off the coordinator requests in flight.
-	closing context.Context
-	cancel  context.CancelFunc
-	strays  strayFences
-
-	warnMu   sync.Mutex
-	lastWarn map[string]time.Duration // Mono of the last warning per kind of hook failure
-}
 
 // runHook calls a release hook; a panic or error never escapes, it is logged at a limited rate.
 func (l *Locker) runHook(fn func() error) {

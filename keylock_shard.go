@@ -54,29 +54,6 @@ const maxSpare = 16
 // it, the key is handed to that waiter directly.
 const bargeWindow = time.Millisecond
 
-// keyEntry is the table's record of one key that is held or waited on. Entries are reused within
-// their shard, so that an uncontended Lock allocates only its Handle; nothing refers to an entry
-// once it has left the table (the handles that used it were given back or gave up).
-type keyEntry struct {
-	hash        uint64
-	holder      *Handle // nil while the key is free but waiters remain
-	head, tail  *waiter
-	nextSpare   *keyEntry
-	wakePending bool // the head waiter was woken and has not yet looked at the key
-}
-
-// record is the entry's column family and key, as held by its holder or, while the key is free,
-// its oldest waiter.
-func (e *keyEntry) record() (uint32, []byte) {
-	switch {
-	case e.holder != nil:
-		return e.holder.cf, e.holder.key()
-	case e.head != nil:
-		return e.head.h.cf, e.head.h.key()
-	}
-	return 0, nil
-}
-
 // pendingHook is a release hook, or a debug record (note), to run once the shard mutex is
 // released.
 type pendingHook struct {

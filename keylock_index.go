@@ -125,3 +125,26 @@ func (t *entryTable) all(f func(*keyEntry)) {
 		}
 	}
 }
+
+// keyEntry is the table's record of one key that is held or waited on. Entries are reused within
+// their shard, so that an uncontended Lock allocates only its Handle; nothing refers to an entry
+// once it has left the table (the handles that used it were given back or gave up).
+type keyEntry struct {
+	hash        uint64
+	holder      *Handle // nil while the key is free but waiters remain
+	head, tail  *waiter
+	nextSpare   *keyEntry
+	wakePending bool // the head waiter was woken and has not yet looked at the key
+}
+
+// record is the entry's column family and key, as held by its holder or, while the key is free,
+// its oldest waiter.
+func (e *keyEntry) record() (uint32, []byte) {
+	switch {
+	case e.holder != nil:
+		return e.holder.cf, e.holder.key()
+	case e.head != nil:
+		return e.head.h.cf, e.head.h.key()
+	}
+	return 0, nil
+}

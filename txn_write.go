@@ -1,0 +1,84 @@
+package recordlock
+
+import (
+	"fmt"
+
+	"github.com/linxGnu/grocksdb"
+)
+
+// stagedWrite is one Put or Delete waiting for Commit. Which handle protects it is decided when
+// it is staged, by marking that handle's txnLock.
+type stagedWrite struct {
+	kv   []byte                       // a copy of the key, then of the value
+	cf   *grocksdb.ColumnFamilyHandle // nil for the default column family
+	cfID uint32
+	klen uint32 // beside cfID, so that a Txn with its two inline entries fits a smaller size class
+	del  bool
+}
+
+func (w stagedWrite) entryCF() uint32  { return w.cfID }
+func (w stagedWrite) entryKey() []byte { return w.kv[:w.klen:w.klen] }
+
+func (w stagedWrite) value() []byte { return w.kv[w.klen:] }
+
+// Put stages key=value for Commit. The write is protected by this Txn's lock of key, which must
+// still authorize writes: otherwise Put fails with ErrReleased or ErrLeaseExpired, and with
+// ErrNotLocked when the Txn never locked key (unless TxnOptions.AllowUnlockedWrites). On failure
+// nothing is staged. The caller may reuse key and value once Put returns.
+func (t *Txn) Put(key, value []byte) error { return t.stage(nil, key, value, false) }
+
+// Delete stages the deletion of key for Commit, under the same rules as Put.
+func (t *Txn) Delete(key []byte) error { return t.stage(nil, key, nil, true) }
+
+// PutCF is Put of key in column family cf (nil: the default column family). It is protected by
+// the lock this Txn took on key in the same column family.
+func (t *Txn) PutCF(cf *grocksdb.ColumnFamilyHandle, key, value []byte) error {
+	return t.stage(cf, key, value, false)
+}
+
+// DeleteCF is Delete of key in column family cf (nil: the default column family).
+func (t *Txn) DeleteCF(cf *grocksdb.ColumnFamilyHandle, key []byte) error {
+	return t.stage(cf, key, nil, true)
+}
+
+func (t *Txn) stage(cf *grocksdb.ColumnFamilyHandle, key, value []byte, del bool) error {
+	if err := t.usable(); err != nil {
+		return err
+	}
+	if len(key) == 0 {
+		return ErrInvalidKey
+	}
+	cfID := columnFamilyID(cf)
+	i := t.locks.find(cfID, key) // a write is protected by the record's latest handle
+	switch {
+	case i >= 0:
+		if h := t.locks.items[i].h; h.IsExpired() {
+			if h.IsLeaseExpired() {
+				return ErrLeaseExpired
+			}
+			return ErrReleased
+		}
+	case !t.unlockedWrites:
+		return fmt.Errorf("%w: %q", ErrNotLocked, key)
+	}
+	t.writes.add(stagedWrite{kv: t.copyOf(key, value), cf: cf, cfID: cfID, klen: uint32(len(key)), del: del})
+	if i >= 0 {
+		t.locks.items[i].protects = true
+	}
+	return nil
+}
+
+// copyOf returns a copy of key and value back to back: in spare while it has room, else in one
+// new allocation.
+func (t *Txn) copyOf(key, value []byte) []byte {
+	n := len(key) + len(value)
+	var buf []byte
+	if off := int(t.spareN); n <= len(t.spare)-off {
+		buf = t.spare[off : off+n : off+n]
+		t.spareN += uint8(n)
+	} else {
+		buf = make([]byte, n)
+	}
+	copy(buf[copy(buf, key):], value)
+	return buf
+}
