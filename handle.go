@@ -90,10 +90,10 @@ func (h *Handle) flags() handleFlags { return h.state.Load() }
 // lapse that nothing has settled yet is not in them.
 func (h *Handle) dead() bool { return h.flags()&(flagReleased|flagExpired) != 0 }
 
-// monoFor returns the Mono of h's clock, given mono, a reading of l's clock: the same reading
+// monoFor returns the Mono of h's clock, given mono, a reading of c's clock: the same reading
 // when both Lockers run on one clock.
-func (h *Handle) monoFor(l *Locker, mono time.Duration) time.Duration {
-	if h.l.clockID == l.clockID {
+func (h *Handle) monoFor(c *tenant, mono time.Duration) time.Duration {
+	if h.l.clockID == c.clockID {
 		return mono
 	}
 	return h.l.clock.Mono()
@@ -107,6 +107,9 @@ func (h *Handle) setFlags(f handleFlags)   { h.state.Store(h.state.Load() | f) }
 func (h *Handle) clearFlags(f handleFlags) { h.state.Store(h.state.Load() &^ f) }
 
 func (h *Handle) shard() *shard { return h.l.tab.shard(h.hash) }
+
+// tenant is all the key-lock table sees of the Locker that issued h.
+func (h *Handle) tenant() *tenant { return &h.l.tenant }
 
 func (h *Handle) getCold() *handleCold {
 	if h.cold == nil {
@@ -155,10 +158,10 @@ func (h *Handle) settleAt(sh *shard, now time.Duration) bool {
 	return false
 }
 
-// settleFor settles h, the holder of a key that l's Lock found with mono, a reading of l's
+// settleFor settles h, the holder of a key that c's Lock found with mono, a reading of c's
 // clock. It reports whether it ended the lease just now.
-func (h *Handle) settleFor(sh *shard, l *Locker, mono time.Duration) bool {
-	if h.flags()&flagExpired != 0 || !h.lapsedAt(h.monoFor(l, mono)) {
+func (h *Handle) settleFor(sh *shard, c *tenant, mono time.Duration) bool {
+	if h.flags()&flagExpired != 0 || !h.lapsedAt(h.monoFor(c, mono)) {
 		return false
 	}
 	sh.expire(h)

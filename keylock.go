@@ -10,9 +10,11 @@ import (
 
 // The key-lock table of one database: exclusive, ownerless, in memory, shared by every Locker of
 // that database in the process (docs/DESIGN.md §2). It is sharded by a 64-bit hash of the record
-// so that Lockers on different keys rarely share a mutex. The shards (shard.go) hold the entries
-// of the keys held or waited on, their wait queues (waitqueue.go) and, per clock, a heap of
-// deadlines served by one timer (scheduler.go).
+// so that Lockers on different keys rarely share a mutex. The shards (keylock_shard.go) hold the
+// entries of the keys held or waited on (keylock_index.go), their wait queues
+// (keylock_waitqueue.go) and, per clock (keylock_clockslots.go), a heap of deadlines served by one
+// timer (keylock_scheduler.go, keylock_deadlineheap.go). The table sees a Locker only as its
+// tenant (keylock_tenant.go); Txns that wait for each other are found in keylock_waitgraph.go.
 
 const (
 	// shardBits is how many low bits of a record's hash choose its shard.
@@ -86,7 +88,7 @@ func acquireTable(path string) *table {
 		}
 		t = &table{tableHeader: tableHeader{path: path, seed: maphash.MakeSeed(), db: db}}
 		for i := range t.shards {
-			t.shards[i].init()
+			t.shards[i].init(t)
 		}
 		registry.tables[path] = t
 	}
@@ -117,23 +119,23 @@ func (t *table) hash(cf uint32, key []byte) uint64 {
 
 func (t *table) shard(hash uint64) *shard { return &t.shards[hash&(shardCount-1)] }
 
-// evict takes every trace of l out of the table, for Close: each waiting Lock call of l fails
-// with ErrClosed, and the handles l holds are returned for the caller to release (outside the
+// evict takes every trace of c out of the table, for Close: each waiting Lock call of c fails
+// with ErrClosed, and the handles c holds are returned for the caller to release (outside the
 // shard mutexes, since a release may wait for a running Fence).
-func (t *table) evict(l *Locker) []*Handle {
+func (t *table) evict(c *tenant) []*Handle {
 	var held []*Handle
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
-		held = sh.evict(l, held)
+		held = sh.evict(c, held)
 		sh.unlockAndRunHooks()
 	}
 	return held
 }
 
 // logFault reports a key-table inconsistency once per database; it never panics.
-func (t *table) logFault(l *Locker, msg string) {
+func (t *table) logFault(c *tenant, msg string) {
 	t.faultOnce.Do(func() {
-		l.log.Warn("recordlock: key table fault; the key was left as found", "db", t.path, "fault", msg)
+		c.log.Warn("recordlock: key table fault; the key was left as found", "db", t.path, "fault", msg)
 	})
 }

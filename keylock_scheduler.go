@@ -69,9 +69,9 @@ func (sh *shard) scheduler(id int) *scheduler {
 // schedule puts h on its clock's heap at h.dueAt(): its lease end, or its wait's timeout while
 // it waits. Only a handle of an open Locker is scheduled, whose clock has its scheduler.
 func (sh *shard) schedule(h *Handle) {
-	s := sh.scheduler(h.l.clockID)
+	s := sh.scheduler(h.tenant().clockID)
 	if s == nil {
-		h.l.tab.logFault(h.l, "a deadline on a clock no open Locker uses")
+		sh.tab.logFault(h.tenant(), "a deadline on a clock no open Locker uses")
 		return
 	}
 	if s.heap == nil {
@@ -91,7 +91,7 @@ func (sh *shard) unschedule(h *Handle) {
 	if h.heapIdx < 0 {
 		return
 	}
-	if s := sh.scheduler(h.l.clockID); s != nil {
+	if s := sh.scheduler(h.tenant().clockID); s != nil {
 		s.remove(h)
 	}
 	h.heapIdx = -1

@@ -36,8 +36,11 @@ type shardState struct {
 	firstSched scheduler
 	// Counted by every Lock and Release, in the cache line of the first scheduler's clock, which
 	// both read anyway.
-	acquired   uint64
-	held       int
+	acquired uint64
+	held     int
+	// tab is the table the shard is part of: a grant mints AcquiredAt from its database's
+	// timestamps.
+	tab        *table
 	moreScheds []*scheduler // slot 1 and up; nil where the slot is free
 	// ownEntries are the entries a shard uses first: a shard with a key or two at a time keeps
 	// them in its own cache lines rather than in small objects that neighbour other shards'.
@@ -62,8 +65,9 @@ type pendingHook struct {
 	note func()
 }
 
-// init makes the shard's own entries spare, before the table is used.
-func (sh *shard) init() {
+// init makes the shard part of t and its own entries spare, before the table is used.
+func (sh *shard) init(t *table) {
+	sh.tab = t
 	for i := range sh.ownEntries {
 		e := &sh.ownEntries[i]
 		e.nextSpare, sh.spareOwn = sh.spareOwn, e
@@ -73,21 +77,22 @@ func (sh *shard) init() {
 func (sh *shard) lookup(h *Handle) *keyEntry { return sh.index.find(h.hash, h.cf, h.key()) }
 
 // acquire takes h's key, or with wait queues for it until it is granted, the timeout passes, ctx
-// is done or h's Locker closes. It returns the Mono reading the attempt started at, from which
-// the lease and the wait are measured.
+// is done or h's Locker closes; a grant that raced with Close returns errGrantedAfterClose with
+// the key held. It returns the Mono reading the attempt started at, from which the lease and the
+// wait are measured.
 func (sh *shard) acquire(ctx context.Context, h *Handle, lease, timeout time.Duration, wait bool) (time.Duration, error) {
-	l := h.l
+	c := h.tenant()
 	// Read before the mutex, which keeps the read out of the critical section every Lock and
 	// Release of the shard queues behind. The lease is measured from this reading, so it can only
 	// be shorter for the time spent waiting for the mutex, and timers are armed from a fresh one.
-	wall, mono := readClock(l.clock)
+	wall, mono := readClock(c.clock)
 	sh.mu.Lock()
-	if l.closed.Load() {
+	if c.closed.Load() {
 		sh.mu.Unlock()
 		return 0, ErrClosed
 	}
 	e := sh.lookup(h)
-	if e != nil && e.holder != nil && e.holder.settleFor(sh, l, mono) {
+	if e != nil && e.holder != nil && e.holder.settleFor(sh, c, mono) {
 		e = sh.lookup(h) // settling may have emptied and removed the entry
 	}
 	switch {
@@ -95,7 +100,7 @@ func (sh *shard) acquire(ctx context.Context, h *Handle, lease, timeout time.Dur
 		e = sh.newEntry(h.hash)
 		sh.grant(e, h, wall, mono, lease)
 		sh.index.insert(e)
-	case e.holder == nil && (e.head == nil || !e.head.pastBargeWindow(l, mono)):
+	case e.holder == nil && (e.head == nil || !e.head.pastBargeWindow(c, mono)):
 		sh.grant(e, h, wall, mono, lease)
 	case !wait:
 		sh.unlockAndRunHooks()
@@ -113,7 +118,7 @@ func (sh *shard) acquire(ctx context.Context, h *Handle, lease, timeout time.Dur
 func (sh *shard) grant(e *keyEntry, h *Handle, wall int64, mono, lease time.Duration) {
 	e.holder = h
 	h.e = e
-	h.acquiredAt = h.l.tab.db.stamps.mint(wall)
+	h.acquiredAt = sh.tab.db.stamps.mint(wall)
 	h.expiresAt = wall + int64(lease)
 	h.deadline.Store(int64(mono + lease))
 	h.setFlags(flagHeld)
@@ -140,7 +145,7 @@ func (sh *shard) giveBack(h *Handle, set handleFlags) {
 	e := h.e
 	if e == nil || e.holder != h {
 		h.setFlags(set)
-		h.l.tab.logFault(h.l, "a handle gave back a key it did not hold")
+		sh.tab.logFault(h.tenant(), "a handle gave back a key it did not hold")
 		return
 	}
 	h.state.Store(h.flags()&^flagHeld | set)
@@ -158,16 +163,16 @@ func (sh *shard) passOn(e *keyEntry) {
 		return
 	}
 	for w := e.head; w != nil; w = e.head {
-		l := w.h.l
-		if l.closed.Load() {
+		c := w.h.tenant()
+		if c.closed.Load() {
 			sh.dequeue(e, w)
 			sh.unschedule(w.h)
 			w.h.e = nil
 			w.finish(waitClosed)
 			continue
 		}
-		wall, mono := readClock(l.clock)
-		if w.pastBargeWindow(l, mono) {
+		wall, mono := readClock(c.clock)
+		if w.pastBargeWindow(c, mono) {
 			sh.dequeue(e, w)
 			sh.unschedule(w.h)
 			sh.countWait(w, mono)
@@ -211,19 +216,19 @@ func (sh *shard) countWait(w *waiter, mono time.Duration) {
 	sh.counts.waitTime += mono - w.since
 }
 
-// evict fails l's queued waiters with ErrClosed and appends the handles of l holding a key here
+// evict fails c's queued waiters with ErrClosed and appends the handles of c holding a key here
 // to held.
-func (sh *shard) evict(l *Locker, held []*Handle) []*Handle {
+func (sh *shard) evict(c *tenant, held []*Handle) []*Handle {
 	// Collect first: failing a waiter can pass its key on or take its entry out of the index.
 	var entries []*keyEntry
 	sh.index.all(func(e *keyEntry) { entries = append(entries, e) })
 	for _, e := range entries {
-		if e.holder != nil && e.holder.l == l {
+		if e.holder != nil && e.holder.tenant() == c {
 			held = append(held, e.holder)
 		}
 		var mine []*waiter
 		for w := e.head; w != nil; w = w.next {
-			if w.h.l == l {
+			if w.h.tenant() == c {
 				mine = append(mine, w)
 			}
 		}
@@ -306,7 +311,7 @@ func runHooks(hs []pendingHook) {
 			p.note()
 			continue
 		}
-		p.h.l.runHook(p.fn)
+		p.h.tenant().runHook(p.fn)
 	}
 }
 

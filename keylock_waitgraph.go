@@ -28,7 +28,7 @@ type waitGraph struct {
 func (g *waitGraph) enter(sh *shard, h *Handle) error {
 	err, waiters, holderAge := g.check(sh, h)
 	if err != nil {
-		h.l.logDeadlock(h, err, waiters, holderAge) // outside every mutex: the logger is the user's
+		h.tenant().logDeadlock(h, err, waiters, holderAge) // outside every mutex: the logger is the user's
 		return err
 	}
 	return nil
@@ -60,7 +60,7 @@ func (g *waitGraph) check(sh *shard, h *Handle) (err *DeadlockError, waiters int
 		}
 	}
 	if hd := h.e.holder; hd != nil {
-		holderAge = time.Duration(h.l.clock.Now().UnixNano() - int64(hd.acquiredAt))
+		holderAge = time.Duration(h.tenant().clock.Now().UnixNano() - int64(hd.acquiredAt))
 	}
 	sh.abandon(w, waitDeadlock)
 	sh.unlockAndRunHooks()

@@ -2,6 +2,7 @@ package recordlock
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -44,16 +45,20 @@ func (w *waiter) finish(s waitState) {
 }
 
 // pastBargeWindow reports whether w, the oldest waiter of a free key, has waited bargeWindow, so
-// that the key goes to it rather than to a newcomer. mono is a reading of l's clock.
-func (w *waiter) pastBargeWindow(l *Locker, mono time.Duration) bool {
-	return w.h.monoFor(l, mono)-w.since >= bargeWindow
+// that the key goes to it rather than to a newcomer. mono is a reading of c's clock.
+func (w *waiter) pastBargeWindow(c *tenant, mono time.Duration) bool {
+	return w.h.monoFor(c, mono)-w.since >= bargeWindow
 }
 
+// errGrantedAfterClose is what wait reports when the key was handed to h but h's Locker closed
+// meanwhile: the caller gives the key back and fails with ErrClosed. It never reaches the user.
+var errGrantedAfterClose = errors.New("recordlock: key granted after Close")
+
 // wait queues h for e's key and blocks until it is granted, the timeout passes at deadline, ctx is
-// done or the Locker closes. A Txn's wait is first checked for a deadlock. It is called with mu
-// held and returns with it released.
+// done or the Locker closes (errGrantedAfterClose when a grant raced with that). A Txn's wait is
+// first checked for a deadlock. It is called with mu held and returns with it released.
 func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Handle, lease, deadline, mono time.Duration) error {
-	l := h.l
+	c := h.tenant()
 	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1)}
 	h.w, h.e = w, e
 	sh.enqueue(e, w)
@@ -67,10 +72,10 @@ func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Handle, lease, deadli
 	}
 	sh.unlockAndRunHooks()
 	if h.owner != nil {
-		if err := l.tab.graph.enter(sh, h); err != nil {
+		if err := sh.tab.graph.enter(sh, h); err != nil {
 			return err
 		}
-		defer l.tab.graph.leave(h)
+		defer sh.tab.graph.leave(h)
 		sh.mu.Lock()
 		if h.w == w {
 			sh.countWaiting(w)
@@ -86,7 +91,10 @@ func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Handle, lease, deadli
 		switch w.state {
 		case waitGranted:
 			sh.unlockAndRunHooks()
-			return l.closedAfterGrant(h)
+			if c.closed.Load() {
+				return errGrantedAfterClose
+			}
+			return nil
 		case waitTimedOut:
 			sh.unlockAndRunHooks()
 			return ErrTimeout
@@ -94,7 +102,7 @@ func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Handle, lease, deadli
 			sh.unlockAndRunHooks()
 			return ErrClosed
 		case waitWoken:
-			if l.closed.Load() {
+			if c.closed.Load() {
 				sh.abandon(w, waitClosed)
 				sh.unlockAndRunHooks()
 				return ErrClosed
@@ -103,7 +111,7 @@ func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Handle, lease, deadli
 				sh.dequeue(e, w)
 				sh.unschedule(h)
 				h.w = nil
-				wall, now := readClock(l.clock)
+				wall, now := readClock(c.clock)
 				sh.countWait(w, now)
 				sh.grant(e, h, wall, now, lease)
 				sh.unlockAndRunHooks()

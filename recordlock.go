@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/linxGnu/grocksdb"
@@ -16,23 +15,16 @@ import (
 // database in this process shares one key-lock table, so they exclude each other. A Locker is
 // safe for concurrent use.
 type Locker struct {
-	db      *grocksdb.DB
-	tab     *table
-	clock   Clock
-	clockID int // the slot of clock among the table's clocks
-	log     *slog.Logger
-	opts    resolvedCache
-	hooks   testHooks
+	tenant // all the key-lock table sees of it
+	db     *grocksdb.DB
+	opts   resolvedCache
+	hooks  testHooks
 
-	closed    atomic.Bool
 	closeOnce sync.Once
 	// closing is cancelled when Close begins, to call off the coordinator requests in flight.
 	closing context.Context
 	cancel  context.CancelFunc
 	strays  strayFences
-
-	warnMu   sync.Mutex
-	lastWarn map[string]time.Duration // Mono of the last warning per kind of hook failure
 }
 
 // New returns a Locker for db. It returns an error matching ErrInvalidOptions when db is nil or
@@ -59,15 +51,17 @@ func New(db *grocksdb.DB, opts ...Option) (*Locker, error) {
 	}
 	closing, cancel := context.WithCancel(context.Background())
 	return &Locker{
-		db:       db,
-		tab:      tab,
-		clock:    cfg.clock,
-		clockID:  tab.openClock(cfg.clock),
-		log:      cfg.log,
-		hooks:    cfg.hooks,
-		closing:  closing,
-		cancel:   cancel,
-		lastWarn: map[string]time.Duration{},
+		tenant: tenant{
+			tab:      tab,
+			clock:    cfg.clock,
+			clockID:  tab.openClock(cfg.clock),
+			log:      cfg.log,
+			lastWarn: map[string]time.Duration{},
+		},
+		db:      db,
+		hooks:   cfg.hooks,
+		closing: closing,
+		cancel:  cancel,
 	}, nil
 }
 
@@ -181,6 +175,11 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts Options) (*Hand
 	h := l.newHandle(req, r.Hold)
 	start, err := l.tab.shard(h.hash).acquire(ctx, h, r.Lease, r.Timeout, wait)
 	if err != nil {
+		if err == errGrantedAfterClose {
+			// The grant raced with Close: the key goes back and Lock fails.
+			h.Release()
+			err = ErrClosed
+		}
 		return nil, err
 	}
 	if coord != nil {
@@ -206,15 +205,6 @@ func (l *Locker) newHandle(req lockRequest, hold bool) *Handle {
 	return h
 }
 
-// closedAfterGrant covers a grant that raced with Close: the key goes back and Lock fails.
-func (l *Locker) closedAfterGrant(h *Handle) error {
-	if l.closed.Load() {
-		h.Release()
-		return ErrClosed
-	}
-	return nil
-}
-
 // Close releases every handle this Locker issued (their release hooks fire), fails its waiting
 // Lock calls with ErrClosed, calls off its coordinator requests in flight, and makes later calls
 // return ErrClosed. Once it returns no fenced write of its handles is in flight, so the database
@@ -229,7 +219,7 @@ func (l *Locker) Close() error {
 func (l *Locker) close() {
 	l.closed.Store(true)
 	l.cancel()
-	for _, h := range l.tab.evict(l) {
+	for _, h := range l.tab.evict(&l.tenant) {
 		h.Release()
 	}
 	l.strays.closeAndWait()

@@ -10,14 +10,14 @@ import (
 // key still held, and a deadlock. They are built only when the Locker's logger is enabled at debug
 // level, and written once the shard mutex is released.
 
-// debugEnabled reports whether l's logger takes debug records now.
-func (l *Locker) debugEnabled() bool { return l.log.Enabled(context.Background(), slog.LevelDebug) }
+// debugEnabled reports whether c's logger takes debug records now.
+func (c *tenant) debugEnabled() bool { return c.log.Enabled(context.Background(), slog.LevelDebug) }
 
 // noteLapse queues a debug record for h, whose lease lapsed while it held its key. Called with the
 // shard mutex held.
 func (sh *shard) noteLapse(h *Handle) {
-	l := h.l
-	if !l.debugEnabled() {
+	c := h.tenant()
+	if !c.debugEnabled() {
 		return
 	}
 	key, cf, waiters := string(h.key()), h.cf, 0
@@ -26,19 +26,19 @@ func (sh *shard) noteLapse(h *Handle) {
 			waiters++
 		}
 	}
-	age := time.Duration(l.clock.Now().UnixNano() - int64(h.acquiredAt))
+	age := time.Duration(c.clock.Now().UnixNano() - int64(h.acquiredAt))
 	sh.hooks = append(sh.hooks, pendingHook{h: h, note: func() {
-		l.log.Debug("recordlock: lease lapsed with its key held", "db", l.tab.path, "key", key,
+		c.log.Debug("recordlock: lease lapsed with its key held", "db", sh.tab.path, "key", key,
 			"cf", cf, "holder_age", age, "waiters", waiters)
 	}})
 }
 
 // logDeadlock writes a debug record of a deadlock found for h's request, with waiters the number of
 // Lock calls queued for h's key.
-func (l *Locker) logDeadlock(h *Handle, err *DeadlockError, waiters int, holderAge time.Duration) {
-	if !l.debugEnabled() {
+func (c *tenant) logDeadlock(h *Handle, err *DeadlockError, waiters int, holderAge time.Duration) {
+	if !c.debugEnabled() {
 		return
 	}
-	l.log.Debug("recordlock: deadlock", "db", l.tab.path, "key", string(h.key()), "cf", h.cf,
+	c.log.Debug("recordlock: deadlock", "db", c.tab.path, "key", string(h.key()), "cf", h.cf,
 		"holder_age", holderAge, "waiters", waiters, "cycle", err.Error())
 }
