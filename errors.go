@@ -58,7 +58,7 @@ func (e *OptionError) Is(target error) bool { return target == ErrInvalidOptions
 // ErrDeadlock.
 type DeadlockError struct {
 	// Cycle lists the Txns of the cycle, starting with the one whose request failed: each waits
-	// for a record the next one holds or is queued for ahead of it, and the last waits for the first.
+	// for a record the next one holds, and the last waits for the first.
 	Cycle []DeadlockWait
 }
 

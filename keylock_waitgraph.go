@@ -9,18 +9,26 @@ import (
 // waitGraph finds deadlocks among the Txns of one database (docs/DESIGN.md §13). A Txn waits for
 // at most one record at a time (a Txn is used by one goroutine), so the graph records, per
 // waiting Txn, the handle it waits with. Its edges are read from the table when a cycle is
-// looked for: a waiting Txn waits for the Txn that holds its record and for every Txn queued for
-// that record ahead of it. A holder outside any Txn, or a Txn that ended, ends a path: leases and
-// timeouts settle those waits.
+// looked for: a waiting Txn waits for the Txn whose hold on its record conflicts with its request
+// (blockers). A holder outside any Txn, or a Txn that ended, ends a path: leases and timeouts
+// settle those waits.
 //
 // A Txn enters the graph after its waiter is queued, and entering and the search for a cycle
 // through it happen under one mutex. So of two Txns that start waiting for each other at the same
-// instant, the second to enter finds the cycle and the first does not: exactly one fails. Every
-// edge appears either when a Txn enters (and is checked then) or when a Txn that is not waiting
-// takes a record (so no cycle runs through it until it waits, and is checked then).
+// instant, the second to enter finds the cycle and the first does not: exactly one fails. An edge
+// into a Txn appears only when it takes a record, and then it is not waiting (a wait ends, under
+// the shard mutex, when its record is granted), so no cycle runs through it until it waits again
+// and is checked then.
 type waitGraph struct {
 	mu      sync.Mutex // taken before any shard mutex, never under one
 	waiting map[*Txn]*Handle
+
+	// The search's scratch space, reused by the next search; guarded by mu.
+	parent      map[*Txn]*Txn
+	stack, next []*Txn
+	// edgesRead counts the edges every search so far has read; guarded by mu. Tests bound the
+	// cost of a search with it.
+	edgesRead uint64
 }
 
 // enter records that h's Txn waits with h, which is queued in sh, unless that would close a
@@ -76,26 +84,22 @@ func (g *waitGraph) leave(h *Handle) {
 	g.mu.Unlock()
 }
 
-// blockers returns the Txns that t, waiting with h, waits for now: the Txn holding h's record and
-// the Txns queued for it ahead of h. It is empty once h no longer waits.
+// blockers appends to out the Txns that t, waiting with h, waits for now, and returns it: the
+// Txns holding h's record in a mode that conflicts with h's request, which for an exclusive
+// request is its one holder. It appends nothing once h no longer waits.
+//
+// There is no edge to the requests queued ahead of h: each is exclusive and waits for the same
+// holders, so a cycle through one of them also runs through a holder, and the search reads one
+// edge per holder instead of one per request queued.
 func (g *waitGraph) blockers(t *Txn, h *Handle, out []*Txn) []*Txn {
 	sh := h.shard()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	w := h.w
-	if w == nil || h.e == nil {
+	if h.w == nil || h.e == nil {
 		return out
 	}
-	add := func(o *Txn) {
-		if o != nil && o != t {
-			out = append(out, o)
-		}
-	}
-	if hd := h.e.holder; hd != nil {
-		add(hd.owner)
-	}
-	for ahead := h.e.head; ahead != nil && ahead != w; ahead = ahead.next {
-		add(ahead.h.owner)
+	if hd := h.e.holder; hd != nil && hd.owner != nil && hd.owner != t {
+		out = append(out, hd.owner)
 	}
 	return out
 }
@@ -103,9 +107,13 @@ func (g *waitGraph) blockers(t *Txn, h *Handle, out []*Txn) []*Txn {
 // cycleThrough returns the cycle of waits from start back to start, or nil. It searches depth
 // first from start over the Txns that are waiting; every step reads one shard under its mutex.
 func (g *waitGraph) cycleThrough(start *Txn) []DeadlockWait {
-	parent := map[*Txn]*Txn{start: nil}
-	stack := []*Txn{start}
-	var next []*Txn
+	if g.parent == nil {
+		g.parent = map[*Txn]*Txn{}
+	}
+	defer g.resetSearch()
+	parent := g.parent
+	parent[start] = nil
+	stack := append(g.stack[:0], start)
 	for len(stack) > 0 {
 		t := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
@@ -113,8 +121,9 @@ func (g *waitGraph) cycleThrough(start *Txn) []DeadlockWait {
 		if h == nil {
 			continue
 		}
-		next = g.blockers(t, h, next[:0])
-		for _, b := range next {
+		g.next = g.blockers(t, h, g.next[:0])
+		g.edgesRead += uint64(len(g.next))
+		for _, b := range g.next {
 			if b == start {
 				return g.describe(parent, t)
 			}
@@ -125,7 +134,27 @@ func (g *waitGraph) cycleThrough(start *Txn) []DeadlockWait {
 			stack = append(stack, b)
 		}
 	}
+	g.stack = stack
 	return nil
+}
+
+// resetSearch empties the search's scratch space for the next search, dropping what a large
+// search grew so that clearing it stays cheap.
+func (g *waitGraph) resetSearch() {
+	const keep = 64
+	if len(g.parent) > keep {
+		g.parent = nil
+	} else {
+		clear(g.parent)
+	}
+	if cap(g.stack) > keep {
+		g.stack = nil
+	}
+	if cap(g.next) > keep {
+		g.next = nil
+	}
+	clear(g.stack[:cap(g.stack)])
+	clear(g.next[:cap(g.next)])
 }
 
 // describe lists the cycle that ends with last waiting for the start of the search, from the
