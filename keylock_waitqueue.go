@@ -31,6 +31,10 @@ type waiter struct {
 	counted    bool // counted in Stats.Waiting
 }
 
+// mode reports what w asks for: a shared lock, or the upgrade of a shared lock its Txn holds.
+// The table grants exclusive locks only, so every request is exclusive and none is an upgrade.
+func (w *waiter) mode() (shared, upgrade bool) { return false, false }
+
 func (w *waiter) signal() {
 	select {
 	case w.wake <- struct{}{}:

@@ -37,6 +37,7 @@ type LockInfo struct {
 	Remaining      time.Duration // lease left on the holder's clock; 0 once it has lapsed
 	Waiters        int           // Lock calls queued for the key
 	Token          uint64        // the cluster round's fencing token, 0 when none
+	Shared         bool          // a shared lock; the table grants exclusive locks only, so false
 }
 
 // shardCounts are the counters of one shard that the uncontended path does not touch; they are
@@ -109,25 +110,30 @@ func (sh *shard) appendLocks(out []LockInfo) []LockInfo {
 		if h.flags()&flagFencing == 0 && h.settle(sh) {
 			continue
 		}
-		info := LockInfo{
-			Key:            bytes.Clone(h.key()),
-			ColumnFamilyID: h.cf,
-			Scope:          h.Scope(),
-			Hold:           h.Hold(),
-			AcquiredAt:     h.acquiredAt,
-			ExpiresAt:      time.Unix(0, h.expiresAt),
-			Remaining:      max(0, time.Duration(h.deadline.Load())-h.l.clock.Mono()),
-		}
-		if h.owner != nil {
-			info.Owner = h.owner.Name()
-		}
-		if h.cold != nil {
-			info.Token = h.cold.token
-		}
-		for w := h.e.head; w != nil; w = w.next {
-			info.Waiters++
-		}
-		out = append(out, info)
+		out = append(out, h.lockInfo())
 	}
 	return out
+}
+
+// lockInfo describes h, the holder of its key, with the shard mutex held.
+func (h *Handle) lockInfo() LockInfo {
+	info := LockInfo{
+		Key:            bytes.Clone(h.key()),
+		ColumnFamilyID: h.cf,
+		Scope:          h.Scope(),
+		Hold:           h.Hold(),
+		AcquiredAt:     h.acquiredAt,
+		ExpiresAt:      time.Unix(0, h.expiresAt),
+		Remaining:      max(0, time.Duration(h.deadline.Load())-h.l.clock.Mono()),
+	}
+	if h.owner != nil {
+		info.Owner = h.owner.Name()
+	}
+	if h.cold != nil {
+		info.Token = h.cold.token
+	}
+	for w := h.e.head; w != nil; w = w.next {
+		info.Waiters++
+	}
+	return info
 }

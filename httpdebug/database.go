@@ -1,0 +1,94 @@
+package httpdebug
+
+import (
+	"bytes"
+	"cmp"
+	"slices"
+
+	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/internal/debugview"
+)
+
+// database is what the page and the JSON show of one database: at most limit holders and limit
+// waits, with the numbers left out.
+type database struct {
+	name         string
+	stats        recordlock.Stats
+	locks        []recordlock.LockInfo // sorted by record, then by when they were acquired
+	waits        []recordlock.WaitInfo // sorted by record, longest waiting first
+	locksOmitted int
+	waitsOmitted int
+}
+
+// record identifies a lock: a key in a column family.
+type record struct {
+	cf  uint32
+	key string
+}
+
+func lockRecord(i recordlock.LockInfo) record { return record{i.ColumnFamilyID, string(i.Key)} }
+func waitRecord(i recordlock.WaitInfo) record { return record{i.ColumnFamilyID, string(i.Key)} }
+
+// waitsAndHolders is the view package recordlock lends this package (see debugview).
+var waitsAndHolders = debugview.WaitsAndHolders.(func(*recordlock.Locker) ([]recordlock.WaitInfo, []recordlock.LockInfo))
+
+// read copies what the page shows of l's database. Past the limit it keeps the longest waits,
+// then the holders of the keys those wait for, read in the same visit of each shard as the
+// waits, so that the wait-for graph is whole; other holders fill the rest in the order Locks
+// yields them, and Locks stops as soon as the rows are full, having copied no more than the
+// shards it visited. Stats is read last, and the holders left out are Stats.Held less those
+// shown: under churn, an estimate.
+func read(name string, l *recordlock.Locker, limit int) database {
+	d := database{name: name}
+	waits, holders := waitsAndHolders(l)
+	slices.SortStableFunc(waits, func(a, b recordlock.WaitInfo) int { return cmp.Compare(b.Waited, a.Waited) })
+	if len(waits) > limit {
+		d.waitsOmitted = len(waits) - limit
+		waits = waits[:limit]
+	}
+	d.waits = waits
+
+	waited := make(map[record]bool, len(waits))
+	for _, w := range waits {
+		waited[waitRecord(w)] = true
+	}
+	listed := make(map[record]bool, len(waits))
+	complete := true
+	for _, h := range holders {
+		r := lockRecord(h)
+		if !waited[r] {
+			continue
+		}
+		if len(d.locks) == limit {
+			complete = false
+			break
+		}
+		d.locks = append(d.locks, h)
+		listed[r] = true
+	}
+	if complete {
+		for info := range l.Locks() {
+			if listed[lockRecord(info)] {
+				continue // read with its waits
+			}
+			if len(d.locks) == limit {
+				complete = false
+				break
+			}
+			d.locks = append(d.locks, info)
+		}
+	}
+	d.stats = l.Stats()
+	if !complete {
+		d.locksOmitted = max(1, d.stats.Held-len(d.locks))
+	}
+
+	slices.SortFunc(d.locks, func(a, b recordlock.LockInfo) int {
+		return cmp.Or(cmp.Compare(a.ColumnFamilyID, b.ColumnFamilyID), bytes.Compare(a.Key, b.Key),
+			cmp.Compare(a.AcquiredAt, b.AcquiredAt))
+	})
+	slices.SortStableFunc(d.waits, func(a, b recordlock.WaitInfo) int {
+		return cmp.Or(cmp.Compare(a.ColumnFamilyID, b.ColumnFamilyID), bytes.Compare(a.Key, b.Key))
+	})
+	return d
+}

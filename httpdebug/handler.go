@@ -1,0 +1,134 @@
+// Package httpdebug serves a read-only page about the locks of one or more databases, to mount
+// under /debug/ as net/http/pprof is. For each database it shows the figures of Locker.Stats,
+// the keys held (Locker.Locks), the requests waiting for them (Locker.Waits) and the wait-for
+// graph of their owners, and reloads itself every 2 seconds. With ?format=json it serves the same
+// figures as JSON.
+//
+//	http.Handle("/debug/recordlock/", httpdebug.Handler(map[string]*recordlock.Locker{"orders": locker}))
+//
+// The output is bounded: at most 1,000 holders and 1,000 waits per database (?limit=N lowers
+// it), with the number left out. The longest waits come first, and the holders of the keys they
+// wait for, so that the graph stays whole; the other holders fill the rest in no particular
+// order. Reading a database takes each of its table's shards' mutexes only to copy rows, as
+// Locks and Waits do, and does not copy every holder of a database that holds millions.
+//
+// Keys and Txn names are user data: the page escapes them everywhere, sends a
+// Content-Security-Policy that allows no script, and itself runs none.
+package httpdebug
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+
+	"github.com/recordlock/recordlock"
+)
+
+const (
+	// maxLimit is the most holders, and the most waits, shown per database.
+	maxLimit = 1000
+	// refreshSeconds is how often the page reloads itself.
+	refreshSeconds = 2
+)
+
+// contentSecurityPolicy lets the page use its own inline style and nothing else: no script, no
+// request to anywhere (the icon is an empty data: URL, so the browser asks for no favicon).
+const contentSecurityPolicy = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; " +
+	"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// handler serves the page of its databases, sorted by name.
+type handler struct {
+	dbs []namedLocker
+}
+
+type namedLocker struct {
+	name string
+	l    *recordlock.Locker
+}
+
+// Handler returns a read-only http.Handler that serves the locks of dbs, which maps a name
+// shown on the page to a Locker of each database. It answers GET and HEAD at any path it is
+// mounted on, and any other method with 405 Method Not Allowed. Query parameters:
+//
+//   - format=json: the JSON document instead of the HTML page.
+//   - limit=N: at most N holders and N waits per database, 1 ≤ N ≤ 1000 (default 1000).
+//
+// Any other value of format or limit is a 400 Bad Request. Handler copies dbs, so later changes
+// to the map do not reach it. It panics if a Locker in dbs is nil.
+func Handler(dbs map[string]*recordlock.Locker) http.Handler {
+	h := &handler{dbs: make([]namedLocker, 0, len(dbs))}
+	for name, l := range dbs {
+		if l == nil {
+			panic(fmt.Sprintf("httpdebug: the Locker of database %q is nil", name))
+		}
+		h.dbs = append(h.dbs, namedLocker{name, l})
+	}
+	slices.SortFunc(h.dbs, func(a, b namedLocker) int { return cmp.Compare(a.name, b.name) })
+	return h
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "httpdebug: the page is read-only; use GET or HEAD", http.StatusMethodNotAllowed)
+		return
+	}
+	asJSON, limit, err := parseQuery(r.URL.RawQuery)
+	if err != nil {
+		http.Error(w, "httpdebug: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	dbs := make([]database, len(h.dbs))
+	for i, d := range h.dbs {
+		dbs[i] = read(d.name, d.l, limit)
+	}
+	var body bytes.Buffer
+	if asJSON {
+		err = writeJSON(&body, dbs)
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	} else {
+		err = writePage(&body, dbs, limit)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Content-Security-Policy", contentSecurityPolicy)
+	}
+	if err != nil {
+		w.Header().Del("Content-Security-Policy")
+		http.Error(w, "httpdebug: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(body.Len()))
+	if r.Method == http.MethodHead {
+		return
+	}
+	_, _ = body.WriteTo(w) // a client that went away is no error of ours
+}
+
+// parseQuery reads the format and limit parameters; other parameters are ignored.
+func parseQuery(raw string) (asJSON bool, limit int, err error) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return false, 0, fmt.Errorf("malformed query: %w", err)
+	}
+	limit = maxLimit
+	switch v := q["format"]; {
+	case len(v) == 0 || (len(v) == 1 && v[0] == "html"):
+	case len(v) == 1 && v[0] == "json":
+		asJSON = true
+	default:
+		return false, 0, fmt.Errorf("format must be json or html, got %q", v)
+	}
+	if v, ok := q["limit"]; ok {
+		n, err := strconv.Atoi(v[0])
+		if len(v) != 1 || err != nil || n < 1 || n > maxLimit {
+			return false, 0, fmt.Errorf("limit must be one integer from 1 to %d, got %q", maxLimit, v)
+		}
+		limit = n
+	}
+	return asJSON, limit, nil
+}

@@ -1,0 +1,17 @@
+package recordlock
+
+import "github.com/recordlock/recordlock/internal/debugview"
+
+func init() { debugview.WaitsAndHolders = (*Locker).waitsAndHolders }
+
+// waitsAndHolders returns every request queued now in l's database and a LockInfo for the
+// holder of each key with a request queued, visiting each shard once, for package httpdebug.
+// Like Locks, it reads each shard under its mutex only to copy these rows.
+func (l *Locker) waitsAndHolders() ([]WaitInfo, []LockInfo) {
+	var waits []WaitInfo
+	var holders []LockInfo
+	for i := range l.tab.shards {
+		waits, holders = l.tab.shards[i].appendWaits(waits, holders, true)
+	}
+	return waits, holders
+}
