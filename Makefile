@@ -1,5 +1,6 @@
 # Quick start: `make demo` runs the main example, `make test` runs every test. Both install
-# RocksDB (Debian's librocksdb-dev) first when it is missing.
+# RocksDB (Debian's librocksdb-dev) first when it is missing; `make test` also installs Chromium
+# (Debian's chromium), in which the debug page's browser test runs.
 
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -11,7 +12,7 @@ FUZZTIME    ?= 60s
 FUZZCI      ?= 10s
 BENCHCOUNT  ?= 6
 
-.PHONY: deps demo test bench lint fuzz
+.PHONY: deps browser-deps demo test bench lint fuzz
 
 deps:
 	@if [ ! -f /usr/include/rocksdb/c.h ]; then \
@@ -19,10 +20,17 @@ deps:
 		$(SUDO) apt-get update && $(SUDO) apt-get install -y librocksdb-dev; \
 	fi
 
+# The browser test of httpdebug (httpdebug/browsertest) drives a headless Chromium.
+browser-deps:
+	@if ! command -v chromium >/dev/null; then \
+		echo "installing chromium"; \
+		$(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; \
+	fi
+
 demo: deps
 	$(GO) run ./examples/counter
 
-test: deps
+test: deps browser-deps
 	@set -e; for m in $(MODULES); do \
 		echo "== $$m"; \
 		(cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 ./...); \

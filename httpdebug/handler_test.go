@@ -255,8 +255,8 @@ func TestLimits(t *testing.T) {
 
 	code, _, page := get(t, h, http.MethodGet, "/?limit=1")
 	require.Equal(t, http.StatusOK, code)
-	assert.Contains(t, page, "4 more held not shown")
-	assert.Contains(t, page, "2 more waiting not shown")
+	assert.Contains(t, page, "4 more holders not listed.")
+	assert.Contains(t, page, "2 more waits not listed.")
 	assert.Equal(t, 1, strings.Count(section(t, page, `<table class="locks">`, `</table>`), "<tr><td"))
 
 	before, beforeStats := snapshot(l)

@@ -221,7 +221,7 @@ svg text { font: 12px system-ui, sans-serif; }
 {{range $db.Locks}}<tr><td class="key"{{with .Key.Title}} title="{{.}}"{{end}}>{{.Key.Text}}</td><td class="num">{{.CF}}</td><td>{{.Mode}}</td><td class="owner">{{.Owner}}</td><td>{{if .Hold}}yes{{else}}no{{end}}</td><td class="num">{{.LeaseLeft}}</td><td class="num">{{.Waiters}}</td><td class="num">{{.Token}}</td></tr>
 {{end}}</tbody>
 </table>{{else}}<p class="empty">Nothing is held.</p>{{end}}
-{{with $db.LocksOmitted}}<p class="omitted">{{.}} more held not shown.</p>{{end}}
+{{with $db.LocksOmitted}}<p class="omitted">{{.}} more holders not listed.</p>{{end}}
 
 <h3>Waits</h3>
 {{if $db.Waits}}<table class="waits">
@@ -230,7 +230,7 @@ svg text { font: 12px system-ui, sans-serif; }
 {{range $db.Waits}}<tr><td class="key"{{with .Key.Title}} title="{{.}}"{{end}}>{{.Key.Text}}</td><td class="num">{{.CF}}</td><td>{{.Mode}}</td><td class="owner">{{.Owner}}</td><td class="num">{{.Waited}}</td><td>{{.WaitsFor}}</td></tr>
 {{end}}</tbody>
 </table>{{else}}<p class="empty">Nobody waits.</p>{{end}}
-{{with $db.WaitsOmitted}}<p class="omitted">{{.}} more waiting not shown.</p>{{end}}
+{{with $db.WaitsOmitted}}<p class="omitted">{{.}} more waits not listed.</p>{{end}}
 </section>
 {{else}}<p class="empty">No database.</p>
 {{end}}

@@ -2,6 +2,10 @@
 // records of a RocksDB in a temp dir: every 200ms it prints the held keys, with who waits for them
 // and how much lease they have left, and a line of figures. It runs for about two seconds.
 //
+// With -http ADDR (for example -http :8080) it instead serves the debug page of package
+// httpdebug at http://ADDR/debug/recordlock/, showing the same figures with the waits and the
+// wait-for graph, while the workers contend until the program is interrupted.
+//
 // Some workers lock through a Txn and commit a counter, some lock with Locker.Lock and Hold, and
 // one stalls past its lease now and then, so the lapse and fence counters move too. The owner
 // column is the name of the Txn that holds a key (TxnOptions.Name), "-" for a lock outside one.
@@ -11,10 +15,14 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"sync"
@@ -25,6 +33,7 @@ import (
 
 	"github.com/recordlock/recordlock"
 	"github.com/recordlock/recordlock/examples/internal/tempdb"
+	"github.com/recordlock/recordlock/httpdebug"
 )
 
 const (
@@ -35,6 +44,8 @@ const (
 var keys = []string{"account:1", "account:2", "account:3"}
 
 func main() {
+	addr := flag.String("http", "", "serve the debug page at this address (for example :8080) until interrupted, instead of printing for two seconds")
+	flag.Parse()
 	db, closeDB, err := tempdb.Open("recordlock-inspect-")
 	if err != nil {
 		log.Fatal(err)
@@ -56,6 +67,16 @@ func main() {
 	}
 	wg.Go(func() { staller(ctx, locker, db) })
 
+	if *addr != "" {
+		err := serve(*addr, locker)
+		stop()
+		wg.Wait()
+		if err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+
 	tick := time.NewTicker(every)
 	start := time.Now()
 	for range tick.C {
@@ -72,6 +93,31 @@ func main() {
 	wg.Wait()
 	fmt.Println("== workers stopped")
 	printStats(locker.Stats())
+}
+
+// serve serves the debug page of locker's database at addr until the program is interrupted.
+func serve(addr string, locker *recordlock.Locker) error {
+	mux := http.NewServeMux()
+	mux.Handle("/debug/recordlock/", httpdebug.Handler(map[string]*recordlock.Locker{"inspect": locker}))
+	mux.Handle("/{$}", http.RedirectHandler("/debug/recordlock/", http.StatusFound))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	fmt.Printf("serving http://%s/debug/recordlock/ until interrupted\n", ln.Addr())
+	interrupted, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-interrupted.Done():
+	}
+	shutdown, cancelShutdown := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelShutdown()
+	return srv.Shutdown(shutdown)
 }
 
 // printLocks prints one row per held key, sorted by key.

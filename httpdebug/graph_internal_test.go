@@ -1,0 +1,97 @@
+package httpdebug
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock"
+)
+
+func lock(key, owner string) recordlock.LockInfo {
+	return recordlock.LockInfo{Key: []byte(key), Owner: owner}
+}
+
+func wait(key, owner string) recordlock.WaitInfo {
+	return recordlock.WaitInfo{Key: []byte(key), Owner: owner}
+}
+
+func kinds(g graph) map[string]int {
+	n := map[string]int{}
+	for _, node := range g.Nodes {
+		n[node.Kind]++
+	}
+	return n
+}
+
+// Holders and waiters outside any Txn are nodes of their own, each named by its key, so that
+// unrelated plain locks never look like one party; a Txn is one node however many keys it holds.
+func TestGraphNodes(t *testing.T) {
+	g := buildGraph(
+		[]recordlock.LockInfo{lock("a", ""), lock("b", ""), lock("c", "T"), lock("d", "T"), lock("idle", "")},
+		[]recordlock.WaitInfo{wait("a", ""), wait("a", ""), wait("b", ""), wait("c", "U"), wait("d", "")},
+	)
+	assert.Equal(t, map[string]int{"holder": 2, "waiter": 4, "txn": 2}, kinds(g), "idle has no waiter and is not drawn")
+	require.Len(t, g.Edges, 5, "an edge per wait")
+	labels := map[string]int{}
+	for _, n := range g.Nodes {
+		labels[n.Kind+" "+n.Label]++
+	}
+	assert.Equal(t, map[string]int{"holder a": 1, "holder b": 1, "waiter a": 2, "waiter b": 1, "waiter d": 1, "txn T": 1, "txn U": 1}, labels)
+	assert.Equal(t, "U", g.Nodes[indexOf(t, g, "txn", "U")].Label)
+}
+
+// A wait whose key has no listed holder points to a node of the key; a Txn waiting on a key it
+// shares draws no edge to itself.
+func TestGraphUnlistedHolderAndOwnShare(t *testing.T) {
+	g := buildGraph(
+		[]recordlock.LockInfo{{Key: []byte("s"), Owner: "T", Shared: true}, {Key: []byte("s"), Owner: "V", Shared: true}},
+		[]recordlock.WaitInfo{wait("gone", "U"), {Key: []byte("s"), Owner: "T", Upgrade: true}},
+	)
+	assert.Equal(t, map[string]int{"txn": 3, "key": 1}, kinds(g))
+	require.Len(t, g.Edges, 2)
+	assert.Equal(t, "Txn U waits for no listed holder on key gone", g.Edges[0].Title)
+	assert.Equal(t, "Txn T waits for Txn V on key s", g.Edges[1].Title)
+}
+
+// Waiters sit left of what they wait for, layer by layer; a cycle is laid out without looping,
+// and no two nodes overlap.
+func TestGraphLayout(t *testing.T) {
+	g := buildGraph(
+		[]recordlock.LockInfo{lock("a", "A"), lock("b", "B"), lock("c", "C"), lock("x", "X"), lock("y", "Y")},
+		[]recordlock.WaitInfo{wait("a", "B"), wait("b", "C"), wait("x", "Y"), wait("y", "X")},
+	)
+	a, b, c := g.Nodes[indexOf(t, g, "txn", "A")], g.Nodes[indexOf(t, g, "txn", "B")], g.Nodes[indexOf(t, g, "txn", "C")]
+	assert.Less(t, c.X, b.X, "C waits for B")
+	assert.Less(t, b.X, a.X, "B waits for A")
+	seen := map[[2]int]bool{}
+	for _, n := range g.Nodes {
+		pos := [2]int{n.X, n.Y}
+		assert.False(t, seen[pos], "two nodes at %v", pos)
+		seen[pos] = true
+		assert.LessOrEqual(t, n.X+nodeWidth, g.Width)
+		assert.LessOrEqual(t, n.Y+nodeHeight, g.Height)
+	}
+	assert.Len(t, g.Edges, 4)
+	empty := buildGraph([]recordlock.LockInfo{lock("a", "A")}, nil)
+	assert.Empty(t, empty.Nodes, "nothing waits: no graph")
+	assert.Zero(t, empty.Width)
+}
+
+// Shortened labels keep whole runes and say they were cut.
+func TestShorten(t *testing.T) {
+	assert.Equal(t, "日本語", shorten("日本語", 3))
+	assert.Equal(t, "日…", shorten("日本語", 2))
+}
+
+func indexOf(t testing.TB, g graph, kind, label string) int {
+	t.Helper()
+	for i, n := range g.Nodes {
+		if n.Kind == kind && n.Label == label {
+			return i
+		}
+	}
+	t.Fatalf("no %s node %q", kind, label)
+	return -1
+}
