@@ -7,10 +7,22 @@
 //	http.Handle("/debug/recordlock/", httpdebug.Handler(map[string]*recordlock.Locker{"orders": locker}))
 //
 // The output is bounded: at most 1,000 holders and 1,000 waits per database (?limit=N lowers
-// it), with the number left out. The longest waits come first, and the holders of the keys they
-// wait for, so that the graph stays whole; the other holders fill the rest in no particular
-// order. Reading a database takes each of its table's shards' mutexes only to copy rows, as
-// Locks and Waits do, and does not copy every holder of a database that holds millions.
+// it), with the number left out. Past the limit the longest waits are kept, and the holders of
+// the keys they wait for are listed first, so that the graph stays whole; other holders fill the
+// remaining rows in no particular order. Rows are shown sorted by column family and key. Reading
+// a database takes each of its table's shards' mutexes only to copy rows, as Locks and Waits do,
+// and does not copy every holder of a database that holds millions.
+//
+// The JSON is {"databases":[{"name","stats","locks","waits","locksOmitted","waitsOmitted"}]},
+// databases sorted by name. The fields of stats, of each lock and of each wait are those of
+// recordlock.Stats, LockInfo and WaitInfo in lower camel case, initialisms kept
+// (columnFamilyID); durations are integer nanoseconds, times RFC 3339 in UTC, a scope "node" or
+// "cluster", and a key is its text when it is valid UTF-8 without control characters, else 0x
+// and its bytes in hex (so a text key that starts with 0x reads like a binary one).
+//
+// In the graph a Txn is one node, named by its TxnOptions.Name: two Txns with the same name are
+// drawn as one, and a Txn without a name is drawn as a lock outside any Txn, which is a node of
+// its own per holder and per waiter, named by its key.
 //
 // Keys and Txn names are user data: the page escapes them everywhere, sends a
 // Content-Security-Policy that allows no script, and itself runs none.

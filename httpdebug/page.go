@@ -184,7 +184,8 @@ table { border-collapse: collapse; }
 th, td { text-align: left; padding: .2em .8em .2em 0; border-bottom: 1px solid #e4e6eb; vertical-align: top; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.key { font-family: ui-monospace, monospace; word-break: break-all; }
-svg.graph { display: block; max-width: 100%; height: auto; }
+div.waitgraph { overflow: auto; max-height: 80vh; }
+svg.graph { display: block; }
 svg text { font: 12px system-ui, sans-serif; }
 .node rect { stroke-width: 1.5; }
 .node.txn rect { fill: #e3edff; stroke: #3465c8; }
@@ -206,11 +207,11 @@ svg text { font: 12px system-ui, sans-serif; }
 <dl class="stats">{{range $db.Stats}}<div><dt>{{.Name}}</dt><dd>{{.Value}}</dd></div>{{end}}</dl>
 
 <h3>Who waits for whom</h3>
-{{with $db.Graph}}{{if .Nodes}}<svg class="graph" xmlns="http://www.w3.org/2000/svg" width="{{.Width}}" height="{{.Height}}" viewBox="0 0 {{.Width}} {{.Height}}" role="img" aria-label="wait-for graph of {{$db.Name}}">
+{{with $db.Graph}}{{if .Nodes}}<div class="waitgraph"><svg class="graph" xmlns="http://www.w3.org/2000/svg" width="{{.Width}}" height="{{.Height}}" viewBox="0 0 {{.Width}} {{.Height}}" role="img" aria-label="wait-for graph of {{$db.Name}}">
 <defs><marker id="arrow-{{$db.Index}}" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#b4442c"/></marker></defs>
 {{range .Edges}}<g class="edge"><title>{{.Title}}</title><path d="{{.Path}}" marker-end="url(#arrow-{{$db.Index}})"/><text x="{{.LabelX}}" y="{{.LabelY}}" text-anchor="middle">{{.Label}}</text></g>
 {{end}}{{range .Nodes}}<g class="node {{.Kind}}"><title>{{.Title}}</title><rect x="{{.X}}" y="{{.Y}}" width="{{$db.Graph.NodeWidth}}" height="{{$db.Graph.NodeHeight}}" rx="6"/><text class="label" x="{{.X}}" y="{{.Y}}" dx="8" dy="16">{{.Label}}</text><text class="sub" x="{{.X}}" y="{{.Y}}" dx="8" dy="31">{{.Sub}}</text></g>
-{{end}}</svg>
+{{end}}</svg></div>
 <p class="note">An arrow runs from a waiter to a holder it waits for. Holders nobody waits for are not drawn.</p>
 {{else}}<p class="empty">Nobody waits.</p>{{end}}{{end}}
 
