@@ -47,13 +47,15 @@ fuzz: deps
 # The side-by-side table of BENCHMARKS.md: recordlock and its peers in one run, medians and ratios.
 # Both programs are built before any benchmark runs, so no compiler competes with the timed runs.
 # A second run takes P2 at GOMAXPROCS 1 and 2 for the table by GOMAXPROCS; the `sweep:` line
-# before it tells benchtable to keep its results out of the main table.
+# before it tells benchtable to keep its results out of the main table. benchtable also draws P10's
+# chart, docs/p10-hot-record-queue.svg, which BENCHMARKS.md shows.
 bench: deps
 	cd bench && $(GO) build -o ../bin/benchtable ./cmd/benchtable && $(GO) test -c -o ../bin/bench.test .
 	cd bench && { ../bin/bench.test -test.run '^$$' -test.bench . -test.benchmem -test.count $(BENCHCOUNT) \
-		-test.timeout 30m && echo 'sweep: gomaxprocs' && \
+		-test.timeout 60m && echo 'sweep: gomaxprocs' && \
 		../bin/bench.test -test.run '^$$' -test.bench '^BenchmarkParallelDistinctKeys$$' -test.cpu 1,2 \
-		-test.benchmem -test.count $(BENCHCOUNT) -test.timeout 30m; } | tee bench.out | ../bin/benchtable
+		-test.benchmem -test.count $(BENCHCOUNT) -test.timeout 30m; } | tee bench.out | \
+		../bin/benchtable -svg ../docs/p10-hot-record-queue.svg
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi

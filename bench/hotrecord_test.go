@@ -10,6 +10,8 @@ import (
 
 	"github.com/linxGnu/grocksdb"
 	"github.com/moby/locker"
+
+	"github.com/recordlock/recordlock"
 )
 
 // hotRecordWorkers is how many goroutines of P8 increment the one counter.
@@ -29,51 +31,16 @@ func BenchmarkHotRecord(b *testing.B) {
 		db := freshDB(b)
 		l := lockerOn(b, db)
 		ctx := context.Background()
-		runIncrements(b, func(int) error {
-			txn := l.Begin()
-			defer txn.Rollback()
-			if _, err := txn.Lock(ctx, hot, lockOpts); err != nil {
-				return err
-			}
-			v, err := txn.Get(hot)
-			if err != nil {
-				return err
-			}
-			var buf [8]byte
-			if err := txn.Put(hot, incremented(buf[:0], v)); err != nil {
-				return err
-			}
-			return txn.Commit()
-		})
+		runIncrements(b, hotRecordWorkers, func(int) error { return txnIncrement(ctx, l, hot) })
 		checkCounter(b, func() (*grocksdb.Slice, error) { return db.Get(fx.ro, hot) })
 	})
 	// rocksdb is RocksDB's pessimistic transaction: GetForUpdate locks the key (waiting for it
 	// while another transaction holds it), Commit writes and unlocks it.
 	b.Run("rocksdb", func(b *testing.B) {
 		tdb := freshTxnDB(b)
-		txns := make([]*grocksdb.Transaction, hotRecordWorkers) // one reusable transaction per worker
-		defer func() {
-			for _, txn := range txns {
-				if txn != nil {
-					txn.Destroy()
-				}
-			}
-		}()
-		runIncrements(b, func(w int) error {
-			txns[w] = tdb.TransactionBegin(fx.wo, fx.to, txns[w])
-			txn := txns[w]
-			v, err := txn.GetForUpdate(fx.ro, hot)
-			if err != nil {
-				_ = txn.Rollback()
-				return err
-			}
-			var buf [8]byte
-			if err := txn.Put(hot, increment(buf[:0], v)); err != nil {
-				_ = txn.Rollback()
-				return err
-			}
-			return txn.Commit()
-		})
+		txns := newTxnSlots(hotRecordWorkers)
+		defer txns.destroy()
+		runIncrements(b, hotRecordWorkers, func(w int) error { return txns.increment(tdb, fx.to, w, hot) })
 		checkCounter(b, func() (*grocksdb.Slice, error) { return tdb.Get(fx.ro, hot) })
 	})
 	// moby is a moby/locker lock around a plain Get and Put: exclusion with no lease, fence or
@@ -82,7 +49,7 @@ func BenchmarkHotRecord(b *testing.B) {
 		db := freshDB(b)
 		l := locker.New()
 		k := keyStr(0)
-		runIncrements(b, func(int) error {
+		runIncrements(b, hotRecordWorkers, func(int) error {
 			l.Lock(k)
 			defer func() { _ = l.Unlock(k) }()
 			v, err := db.Get(fx.ro, hot)
@@ -96,21 +63,72 @@ func BenchmarkHotRecord(b *testing.B) {
 	})
 }
 
-// runIncrements runs b.N increments split over hotRecordWorkers goroutines, calling inc with the
-// number of the worker, and reports the metrics of BenchmarkHotRecord. The first error fails the
-// run once every worker has stopped.
-func runIncrements(b *testing.B, inc func(worker int) error) {
+// txnIncrement is one recordlock increment of the counter at k: a Txn that locks k, reads it,
+// stages the new value and commits, which writes inside the lock's fence and releases the lock.
+func txnIncrement(ctx context.Context, l *recordlock.Locker, k []byte) error {
+	txn := l.Begin()
+	defer txn.Rollback()
+	if _, err := txn.Lock(ctx, k, lockOpts); err != nil {
+		return err
+	}
+	v, err := txn.Get(k)
+	if err != nil {
+		return err
+	}
+	var buf [8]byte
+	if err := txn.Put(k, incremented(buf[:0], v)); err != nil {
+		return err
+	}
+	return txn.Commit()
+}
+
+// txnSlots holds one reusable RocksDB transaction per worker.
+type txnSlots []*grocksdb.Transaction
+
+func newTxnSlots(workers int) txnSlots { return make(txnSlots, workers) }
+
+// increment is one RocksDB increment of the counter at k by worker w: a pessimistic transaction
+// whose GetForUpdate locks k (waiting while another transaction holds it) and whose Commit
+// writes and unlocks it.
+func (s txnSlots) increment(tdb *grocksdb.TransactionDB, to *grocksdb.TransactionOptions, w int, k []byte) error {
+	s[w] = tdb.TransactionBegin(fx.wo, to, s[w])
+	txn := s[w]
+	v, err := txn.GetForUpdate(fx.ro, k)
+	if err != nil {
+		_ = txn.Rollback()
+		return err
+	}
+	var buf [8]byte
+	if err := txn.Put(k, increment(buf[:0], v)); err != nil {
+		_ = txn.Rollback()
+		return err
+	}
+	return txn.Commit()
+}
+
+func (s txnSlots) destroy() {
+	for _, txn := range s {
+		if txn != nil {
+			txn.Destroy()
+		}
+	}
+}
+
+// runIncrements runs b.N increments split over workers goroutines, calling inc with the number
+// of the worker, and reports the metrics of BenchmarkHotRecord. The first error fails the run
+// once every worker has stopped.
+func runIncrements(b *testing.B, workers int, inc func(worker int) error) {
 	var next atomic.Int64
-	lat := make([][]time.Duration, hotRecordWorkers)
+	lat := make([][]time.Duration, workers)
 	for w := range lat {
-		lat[w] = make([]time.Duration, 0, b.N/hotRecordWorkers+1)
+		lat[w] = make([]time.Duration, 0, b.N/workers+1)
 	}
 	var failed atomic.Pointer[error]
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup
-	for w := range hotRecordWorkers {
+	for w := range workers {
 		wg.Go(func() {
 			for next.Add(1) <= int64(b.N) {
 				t0 := time.Now()

@@ -1,5 +1,5 @@
 // Command benchtable reads `go test -bench` output of the bench package on stdin and prints a
-// markdown table: for every performance target (P1 … P9), recordlock's median over the -count
+// markdown table: for every performance target (P1 … P10), recordlock's median over the -count
 // runs, the peer's median, their ratio, the target and whether it is met. The table is at one
 // GOMAXPROCS, the one most benchmarks ran at (the larger on a tie).
 //
@@ -10,11 +10,17 @@
 // with -test.cpu 1,2) sends the results after it to that table alone; without one, both tables
 // read the same results.
 //
+// A third table follows when the input has P10 (BenchmarkHotRecordQueue): each contender's time
+// per committed increment at each number of goroutines. With -svg FILE, benchtable also draws it
+// as a chart into FILE (`make bench` writes docs/p10-hot-record-queue.svg); an input without P10
+// leaves FILE as it was.
+//
 // With -check it exits with status 1 when a measured target is not met. A target with no
 // results (a contender not yet written) is reported as pending and never fails the check.
 package main
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"io"
@@ -23,8 +29,9 @@ import (
 
 func main() {
 	check := flag.Bool("check", false, "exit with status 1 when a measured target is not met")
+	svg := flag.String("svg", "", "also draw P10's chart, as SVG, into this file")
 	flag.Parse()
-	ok, err := run(os.Stdin, os.Stdout)
+	ok, err := run(os.Stdin, os.Stdout, *svg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchtable:", err)
 		os.Exit(2)
@@ -34,9 +41,9 @@ func main() {
 	}
 }
 
-// run reads results from in and writes the table to out. It reports whether every measured
-// target was met.
-func run(in io.Reader, out io.Writer) (bool, error) {
+// run reads results from in and writes the table to out, and P10's chart to the file svg unless
+// svg is "". It reports whether every measured target was met.
+func run(in io.Reader, out io.Writer, svg string) (bool, error) {
 	s, err := readSamples(in)
 	if err != nil {
 		return false, err
@@ -44,6 +51,18 @@ func run(in io.Reader, out io.Writer) (bool, error) {
 	rows := evaluate(targets, s)
 	if err := writeTable(out, s, rows); err != nil {
 		return false, err
+	}
+	if svg != "" {
+		var chart bytes.Buffer
+		drawn, err := queueChart(s, &chart)
+		if err != nil {
+			return false, fmt.Errorf("drawing the %s chart: %w", byQueue.id, err)
+		}
+		if drawn {
+			if err := os.WriteFile(svg, chart.Bytes(), 0o644); err != nil {
+				return false, err
+			}
+		}
 	}
 	for _, r := range rows {
 		if r.status == statusNotMet {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -32,7 +34,7 @@ PASS
 
 func TestRunTable(t *testing.T) {
 	var out strings.Builder
-	ok, err := run(strings.NewReader(input), &out)
+	ok, err := run(strings.NewReader(input), &out, "")
 	require.NoError(t, err)
 	assert.False(t, ok, "P1 is 200/80 = 2.5× moby, over its 2.0× target")
 	assert.Contains(t, out.String(), "Medians of 3 runs; cpu: Test CPU; GOMAXPROCS 2.")
@@ -64,13 +66,13 @@ func rowOf(t *testing.T, table, id, what string) string {
 func TestRunAllMet(t *testing.T) {
 	in := "BenchmarkParallelDistinctKeys/recordlock-2 10 50 ns/op\nBenchmarkParallelDistinctKeys/moby-2 10 100 ns/op\n"
 	var out strings.Builder
-	ok, err := run(strings.NewReader(in), &out)
+	ok, err := run(strings.NewReader(in), &out, "")
 	require.NoError(t, err)
 	assert.True(t, ok, "P2 at 0.5× meets its target and every other row is pending")
 }
 
 func TestRunNoResults(t *testing.T) {
-	_, err := run(strings.NewReader("PASS\nok x 1s\n"), &strings.Builder{})
+	_, err := run(strings.NewReader("PASS\nok x 1s\n"), &strings.Builder{}, "")
 	assert.ErrorContains(t, err, "no benchmark results")
 }
 
@@ -80,7 +82,7 @@ BenchmarkHotRecord/rocksdb-2    	 100	 10000 ns/op	 100000 increments/s	 8.0 us-
 BenchmarkHotRecord/moby-2       	 100	 8000 ns/op	 125000 increments/s	 6.0 us-p50	 2500 us-p99
 `
 	var out strings.Builder
-	ok, err := run(strings.NewReader(in), &out)
+	ok, err := run(strings.NewReader(in), &out, "")
 	require.NoError(t, err)
 	assert.False(t, ok, "P8 is 9000/8000 = 1.125× moby's ns/op, over 1/0.9")
 	vsRocksDB := rowOf(t, out.String(), "P8", "RocksDB")
@@ -113,7 +115,7 @@ BenchmarkParallelDistinctKeys/moby-2       	 10	 60 ns/op
 
 func TestRunProcsTable(t *testing.T) {
 	var out strings.Builder
-	ok, err := run(strings.NewReader(sweepInput), &out)
+	ok, err := run(strings.NewReader(sweepInput), &out, "")
 	require.NoError(t, err)
 	assert.True(t, ok, "the main table has P2 at 0.5× and P3 at 3.0×, from the main run alone")
 	table := out.String()
@@ -133,7 +135,7 @@ BenchmarkParallelDistinctKeys/recordlock-2 	 10	 90 ns/op
 BenchmarkParallelDistinctKeys/moby-2       	 10	 60 ns/op
 `
 	var out strings.Builder
-	_, err := run(strings.NewReader(in), &out)
+	_, err := run(strings.NewReader(in), &out, "")
 	require.NoError(t, err)
 	table := out.String()
 	assert.Contains(t, table, "GOMAXPROCS 2.")
@@ -144,7 +146,7 @@ BenchmarkParallelDistinctKeys/moby-2       	 10	 60 ns/op
 
 func TestRunNoProcsTable(t *testing.T) {
 	var out strings.Builder
-	_, err := run(strings.NewReader(input), &out)
+	_, err := run(strings.NewReader(input), &out, "")
 	require.NoError(t, err)
 	assert.NotContains(t, out.String(), "by GOMAXPROCS", "the input has no P2 results")
 }
@@ -159,4 +161,55 @@ func lineOf(t *testing.T, table, prefix string) string {
 	}
 	t.Fatalf("no line starting %q in\n%s", prefix, table)
 	return ""
+}
+
+// queueInput has P10 at 8 and 512 goroutines, two runs of each contender.
+const queueInput = `cpu: Test CPU
+BenchmarkHotRecordQueue/goroutines=8/recordlock-2 	 100	 10000 ns/op	 6.0 us-p50	 900 us-p99
+BenchmarkHotRecordQueue/goroutines=8/recordlock-2 	 100	 12000 ns/op	 6.0 us-p50	 1100 us-p99
+BenchmarkHotRecordQueue/goroutines=8/locker-2     	 100	 10000 ns/op	 6.0 us-p50	 800 us-p99
+BenchmarkHotRecordQueue/goroutines=8/locker-2     	 100	 10000 ns/op	 6.0 us-p50	 800 us-p99
+BenchmarkHotRecordQueue/goroutines=8/rocksdb-2    	 100	 20000 ns/op	 7.0 us-p50	 90 us-p99
+BenchmarkHotRecordQueue/goroutines=8/rocksdb-2    	 100	 20000 ns/op	 7.0 us-p50	 90 us-p99
+BenchmarkHotRecordQueue/goroutines=512/recordlock-2 	 100	 30000 ns/op	 9000 us-p50	 40000 us-p99
+BenchmarkHotRecordQueue/goroutines=512/recordlock-2 	 100	 34000 ns/op	 9000 us-p50	 60000 us-p99
+BenchmarkHotRecordQueue/goroutines=512/locker-2     	 100	 20000 ns/op	 9000 us-p50	 30000 us-p99
+BenchmarkHotRecordQueue/goroutines=512/locker-2     	 100	 20000 ns/op	 9000 us-p50	 30000 us-p99
+BenchmarkHotRecordQueue/goroutines=512/rocksdb-2    	 100	 40000 ns/op	 7.0 us-p50	 500000 us-p99
+BenchmarkHotRecordQueue/goroutines=512/rocksdb-2    	 100	 40000 ns/op	 7.0 us-p50	 500000 us-p99
+`
+
+func TestRunHotRecordQueue(t *testing.T) {
+	svg := filepath.Join(t.TempDir(), "p10.svg")
+	var out strings.Builder
+	ok, err := run(strings.NewReader(queueInput), &out, svg)
+	require.NoError(t, err)
+	assert.False(t, ok, "P10 at 512 is 32/20 = 1.6× locker, over its 1.25× target")
+	table := out.String()
+	vsLocker := rowOf(t, table, "P10", "Locker.Lock")
+	assert.Contains(t, vsLocker, "| 32.00 µs | locker 20.00 µs | 1.60× | ≤ 1.25× locker | **not met** |")
+	assert.Contains(t, vsLocker, "p99: recordlock 50000 µs, locker 30000 µs")
+	vsRocksDB := rowOf(t, table, "P10", "RocksDB")
+	assert.Contains(t, vsRocksDB, "| 0.80× | ≤ 1.00× rocksdb | met |")
+
+	assert.Contains(t, table, "P10 by goroutines (one hot record, time per committed increment), medians of 2 runs")
+	assert.Contains(t, lineOf(t, table, "| 8 "), "| 8 | 11.00 µs (10.00 µs–12.00 µs) | 10.00 µs (10.00 µs–10.00 µs) | 20.00 µs (20.00 µs–20.00 µs) | 1.10× | 0.55× |")
+	assert.Contains(t, lineOf(t, table, "| 512 "), "| 512 | 32.00 µs (30.00 µs–34.00 µs) | 20.00 µs (20.00 µs–20.00 µs) | 40.00 µs (40.00 µs–40.00 µs) | 1.60× | 0.80× |")
+
+	chart, err := os.ReadFile(svg)
+	require.NoError(t, err, "the chart is written")
+	assert.Contains(t, string(chart), "<svg")
+	for _, name := range []string{"recordlock Txn", "Locker.Lock + fenced Get/Put", "RocksDB pessimistic txn, deadlock detection", ">512<", ">8<"} {
+		assert.Contains(t, string(chart), name)
+	}
+}
+
+func TestRunNoChartWithoutQueueResults(t *testing.T) {
+	svg := filepath.Join(t.TempDir(), "p10.svg")
+	var out strings.Builder
+	_, err := run(strings.NewReader(input), &out, svg)
+	require.NoError(t, err)
+	assert.NotContains(t, out.String(), "by goroutines")
+	_, err = os.Stat(svg)
+	assert.ErrorIs(t, err, os.ErrNotExist, "no P10 results, no chart")
 }

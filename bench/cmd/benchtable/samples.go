@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 
 	"golang.org/x/perf/benchfmt"
 )
@@ -57,7 +58,7 @@ func readSamples(in io.Reader) (*samples, error) {
 		if err != nil {
 			return nil, err
 		}
-		if cpu := res.GetConfig("cpu"); cpu != "" {
+		if cpu := strings.TrimSpace(res.GetConfig("cpu")); cpu != "" {
 			s.cpu = cpu
 		}
 		into := s.main

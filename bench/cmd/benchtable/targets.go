@@ -7,7 +7,7 @@ const contender = "recordlock"
 
 // target is one row of the table: one criterion of one target id.
 type target struct {
-	id    string // P1 … P9
+	id    string // P1 … P10
 	bench string // the benchmark function, without "Benchmark"; its sub-benchmarks are the contenders
 	mine  string // the sub-benchmark measured; "" for contender
 	what  string
@@ -41,6 +41,10 @@ var targets = []target{
 	// at least 1.5× RocksDB's transfers/s is at most 1/1.5 of its ns/op.
 	{id: "P9", bench: "DeadlockProneTransfers", what: "deadlock-prone transfers, from→to order with detection", unit: "ns/op", peer: "rocksdb", limit: 1 / 1.5},
 	{id: "P9", bench: "DeadlockProneTransfers", mine: "lockall", what: "deadlock-prone transfers, sorted with LockAll", unit: "ns/op", peer: "rocksdb", limit: 1 / 2.5},
+	// One op is one committed increment; the Txn's wait is checked for deadlocks, Locker.Lock's
+	// is not, so the first row is what detection costs when 512 requests queue for one record.
+	{id: "P10", bench: "HotRecordQueue/goroutines=512", what: "hot record, 512 goroutines, Txn vs Locker.Lock + fenced Get/Put", unit: "ns/op", peer: "locker", limit: 1.25, detail: "us-p99"},
+	{id: "P10", bench: "HotRecordQueue/goroutines=512", what: "hot record, 512 goroutines, Txn vs RocksDB pessimistic txn with detection", unit: "ns/op", peer: "rocksdb", limit: 1.0},
 }
 
 // byProcs is the benchmark shown by GOMAXPROCS in the table after the main one: recordlock
