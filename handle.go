@@ -90,6 +90,10 @@ func (h *Handle) flags() handleFlags { return h.state.Load() }
 // lapse that nothing has settled yet is not in them.
 func (h *Handle) dead() bool { return h.flags()&(flagReleased|flagExpired) != 0 }
 
+// released reports whether the handle was given back deliberately: by a Release that returned
+// true, or by Close, which releases the same way. A lease that ended first leaves it false.
+func (h *Handle) released() bool { return h.flags()&flagReleased != 0 }
+
 // monoFor returns the Mono of h's clock, given mono, a reading of c's clock: the same reading
 // when both Lockers run on one clock.
 func (h *Handle) monoFor(c *tenant, mono time.Duration) time.Duration {

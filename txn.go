@@ -17,7 +17,9 @@ import (
 //
 // A write is protected by the lock this Txn took on its record: staging it needs a live handle,
 // and Commit writes nothing unless every protecting lease is still live, holding each record
-// (Handle.Fence) until the batch is written so a successor cannot take it mid-commit. A write to
+// (Handle.Fence) until the batch is written so a successor cannot take it mid-commit. A read is
+// protected the same way: Get under a lock whose lease ended fails, and Commit also checks and
+// fences every lock the Txn still holds with no write under it. A write to
 // a record the Txn never locked fails with ErrNotLocked, unless the Txn was begun with
 // TxnOptions.AllowUnlockedWrites: then it is a plain write that never waits for anybody's lock.
 //
@@ -184,6 +186,12 @@ func (t *Txn) wantsCluster(r Resolved) bool {
 // a staged Delete), else the latest committed value in the database (no snapshot: another
 // writer's committed change is visible at once). A key that does not exist reads as nil with a
 // nil error. The returned slice belongs to the caller.
+//
+// A Get of a key this Txn holds whose lease has ended (lapsed or revoked) fails with
+// ErrLeaseExpired rather than return a value no lock protects any more; a key the Txn released
+// (a Release that returned true), or never locked, reads unprotected. It fails with
+// ErrInvalidKey for an empty key, ErrTxnDone once the Txn ended, ErrClosed once the Locker is
+// closed, and with the RocksDB error, wrapped, when the read fails.
 func (t *Txn) Get(key []byte) ([]byte, error) { return t.get(nil, key) }
 
 // GetCF is Get of key in column family cf (nil: the default column family).
@@ -198,7 +206,11 @@ func (t *Txn) get(cf *grocksdb.ColumnFamilyHandle, key []byte) ([]byte, error) {
 	if len(key) == 0 {
 		return nil, ErrInvalidKey
 	}
-	if w, ok := t.writes.latest(columnFamilyID(cf), key); ok {
+	cfID := columnFamilyID(cf)
+	if x, ok := t.locks.latest(cfID, key); ok && !x.h.released() && x.h.IsLeaseExpired() {
+		return nil, ErrLeaseExpired
+	}
+	if w, ok := t.writes.latest(cfID, key); ok {
 		if w.del {
 			return nil, nil
 		}

@@ -15,12 +15,18 @@ import (
 // touch, with the write options of TxnOptions; then it releases the Txn's locks that were not
 // taken with Hold, and ends the Txn.
 //
-// If the lease of any lock protecting a staged write has ended (lapsed or revoked), Commit writes
-// nothing, still releases the locks, and returns ErrLeaseExpired. Otherwise the batch is written
-// inside the fences of every protecting handle (Handle.Fence), entered in record order: no key
-// passes to a successor until the write has returned. With nothing staged Commit only releases
-// the locks. After the Locker's Close it writes nothing and returns ErrClosed; on a Txn that
-// already ended it returns ErrTxnDone. Either way, a Txn that Commit was called on has ended.
+// Commit checks every lock the Txn still holds, whether or not a write is staged under it, since
+// what the Txn read under it may have changed once its lease ended: the latest handle of each
+// record the Txn locked, unless a Release of that handle returned true (a Release returning false
+// gave nothing back, and the lock is checked). It also checks the handle protecting each staged
+// write, released or not. If the lease of any handle checked has ended (lapsed or revoked),
+// Commit writes nothing, still releases the locks, and returns ErrLeaseExpired. Otherwise the
+// batch is written inside the fences of every handle checked (Handle.Fence), entered in record
+// order: no lease is found ended after the check, and no key passes to a successor, until the
+// write has returned. With nothing staged Commit checks the same way and writes nothing, so a
+// read-only Txn learns whether its reads stayed protected to the end. After the Locker's Close it
+// writes nothing and returns ErrClosed; on a Txn that already ended it returns ErrTxnDone; a
+// failed RocksDB write is returned wrapped. Whatever it returns, the Txn has ended.
 func (t *Txn) Commit() error {
 	if err := t.usable(); err != nil {
 		if errors.Is(err, ErrClosed) {
@@ -29,13 +35,10 @@ func (t *Txn) Commit() error {
 		return err
 	}
 	defer t.end()
-	if len(t.writes.items) == 0 {
-		return nil
-	}
 	var buf [4]*Handle
 	// No separate lease check first: each Fence refuses with ErrLeaseExpired before anything
-	// inside it runs, and the write is innermost, so one lapsed lease writes nothing.
-	return fenced(t.protectors(buf[:0]), t.fencedWrite)
+	// inside it runs, and the write is innermost, so one ended lease writes nothing.
+	return fenced(t.checked(buf[:0]), t.fencedWrite)
 }
 
 // fencedWrite is what Commit runs inside the fences: the write of the staged writes.
@@ -46,6 +49,9 @@ func (t *Txn) fencedWrite() error {
 	}
 	if hook := t.l.hooks.inFence; hook != nil {
 		hook()
+	}
+	if len(t.writes.items) == 0 {
+		return nil
 	}
 	if err := t.write(); err != nil {
 		return fmt.Errorf("recordlock: commit: %w", err)
@@ -136,12 +142,13 @@ func fenced(hs []*Handle, write func() error) error {
 	return hs[0].Fence(func() error { return fenced(hs[1:], write) })
 }
 
-// protectors appends to hs the handles protecting staged writes, each once, sorted by record
-// (column family ID, then key) so that fences nest in a deterministic order; handles of one
-// record keep the order they were taken in.
-func (t *Txn) protectors(hs []*Handle) []*Handle {
-	for _, x := range t.locks.items {
-		if x.protects {
+// checked appends to hs the handles Commit checks, each once: the handle protecting each staged
+// write, and the latest handle of each record that no Release returning true gave back (the locks
+// the Txn still holds). They are sorted by record (column family ID, then key) so that fences
+// nest in a deterministic order; handles of one record keep the order they were taken in.
+func (t *Txn) checked(hs []*Handle) []*Handle {
+	for i, x := range t.locks.items {
+		if x.protects || (!x.h.released() && t.locks.find(x.entryCF(), x.entryKey()) == i) {
 			hs = append(hs, x.h)
 		}
 	}

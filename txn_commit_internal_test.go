@@ -96,7 +96,8 @@ func TestTxnCommitHoldsOffSuccessor(t *testing.T) {
 }
 
 // Fences nest in key order whatever the order writes were staged in, each handle once; a key
-// taken anew after a release keeps both handles, the older first.
+// taken anew after a release keeps both handles, the older first. A lock still held is checked
+// and fenced with no write under it; one given back by a Release returning true is not.
 func TestTxnProtectorsSortedByKey(t *testing.T) {
 	db := OpenTestDB(t)
 	l := newTestLocker(t, db, NewManualClock(time.Unix(0, 0)))
@@ -115,14 +116,16 @@ func TestTxnProtectorsSortedByKey(t *testing.T) {
 		}
 	}
 	c, a, b, unused := lock("c"), lock("a"), lock("b"), lock("0")
+	require.True(t, lock("d").Release())
 	put("c", "plain", "a")
 	require.True(t, a.Release())
 	a2 := lock("a")
 	put("c", "b", "a")
-	assert.Equal(t, []*Handle{a, a2, b, c}, txn.protectors(nil))
+	assert.Equal(t, []*Handle{unused, a, a2, b, c}, txn.checked(nil))
 	assert.False(t, unused.IsExpired())
 	require.NoError(t, txn.Commit())
 	assert.True(t, unused.IsExpired(), "a lock that protects nothing is released too")
+	assert.False(t, unused.IsLeaseExpired(), "released, not lapsed")
 }
 
 // Commit releases a lock without Hold as its fence ends (fenceThenRelease): the key is free and
@@ -200,4 +203,44 @@ func newHookedLocker(t testing.TB, db *grocksdb.DB, clk Clock, inFence *func()) 
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
 	return l
+}
+
+// A lock held only for reading is fenced too: once Commit has checked it, its key cannot pass to
+// a successor until the write returns, even if its lease lapses meanwhile, and a read-only Commit
+// enters the same fences.
+func TestTxnCommitFencesReadLocks(t *testing.T) {
+	for _, staged := range []bool{true, false} {
+		t.Run(map[bool]string{true: "with a write", false: "read-only"}[staged], func(t *testing.T) {
+			db := OpenTestDB(t)
+			clk := NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+			var inFence func()
+			l := newHookedLocker(t, db, clk, &inFence)
+			other := newTestLocker(t, db, clk)
+			ctx := context.Background()
+
+			txn := l.Begin()
+			defer txn.Rollback()
+			read, err := txn.Lock(ctx, []byte("read"), Options{Lease: time.Second})
+			require.NoError(t, err)
+			_, err = txn.Lock(ctx, []byte("write"), Options{Lease: time.Minute})
+			require.NoError(t, err)
+			if staged {
+				require.NoError(t, txn.Put([]byte("write"), []byte("v")))
+			}
+			var inside bool
+			inFence = func() {
+				inside = true
+				clk.Advance(time.Second) // the read lock lapses after the check
+				assert.True(t, read.IsLeaseExpired())
+				_, err := other.TryLock([]byte("read"), Options{})
+				assert.ErrorIs(t, err, ErrLocked, "the read lock's key must not pass on mid-commit")
+			}
+			require.NoError(t, txn.Commit(), "a commit that entered its fences in time succeeds")
+			require.True(t, inside)
+			h, err := other.TryLock([]byte("read"), Options{})
+			require.NoError(t, err, "the key passes on once the commit returns")
+			assert.True(t, h.Release())
+			assert.True(t, l.tab.empty(), "nothing is left locked or queued")
+		})
+	}
 }

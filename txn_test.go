@@ -320,7 +320,7 @@ func TestTxnStagingNeedsLiveHandle(t *testing.T) {
 		require.NoError(t, err)
 		clk.Advance(time.Second)
 		require.ErrorIs(t, txn.Put([]byte("x"), []byte("v")), recordlock.ErrLeaseExpired)
-		require.NoError(t, txn.Commit())
+		require.ErrorIs(t, txn.Commit(), recordlock.ErrLeaseExpired, "the Txn still holds x, whose lease ended")
 		assert.Nil(t, dbGet(t, db, "x"))
 	})
 	t.Run("released after staging commits", func(t *testing.T) {
@@ -404,6 +404,68 @@ func TestTxnGetOverlaysStagedWrites(t *testing.T) {
 	assert.Equal(t, []byte{}, dbGet(t, db, "b"))
 	assert.Equal(t, []byte("2"), dbGet(t, db, "d"), "the batch keeps the order of staging")
 	assert.Nil(t, dbGet(t, db, "z"), "the reused key slice was copied")
+}
+
+// A Get of a key the Txn holds whose lease ended fails with ErrLeaseExpired, staged write or not,
+// in any column family; a key the Txn released, or never locked, reads unprotected.
+func TestTxnGetUnderEndedLease(t *testing.T) {
+	db, cfs := openCFDB(t, "one")
+	clk, l := manual(t, db)
+	ctx := context.Background()
+	dbPut(t, db, "k", "v")
+	cf := cfs[0]
+
+	txn := beginUnlocked(t, l)
+	defer txn.Rollback()
+	lapsed, err := txn.Lock(ctx, []byte("k"), recordlock.Options{Lease: time.Second})
+	require.NoError(t, err)
+	_, err = txn.LockCF(ctx, cf, []byte("k"), recordlock.Options{Lease: time.Second})
+	require.NoError(t, err)
+	staged, err := txn.Lock(ctx, []byte("staged"), recordlock.Options{Lease: time.Second})
+	require.NoError(t, err)
+	require.NoError(t, txn.Put([]byte("staged"), []byte("mine")))
+	revoked, err := txn.Lock(ctx, []byte("revoked"), recordlock.Options{Lease: time.Minute})
+	require.NoError(t, err)
+	released, err := txn.Lock(ctx, []byte("released"), recordlock.Options{Lease: time.Second})
+	require.NoError(t, err)
+	require.True(t, released.Release())
+	live, err := txn.Lock(ctx, []byte("live"), recordlock.Options{Lease: time.Minute})
+	require.NoError(t, err)
+
+	got, err := txn.Get([]byte("k"))
+	require.NoError(t, err)
+	assert.Equal(t, []byte("v"), got)
+	revoked.RevokeLease()
+	clk.Advance(time.Second)
+	require.True(t, lapsed.IsLeaseExpired())
+	require.True(t, staged.IsLeaseExpired())
+
+	for _, tc := range []struct {
+		name string
+		get  func() ([]byte, error)
+		want error
+	}{
+		{"lapsed", func() ([]byte, error) { return txn.Get([]byte("k")) }, recordlock.ErrLeaseExpired},
+		{"lapsed in a column family", func() ([]byte, error) { return txn.GetCF(cf, []byte("k")) }, recordlock.ErrLeaseExpired},
+		{"lapsed with a staged write", func() ([]byte, error) { return txn.Get([]byte("staged")) }, recordlock.ErrLeaseExpired},
+		{"revoked", func() ([]byte, error) { return txn.Get([]byte("revoked")) }, recordlock.ErrLeaseExpired},
+		{"released before the lapse", func() ([]byte, error) { return txn.Get([]byte("released")) }, nil},
+		{"live", func() ([]byte, error) { return txn.Get([]byte("live")) }, nil},
+		{"never locked", func() ([]byte, error) { return txn.Get([]byte("other")) }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := tc.get()
+			if tc.want != nil {
+				require.ErrorIs(t, err, tc.want)
+				assert.Nil(t, v)
+				return
+			}
+			require.NoError(t, err)
+			assert.Nil(t, v, "nothing committed under this key")
+		})
+	}
+	assert.False(t, live.IsExpired())
+	require.ErrorIs(t, txn.Commit(), recordlock.ErrLeaseExpired)
 }
 
 // Staged keys and values of every size stay intact and apart: small ones share room inside the
@@ -624,8 +686,9 @@ func assertDone(t *testing.T, txn *recordlock.Txn) {
 	assert.ErrorIs(t, txn.Commit(), recordlock.ErrTxnDone)
 }
 
-// A Commit with nothing staged only releases locks, even when a lease has lapsed.
-func TestTxnEmptyCommitOnlyReleases(t *testing.T) {
+// A Commit with nothing staged checks the locks the Txn holds, writes nothing, and releases them:
+// a lapsed lease makes it ErrLeaseExpired.
+func TestTxnEmptyCommitChecksAndReleases(t *testing.T) {
 	db := openDB(t)
 	clk, l := manual(t, db)
 	txn := l.Begin()
@@ -634,7 +697,7 @@ func TestTxnEmptyCommitOnlyReleases(t *testing.T) {
 	b, err := txn.Lock(context.Background(), []byte("b"), recordlock.Options{Lease: time.Minute})
 	require.NoError(t, err)
 	clk.Advance(time.Second)
-	require.NoError(t, txn.Commit())
+	require.ErrorIs(t, txn.Commit(), recordlock.ErrLeaseExpired)
 	assert.True(t, a.IsLeaseExpired())
 	assert.True(t, b.IsExpired())
 	assert.False(t, b.IsLeaseExpired(), "released, not lapsed")
