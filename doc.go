@@ -46,7 +46,8 @@
 //
 //   - [Txn.LockAll] takes all its keys in bytewise order, so Txns that use it never wait for
 //     each other in a cycle. Its Options.Timeout bounds the whole call, and it is all or nothing:
-//     on failure it releases the locks it took and keeps the ones the Txn held before.
+//     on failure it releases the locks it took and keeps the ones the Txn held before unchanged;
+//     on success every handle it returns is live.
 //   - When a Txn's Lock would wait for a record held by a Txn that, directly or through others,
 //     waits for it, the Lock fails at once with an error matching [ErrDeadlock] (a
 //     [*DeadlockError] naming the cycle) and keeps the Txn's other locks. Roll back and retry

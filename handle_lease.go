@@ -67,7 +67,8 @@ func (h *Handle) moveDeadline(sh *shard, deadline time.Duration) {
 // *OptionError for an invalid lease, and ErrReleased or ErrLeaseExpired for a dead handle; on
 // failure nothing changes.
 func (h *Handle) UpgradeToHold(lease time.Duration) error {
-	return h.extend(lease, true)
+	_, err := h.extend(lease, true)
+	return err
 }
 
 // Renew extends the lease: the new deadline is now plus lease (0 means DefaultLease). Unlike
@@ -76,20 +77,35 @@ func (h *Handle) UpgradeToHold(lease time.Duration) error {
 // It returns an *OptionError for an invalid lease, and ErrReleased or ErrLeaseExpired for a dead
 // handle; on failure nothing changes.
 func (h *Handle) Renew(lease time.Duration) error {
-	return h.extend(lease, false)
+	_, err := h.extend(lease, false)
+	return err
 }
 
-// extend is Renew, and with hold UpgradeToHold.
-func (h *Handle) extend(lease time.Duration, hold bool) error {
+// leaseState is what extend changes on a handle, kept so that a LockAll that fails can undo
+// the upgrades it made (undo).
+type leaseState struct {
+	h         *Handle
+	deadline  time.Duration
+	expiresAt int64
+	flags     handleFlags // flagHold and flagHasVersion as they were
+	lastVer   Timestamp
+}
+
+// extend is Renew, and with hold UpgradeToHold. On success it returns the state it replaced.
+func (h *Handle) extend(lease time.Duration, hold bool) (leaseState, error) {
 	lease, err := resolveDuration("Lease", lease, DefaultLease, MinLease, MaxLease)
 	if err != nil {
-		return err
+		return leaseState{}, err
 	}
 	sh := h.shard()
 	sh.mu.Lock()
 	defer sh.unlockAndRunHooks()
 	if err := h.deadErr(sh); err != nil {
-		return err
+		return leaseState{}, err
+	}
+	was := leaseState{h: h, deadline: h.dueAt(), expiresAt: h.expiresAt, flags: h.flags() & (flagHold | flagHasVersion)}
+	if h.cold != nil {
+		was.lastVer = h.cold.lastVer
 	}
 	wall, now := readClock(h.l.clock)
 	deadline := now + lease
@@ -105,7 +121,26 @@ func (h *Handle) extend(lease time.Duration, hold bool) error {
 		h.setFlags(flagHold)
 		h.nextVersion()
 	}
-	return nil
+	return was, nil
+}
+
+// undo puts back the lease, ExpiresAt, Hold flag and version counter that extend replaced. A
+// deadline put back that has already passed ends the lease now, as it would have without the
+// upgrade.
+func (s leaseState) undo() {
+	h := s.h
+	sh := h.shard()
+	sh.mu.Lock()
+	h.expiresAt = s.expiresAt
+	h.state.Store(h.flags()&^(flagHold|flagHasVersion) | s.flags)
+	if h.cold != nil {
+		h.cold.lastVer = s.lastVer
+	}
+	h.moveDeadline(sh, s.deadline)
+	if h.flags()&flagHeld != 0 {
+		h.settle(sh)
+	}
+	sh.unlockAndRunHooks()
 }
 
 // deadErr is nil while h authorizes writes, else the error that says why not.

@@ -2,6 +2,7 @@ package recordlock
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -16,14 +17,20 @@ import (
 // Lock (with opts.Hold they are upgraded once every other key is locked).
 //
 // opts.Timeout bounds the whole call, not each key: LockAll fails with ErrTimeout once it has
-// waited that long in all. It fails with an error matching ctx's error once ctx is done, and
-// with an error matching ErrDeadlock if waiting for a key would close a cycle of Txns (possible
-// only with Txns that lock in another order). It is all or nothing: on any failure the locks
-// this call took are released, the locks the Txn held before stay, and nil is returned. Invalid
-// options, an empty key or a scope conflict fail before anything is locked.
+// waited that long in all; with a zero Timeout and a ctx with a deadline, the bound is the time
+// left until that deadline when the call starts. It fails with an error matching ctx's error once
+// ctx is done, and with an error matching ErrDeadlock if waiting for a key would close a cycle of
+// Txns (possible only with Txns that lock in another order). Every handle it returns is live when
+// it returns: if the lease of a key already locked, by this call or before it, ended while the
+// call waited for a later key, LockAll fails with an error matching ErrLeaseExpired, or
+// ErrReleased if another goroutine released that lock. Invalid options (an *OptionError matching
+// ErrInvalidOptions), an empty key (ErrInvalidKey), a scope conflict (ErrScopeConflict), an
+// ended Txn (ErrTxnDone) or a closed Locker (ErrClosed) fail before anything is locked.
 //
-// On success the handles come back in the order of keys; a key given twice gets the same handle
-// at both places.
+// It is all or nothing: on any failure it returns nil, the locks this call took are released,
+// and the locks the Txn held before are unchanged (a Hold upgrade this call made to one of them
+// is undone: lease, ExpiresAt, Hold and version counter). On success the handles come back in the
+// order of keys; a key given twice gets the same handle at both places.
 func (t *Txn) LockAll(ctx context.Context, opts Options, keys ...[]byte) ([]*Handle, error) {
 	return t.lockAll(ctx, 0, opts, keys)
 }
@@ -79,7 +86,11 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 		}
 	}
 	var taken []*Handle
+	var upgraded []leaseState
 	fail := func(err error) ([]*Handle, error) {
+		for _, u := range upgraded {
+			u.undo()
+		}
 		for _, h := range taken {
 			h.Release()
 			h.disown()
@@ -97,11 +108,25 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 		out[i] = h
 		taken = append(taken, h)
 	}
-	if opts.Hold {
+	// A lease that lapsed, or a lock released by another goroutine, while the call waited for a
+	// later key fails the call. Checked before the Hold upgrades, so that this failure leaves
+	// nothing to undo, and again after them, which take time.
+	if err := allLive(reentrant, taken); err != nil {
+		return fail(err)
+	}
+	if opts.Hold && len(reentrant) > 0 {
+		if hook := t.l.hooks.beforeUpgrade; hook != nil {
+			hook()
+		}
 		for _, h := range reentrant {
-			if err := h.UpgradeToHold(opts.Lease); err != nil {
-				return fail(err)
+			u, err := h.extend(opts.Lease, true)
+			if err != nil {
+				return fail(cmp.Or(allLive([]*Handle{h}), err)) // it died since the check
 			}
+			upgraded = append(upgraded, u)
+		}
+		if err := allLive(reentrant, taken); err != nil {
+			return fail(err)
 		}
 	}
 	for n, i := range order {
@@ -113,6 +138,23 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 		t.locks.add(txnLock{h: h})
 	}
 	return out, nil
+}
+
+// allLive is nil if every handle of both lists still authorizes writes, else ErrLeaseExpired for
+// a lease that ended or ErrReleased for a lock given back, naming its key.
+func allLive(lists ...[]*Handle) error {
+	for _, hs := range lists {
+		for _, h := range hs {
+			if !h.IsExpired() {
+				continue
+			}
+			if h.IsLeaseExpired() {
+				return fmt.Errorf("%w: the lock of %q ended while LockAll ran", ErrLeaseExpired, h.key())
+			}
+			return fmt.Errorf("%w: the lock of %q was released while LockAll ran", ErrReleased, h.key())
+		}
+	}
+	return nil
 }
 
 // lockAllCall is one LockAll's shared wait budget.

@@ -387,6 +387,118 @@ func TestTxnLockAllAllOrNothing(t *testing.T) {
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
+// A LockAll with Hold that fails leaves the Txn's earlier locks as they were: the Txn holds a
+// (1 min) and b (200 ms), another Locker holds c; LockAll(Hold, a, b, c) waits for c, b lapses,
+// c is released. The call fails on b without upgrading a, so Rollback still releases a.
+func TestTxnLockAllHoldFailureLeavesEarlierLocksUnchanged(t *testing.T) {
+	db := openDB(t)
+	clk, l := manual(t, db)
+	other := newLocker(t, db, recordlock.WithClock(clk))
+	ctx := context.Background()
+	c, err := other.Lock(ctx, []byte("c"), recordlock.Options{Lease: time.Minute})
+	require.NoError(t, err)
+
+	txn := l.Begin()
+	defer txn.Rollback()
+	a, err := txn.Lock(ctx, []byte("a"), recordlock.Options{Lease: time.Minute})
+	require.NoError(t, err)
+	b, err := txn.Lock(ctx, []byte("b"), recordlock.Options{Lease: 200 * time.Millisecond})
+	require.NoError(t, err)
+	expiresAt, version := a.ExpiresAt(), a.HolderVersionCandidate(0)
+
+	res := make(chan error, 1)
+	go func() {
+		hs, err := txn.LockAll(ctx, recordlock.Options{Hold: true}, []byte("a"), []byte("b"), []byte("c"))
+		assert.Nil(t, hs)
+		res <- err
+	}()
+	waitQueued(t, l, []byte("c"), 1)
+	clk.Advance(200 * time.Millisecond)
+	require.True(t, b.IsLeaseExpired())
+	require.True(t, c.Release())
+	require.ErrorIs(t, await(t, res, "LockAll"), recordlock.ErrLeaseExpired)
+
+	assert.False(t, a.Hold(), "a is not upgraded")
+	assert.Equal(t, expiresAt, a.ExpiresAt(), "a keeps its lease")
+	assert.Equal(t, version, a.HolderVersionCandidate(0), "a's version counter did not step")
+	assert.False(t, a.IsExpired())
+	c2, err := other.TryLock([]byte("c"), recordlock.Options{})
+	require.NoError(t, err, "the key this call took is released")
+	assert.True(t, c2.Release())
+
+	txn.Rollback()
+	a2, err := other.TryLock([]byte("a"), recordlock.Options{})
+	require.NoError(t, err, "Rollback released a: the failed LockAll left it without Hold")
+	assert.True(t, a2.Release())
+	assert.True(t, recordlock.ProbeTableEmpty(l))
+}
+
+// Every handle LockAll returns is live when it returns: a lock that ended while the call waited
+// for a later key fails the call, all or nothing.
+func TestTxnLockAllFailsOnLockEndedDuringWait(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// end ends a lock while LockAll waits for "b"; pre is the Txn's earlier lock of "a", nil
+		// when the call takes "a" itself.
+		end     func(t *testing.T, clk *recordlock.ManualClock, pre *recordlock.Handle)
+		pre     bool
+		wantErr error
+	}{
+		{name: "a taken by the call lapses", wantErr: recordlock.ErrLeaseExpired,
+			end: func(_ *testing.T, clk *recordlock.ManualClock, _ *recordlock.Handle) {
+				clk.Advance(200 * time.Millisecond)
+			}},
+		{name: "a held before lapses", pre: true, wantErr: recordlock.ErrLeaseExpired,
+			end: func(_ *testing.T, clk *recordlock.ManualClock, _ *recordlock.Handle) {
+				clk.Advance(200 * time.Millisecond)
+			}},
+		{name: "a held before is revoked", pre: true, wantErr: recordlock.ErrLeaseExpired,
+			end: func(_ *testing.T, _ *recordlock.ManualClock, pre *recordlock.Handle) { pre.RevokeLease() }},
+		{name: "a held before is released by another goroutine", pre: true, wantErr: recordlock.ErrReleased,
+			end: func(t *testing.T, _ *recordlock.ManualClock, pre *recordlock.Handle) {
+				done := make(chan bool)
+				go func() { done <- pre.Release() }()
+				require.True(t, <-done)
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := openDB(t)
+			clk, l := manual(t, db)
+			other := newLocker(t, db, recordlock.WithClock(clk))
+			ctx := context.Background()
+			b, err := other.Lock(ctx, []byte("b"), recordlock.Options{Lease: time.Minute})
+			require.NoError(t, err)
+
+			txn := l.Begin()
+			defer txn.Rollback()
+			var pre *recordlock.Handle
+			if tc.pre {
+				pre, err = txn.Lock(ctx, []byte("a"), recordlock.Options{Lease: 200 * time.Millisecond})
+				require.NoError(t, err)
+			}
+			res := make(chan error, 1)
+			go func() {
+				hs, err := txn.LockAll(ctx, recordlock.Options{Lease: 200 * time.Millisecond}, []byte("a"), []byte("b"))
+				assert.Nil(t, hs)
+				res <- err
+			}()
+			waitQueued(t, l, []byte("b"), 1)
+			tc.end(t, clk, pre)
+			rival, err := other.TryLock([]byte("a"), recordlock.Options{})
+			require.NoError(t, err, "a passed on while the call waited")
+			require.True(t, b.Release())
+			require.ErrorIs(t, await(t, res, "LockAll"), tc.wantErr)
+
+			b2, err := other.TryLock([]byte("b"), recordlock.Options{})
+			require.NoError(t, err, "the failed call released b")
+			assert.True(t, b2.Release())
+			assert.False(t, rival.IsExpired(), "the rival keeps a")
+			assert.True(t, rival.Release())
+			assert.True(t, recordlock.ProbeTableEmpty(l))
+		})
+	}
+}
+
 // The same key in two column families is two records: each is locked on its own, and LockAllCF
 // and the Locker's LockCF see only their family.
 func TestColumnFamiliesLockIndependently(t *testing.T) {

@@ -1,0 +1,116 @@
+package recordlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// handleState is what a Hold upgrade changes and a failed LockAll must put back.
+type handleState struct {
+	due       time.Duration
+	expiresAt int64
+	hold      bool
+	candidate Timestamp
+	flags     handleFlags
+}
+
+func stateOf(h *Handle) handleState {
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return handleState{due: h.dueAt(), expiresAt: h.expiresAt, hold: h.Hold(), candidate: h.candidate(0),
+		flags: h.flags() & (flagHold | flagHasVersion)}
+}
+
+// A LockAll with Hold whose upgrades have begun and which then fails undoes every upgrade it
+// made exactly: deadline, ExpiresAt, Hold and version counter, whether an upgrade itself fails or
+// a key the call took lapsed while the upgrades ran.
+func TestTxnLockAllUndoesHoldUpgrades(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// between runs after every key is found live and before the upgrades.
+		between func(clk *ManualClock, a, b *Handle)
+	}{
+		{name: "an upgrade fails", between: func(_ *ManualClock, _, b *Handle) { b.RevokeLease() }},
+		{name: "a key taken lapses during the upgrades", between: func(clk *ManualClock, _, _ *Handle) { clk.Advance(time.Second) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := OpenTestDB(t)
+			clk := NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+			var between func()
+			l, err := New(db, WithClock(clk), testHooksOption{testHooks{beforeUpgrade: func() { between() }}})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = l.Close() })
+			other := newTestLocker(t, db, clk)
+			ctx := context.Background()
+
+			txn := l.Begin()
+			defer txn.Rollback()
+			a, err := txn.Lock(ctx, []byte("a"), Options{Lease: time.Minute})
+			require.NoError(t, err)
+			b, err := txn.Lock(ctx, []byte("b"), Options{Lease: 2 * time.Minute, Hold: true})
+			require.NoError(t, err)
+			b.NextHolderVersion()
+			clk.Advance(10 * time.Millisecond)
+			wantA, wantB := stateOf(a), stateOf(b)
+			require.Equal(t, flagHasVersion|flagHold, wantB.flags)
+			require.Zero(t, wantA.flags)
+
+			ran := false
+			between = func() {
+				ran = true
+				tc.between(clk, a, b)
+			}
+			// c is free and taken with a 1 s lease; the upgrades give a and b 1 s from now.
+			hs, err := txn.LockAll(ctx, Options{Lease: time.Second, Hold: true}, []byte("c"), []byte("a"), []byte("b"))
+			require.True(t, ran)
+			require.ErrorIs(t, err, ErrLeaseExpired)
+			assert.Nil(t, hs)
+			assert.Equal(t, wantA, stateOf(a), "a is as it was")
+			if !b.IsLeaseExpired() {
+				assert.Equal(t, wantB, stateOf(b), "b is as it was")
+			}
+			assert.False(t, a.IsExpired())
+			c, err := other.TryLock([]byte("c"), Options{})
+			require.NoError(t, err, "the key this call took is released")
+			assert.True(t, c.Release())
+		})
+	}
+}
+
+// Undoing an upgrade puts back a deadline that may have passed meanwhile: the lease then ends at
+// once, as it would have without the upgrade, and the key passes to its waiter.
+func TestLeaseStateUndoEndsAPassedLease(t *testing.T) {
+	db := OpenTestDB(t)
+	clk := NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	l := newTestLocker(t, db, clk)
+	other := newTestLocker(t, db, clk)
+	h, err := l.Lock(context.Background(), []byte("k"), Options{Lease: time.Second})
+	require.NoError(t, err)
+	u, err := h.extend(time.Minute, true)
+	require.NoError(t, err)
+	granted := make(chan *Handle, 1)
+	go func() {
+		next, err := other.Lock(context.Background(), []byte("k"), Options{Timeout: time.Minute})
+		assert.NoError(t, err)
+		granted <- next
+	}()
+	require.Eventually(t, func() bool { return ProbeQueuedWaiters(l, []byte("k")) == 1 }, txnTestGuard, time.Millisecond)
+	clk.Advance(2 * time.Second)
+	require.False(t, h.IsExpired(), "upgraded, the lease lasts")
+	u.undo()
+	assert.NotZero(t, h.flags()&flagExpired, "undo ended the lease at once")
+	assert.False(t, h.Hold())
+	select {
+	case next := <-granted: // no clock moved: only the undo can have passed the key on
+		assert.True(t, next.Release())
+	case <-time.After(txnTestGuard):
+		t.Fatal("the waiter was not granted the key")
+	}
+	assert.True(t, h.IsLeaseExpired())
+	assert.True(t, l.tab.empty())
+}
