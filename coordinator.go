@@ -8,8 +8,9 @@ import (
 )
 
 // Coordinator grants cluster rounds: the cluster-wide half of a ScopeCluster lock. The Locker
-// takes the local key first, then calls Acquire with what is left of Options.Timeout, then joins
-// the returned round (Handle.JoinClusterRound).
+// takes the local key first, then calls Acquire with what is left of Options.Timeout (with a
+// zero Timeout and a ctx deadline, of the time until that deadline), then joins the returned
+// round (Handle.JoinClusterRound).
 type Coordinator interface {
 	// Acquire admits this node to key for at most lease. revoke is what the coordinator calls to
 	// recall the admission early; it ends in Handle.RevokeLease. On failure the Locker gives the

@@ -270,6 +270,28 @@ func TestCoordinatorIsPerDatabase(t *testing.T) {
 	assert.Equal(t, 2, calls)
 }
 
+// With a zero Timeout and a ctx deadline, the cluster round is bounded on the Locker's clock by
+// the time left until that deadline when Lock started, not by DefaultTimeout.
+func TestClusterRoundBoundedByCtxDeadline(t *testing.T) {
+	db := openDB(t)
+	clk, l := manual(t, db)
+	c := newTestCoord(clk, l.Timestamp)
+	c.gate, c.entered = make(chan struct{}), make(chan context.Context, 1)
+	l.SetCoordinator(c)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	got := lockAsync(ctx, l, []byte("k"), recordlock.Options{Scope: recordlock.ScopeCluster, Lease: time.Minute})
+	actx := <-c.entered // the round's budget is armed before Acquire is called
+
+	clk.Advance(recordlock.DefaultTimeout + time.Second)
+	require.NoError(t, actx.Err(), "the round is still asked for past DefaultTimeout")
+	clk.Advance(15 * time.Second) // 46 s: past the ctx deadline's 45 s, on the Locker's clock
+	r := result(t, got)
+	require.ErrorIs(t, r.err, recordlock.ErrTimeout)
+	assert.Nil(t, r.h)
+	requireFree(t, l, "k")
+}
+
 // The local key is taken before the coordinator is asked and kept while it answers, so one node
 // never asks the cluster twice for one key at once.
 func TestClusterLockTakesLocalKeyFirst(t *testing.T) {

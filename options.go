@@ -47,8 +47,9 @@ type Options struct {
 	// Lease bounds how long the lock authorizes writes. Zero means DefaultLease; otherwise it
 	// must lie within MinLease..MaxLease.
 	Lease time.Duration
-	// Timeout bounds how long Lock waits for a busy key. Zero means DefaultTimeout; otherwise it
-	// must lie within MinTimeout..MaxTimeout.
+	// Timeout bounds how long Lock waits for a busy key. Zero means DefaultTimeout, or, when the
+	// ctx of the call has a deadline, that deadline alone; otherwise it must lie within
+	// MinTimeout..MaxTimeout, and a ctx deadline applies as well.
 	Timeout time.Duration
 	// Hold makes the lock outlive the Txn that took it; only Release or the lease end it.
 	Hold bool
@@ -58,7 +59,9 @@ type Options struct {
 
 // Resolved is Options with every default filled in.
 type Resolved struct {
-	Lease   time.Duration
+	Lease time.Duration
+	// Timeout is DefaultTimeout for a zero Options.Timeout: a ctx deadline, which then takes its
+	// place, is known only to the call.
 	Timeout time.Duration
 	Hold    bool
 	// Scope is ScopeNode for node scope and ScopeCluster otherwise.

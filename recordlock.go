@@ -85,9 +85,15 @@ func (l *Locker) RemoveCoordinator(standalone bool) { l.tab.db.coord.remove(stan
 func (l *Locker) Timestamp() Timestamp { return l.tab.db.stamps.mint(l.clock.Now().UnixNano()) }
 
 // Lock waits until key is free and locks it. It fails with ErrTimeout once opts.Timeout has
-// passed, and with an error matching ctx's error once ctx is done (at once if it already is);
-// invalid options or key fail before anything is locked. On failure nothing stays locked or
-// queued. The caller may reuse key once Lock returns.
+// passed on the Locker's clock, and with an error matching ctx's error once ctx is done (at once
+// if it already is). A zero opts.Timeout means DefaultTimeout, except that with a ctx that has a
+// deadline the ctx alone bounds the wait; a non-zero Timeout and a ctx deadline both apply. With
+// cluster scope the coordinator's round gets what is left of the Timeout, or with a zero Timeout
+// and a ctx deadline, of the time until that deadline when Lock started; a round not granted
+// within it fails with ErrTimeout, and a coordinator that cannot grant one with
+// ErrClusterUnavailable. Invalid options (an *OptionError matching ErrInvalidOptions), a nil,
+// empty or too long key (ErrInvalidKey) and a closed Locker (ErrClosed) fail before anything is
+// locked. On failure nothing stays locked or queued. The caller may reuse key once Lock returns.
 func (l *Locker) Lock(ctx context.Context, key []byte, opts Options) (*Handle, error) {
 	return l.lock(ctx, lockRequest{key: key, wait: true}, opts)
 }
@@ -121,6 +127,10 @@ type lockRequest struct {
 	timeout time.Duration
 }
 
+// unbounded is the timeout of a wait that only its ctx bounds: no Locker's clock reaches it
+// (about 146 years), and its sum with any Mono reading still fits a time.Duration.
+const unbounded = time.Duration(1 << 62)
+
 // columnFamilyID is cf's ID, 0 (the default column family) for nil.
 func columnFamilyID(cf *grocksdb.ColumnFamilyHandle) uint32 {
 	if cf == nil {
@@ -145,7 +155,7 @@ func (l *Locker) check(key []byte, opts Options) (Resolved, error) {
 }
 
 func (l *Locker) lock(ctx context.Context, req lockRequest, opts Options) (*Handle, error) {
-	key, wait := req.key, req.wait
+	key := req.key
 	// The usual case reads the cached resolution in place: copying the Resolved out of check
 	// through two calls cost about a tenth of an uncontended Lock.
 	r := l.opts.lookup(opts)
@@ -164,6 +174,19 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts Options) (*Hand
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	wait := r.Timeout // how long the local wait for the key may last on l's clock
+	if opts.Timeout == 0 && req.timeout == 0 {
+		if left, ok := untilDeadline(ctx); ok {
+			// With no Timeout the ctx alone bounds the wait. The cluster round needs a bound on
+			// l's clock: the time left until the ctx deadline.
+			if left <= 0 {
+				return nil, context.DeadlineExceeded
+			}
+			res := *r
+			res.Timeout = left
+			r, wait = &res, unbounded
+		}
+	}
 	var coord Coordinator
 	if r.Scope != ScopeNode { // a node lock never consults the coordinator
 		c, err := l.tab.db.coord.resolve(*r)
@@ -173,7 +196,7 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts Options) (*Hand
 		coord = c
 	}
 	h := l.newHandle(req, r.Hold)
-	start, err := l.tab.shard(h.hash).acquire(ctx, h, r.Lease, r.Timeout, wait)
+	start, err := l.tab.shard(h.hash).acquire(ctx, h, r.Lease, wait, req.wait)
 	if err != nil {
 		if err == errGrantedAfterClose {
 			// The grant raced with Close: the key goes back and Lock fails.
@@ -184,7 +207,7 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts Options) (*Hand
 	}
 	if coord != nil {
 		if err := l.joinCluster(ctx, h, coord, *r, start); err != nil {
-			if !wait && errors.Is(err, ErrTimeout) {
+			if !req.wait && errors.Is(err, ErrTimeout) {
 				// The key is busy elsewhere in the cluster: for TryLock that is ErrLocked, and the
 				// error still says the round was not granted within Timeout.
 				return nil, fmt.Errorf("%w: %w", ErrLocked, err)

@@ -97,6 +97,51 @@ func TestLockTimesOut(t *testing.T) {
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
+// With a zero Timeout and a ctx that has a deadline, the ctx alone bounds the wait: the
+// Locker's clock passing DefaultTimeout, or the ctx's own 45 s, times nothing out. A non-zero
+// Timeout and a ctx deadline both apply.
+func TestLockZeroTimeoutLeavesCtxDeadlineAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		opts    recordlock.Options
+		end     func(h *recordlock.Handle, cancel context.CancelFunc)
+		wantErr error
+	}{
+		{name: "granted when the holder releases", end: func(h *recordlock.Handle, _ context.CancelFunc) { h.Release() }},
+		{name: "ends with the ctx", end: func(_ *recordlock.Handle, cancel context.CancelFunc) { cancel() }, wantErr: context.Canceled},
+		{name: "a Timeout still applies", opts: recordlock.Options{Timeout: 10 * time.Second}, wantErr: recordlock.ErrTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk, l := manual(t, openDB(t))
+			key := []byte("k")
+			h, err := l.TryLock(key, recordlock.Options{Lease: recordlock.MaxLease})
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+			defer cancel()
+			got := lockAsync(ctx, l, key, tc.opts)
+			waitQueued(t, l, key, 1)
+			if tc.opts.Timeout != 0 {
+				clk.Advance(tc.opts.Timeout)
+			} else {
+				clk.Advance(recordlock.DefaultTimeout + time.Second)
+				clk.Advance(time.Minute) // past the ctx's 45 s on the Locker's clock, too
+				require.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key), "the Lock still waits")
+				tc.end(h, cancel)
+			}
+			r := result(t, got)
+			if tc.wantErr != nil {
+				require.ErrorIs(t, r.err, tc.wantErr)
+				assert.Nil(t, r.h)
+				require.True(t, h.Release())
+			} else {
+				require.NoError(t, r.err)
+				require.True(t, r.h.Release())
+			}
+			assert.True(t, recordlock.ProbeTableEmpty(l))
+		})
+	}
+}
+
 func TestLockCancelled(t *testing.T) {
 	_, l := manual(t, openDB(t))
 	key := []byte("k")

@@ -108,12 +108,17 @@ func (t *Txn) usable() error {
 // Lock locks key for this Txn, as Locker.Lock does, and returns its handle. It is re-entrant: if
 // the Txn already holds key with a live handle, that handle is returned without touching the
 // key-lock table; with opts.Hold it is first upgraded (Handle.UpgradeToHold(opts.Lease)), which
-// keeps its AcquiredAt. Asking for cluster scope (explicitly, or by default on a database with a
-// coordinator) on a key this Txn holds node-scoped fails with ErrScopeConflict. A handle that no
-// longer authorizes writes is not reused: Lock takes the key anew, and writes already staged stay
-// with the old handle. If waiting for key would close a cycle of Txns waiting for each other, Lock
-// fails at once with an error matching ErrDeadlock and the Txn keeps its other locks. On failure
-// nothing new is locked.
+// keeps its AcquiredAt. A handle that no longer authorizes writes is not reused: Lock takes the
+// key anew, writes already staged stay with the old handle, and Commit checks the new one.
+//
+// It fails as Locker.Lock does (ErrTimeout, the ctx error, ErrInvalidOptions, ErrInvalidKey,
+// ErrClosed, and with cluster scope ErrClusterUnavailable; a zero opts.Timeout with a ctx
+// deadline leaves the wait to the ctx), with ErrTxnDone once the Txn ended, with
+// ErrScopeConflict when asking for cluster scope (explicitly, or by default on a database with a
+// coordinator) on a key this Txn holds node-scoped, and, if waiting for key would close a cycle
+// of Txns waiting for each other, at once with an error matching ErrDeadlock. A Hold upgrade of a
+// handle whose lock ended meanwhile fails with ErrLeaseExpired or ErrReleased. On failure nothing
+// new is locked and the Txn keeps its other locks.
 func (t *Txn) Lock(ctx context.Context, key []byte, opts Options) (*Handle, error) {
 	return t.lock(ctx, 0, key, opts)
 }

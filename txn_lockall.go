@@ -56,7 +56,16 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	c := lockAllCall{t: t, cf: cf, ctx: ctx, opts: opts, end: t.l.clock.Mono() + r.Timeout}
+	budget := r.Timeout
+	if opts.Timeout == 0 {
+		if left, ok := untilDeadline(ctx); ok {
+			if left <= 0 {
+				return nil, context.DeadlineExceeded
+			}
+			budget = left
+		}
+	}
+	c := lockAllCall{t: t, cf: cf, ctx: ctx, opts: opts, end: t.l.clock.Mono() + budget}
 
 	// order lists the positions of keys sorted by key; equal keys are adjacent, the first of
 	// each run stands for the run.

@@ -315,6 +315,36 @@ func TestTxnLockAllOneTimeout(t *testing.T) {
 	}
 }
 
+// With a zero Timeout and a ctx deadline, LockAll's budget on the Locker's clock is the time left
+// until that deadline when the call started, not DefaultTimeout.
+func TestTxnLockAllBudgetFromCtxDeadline(t *testing.T) {
+	db := openDB(t)
+	clk, l := manual(t, db)
+	other := newLocker(t, db, recordlock.WithClock(clk))
+	h, err := other.Lock(context.Background(), []byte("b"), recordlock.Options{Lease: recordlock.MaxLease})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	txn := l.Begin()
+	defer txn.Rollback()
+	res := make(chan error, 1)
+	go func() {
+		hs, err := txn.LockAll(ctx, recordlock.Options{}, []byte("a"), []byte("b"))
+		assert.Nil(t, hs)
+		res <- err
+	}()
+	waitQueued(t, l, []byte("b"), 1)
+	clk.Advance(recordlock.DefaultTimeout + time.Second)
+	require.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, []byte("b")), "LockAll still waits past DefaultTimeout")
+	clk.Advance(15 * time.Second) // 46 s: past the ctx deadline's 45 s, on the Locker's clock
+	require.ErrorIs(t, await(t, res, "LockAll"), recordlock.ErrTimeout)
+	a, err := other.TryLock([]byte("a"), recordlock.Options{})
+	require.NoError(t, err, "the failed call released a")
+	assert.True(t, a.Release())
+	assert.True(t, h.Release())
+	assert.True(t, recordlock.ProbeTableEmpty(l))
+}
+
 // LockAll is all or nothing when ctx is cancelled mid-call, and when it is handed bad input.
 func TestTxnLockAllAllOrNothing(t *testing.T) {
 	db := openDB(t)
