@@ -1,7 +1,6 @@
 package recordlock
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,16 +89,9 @@ func (c *systemClock) nowMono() (int64, time.Duration) {
 
 func (c *systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
-// untilDeadline returns the time left until ctx's deadline, and whether it has one. A ctx
-// deadline is a reading of the real clock whatever clock the Locker runs on, so it is measured
-// here, with time.Until.
-func untilDeadline(ctx context.Context) (time.Duration, bool) {
-	d, ok := ctx.Deadline()
-	if !ok {
-		return 0, false
-	}
-	return time.Until(d), true
-}
+// untilDeadline returns the time left until d, a ctx deadline. A ctx deadline is a reading of
+// the real clock whatever clock the Locker runs on, so it is measured here, with time.Until.
+func untilDeadline(d time.Time) time.Duration { return time.Until(d) }
 
 // ManualClock is a Clock that moves only when told to, for deterministic tests of code that uses
 // recordlock. It is safe for concurrent use.

@@ -166,19 +166,19 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts Options) (*Hand
 		}
 		r = &res
 	}
-	if req.timeout > 0 {
-		res := *r
-		res.Timeout = req.timeout
-		r = &res
-	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	wait := r.Timeout // how long the local wait for the key may last on l's clock
-	if opts.Timeout == 0 && req.timeout == 0 {
-		if left, ok := untilDeadline(ctx); ok {
+	if req.timeout > 0 {
+		res := *r
+		res.Timeout = req.timeout
+		r, wait = &res, req.timeout
+	} else if opts.Timeout == 0 {
+		if d, ok := ctx.Deadline(); ok {
 			// With no Timeout the ctx alone bounds the wait. The cluster round needs a bound on
 			// l's clock: the time left until the ctx deadline.
+			left := untilDeadline(d)
 			if left <= 0 {
 				return nil, context.DeadlineExceeded
 			}

@@ -58,7 +58,8 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 	}
 	budget := r.Timeout
 	if opts.Timeout == 0 {
-		if left, ok := untilDeadline(ctx); ok {
+		if d, ok := ctx.Deadline(); ok {
+			left := untilDeadline(d)
 			if left <= 0 {
 				return nil, context.DeadlineExceeded
 			}
