@@ -4,32 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"time"
 
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 // exampleDB opens a throwaway RocksDB; the returned func closes and removes it.
 func exampleDB() (*grocksdb.DB, func()) {
-	dir, err := os.MkdirTemp("", "recordlock-example-")
+	db, closeDB, err := tempdb.Open("recordlock-example-")
 	if err != nil {
 		panic(err)
 	}
-	opts := grocksdb.NewDefaultOptions()
-	defer opts.Destroy()
-	opts.SetCreateIfMissing(true)
-	db, err := grocksdb.OpenDb(opts, dir)
-	if err != nil {
-		panic(err)
-	}
-	return db, func() {
-		db.Close()
-		_ = os.RemoveAll(dir)
-	}
+	return db, closeDB
 }
 
 func ExampleLocker_Lock() {

@@ -9,7 +9,7 @@ import (
 
 // What the black-box tests of package recordlock_test may see of the internals. These exist only
 // in the test binary. Every hook is named Probe… and reads state without changing it, so a test
-// can assert that nothing was left behind; OpenTestDB is the one fixture both test packages share.
+// can assert that nothing was left behind.
 
 // ProbeTableEmpty reports whether l's key-lock table holds, queues and schedules nothing.
 func ProbeTableEmpty(l *Locker) bool { return l.tab.empty() && ProbeDeadlines(l) == 0 }
@@ -80,18 +80,6 @@ func closed(c <-chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-// OpenTestDB opens a fresh RocksDB in a temp dir, closed at the end of the test.
-func OpenTestDB(t testing.TB) *grocksdb.DB {
-	t.Helper()
-	opts := grocksdb.NewDefaultOptions()
-	defer opts.Destroy()
-	opts.SetCreateIfMissing(true)
-	db, err := grocksdb.OpenDb(opts, t.TempDir())
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	return db
 }
 
 // newTestLocker returns a Locker on db running on clk, closed at the end of the test.

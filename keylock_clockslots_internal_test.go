@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 // Close fails a woken waiter of its Locker, and the key then passes over the Locker's other
@@ -14,7 +16,7 @@ import (
 // after Close and its clock's schedulers, once dropped, stay dropped. A Locker that takes over the
 // clock slot runs its timers on its own clock.
 func TestClosedLockersClockStaysDropped(t *testing.T) {
-	db := OpenTestDB(t)
+	db := tempdb.New(t)
 	start := time.Unix(1, 0)
 	keep := newTestLocker(t, db, NewManualClock(start)) // slot 0 for the whole test
 	tab := keep.tab

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 // waitForQueue blocks until n Lock calls are queued for key.
@@ -54,7 +56,7 @@ func keysInShard(l *Locker, n int) [][]byte {
 }
 
 func TestTableEmptyAfterWaitersGiveUp(t *testing.T) {
-	db := OpenTestDB(t)
+	db := tempdb.New(t)
 	clk := NewManualClock(time.Unix(1, 0))
 	l := newTestLocker(t, db, clk)
 	key := []byte("k")
@@ -92,7 +94,7 @@ func TestTableEmptyAfterWaitersGiveUp(t *testing.T) {
 }
 
 func TestShardTableShrinksOnceKeysLeave(t *testing.T) {
-	db := OpenTestDB(t)
+	db := tempdb.New(t)
 	clk := NewManualClock(time.Unix(1, 0))
 	l := newTestLocker(t, db, clk)
 	keys := keysInShard(l, shrinkAfter+10)
@@ -148,7 +150,7 @@ func TestShardTableShrinksOnceKeysLeave(t *testing.T) {
 }
 
 func TestSchedulerRearmsForEarlierDeadline(t *testing.T) {
-	db := OpenTestDB(t)
+	db := tempdb.New(t)
 	clk := NewManualClock(time.Unix(1, 0))
 	l := newTestLocker(t, db, clk)
 	keys := keysInShard(l, 2)
@@ -204,7 +206,7 @@ func TestSchedulerRearmsForEarlierDeadline(t *testing.T) {
 }
 
 func TestCloseAbandonsEveryWaiterWhenOneIsHandedTheKey(t *testing.T) {
-	db := OpenTestDB(t)
+	db := tempdb.New(t)
 	clk := NewManualClock(time.Unix(1, 0))
 	a := newTestLocker(t, db, clk)
 	b := newTestLocker(t, db, clk)
@@ -252,7 +254,7 @@ func TestCloseAbandonsEveryWaiterWhenOneIsHandedTheKey(t *testing.T) {
 }
 
 func TestTableDroppedWhenLastLockerCloses(t *testing.T) {
-	db := OpenTestDB(t)
+	db := tempdb.New(t)
 	clk := NewManualClock(time.Unix(1, 0))
 	path := canonicalPath(db.Name())
 	registered := func() *table {
@@ -293,7 +295,7 @@ func (c *countingHandler) WithGroup(string) slog.Handler                 { retur
 
 // A lease timer that finds the table inconsistent logs it once per database and never panics.
 func TestKeyTableFaultLoggedOnce(t *testing.T) {
-	db := OpenTestDB(t)
+	db := tempdb.New(t)
 	clk := NewManualClock(time.Unix(1, 0))
 	var logs countingHandler
 	l, err := New(db, WithClock(clk), WithLogger(slog.New(&logs)))
@@ -336,7 +338,7 @@ func releaseWokenNotRun(t *testing.T, h *Handle) *waiter {
 // A newcomer may take a released key ahead of the woken oldest waiter only while that waiter has
 // waited less than bargeWindow; past it, the waiter is handed the key directly.
 func TestBargingWindow(t *testing.T) {
-	db := OpenTestDB(t)
+	db := tempdb.New(t)
 	clk := NewManualClock(time.Unix(1, 0))
 	l := newTestLocker(t, db, clk)
 	key := []byte("k")
@@ -393,7 +395,7 @@ func TestBargingWindow(t *testing.T) {
 // Lockers that come and go with clocks of their own leave no clock slot or scheduler behind, and
 // a Locker that takes over a freed slot gets working lease timers on its own clock.
 func TestClockSlotsReusedWhenLockersClose(t *testing.T) {
-	db := OpenTestDB(t)
+	db := tempdb.New(t)
 	start := time.Unix(1, 0)
 	keep := newTestLocker(t, db, NewManualClock(start)) // slot 0 for the whole test
 	tab := keep.tab

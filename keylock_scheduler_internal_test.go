@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 // signallingClock is a ManualClock that reports, once armed, the next time a Lock reads it.
@@ -41,7 +43,7 @@ func stallAfterReading(t *testing.T, l *Locker, clk *signallingClock, key []byte
 // A deadline is measured from the clock reading it is stored with, and its timer fires no later
 // than the deadline, however long the Lock queued for the shard mutex after reading the clock.
 func TestTimersFireByDeadlineDespiteMutexWait(t *testing.T) {
-	db := OpenTestDB(t)
+	db := tempdb.New(t)
 	key := []byte("k")
 
 	t.Run("lease", func(t *testing.T) {
@@ -86,7 +88,7 @@ func TestTimersFireByDeadlineDespiteMutexWait(t *testing.T) {
 // Once a scheduler's heap outgrows the storage inside the shard, that storage keeps no pointer to
 // a handle: an idle shard pins no dead handle, and so no closed Locker.
 func TestSchedulerKeepsNoStaleHandles(t *testing.T) {
-	db := OpenTestDB(t)
+	db := tempdb.New(t)
 	l := newTestLocker(t, db, NewManualClock(time.Unix(1, 0)))
 	keys := keysInShard(l, 3)
 	sh := l.tab.shard(l.tab.hash(0, keys[0]))

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -19,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // openDB opens a fresh RocksDB in a temp dir, closed at the end of the test.
-func openDB(t testing.TB) *grocksdb.DB { return recordlock.OpenTestDB(t) }
+func openDB(t testing.TB) *grocksdb.DB { return tempdb.New(t) }
 
 // newLocker returns a Locker on db, closed at the end of the test.
 func newLocker(t testing.TB, db *grocksdb.DB, opts ...recordlock.Option) *recordlock.Locker {
@@ -84,4 +85,10 @@ func (c *hookCounter) count() int  { return int(c.n.Load()) }
 func joinHook(t testing.TB, h *recordlock.Handle, clk recordlock.Clock, lease time.Duration, hook func() error) {
 	t.Helper()
 	require.True(t, h.JoinClusterRound(recordlock.Timestamp(clk.Now().UnixNano()), lease, clk.Mono(), hook))
+}
+
+// openCFDB opens a fresh RocksDB with the default column family and the ones named, and returns
+// the handles of the named ones; all are closed at the end of the test.
+func openCFDB(t testing.TB, names ...string) (*grocksdb.DB, []*grocksdb.ColumnFamilyHandle) {
+	return tempdb.NewCF(t, names...)
 }

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/linxGnu/grocksdb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -118,7 +117,8 @@ func TestStatsArePerDatabase(t *testing.T) {
 
 // Locks lists exactly the keys held, each with what a user needs to find its holder.
 func TestLocksListsHolders(t *testing.T) {
-	db, cf := openDBWithColumnFamily(t, "index")
+	db, cfs := openCFDB(t, "index")
+	cf := cfs[0]
 	clk, l := manual(t, db)
 	ctx := context.Background()
 	assert.Empty(t, collectLocks(l))
@@ -273,23 +273,4 @@ func collectLocks(l *recordlock.Locker) []recordlock.LockInfo {
 		out = append(out, info)
 	}
 	return out
-}
-
-// openDBWithColumnFamily opens a fresh RocksDB with one more column family, closed at the end of
-// the test.
-func openDBWithColumnFamily(t testing.TB, name string) (*grocksdb.DB, *grocksdb.ColumnFamilyHandle) {
-	t.Helper()
-	opts := grocksdb.NewDefaultOptions()
-	defer opts.Destroy()
-	opts.SetCreateIfMissing(true)
-	opts.SetCreateIfMissingColumnFamilies(true)
-	db, cfs, err := grocksdb.OpenDbColumnFamilies(opts, t.TempDir(), []string{"default", name}, []*grocksdb.Options{opts, opts})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		for _, cf := range cfs {
-			cf.Destroy()
-		}
-		db.Close()
-	})
-	return db, cfs[1]
 }

@@ -8,6 +8,8 @@ import (
 	"github.com/linxGnu/grocksdb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 // txnTestGuard bounds how long these tests wait for something that must happen promptly.
@@ -17,7 +19,7 @@ const txnTestGuard = 10 * time.Second
 // while it writes, finishes before a waiting successor acquires, and the successor reads its
 // result.
 func TestTxnCommitHoldsOffSuccessor(t *testing.T) {
-	db := OpenTestDB(t)
+	db := tempdb.New(t)
 	clk := NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	var inFence func()
 	l := newHookedLocker(t, db, clk, &inFence)
@@ -99,7 +101,7 @@ func TestTxnCommitHoldsOffSuccessor(t *testing.T) {
 // taken anew after a release keeps both handles, the older first. A lock still held is checked
 // and fenced with no write under it; one given back by a Release returning true is not.
 func TestTxnProtectorsSortedByKey(t *testing.T) {
-	db := OpenTestDB(t)
+	db := tempdb.New(t)
 	l := newTestLocker(t, db, NewManualClock(time.Unix(0, 0)))
 	ctx := context.Background()
 	txn, err := l.BeginTx(TxnOptions{AllowUnlockedWrites: true}) // "plain" is written unlocked
@@ -132,7 +134,7 @@ func TestTxnProtectorsSortedByKey(t *testing.T) {
 // the handle released but not lease-expired, its release hook fires once, and a lock with Hold,
 // or one upgraded to it, stays held.
 func TestTxnCommitReleasesAsTheFenceEnds(t *testing.T) {
-	db := OpenTestDB(t)
+	db := tempdb.New(t)
 	clk := NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	var inFence func()
 	l := newHookedLocker(t, db, clk, &inFence)

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 // The crash-consistency workload: bank accounts holding decimal balances that transfers move
@@ -62,12 +63,10 @@ func transferOnce(ctx context.Context, l *recordlock.Locker, txnOpts recordlock.
 	return txn.Commit()
 }
 
+// openPath opens the database at dir, which the caller closes.
 func openPath(t testing.TB, dir string) *grocksdb.DB {
 	t.Helper()
-	opts := grocksdb.NewDefaultOptions()
-	defer opts.Destroy()
-	opts.SetCreateIfMissing(true)
-	db, err := grocksdb.OpenDb(opts, dir)
+	db, err := tempdb.OpenAt(dir)
 	require.NoError(t, err)
 	return db
 }

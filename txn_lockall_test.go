@@ -12,30 +12,6 @@ import (
 	"github.com/recordlock/recordlock"
 )
 
-// openCFDB opens a fresh RocksDB with the default column family and the ones named, all closed
-// at the end of the test.
-func openCFDB(t testing.TB, names ...string) (*grocksdb.DB, []*grocksdb.ColumnFamilyHandle) {
-	t.Helper()
-	opts := grocksdb.NewDefaultOptions()
-	defer opts.Destroy()
-	opts.SetCreateIfMissing(true)
-	opts.SetCreateIfMissingColumnFamilies(true)
-	all := append([]string{"default"}, names...)
-	cfOpts := make([]*grocksdb.Options, len(all))
-	for i := range cfOpts {
-		cfOpts[i] = opts
-	}
-	db, cfs, err := grocksdb.OpenDbColumnFamilies(opts, t.TempDir(), all, cfOpts)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		for _, cf := range cfs {
-			cf.Destroy()
-		}
-		db.Close()
-	})
-	return db, cfs[1:]
-}
-
 // cfGet reads key of column family cf straight from RocksDB; nil when it does not exist.
 func cfGet(t testing.TB, db *grocksdb.DB, cf *grocksdb.ColumnFamilyHandle, key string) []byte {
 	t.Helper()

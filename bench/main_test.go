@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 func TestMain(m *testing.M) {
@@ -96,24 +97,17 @@ func (f *fixtures) open(tb testing.TB) {
 	}
 }
 
-// dbOptions are the RocksDB settings both databases are opened with.
-func dbOptions() *grocksdb.Options {
-	opts := grocksdb.NewDefaultOptions()
-	opts.SetCreateIfMissing(true)
-	return opts
-}
-
 func (f *fixtures) openOnce() error {
 	dir, err := os.MkdirTemp("", "recordlock-bench-")
 	if err != nil {
 		return err
 	}
 	f.dir = dir
-	opts := dbOptions()
-	defer opts.Destroy()
-	if f.db, err = grocksdb.OpenDb(opts, dir+"/plain"); err != nil {
+	if f.db, err = tempdb.OpenAt(dir + "/plain"); err != nil {
 		return err
 	}
+	opts := tempdb.Options()
+	defer opts.Destroy()
 	topts := grocksdb.NewDefaultTransactionDBOptions()
 	defer topts.Destroy()
 	if f.tdb, err = grocksdb.OpenTransactionDb(opts, topts, dir+"/txn"); err != nil {
@@ -140,9 +134,7 @@ func (f *fixtures) openOnce() error {
 // writeSeed creates the database at dir with the writes of wb, flushed and compacted into one
 // table file, and closes it: a copy of it opens with an empty memtable and one sorted run.
 func writeSeed(dir string, wo *grocksdb.WriteOptions, wb *grocksdb.WriteBatch) error {
-	opts := dbOptions()
-	defer opts.Destroy()
-	db, err := grocksdb.OpenDb(opts, dir)
+	db, err := tempdb.OpenAt(dir)
 	if err != nil {
 		return err
 	}
@@ -175,10 +167,7 @@ func seedCopy(tb testing.TB) string {
 // here, closed when tb's run ends.
 func freshDB(tb testing.TB) *grocksdb.DB {
 	tb.Helper()
-	dir := seedCopy(tb)
-	opts := dbOptions()
-	defer opts.Destroy()
-	db, err := grocksdb.OpenDb(opts, dir)
+	db, err := tempdb.OpenAt(seedCopy(tb))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -191,7 +180,7 @@ func freshDB(tb testing.TB) *grocksdb.DB {
 func freshTxnDB(tb testing.TB) *grocksdb.TransactionDB {
 	tb.Helper()
 	dir := seedCopy(tb)
-	opts := dbOptions()
+	opts := tempdb.Options()
 	defer opts.Destroy()
 	topts := grocksdb.NewDefaultTransactionDBOptions()
 	defer topts.Destroy()

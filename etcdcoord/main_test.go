@@ -20,6 +20,7 @@ import (
 
 	"github.com/recordlock/recordlock"
 	"github.com/recordlock/recordlock/etcdcoord"
+	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -178,13 +179,9 @@ func newNode(tb testing.TB, e *server, name string, nc nodeConfig) *node {
 	}
 	n := &node{name: name, reqs: &requests{by: map[string]int{}}}
 
-	dbOpts := grocksdb.NewDefaultOptions()
-	defer dbOpts.Destroy()
-	dbOpts.SetCreateIfMissing(true)
-	db, err := grocksdb.OpenDb(dbOpts, tb.TempDir())
-	require.NoError(tb, err)
-	tb.Cleanup(db.Close)
+	db := tempdb.New(tb)
 	n.db = db
+	var err error
 
 	if nc.endpoints == nil {
 		nc.endpoints = []string{e.Clients[0].Addr().String()}

@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
 
-	"github.com/linxGnu/grocksdb"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/internal/tempdb"
 	"github.com/recordlock/recordlock/otelrecordlock"
 )
 
@@ -19,19 +18,11 @@ import (
 // what a collection holds.
 func ExampleRegister() {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "otelrecordlock-example-")
+	db, closeDB, err := tempdb.Open("otelrecordlock-example-")
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-	opts := grocksdb.NewDefaultOptions()
-	opts.SetCreateIfMissing(true)
-	db, err := grocksdb.OpenDb(opts, dir)
-	opts.Destroy()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
+	defer closeDB()
 	l, err := recordlock.New(db)
 	if err != nil {
 		log.Fatal(err)

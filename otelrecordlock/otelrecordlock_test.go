@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/internal/tempdb"
 	"github.com/recordlock/recordlock/otelrecordlock"
 )
 
@@ -29,18 +30,6 @@ var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // quiet drops the warnings the Locker logs for failing release hooks, which some tests cause.
 var quiet = recordlock.WithLogger(slog.New(slog.DiscardHandler))
-
-// openDB opens a fresh RocksDB in a temp dir, closed at the end of the test.
-func openDB(t testing.TB) *grocksdb.DB {
-	t.Helper()
-	opts := grocksdb.NewDefaultOptions()
-	opts.SetCreateIfMissing(true)
-	db, err := grocksdb.OpenDb(opts, t.TempDir())
-	opts.Destroy()
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	return db
-}
 
 // newLocker returns a Locker on db, closed at the end of the test (before db, since cleanups run
 // last-registered first).
@@ -192,7 +181,7 @@ func result(t testing.TB, c <-chan error) error {
 func TestReportsStats(t *testing.T) {
 	ctx := context.Background()
 	clk := recordlock.NewManualClock(epoch)
-	l := newLocker(t, openDB(t), recordlock.WithClock(clk), quiet)
+	l := newLocker(t, tempdb.New(t), recordlock.WithClock(clk), quiet)
 	reader, mp := newProvider(t)
 	register(t, l, mp, otelrecordlock.WithDB("orders"))
 	check := func(step string) recordlock.Stats {
@@ -310,7 +299,7 @@ func TestReportsStats(t *testing.T) {
 // TestUnregister checks that collections after Unregister carry no recordlock metrics, and that
 // a second Unregister is harmless.
 func TestUnregister(t *testing.T) {
-	l := newLocker(t, openDB(t))
+	l := newLocker(t, tempdb.New(t))
 	reader, mp := newProvider(t)
 	reg := register(t, l, mp)
 	h, err := l.Lock(context.Background(), []byte("k"), recordlock.Options{})
@@ -332,8 +321,8 @@ func TestUnregister(t *testing.T) {
 func TestSeparateDatabases(t *testing.T) {
 	ctx := context.Background()
 	reader, mp := newProvider(t)
-	la := newLocker(t, openDB(t))
-	lb := newLocker(t, openDB(t))
+	la := newLocker(t, tempdb.New(t))
+	lb := newLocker(t, tempdb.New(t))
 	register(t, la, mp, otelrecordlock.WithDB("a"))
 	regB := register(t, lb, mp, otelrecordlock.WithDB("b"))
 	for l, keys := range map[*recordlock.Locker][]string{la: {"k1"}, lb: {"k1", "k2"}} {
@@ -357,7 +346,7 @@ func TestSeparateDatabases(t *testing.T) {
 // TestRegisterRefusesNil checks that Register fails, rather than registering a callback that
 // would panic at every collection, when the Locker or the MeterProvider is missing.
 func TestRegisterRefusesNil(t *testing.T) {
-	l := newLocker(t, openDB(t))
+	l := newLocker(t, tempdb.New(t))
 	_, mp := newProvider(t)
 	for name, call := range map[string]func() (metric.Registration, error){
 		"nil Locker":        func() (metric.Registration, error) { return otelrecordlock.Register(nil, mp) },

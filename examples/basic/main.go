@@ -13,7 +13,7 @@ import (
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/recordlock/recordlock"
-	"github.com/recordlock/recordlock/examples/internal/tempdb"
+	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 func main() {

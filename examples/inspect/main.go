@@ -32,8 +32,8 @@ import (
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/recordlock/recordlock"
-	"github.com/recordlock/recordlock/examples/internal/tempdb"
 	"github.com/recordlock/recordlock/httpdebug"
+	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 const (

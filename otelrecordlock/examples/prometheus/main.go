@@ -17,18 +17,17 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/linxGnu/grocksdb"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/internal/tempdb"
 	"github.com/recordlock/recordlock/otelrecordlock"
 )
 
@@ -47,19 +46,11 @@ func run(addr string, duration time.Duration, workers, keys int) error {
 	if workers < 1 || keys < 1 {
 		return errors.New("-workers and -keys must be at least 1")
 	}
-	dir, err := os.MkdirTemp("", "otelrecordlock-prometheus-")
+	db, closeDB, err := tempdb.Open("otelrecordlock-prometheus-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	opts := grocksdb.NewDefaultOptions()
-	opts.SetCreateIfMissing(true)
-	db, err := grocksdb.OpenDb(opts, dir)
-	opts.Destroy()
-	if err != nil {
-		return err
-	}
-	defer db.Close()
+	defer closeDB()
 	l, err := recordlock.New(db)
 	if err != nil {
 		return err
