@@ -15,30 +15,6 @@ import (
 
 // How Close ends a Locker: nothing of it stays in flight once Close returns.
 
-// notReturned reports whether nothing has arrived on c within a short grace period: long enough
-// for a goroutine that is free to finish to do so, and a check of blocking, not of speed.
-func notReturned[T any](c <-chan T) bool {
-	select {
-	case <-c:
-		return false
-	case <-time.After(50 * time.Millisecond):
-		return true
-	}
-}
-
-// within waits for a value on c, failing the test if none comes.
-func within[T any](t *testing.T, c <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-c:
-		return v
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s did not return", what)
-		var zero T
-		return zero
-	}
-}
-
 // fenceUntil runs a Fence on h in a goroutine whose commit blocks until proceed is closed, and
 // returns once the commit is running; fenced gets what Fence returned.
 func fenceUntil(t *testing.T, h *recordlock.Handle) (proceed chan struct{}, fenced <-chan error) {
@@ -52,27 +28,8 @@ func fenceUntil(t *testing.T, h *recordlock.Handle) (proceed chan struct{}, fenc
 			return nil
 		})
 	}()
-	within(t, entered, "the fence")
+	await(t, entered, "the fence")
 	return proceed, done
-}
-
-// blockingCoord is a Coordinator whose Acquire waits for its ctx, or, with revokeFirst, recalls
-// the admission before it returns a round.
-type blockingCoord struct {
-	clock       recordlock.Clock
-	entered     chan struct{}
-	revokeFirst bool
-}
-
-func (c *blockingCoord) Acquire(ctx context.Context, _ []byte, _ time.Duration, revoke func()) (recordlock.Round, error) {
-	round := recordlock.Round{TsR: recordlock.Timestamp(c.clock.Now().UnixNano()), MintedMono: c.clock.Mono(), Release: func() error { return nil }}
-	if c.revokeFirst {
-		revoke()
-		return round, nil
-	}
-	close(c.entered)
-	<-ctx.Done()
-	return recordlock.Round{}, ctx.Err()
 }
 
 // A cluster Lock waiting on its coordinator when the Locker closes fails at once with ErrClosed:
@@ -84,9 +41,9 @@ func TestCloseCallsOffClusterRequest(t *testing.T) {
 	l.SetCoordinator(coord)
 
 	got := lockAsync(context.Background(), l, []byte("k"), recordlock.Options{Timeout: time.Minute})
-	within(t, coord.entered, "Acquire")
+	await(t, coord.entered, "Acquire")
 	require.NoError(t, l.Close())
-	r := result(t, got)
+	r := await(t, got, "Lock")
 	require.ErrorIs(t, r.err, recordlock.ErrClosed)
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
@@ -119,8 +76,8 @@ func TestCloseWaitsForFenceBegunAfterRelease(t *testing.T) {
 	go func() { closed <- l.Close() }()
 	assert.True(t, notReturned(closed), "Close returned while a fenced write of its handle ran")
 	close(proceed)
-	require.NoError(t, within(t, fenced, "Fence"))
-	require.NoError(t, within(t, closed, "Close"))
+	require.NoError(t, await(t, fenced, "Fence"))
+	require.NoError(t, await(t, closed, "Close"))
 
 	ran := false
 	err = h.Fence(func() error { ran = true; return nil })
@@ -143,9 +100,9 @@ func TestConcurrentCloseWaitsForTheFirst(t *testing.T) {
 	assert.True(t, notReturned(second), "a second Close returned before the first finished")
 	assert.True(t, notReturned(first))
 	close(proceed)
-	require.NoError(t, within(t, fenced, "Fence"))
-	require.NoError(t, within(t, first, "the first Close"))
-	require.NoError(t, within(t, second, "the second Close"))
+	require.NoError(t, await(t, fenced, "Fence"))
+	require.NoError(t, await(t, first, "the first Close"))
+	require.NoError(t, await(t, second, "the second Close"))
 	assert.False(t, h.Release(), "Close released the handle")
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
@@ -183,7 +140,7 @@ func TestCloseWhileWaitTimersFire(t *testing.T) {
 			close(advanced)
 		}()
 		require.NoError(t, waiting.Close())
-		within(t, advanced, "Advance")
+		await(t, advanced, "Advance")
 		wg.Wait()
 		require.NoError(t, holding.Close())
 		assert.True(t, recordlock.ProbeTableEmpty(holding))

@@ -28,7 +28,7 @@ func TestUnwatchedLeaseIsNotScheduled(t *testing.T) {
 	waitQueued(t, l, []byte("k"), 1)
 	assert.Equal(t, 2, recordlock.ProbeDeadlines(l), "the holder's deadline and the wait's timeout")
 	require.True(t, h.Release())
-	got := result(t, waiter)
+	got := await(t, waiter, "Lock")
 	require.NoError(t, got.err)
 	assert.Zero(t, recordlock.ProbeDeadlines(l), "the new holder has nobody waiting")
 	require.True(t, got.h.Release())
@@ -53,7 +53,7 @@ func TestLateWaiterHandedOverAtDeadline(t *testing.T) {
 	case <-time.After(20 * time.Millisecond):
 	}
 	clk.Advance(time.Millisecond) // the deadline
-	got := result(t, waiter)
+	got := await(t, waiter, "Lock")
 	require.NoError(t, got.err)
 	assert.True(t, h.IsLeaseExpired())
 	assert.False(t, h.Release())

@@ -1,15 +1,21 @@
 package recordlock
 
 import (
+	"context"
+	"log/slog"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/linxGnu/grocksdb"
 	"github.com/stretchr/testify/require"
 )
 
-// What the black-box tests of package recordlock_test may see of the internals. These exist only
-// in the test binary. Every hook is named Probe… and reads state without changing it, so a test
-// can assert that nothing was left behind.
+// The helper file of the white-box tests, and what the black-box tests of package
+// recordlock_test may use of the internals; it exists only in the test binary. Every Probe… hook
+// reads state without changing it, so that a test can assert that nothing was left behind.
+// WaitQueued and LogCapture are the queue wait and the log capture of both test packages; the
+// rest of the black-box scaffolding is in helpers_test.go.
 
 // ProbeTableEmpty reports whether l's key-lock table holds, queues and schedules nothing.
 func ProbeTableEmpty(l *Locker) bool { return l.tab.empty() && ProbeDeadlines(l) == 0 }
@@ -72,6 +78,64 @@ func ProbeTimers(c *ManualClock) int {
 // ProbeClosed reports whether c is closed, without blocking.
 func ProbeClosed(c <-chan struct{}) bool { return closed(c) }
 
+// WaitQueued blocks until n Lock calls are queued for key in l's table, so that a test can start
+// waiters in a known order. It is the queue wait of both test packages.
+func WaitQueued(t testing.TB, l *Locker, key []byte, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return ProbeQueuedWaiters(l, key) == n },
+		10*time.Second, 200*time.Microsecond, "waiting for %d queued waiters", n)
+}
+
+// LogCapture is a slog.Handler that keeps every record it is given at info level or above: the
+// warnings the tests read. It leaves out debug records (lapses, deadlocks). It is the log
+// capture of both test packages.
+type LogCapture struct {
+	mu   sync.Mutex
+	recs []LogRecord
+}
+
+// LogRecord is what a LogCapture keeps of a record.
+type LogRecord struct {
+	Level string
+	Msg   string
+	Attrs map[string]string
+}
+
+func (c *LogCapture) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelInfo }
+
+func (c *LogCapture) Handle(_ context.Context, r slog.Record) error {
+	rec := LogRecord{Level: r.Level.String(), Msg: r.Message, Attrs: map[string]string{}}
+	r.Attrs(func(a slog.Attr) bool {
+		rec.Attrs[a.Key] = a.Value.String()
+		return true
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.recs = append(c.recs, rec)
+	return nil
+}
+
+func (c *LogCapture) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *LogCapture) WithGroup(string) slog.Handler      { return c }
+
+// Records returns the records kept so far, in order.
+func (c *LogCapture) Records() []LogRecord {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]LogRecord(nil), c.recs...)
+}
+
+// Kinds lists the kind attribute of every record kept, in order.
+func (c *LogCapture) Kinds() []string {
+	var ks []string
+	for _, r := range c.Records() {
+		ks = append(ks, r.Attrs["kind"])
+	}
+	return ks
+}
+
+// The white-box tests' own helpers.
+
 // closed is ProbeClosed for the white-box tests.
 func closed(c <-chan struct{}) bool {
 	select {
@@ -103,4 +167,59 @@ func (t *table) empty() bool {
 		}
 	}
 	return true
+}
+
+// schedulers calls f on every scheduler of the shard's taken clock slots.
+func (sh *shard) schedulers(f func(*scheduler)) {
+	if sh.firstSched.clock != nil {
+		f(&sh.firstSched)
+	}
+	for _, s := range sh.moreScheds {
+		if s != nil {
+			f(s)
+		}
+	}
+}
+
+// sched is the scheduler of l's clock in the shard.
+func (sh *shard) sched(l *Locker) *scheduler { return sh.scheduler(l.clockID) }
+
+// heapLen is the number of deadlines l's shard for key keeps on l's clock.
+func heapLen(l *Locker, key []byte) int {
+	sh := l.tab.shard(l.tab.hash(0, key))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return len(sh.sched(l).heap)
+}
+
+// keysInShard returns n distinct keys that all hash to the same shard of l's table.
+func keysInShard(l *Locker, n int) [][]byte {
+	var keys [][]byte
+	for i := 0; len(keys) < n; i++ {
+		k := []byte{byte(i), byte(i >> 8), byte(i >> 16), byte(i >> 24)}
+		if l.tab.hash(0, k)&(shardCount-1) == 0 {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// releaseWokenNotRun gives h's key back as Release does, leaving the oldest waiter woken to take
+// it but not yet running: the window in which a newcomer may barge. The returned waiter's
+// wake-up is held back until the test signals it.
+func releaseWokenNotRun(t *testing.T, h *Handle) *waiter {
+	t.Helper()
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := h.e
+	require.Same(t, h, e.holder)
+	require.NotNil(t, e.head)
+	h.setFlags(flagReleased)
+	h.clearFlags(flagHeld)
+	sh.unschedule(h)
+	e.holder = nil
+	e.wakePending = true
+	e.head.state = waitWoken
+	return e.head
 }

@@ -17,34 +17,6 @@ import (
 	"github.com/recordlock/recordlock"
 )
 
-// node is the options of most locks here: node scope, default lease and timeout.
-var node = recordlock.Options{Scope: recordlock.ScopeNode}
-
-// waitUntil blocks until cond holds. It synchronizes with goroutines the test started (a Lock
-// that has queued, a goroutine that has exited); the bound only turns a hang into a failure.
-func waitUntil(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for i := 0; !cond(); i++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		if i < 100 {
-			runtime.Gosched()
-		} else {
-			time.Sleep(50 * time.Microsecond)
-		}
-	}
-}
-
-// settleGoroutines waits until the goroutine count is back to base: nothing the test started is
-// still running.
-func settleGoroutines(t testing.TB, base int) {
-	t.Helper()
-	waitUntil(t, fmt.Sprintf("the goroutine count is back to %d (now %d)", base, runtime.NumGoroutine()),
-		func() bool { return runtime.NumGoroutine() <= base })
-}
-
 // TestCloseWhileThousandWait closes a Locker while 1,000 Lock calls wait on a key it holds: every
 // one returns ErrClosed within a second although its Timeout is five minutes, the held handle's
 // hook fires once, another Locker's waiter queued behind them gets the key, and nothing is left:
@@ -504,16 +476,6 @@ func TestMillionRandomOps(t *testing.T) {
 	settleGoroutines(t, base)
 }
 
-// lazyClock is a ManualClock whose timers never run, so every expiry is found lazily, as when the
-// timer goroutine is starved.
-type lazyClock struct{ *recordlock.ManualClock }
-
-func (lazyClock) AfterFunc(time.Duration, func()) recordlock.Timer { return noTimer{} }
-
-type noTimer struct{}
-
-func (noTimer) Stop() bool { return true }
-
 // TestReleaseHookFiredByFenceMayCallFence is the regression test for what
 // TestReleaseHookCallingBackIntoLocker caught: a release hook fired by Fence itself (the lease
 // lapsed inside commit, or Fence found it lapsed) ran while Fence still held the handle's fence
@@ -525,7 +487,7 @@ func TestReleaseHookFiredByFenceMayCallFence(t *testing.T) {
 			clk := recordlock.NewManualClock(epoch)
 			var c recordlock.Clock = clk
 			if lazy {
-				c = lazyClock{clk}
+				c = frozenTimers{clk}
 			}
 			l := newLocker(t, db, recordlock.WithClock(c))
 			h, err := l.TryLock([]byte("k"), node)

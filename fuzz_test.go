@@ -2,7 +2,6 @@ package recordlock_test
 
 import (
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -13,9 +12,6 @@ import (
 
 	"github.com/recordlock/recordlock"
 )
-
-// quiet is the logger of every fuzzed Locker: hook failures are expected there.
-var quiet = slog.New(slog.DiscardHandler)
 
 // validDuration is the rule for a duration option (docs/DESIGN.md §3), written independently of
 // Resolve: zero means the default, anything else must lie within the bounds.

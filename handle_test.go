@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,15 +15,6 @@ import (
 
 	"github.com/recordlock/recordlock"
 )
-
-// frozenTimers is a ManualClock whose timers never fire, so only lazy checks can end a lease.
-type frozenTimers struct{ *recordlock.ManualClock }
-
-func (frozenTimers) AfterFunc(time.Duration, func()) recordlock.Timer { return deadTimer{} }
-
-type deadTimer struct{}
-
-func (deadTimer) Stop() bool { return true }
 
 func TestHandleAccessors(t *testing.T) {
 	clk, l := manual(t, openDB(t))
@@ -65,7 +55,7 @@ func TestStalledHolderLosesKeyAtDeadline(t *testing.T) {
 	assert.False(t, recordlock.ProbeClosed(done))
 
 	clk.Advance(time.Nanosecond) // the holder calls nothing: the lease timer gives the key on
-	r := result(t, got)
+	r := await(t, got, "Lock")
 	require.NoError(t, r.err)
 	assert.True(t, recordlock.ProbeClosed(done))
 	assert.False(t, h.Release())
@@ -104,7 +94,7 @@ func TestWallClockStepMovesNoDeadline(t *testing.T) {
 			clk.Advance(time.Second - time.Nanosecond)
 			assert.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, []byte("other")))
 			clk.Advance(time.Nanosecond)
-			require.ErrorIs(t, result(t, timeout).err, recordlock.ErrTimeout)
+			require.ErrorIs(t, await(t, timeout, "Lock").err, recordlock.ErrTimeout)
 			require.True(t, other.Release())
 		})
 	}
@@ -201,7 +191,7 @@ func TestRevokeLeaseOnHeldHandle(t *testing.T) {
 	assert.True(t, h.IsLeaseExpired())
 	assert.True(t, h.IsExpired())
 	assert.True(t, recordlock.ProbeClosed(h.Done()))
-	r := result(t, got)
+	r := await(t, got, "Lock")
 	require.NoError(t, r.err, "the revoked key went to the waiter")
 
 	h.RevokeLease()
@@ -315,7 +305,7 @@ func TestJoinClusterRound(t *testing.T) {
 	assert.False(t, h.IsLeaseExpired())
 	assert.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key))
 	clk.Advance(time.Nanosecond)
-	r := result(t, waiting)
+	r := await(t, waiting, "Lock")
 	require.NoError(t, r.err)
 	assert.Equal(t, 1, hooks.count(), "the round's release hook fired at the deadline")
 	assert.True(t, h.IsLeaseExpired())
@@ -477,54 +467,9 @@ func TestHolderVersions(t *testing.T) {
 	require.True(t, h.Release())
 }
 
-// captured is a slog.Handler that keeps every record it is given.
-type captured struct {
-	mu   sync.Mutex
-	recs []slogRecord
-}
-
-type slogRecord struct {
-	level string
-	msg   string
-	attrs map[string]string
-}
-
-// Enabled leaves out debug records (lapses, deadlocks): these tests read warnings.
-func (c *captured) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelInfo }
-
-func (c *captured) Handle(_ context.Context, r slog.Record) error {
-	rec := slogRecord{level: r.Level.String(), msg: r.Message, attrs: map[string]string{}}
-	r.Attrs(func(a slog.Attr) bool {
-		rec.attrs[a.Key] = a.Value.String()
-		return true
-	})
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.recs = append(c.recs, rec)
-	return nil
-}
-
-func (c *captured) WithAttrs([]slog.Attr) slog.Handler { return c }
-func (c *captured) WithGroup(string) slog.Handler      { return c }
-
-func (c *captured) records() []slogRecord {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]slogRecord(nil), c.recs...)
-}
-
-// kinds lists the kind attribute of every record, in order.
-func (c *captured) kinds() []string {
-	var ks []string
-	for _, r := range c.records() {
-		ks = append(ks, r.attrs["kind"])
-	}
-	return ks
-}
-
 func TestReleaseHookFailuresAreContainedAndRateLimited(t *testing.T) {
 	db := openDB(t)
-	logs := &captured{}
+	logs := &recordlock.LogCapture{}
 	clk, l := manual(t, db, recordlock.WithLogger(slog.New(logs)))
 	panicky := func() error { panic("hook exploded") }
 	failing := func() error { return errors.New("hook failed") }
@@ -542,26 +487,26 @@ func TestReleaseHookFailuresAreContainedAndRateLimited(t *testing.T) {
 	assert.True(t, lock(failing, time.Minute).Release())
 	h := lock(panicky, time.Minute)
 	h.RevokeLease()
-	assert.Equal(t, []string{"panic", "error"}, logs.kinds())
-	recs := logs.records()
-	assert.Equal(t, "WARN", recs[0].level)
-	assert.Contains(t, recs[0].attrs["err"], "hook exploded")
-	assert.Contains(t, recs[1].attrs["err"], "hook failed")
+	assert.Equal(t, []string{"panic", "error"}, logs.Kinds())
+	recs := logs.Records()
+	assert.Equal(t, "WARN", recs[0].Level)
+	assert.Contains(t, recs[0].Attrs["err"], "hook exploded")
+	assert.Contains(t, recs[1].Attrs["err"], "hook failed")
 
 	// Within 60 s further failures are not logged, from any path.
 	stalled := lock(panicky, 60*time.Second) // its lease timer runs the hook at 60 s
 	clk.Advance(59 * time.Second)
 	assert.True(t, lock(failing, time.Minute).Release())
 	assert.True(t, lock(panicky, time.Minute).Release())
-	assert.Equal(t, []string{"panic", "error"}, logs.kinds())
+	assert.Equal(t, []string{"panic", "error"}, logs.Kinds())
 
 	// At 60 s, a persisting fault is reported again: the lease timer's hook panics inside Advance
 	// (the timer's goroutine) without escaping.
 	clk.Advance(time.Second)
 	assert.True(t, stalled.IsLeaseExpired())
-	assert.Equal(t, []string{"panic", "error", "panic"}, logs.kinds())
+	assert.Equal(t, []string{"panic", "error", "panic"}, logs.Kinds())
 	assert.True(t, lock(failing, time.Minute).Release())
-	assert.Equal(t, []string{"panic", "error", "panic", "error"}, logs.kinds())
+	assert.Equal(t, []string{"panic", "error", "panic", "error"}, logs.Kinds())
 
 	// The limit is per Locker.
 	other := newLocker(t, db, recordlock.WithClock(clk), recordlock.WithLogger(slog.New(logs)))
@@ -569,7 +514,7 @@ func TestReleaseHookFailuresAreContainedAndRateLimited(t *testing.T) {
 	require.NoError(t, err)
 	joinHook(t, h2, clk, time.Minute, failing)
 	assert.True(t, h2.Release())
-	assert.Equal(t, []string{"panic", "error", "panic", "error", "error"}, logs.kinds())
+	assert.Equal(t, []string{"panic", "error", "panic", "error", "error"}, logs.Kinds())
 }
 
 func TestFenceRefusesAfterLeaseEnds(t *testing.T) {

@@ -35,7 +35,7 @@ func TestClosedLockersClockStaysDropped(t *testing.T) {
 			_, err := l.Lock(context.Background(), key, Options{Timeout: time.Minute})
 			res <- err
 		}()
-		waitForQueue(t, keep, key, i+1)
+		WaitQueued(t, keep, key, i+1)
 	}
 	releaseWokenNotRun(t, held)
 	deadClock.Advance(bargeWindow) // the waiters behind the woken one are past the window
@@ -64,7 +64,7 @@ func TestClosedLockersClockStaysDropped(t *testing.T) {
 		_, err := next.Lock(context.Background(), key, Options{Timeout: time.Second})
 		got <- err
 	}()
-	waitForQueue(t, keep, key, 1)
+	WaitQueued(t, keep, key, 1)
 	clk.Advance(2 * time.Second)
 	select {
 	case err := <-got:

@@ -3,7 +3,6 @@ package recordlock
 import (
 	"context"
 	"log/slog"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,48 +11,6 @@ import (
 
 	"github.com/recordlock/recordlock/internal/tempdb"
 )
-
-// waitForQueue blocks until n Lock calls are queued for key.
-func waitForQueue(t testing.TB, l *Locker, key []byte, n int) {
-	t.Helper()
-	require.Eventually(t, func() bool { return ProbeQueuedWaiters(l, key) == n },
-		10*time.Second, 200*time.Microsecond)
-}
-
-// schedulers calls f on every scheduler of the shard's taken clock slots.
-func (sh *shard) schedulers(f func(*scheduler)) {
-	if sh.firstSched.clock != nil {
-		f(&sh.firstSched)
-	}
-	for _, s := range sh.moreScheds {
-		if s != nil {
-			f(s)
-		}
-	}
-}
-
-// sched is the scheduler of l's clock in the shard.
-func (sh *shard) sched(l *Locker) *scheduler { return sh.scheduler(l.clockID) }
-
-// heapLen is the number of deadlines l's shard for key keeps on l's clock.
-func heapLen(l *Locker, key []byte) int {
-	sh := l.tab.shard(l.tab.hash(0, key))
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	return len(sh.sched(l).heap)
-}
-
-// keysInShard returns n distinct keys that all hash to the same shard of l's table.
-func keysInShard(l *Locker, n int) [][]byte {
-	var keys [][]byte
-	for i := 0; len(keys) < n; i++ {
-		k := []byte{byte(i), byte(i >> 8), byte(i >> 16), byte(i >> 24)}
-		if l.tab.hash(0, k)&(shardCount-1) == 0 {
-			keys = append(keys, k)
-		}
-	}
-	return keys
-}
 
 func TestTableEmptyAfterWaitersGiveUp(t *testing.T) {
 	db := tempdb.New(t)
@@ -70,14 +27,14 @@ func TestTableEmptyAfterWaitersGiveUp(t *testing.T) {
 		_, err := l.Lock(context.Background(), key, Options{Timeout: time.Second})
 		timedOut <- err
 	}()
-	waitForQueue(t, l, key, 1)
+	WaitQueued(t, l, key, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancelled := make(chan error, 1)
 	go func() {
 		_, err := l.Lock(ctx, key, Options{Timeout: time.Minute})
 		cancelled <- err
 	}()
-	waitForQueue(t, l, key, 2)
+	WaitQueued(t, l, key, 2)
 	require.Equal(t, 3, heapLen(l, key), "each waiter's timeout, and the holder's lease it watches")
 
 	clk.Advance(time.Second)
@@ -184,8 +141,8 @@ func TestSchedulerRearmsForEarlierDeadline(t *testing.T) {
 		assert.NoError(t, err)
 		wEarly <- h
 	}()
-	waitForQueue(t, l, late, 1)
-	waitForQueue(t, l, early, 1)
+	WaitQueued(t, l, late, 1)
+	WaitQueued(t, l, early, 1)
 
 	clk.Advance(time.Second)
 	h2 := <-wEarly
@@ -221,7 +178,7 @@ func TestCloseAbandonsEveryWaiterWhenOneIsHandedTheKey(t *testing.T) {
 			_, err := a.Lock(context.Background(), key, Options{Timeout: time.Minute})
 			res <- err
 		}()
-		waitForQueue(t, a, key, i+1)
+		WaitQueued(t, a, key, i+1)
 	}
 
 	// Release hb as Release does, with the oldest waiter woken but not yet scheduled to run.
@@ -284,20 +241,11 @@ func TestTableDroppedWhenLastLockerCloses(t *testing.T) {
 	assert.Nil(t, registered())
 }
 
-// countingHandler counts the log records it is given.
-type countingHandler struct{ n atomic.Int32 }
-
-// Enabled leaves out debug records: the test counts warnings.
-func (c *countingHandler) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelInfo }
-func (c *countingHandler) Handle(context.Context, slog.Record) error     { c.n.Add(1); return nil }
-func (c *countingHandler) WithAttrs([]slog.Attr) slog.Handler            { return c }
-func (c *countingHandler) WithGroup(string) slog.Handler                 { return c }
-
 // A lease timer that finds the table inconsistent logs it once per database and never panics.
 func TestKeyTableFaultLoggedOnce(t *testing.T) {
 	db := tempdb.New(t)
 	clk := NewManualClock(time.Unix(1, 0))
-	var logs countingHandler
+	var logs LogCapture
 	l, err := New(db, WithClock(clk), WithLogger(slog.New(&logs)))
 	require.NoError(t, err)
 	defer l.Close()
@@ -312,27 +260,7 @@ func TestKeyTableFaultLoggedOnce(t *testing.T) {
 		sh.mu.Unlock()
 	}
 	require.NotPanics(t, func() { clk.Advance(time.Second) })
-	assert.Equal(t, int32(1), logs.n.Load())
-}
-
-// releaseWokenNotRun gives h's key back as Release does, leaving the oldest waiter woken to take
-// it but not yet running: the window in which a newcomer may barge. The returned waiter's
-// wake-up is held back until the test signals it.
-func releaseWokenNotRun(t *testing.T, h *Handle) *waiter {
-	t.Helper()
-	sh := h.shard()
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := h.e
-	require.Same(t, h, e.holder)
-	require.NotNil(t, e.head)
-	h.setFlags(flagReleased)
-	h.clearFlags(flagHeld)
-	sh.unschedule(h)
-	e.holder = nil
-	e.wakePending = true
-	e.head.state = waitWoken
-	return e.head
+	assert.Len(t, logs.Records(), 1)
 }
 
 // A newcomer may take a released key ahead of the woken oldest waiter only while that waiter has
@@ -349,7 +277,7 @@ func TestBargingWindow(t *testing.T) {
 			assert.NoError(t, err)
 			c <- h
 		}()
-		waitForQueue(t, l, key, 1)
+		WaitQueued(t, l, key, 1)
 		return c
 	}
 

@@ -73,7 +73,7 @@ func TestTimersFireByDeadlineDespiteMutexWait(t *testing.T) {
 			_, err := l.Lock(context.Background(), key, Options{Timeout: time.Second})
 			got <- err
 		})
-		waitForQueue(t, l, key, 1)
+		WaitQueued(t, l, key, 1)
 		clk.Advance(500 * time.Millisecond) // the wait's end: one Timeout after the Lock's reading
 		select {
 		case err := <-got:

@@ -117,7 +117,7 @@ func TestDefaultTimeoutApplies(t *testing.T) {
 	clk.Advance(recordlock.DefaultTimeout - time.Nanosecond)
 	assert.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key))
 	clk.Advance(time.Nanosecond)
-	require.ErrorIs(t, result(t, got).err, recordlock.ErrTimeout)
+	require.ErrorIs(t, await(t, got, "Lock").err, recordlock.ErrTimeout)
 	require.True(t, h.Release())
 }
 

@@ -12,8 +12,6 @@ import (
 	"github.com/recordlock/recordlock"
 )
 
-var wait = recordlock.Options{Timeout: time.Minute}
-
 func TestNewRejectsNilDBAndNilClock(t *testing.T) {
 	_, err := recordlock.New(nil)
 	require.ErrorIs(t, err, recordlock.ErrInvalidOptions)
@@ -35,7 +33,7 @@ func TestLockersOfOneDatabaseExcludeEachOther(t *testing.T) {
 	got := lockAsync(context.Background(), b, key, wait)
 	waitQueued(t, b, key, 1)
 	require.True(t, ha.Release())
-	r := result(t, got)
+	r := await(t, got, "Lock")
 	require.NoError(t, r.err)
 	_, err = a.TryLock(key, recordlock.Options{})
 	require.ErrorIs(t, err, recordlock.ErrLocked, "b's handle excludes a")
@@ -73,7 +71,7 @@ func TestLockReturnsOnceHolderReleases(t *testing.T) {
 	default:
 	}
 	require.True(t, h.Release())
-	r := result(t, got)
+	r := await(t, got, "Lock")
 	require.NoError(t, r.err)
 	assert.Equal(t, key, r.h.Key())
 	require.True(t, r.h.Release())
@@ -89,7 +87,7 @@ func TestLockTimesOut(t *testing.T) {
 	clk.Advance(2*time.Second - time.Nanosecond)
 	require.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key), "the waiter gave up before its timeout")
 	clk.Advance(time.Nanosecond)
-	r := result(t, got)
+	r := await(t, got, "Lock")
 	require.ErrorIs(t, r.err, recordlock.ErrTimeout)
 	assert.Nil(t, r.h)
 	assert.False(t, h.IsExpired(), "a waiter timing out leaves the holder alone")
@@ -152,7 +150,7 @@ func TestLockCancelled(t *testing.T) {
 	got := lockAsync(ctx, l, key, wait)
 	waitQueued(t, l, key, 1)
 	cancel()
-	r := result(t, got)
+	r := await(t, got, "Lock")
 	require.ErrorIs(t, r.err, context.Canceled)
 	assert.Nil(t, r.h)
 	assert.Equal(t, 0, recordlock.ProbeQueuedWaiters(l, key))
@@ -247,7 +245,7 @@ func TestWaitersAcquireInArrivalOrder(t *testing.T) {
 		}
 		require.True(t, holder.Release())
 		assert.LessOrEqual(t, recordlock.ProbeWokenWaiters(l, key), 1, "a release woke more than one waiter")
-		r := result(t, got[i])
+		r := await(t, got[i], "Lock")
 		require.NoError(t, r.err, "waiter %d", i)
 		holder = r.h
 		for j := i + 1; j < n; j++ {
@@ -279,7 +277,7 @@ func TestOldestWaiterNotPassedOverPastOneMillisecond(t *testing.T) {
 	assert.Equal(t, 0, recordlock.ProbeQueuedWaiters(l, key), "Release handed the key over itself")
 	_, err = l.TryLock(key, recordlock.Options{})
 	require.ErrorIs(t, err, recordlock.ErrLocked, "the key went to the oldest waiter")
-	r := result(t, got)
+	r := await(t, got, "Lock")
 	require.NoError(t, r.err)
 	require.True(t, r.h.Release())
 }
@@ -307,7 +305,7 @@ func TestBargerCannotKeepPassingOverWaiter(t *testing.T) {
 		} else {
 			require.ErrorIs(t, err, recordlock.ErrLocked)
 		}
-		r := result(t, got)
+		r := await(t, got, "Lock")
 		require.NoError(t, r.err)
 		require.True(t, r.h.Release())
 	}
@@ -338,12 +336,12 @@ func TestCloseReleasesHandlesAndFailsWaiters(t *testing.T) {
 	assert.True(t, recordlock.ProbeClosed(done))
 	assert.True(t, held.IsExpired())
 	assert.False(t, held.Release())
-	r := result(t, waiting)
+	r := await(t, waiting, "Lock")
 	require.ErrorIs(t, r.err, recordlock.ErrClosed)
 	assert.Nil(t, r.h)
 
 	// b was waiting for a's key and now holds it.
-	rb := result(t, bWaiting)
+	rb := await(t, bWaiting, "Lock")
 	require.NoError(t, rb.err)
 	require.True(t, rb.h.Release())
 
@@ -431,7 +429,7 @@ func TestLeaseRunsOnIssuingLockersClock(t *testing.T) {
 	got := lockAsync(context.Background(), b, key, recordlock.Options{Timeout: 2 * time.Second})
 	waitQueued(t, b, key, 1)
 	clkA.Advance(time.Second)
-	r := result(t, got)
+	r := await(t, got, "Lock")
 	require.NoError(t, r.err, "a's lease timer handed the key to b's waiter")
 	assert.True(t, h.IsLeaseExpired())
 

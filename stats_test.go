@@ -40,7 +40,7 @@ func TestStatsCountEachEvent(t *testing.T) {
 	check("a queued Lock")
 	clk.Advance(5 * time.Millisecond)
 	require.True(t, a.Release())
-	a2 := result(t, waiter).h
+	a2 := await(t, waiter, "Lock").h
 	require.NotNil(t, a2)
 	want.Waiting, want.Acquired, want.Contended, want.WaitTime = 0, 2, 1, 5*time.Millisecond
 	check("a contended acquisition and its wait")
@@ -48,7 +48,7 @@ func TestStatsCountEachEvent(t *testing.T) {
 	timedOut := lockAsync(ctx, l, []byte("a"), recordlock.Options{Timeout: 10 * time.Millisecond})
 	waitQueued(t, l, []byte("a"), 1)
 	clk.Advance(10 * time.Millisecond)
-	require.ErrorIs(t, result(t, timedOut).err, recordlock.ErrTimeout)
+	require.ErrorIs(t, await(t, timedOut, "Lock").err, recordlock.ErrTimeout)
 	want.Timeouts = 1
 	check("a timeout")
 
@@ -56,7 +56,7 @@ func TestStatsCountEachEvent(t *testing.T) {
 	canceled := lockAsync(cctx, l, []byte("a"), recordlock.Options{})
 	waitQueued(t, l, []byte("a"), 1)
 	cancel()
-	require.ErrorIs(t, result(t, canceled).err, context.Canceled)
+	require.ErrorIs(t, await(t, canceled, "Lock").err, context.Canceled)
 	want.Canceled = 1
 	check("a cancellation")
 
@@ -74,7 +74,7 @@ func TestStatsCountEachEvent(t *testing.T) {
 	want.Deadlocks = 1
 	check("a deadlock")
 	t2.Rollback()
-	require.NoError(t, result(t, t1Waits).err)
+	require.NoError(t, await(t, t1Waits, "Lock").err)
 	t1.Rollback()
 	want.Acquired, want.Contended, want.Waiting, want.Held = 5, 2, 0, 1
 	check("the survivor of the deadlock")
@@ -176,7 +176,7 @@ func TestLocksListsHolders(t *testing.T) {
 	require.ErrorIs(t, err, recordlock.ErrLocked, "the table's key is untouched")
 
 	require.True(t, plain.Release())
-	require.NoError(t, result(t, waiter).err)
+	require.NoError(t, await(t, waiter, "Lock").err)
 	clk.Advance(time.Minute)
 	txn.Rollback()
 	assert.Empty(t, collectLocks(l), "every lease has lapsed or been released")
@@ -238,7 +238,7 @@ func TestDebugRecordOfLapse(t *testing.T) {
 			waiter := lockAsync(context.Background(), l, []byte("stalled-key"), recordlock.Options{})
 			waitQueued(t, l, []byte("stalled-key"), 1)
 			clk.Advance(100 * time.Millisecond)
-			h := result(t, waiter).h
+			h := await(t, waiter, "Lock").h
 			require.NotNil(t, h)
 			require.True(t, h.Release())
 			mu.Lock()

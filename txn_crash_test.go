@@ -32,8 +32,6 @@ const (
 	crashReadyMark = "ready"
 )
 
-func account(i int) []byte { return fmt.Appendf(nil, "acct:%02d", i) }
-
 // transferOnce moves amount from one account to another in one Txn that locks both with LockAll.
 func transferOnce(ctx context.Context, l *recordlock.Locker, txnOpts recordlock.TxnOptions, from, to []byte, amount int) error {
 	txn, err := l.BeginTx(txnOpts)

@@ -14,16 +14,6 @@ import (
 	"github.com/recordlock/recordlock"
 )
 
-// txnLockAsync starts txn.Lock in a goroutine and returns where its result arrives.
-func txnLockAsync(txn *recordlock.Txn, key []byte, opts recordlock.Options) <-chan lockResult {
-	c := make(chan lockResult, 1)
-	go func() {
-		h, err := txn.Lock(context.Background(), key, opts)
-		c <- lockResult{h, err}
-	}()
-	return c
-}
-
 // A cycle of n Txns, each holding one key and waiting for the next one's, is reported at once to
 // the Txn whose wait would close it, and only to it; the clock never moves. Once the victim rolls
 // back, every other Txn gets its key and commits.
@@ -62,7 +52,7 @@ func TestDeadlockCycleReportedToOneTxn(t *testing.T) {
 
 			txns[n-1].Rollback() // the victim lets go of its key: the chain unwinds from its end
 			for i := n - 2; i >= 0; i-- {
-				r := result(t, waits[i])
+				r := await(t, waits[i], "Lock")
 				require.NoError(t, r.err, "txn %d", i)
 				require.NoError(t, txns[i].Put(key(i+1), []byte("v")))
 				require.NoError(t, txns[i].Commit())
@@ -143,12 +133,12 @@ func TestWaitOnNonTxnHolderIsNotADeadlock(t *testing.T) {
 	plainWaits := lockAsync(context.Background(), l, c, recordlock.Options{Timeout: time.Second})
 	waitQueued(t, l, c, 1)
 	clk.Advance(time.Second)
-	require.ErrorIs(t, result(t, plainWaits).err, recordlock.ErrTimeout)
+	require.ErrorIs(t, await(t, plainWaits, "Lock").err, recordlock.ErrTimeout)
 
 	require.True(t, plain.Release())
-	require.NoError(t, result(t, t1Waits).err)
+	require.NoError(t, await(t, t1Waits, "Lock").err)
 	require.NoError(t, t1.Commit())
-	require.NoError(t, result(t, t2Waits).err)
+	require.NoError(t, await(t, t2Waits, "Lock").err)
 	require.NoError(t, t2.Commit())
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
@@ -176,9 +166,9 @@ func TestDeadlockSparesOtherWaiters(t *testing.T) {
 	_, err = holder.Lock(context.Background(), b, recordlock.Options{})
 	require.ErrorIs(t, err, recordlock.ErrDeadlock)
 	holder.Rollback()
-	require.NoError(t, result(t, t1Waits).err)
+	require.NoError(t, await(t, t1Waits, "Lock").err)
 	t1.Rollback()
-	r := result(t, t2Waits)
+	r := await(t, t2Waits, "Lock")
 	require.NoError(t, r.err)
 	assert.False(t, errors.Is(r.err, recordlock.ErrDeadlock))
 	t2.Rollback()
@@ -210,7 +200,7 @@ func TestLockAllReleasesItsKeysOnDeadlock(t *testing.T) {
 	assert.False(t, pre.IsExpired(), "the Txn's earlier lock is kept")
 
 	t2.Rollback()
-	require.NoError(t, result(t, t1Waits).err)
+	require.NoError(t, await(t, t1Waits, "Lock").err)
 	t1.Rollback()
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }

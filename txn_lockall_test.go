@@ -12,20 +12,6 @@ import (
 	"github.com/recordlock/recordlock"
 )
 
-// cfGet reads key of column family cf straight from RocksDB; nil when it does not exist.
-func cfGet(t testing.TB, db *grocksdb.DB, cf *grocksdb.ColumnFamilyHandle, key string) []byte {
-	t.Helper()
-	ro := grocksdb.NewDefaultReadOptions()
-	defer ro.Destroy()
-	s, err := db.GetCF(ro, cf, []byte(key))
-	require.NoError(t, err)
-	defer s.Free()
-	if !s.Exists() {
-		return nil
-	}
-	return append([]byte{}, s.Data()...)
-}
-
 // A write to a record the Txn never locked fails with ErrNotLocked and stages nothing, in every
 // column family; the same key locked in another column family does not count.
 func TestTxnWriteToUnlockedKeyFails(t *testing.T) {

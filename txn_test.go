@@ -10,54 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/linxGnu/grocksdb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/recordlock/recordlock"
 )
-
-// guard bounds how long a test waits for something that must happen promptly, so a regression
-// fails the test instead of hanging it.
-const guard = 10 * time.Second
-
-// dbGet reads key straight from RocksDB; nil when it does not exist.
-func dbGet(t testing.TB, db *grocksdb.DB, key string) []byte {
-	t.Helper()
-	ro := grocksdb.NewDefaultReadOptions()
-	defer ro.Destroy()
-	v, err := db.GetBytes(ro, []byte(key))
-	require.NoError(t, err)
-	return v
-}
-
-// dbPut writes key=value straight to RocksDB, outside any lock.
-func dbPut(t testing.TB, db *grocksdb.DB, key, value string) {
-	t.Helper()
-	wo := grocksdb.NewDefaultWriteOptions()
-	defer wo.Destroy()
-	require.NoError(t, db.Put(wo, []byte(key), []byte(value)))
-}
-
-// beginUnlocked begins a Txn that may also write keys it did not lock, as plain writes.
-func beginUnlocked(t testing.TB, l *recordlock.Locker) *recordlock.Txn {
-	t.Helper()
-	txn, err := l.BeginTx(recordlock.TxnOptions{AllowUnlockedWrites: true})
-	require.NoError(t, err)
-	return txn
-}
-
-// await receives from ch, failing the test if nothing arrives within guard.
-func await[T any](t testing.TB, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(guard):
-		t.Fatalf("%s did not happen within %v", what, guard)
-		panic("unreachable")
-	}
-}
 
 // 1. Re-entrancy returns the same handle without touching the table; upgrade keeps AcquiredAt.
 func TestTxnReentrantLock(t *testing.T) {
@@ -725,13 +682,6 @@ func TestTxnAfterLockerClose(t *testing.T) {
 	assert.Nil(t, dbGet(t, db, "a"))
 	assert.Nil(t, dbGet(t, db, "plain"))
 	assert.ErrorIs(t, l.Begin().Commit(), recordlock.ErrClosed)
-}
-
-// grantAll is a coordinator that admits every request at once, for scope tests.
-type grantAll struct{ clk *recordlock.ManualClock }
-
-func (g grantAll) Acquire(_ context.Context, _ []byte, _ time.Duration, _ func()) (recordlock.Round, error) {
-	return recordlock.Round{TsR: recordlock.Timestamp(g.clk.Now().UnixNano()), MintedMono: g.clk.Mono()}, nil
 }
 
 // Re-entry may narrow a cluster lock to node scope, never widen a node lock to cluster scope.

@@ -1,0 +1,372 @@
+package recordlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/linxGnu/grocksdb"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/internal/tempdb"
+)
+
+// The scaffolding of the black-box tests, in one place. The probes of the internals, the queue
+// wait and the log capture, which the white-box tests share, are in export_test.go; every
+// database comes from the internal/tempdb fixture.
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Options and bounds every test shares.
+
+// epoch is the wall reading every ManualClock in these tests starts at.
+var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// wait are the options of a Lock that waits for a busy key far longer than any test needs.
+var wait = recordlock.Options{Timeout: time.Minute}
+
+// node is the options of most locks here: node scope, default lease and timeout.
+var node = recordlock.Options{Scope: recordlock.ScopeNode}
+
+// quiet drops the logs of Lockers whose release hooks are meant to fail: the fuzzed ones and
+// the random soak.
+var quiet = slog.New(slog.DiscardHandler)
+
+// guard bounds how long a test waits for something that must happen promptly, so a regression
+// fails the test instead of hanging it.
+const guard = 10 * time.Second
+
+// Databases, Lockers and clocks.
+
+// openDB opens a fresh RocksDB in a temp dir, closed at the end of the test.
+func openDB(t testing.TB) *grocksdb.DB { return tempdb.New(t) }
+
+// openCFDB opens a fresh RocksDB with the default column family and the ones named, and returns
+// the handles of the named ones; all are closed at the end of the test.
+func openCFDB(t testing.TB, names ...string) (*grocksdb.DB, []*grocksdb.ColumnFamilyHandle) {
+	return tempdb.NewCF(t, names...)
+}
+
+// newLocker returns a Locker on db, closed at the end of the test.
+func newLocker(t testing.TB, db *grocksdb.DB, opts ...recordlock.Option) *recordlock.Locker {
+	t.Helper()
+	l, err := recordlock.New(db, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// manual returns a ManualClock and a Locker on db that runs on it.
+func manual(t testing.TB, db *grocksdb.DB, opts ...recordlock.Option) (*recordlock.ManualClock, *recordlock.Locker) {
+	t.Helper()
+	clk := recordlock.NewManualClock(epoch)
+	return clk, newLocker(t, db, append([]recordlock.Option{recordlock.WithClock(clk)}, opts...)...)
+}
+
+// frozenTimers is a ManualClock whose timers never fire, so only lazy checks can end a lease.
+type frozenTimers struct{ *recordlock.ManualClock }
+
+func (frozenTimers) AfterFunc(time.Duration, func()) recordlock.Timer { return deadTimer{} }
+
+type deadTimer struct{}
+
+func (deadTimer) Stop() bool { return true }
+
+// Waiting for what other goroutines do.
+
+// waitQueued blocks until n Lock calls are queued for key in l's table, so that a test can start
+// waiters in a known order (the queue wait of both test packages, in export_test.go).
+var waitQueued = recordlock.WaitQueued
+
+// lockResult is what a Lock call started in a goroutine returned.
+type lockResult struct {
+	h   *recordlock.Handle
+	err error
+}
+
+// lockAsync starts l.Lock in a goroutine and returns where its result arrives.
+func lockAsync(ctx context.Context, l *recordlock.Locker, key []byte, opts recordlock.Options) <-chan lockResult {
+	c := make(chan lockResult, 1)
+	go func() {
+		h, err := l.Lock(ctx, key, opts)
+		c <- lockResult{h, err}
+	}()
+	return c
+}
+
+// txnLockAsync starts txn.Lock in a goroutine and returns where its result arrives.
+func txnLockAsync(txn *recordlock.Txn, key []byte, opts recordlock.Options) <-chan lockResult {
+	c := make(chan lockResult, 1)
+	go func() {
+		h, err := txn.Lock(context.Background(), key, opts)
+		c <- lockResult{h, err}
+	}()
+	return c
+}
+
+// await receives from ch, failing the test if nothing arrives within guard.
+func await[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(guard):
+		t.Fatalf("%s did not happen within %v", what, guard)
+		panic("unreachable")
+	}
+}
+
+// notReturned reports whether nothing has arrived on c within a short grace period: long enough
+// for a goroutine that is free to finish to do so, and a check of blocking, not of speed.
+func notReturned[T any](c <-chan T) bool {
+	select {
+	case <-c:
+		return false
+	case <-time.After(50 * time.Millisecond):
+		return true
+	}
+}
+
+// waitUntil blocks until cond holds. It synchronizes with goroutines the test started (a Lock
+// that has queued, a goroutine that has exited); the bound only turns a hang into a failure.
+func waitUntil(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; !cond(); i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		if i < 100 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+}
+
+// settleGoroutines waits until the goroutine count is back to base: nothing the test started is
+// still running.
+func settleGoroutines(t testing.TB, base int) {
+	t.Helper()
+	waitUntil(t, fmt.Sprintf("the goroutine count is back to %d (now %d)", base, runtime.NumGoroutine()),
+		func() bool { return runtime.NumGoroutine() <= base })
+}
+
+// Release hooks and coordinators.
+
+// hookCounter is a release hook that counts its calls.
+type hookCounter struct{ n atomic.Int32 }
+
+func (c *hookCounter) hook() error { c.n.Add(1); return nil }
+func (c *hookCounter) count() int  { return int(c.n.Load()) }
+
+// joinHook gives h a release hook by joining a round minted now on clk, with the given lease.
+func joinHook(t testing.TB, h *recordlock.Handle, clk recordlock.Clock, lease time.Duration, hook func() error) {
+	t.Helper()
+	require.True(t, h.JoinClusterRound(recordlock.Timestamp(clk.Now().UnixNano()), lease, clk.Mono(), hook))
+}
+
+// testCoord is a small in-process Coordinator written for these tests. It counts calls and
+// concurrent calls per key, stamps rounds from the clock it is given (MintedMono is read after the
+// gate, before the "request" that grants, which the during hook stands for), keeps a fencing token per key, and lets a test hold
+// Acquire at a gate, fail it, or recall the last admission of a key.
+type testCoord struct {
+	clock recordlock.Clock
+	stamp func() recordlock.Timestamp
+
+	mu          sync.Mutex
+	calls       int
+	inFlight    map[string]int
+	maxInFlight int
+	tokens      map[string]uint64
+	last        map[string]func() // revoke of the last admission per key
+	current     func()            // revoke of the Acquire in progress
+	releases    int
+
+	gate    chan struct{}        // when set, Acquire waits for it to close (or for ctx)
+	entered chan context.Context // when set, Acquire sends its ctx here on entry
+	err     error                // when set, Acquire fails with it (after the gate)
+	during  func()               // when set, runs after the gate, before the round is made
+	yield   bool                 // when set, Acquire yields the processor to widen races
+}
+
+func (c *testCoord) Acquire(ctx context.Context, key []byte, lease time.Duration, revoke func()) (recordlock.Round, error) {
+	k := string(key)
+	c.mu.Lock()
+	c.calls++
+	c.inFlight[k]++
+	c.maxInFlight = max(c.maxInFlight, c.inFlight[k])
+	c.current = revoke
+	gate, entered, err, during := c.gate, c.entered, c.err, c.during
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.inFlight[k]--
+		c.mu.Unlock()
+	}()
+	if c.yield {
+		runtime.Gosched()
+	}
+	if entered != nil {
+		entered <- ctx
+	}
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return recordlock.Round{}, ctx.Err()
+		}
+	}
+	if err != nil {
+		return recordlock.Round{}, err
+	}
+	minted := c.clock.Mono() // as a real coordinator does, before the request that grants
+	if during != nil {
+		during()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tokens[k]++
+	c.last[k] = revoke
+	released := false
+	return recordlock.Round{
+		TsR:        c.stamp(),
+		MintedMono: minted,
+		Token:      c.tokens[k],
+		Release: func() error {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if released {
+				return errors.New("round released twice")
+			}
+			released = true
+			c.releases++
+			return nil
+		},
+	}, nil
+}
+
+// recall calls the revoke of key's last admission, as a coordinator does when another node asks.
+func (c *testCoord) recall(key string) {
+	c.mu.Lock()
+	revoke := c.last[key]
+	c.mu.Unlock()
+	revoke()
+}
+
+func (c *testCoord) counts() (calls, releases int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls, c.releases
+}
+
+func newTestCoord(clock recordlock.Clock, stamp func() recordlock.Timestamp) *testCoord {
+	return &testCoord{
+		clock:    clock,
+		stamp:    stamp,
+		inFlight: map[string]int{},
+		tokens:   map[string]uint64{},
+		last:     map[string]func(){},
+	}
+}
+
+// notifyClock is a ManualClock that reports every timer armed on it, so a test knows when a
+// Lock has queued or armed its cluster budget before it moves time.
+type notifyClock struct {
+	*recordlock.ManualClock
+	armed chan time.Duration
+}
+
+func (c notifyClock) AfterFunc(d time.Duration, f func()) recordlock.Timer {
+	t := c.ManualClock.AfterFunc(d, f)
+	c.armed <- d
+	return t
+}
+
+// requireFree checks that key is not held or waited on in db's table: a node-scoped TryLock
+// from l succeeds.
+func requireFree(t *testing.T, l *recordlock.Locker, key string) {
+	t.Helper()
+	h, err := l.TryLock([]byte(key), recordlock.Options{Scope: recordlock.ScopeNode})
+	require.NoError(t, err, "the local key should have been given back")
+	require.True(t, h.Release())
+}
+
+// blockingCoord is a Coordinator whose Acquire waits for its ctx, or, with revokeFirst, recalls
+// the admission before it returns a round.
+type blockingCoord struct {
+	clock       recordlock.Clock
+	entered     chan struct{}
+	revokeFirst bool
+}
+
+func (c *blockingCoord) Acquire(ctx context.Context, _ []byte, _ time.Duration, revoke func()) (recordlock.Round, error) {
+	round := recordlock.Round{TsR: recordlock.Timestamp(c.clock.Now().UnixNano()), MintedMono: c.clock.Mono(), Release: func() error { return nil }}
+	if c.revokeFirst {
+		revoke()
+		return round, nil
+	}
+	close(c.entered)
+	<-ctx.Done()
+	return recordlock.Round{}, ctx.Err()
+}
+
+// grantAll is a coordinator that admits every request at once, for scope tests.
+type grantAll struct{ clk *recordlock.ManualClock }
+
+func (g grantAll) Acquire(_ context.Context, _ []byte, _ time.Duration, _ func()) (recordlock.Round, error) {
+	return recordlock.Round{TsR: recordlock.Timestamp(g.clk.Now().UnixNano()), MintedMono: g.clk.Mono()}, nil
+}
+
+// Records read and written straight through RocksDB, and Txns.
+
+// dbGet reads key straight from RocksDB; nil when it does not exist.
+func dbGet(t testing.TB, db *grocksdb.DB, key string) []byte {
+	t.Helper()
+	ro := grocksdb.NewDefaultReadOptions()
+	defer ro.Destroy()
+	v, err := db.GetBytes(ro, []byte(key))
+	require.NoError(t, err)
+	return v
+}
+
+// dbPut writes key=value straight to RocksDB, outside any lock.
+func dbPut(t testing.TB, db *grocksdb.DB, key, value string) {
+	t.Helper()
+	wo := grocksdb.NewDefaultWriteOptions()
+	defer wo.Destroy()
+	require.NoError(t, db.Put(wo, []byte(key), []byte(value)))
+}
+
+// cfGet reads key of column family cf straight from RocksDB; nil when it does not exist.
+func cfGet(t testing.TB, db *grocksdb.DB, cf *grocksdb.ColumnFamilyHandle, key string) []byte {
+	t.Helper()
+	ro := grocksdb.NewDefaultReadOptions()
+	defer ro.Destroy()
+	s, err := db.GetCF(ro, cf, []byte(key))
+	require.NoError(t, err)
+	defer s.Free()
+	if !s.Exists() {
+		return nil
+	}
+	return append([]byte{}, s.Data()...)
+}
+
+// account is the key of account i in the transfer tests.
+func account(i int) []byte { return fmt.Appendf(nil, "acct:%02d", i) }
+
+// beginUnlocked begins a Txn that may also write keys it did not lock, as plain writes.
+func beginUnlocked(t testing.TB, l *recordlock.Locker) *recordlock.Txn {
+	t.Helper()
+	txn, err := l.BeginTx(recordlock.TxnOptions{AllowUnlockedWrites: true})
+	require.NoError(t, err)
+	return txn
+}
