@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 // graphWaiting is the number of Txns in l's wait-for graph.
@@ -72,7 +74,7 @@ func TestWaitCheckCostDoesNotGrowWithQueue(t *testing.T) {
 		{name: "holder waits behind a queue", holderWaits: true, edges: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			db := OpenTestDB(t)
+			db := tempdb.New(t)
 			l := newTestLocker(t, db, NewManualClock(time.Unix(1, 0)))
 			ctx := context.Background()
 			hot, other := []byte("hot"), []byte("other")
@@ -127,7 +129,7 @@ func TestWaitCheckCostDoesNotGrowWithQueue(t *testing.T) {
 func BenchmarkWaitGraphSearch(b *testing.B) {
 	for _, n := range []int{1, 64, 512} {
 		b.Run(fmt.Sprintf("queued=%d", n), func(b *testing.B) {
-			db := OpenTestDB(b)
+			db := tempdb.New(b)
 			l := newTestLocker(b, db, NewManualClock(time.Unix(1, 0)))
 			hot := []byte("hot")
 			holder := l.Begin()
