@@ -74,3 +74,68 @@ func TestClosedLockersClockStaysDropped(t *testing.T) {
 	}
 	require.True(t, blocker.Release())
 }
+
+// Lockers that come and go with clocks of their own leave no clock slot or scheduler behind, and
+// a Locker that takes over a freed slot gets working lease timers on its own clock.
+func TestClockSlotsReusedWhenLockersClose(t *testing.T) {
+	db := tempdb.New(t)
+	start := time.Unix(1, 0)
+	keep := newTestLocker(t, db, NewManualClock(start)) // slot 0 for the whole test
+	tab := keep.tab
+	key := []byte("k")
+	schedulersOf := func(id int) int {
+		n := 0
+		for i := range tab.shards {
+			sh := &tab.shards[i]
+			sh.mu.Lock()
+			if id == 0 && sh.firstSched.clock != nil || id > 0 && id-1 < len(sh.moreScheds) && sh.moreScheds[id-1] != nil {
+				n++
+			}
+			sh.mu.Unlock()
+		}
+		return n
+	}
+
+	var released *Handle
+	for round := range 20 {
+		clk := NewManualClock(start)
+		l, err := New(db, WithClock(clk))
+		require.NoError(t, err)
+		require.Equal(t, 1, l.clockID, "round %d: the freed slot is reused", round)
+		h, err := l.TryLock(key, Options{Lease: time.Second})
+		require.NoError(t, err)
+		require.Equal(t, shardCount, schedulersOf(1), "round %d: every shard has the clock's scheduler", round)
+		if round%2 == 0 {
+			h.Done()                 // watched: armed on this round's clock
+			clk.Advance(time.Second) // the lease lapses by the timer of this round's clock
+			require.NotZero(t, h.flags()&flagExpired, "round %d: the lease timer on the reused slot fired", round)
+		} else {
+			released = h
+		}
+		require.NoError(t, l.Close())
+		assert.Zero(t, schedulersOf(1), "round %d: the closed Locker's schedulers are gone", round)
+	}
+	tab.clocks.mu.Lock()
+	assert.Len(t, tab.clocks.slots, 2, "two clocks at a time, two slots")
+	tab.clocks.mu.Unlock()
+
+	// A handle of a closed Locker touches no scheduler, so it cannot bring one back.
+	released.RevokeLease()
+	assert.Error(t, released.Fence(func() error { return nil }))
+	assert.Zero(t, schedulersOf(1))
+
+	// The first slot is reset in place and taken over the same way.
+	other, err := New(db, WithClock(NewManualClock(start)))
+	require.NoError(t, err)
+	defer other.Close()
+	require.NoError(t, keep.Close())
+	assert.Zero(t, schedulersOf(0))
+	clk := NewManualClock(start)
+	l := newTestLocker(t, db, clk)
+	require.Equal(t, 0, l.clockID)
+	h, err := l.TryLock(key, Options{Lease: time.Second})
+	require.NoError(t, err)
+	h.Done() // watched: armed
+	clk.Advance(time.Second)
+	assert.NotZero(t, h.flags()&flagExpired, "the lease timer on the reset first slot fired")
+}

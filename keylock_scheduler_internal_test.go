@@ -106,3 +106,59 @@ func TestSchedulerKeepsNoStaleHandles(t *testing.T) {
 	assert.Empty(t, sh.firstSched.heap)
 	assert.Equal(t, [2]*Handle{}, sh.firstSched.own, "the shard's own heap storage points to no handle")
 }
+
+func TestSchedulerRearmsForEarlierDeadline(t *testing.T) {
+	db := tempdb.New(t)
+	clk := NewManualClock(time.Unix(1, 0))
+	l := newTestLocker(t, db, clk)
+	keys := keysInShard(l, 2)
+	late, early := keys[0], keys[1]
+	sh := l.tab.shard(l.tab.hash(0, late))
+	armedAt := func() time.Duration {
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		return sh.sched(l).armedAt
+	}
+
+	hLate, err := l.TryLock(late, Options{Lease: 10 * time.Second})
+	require.NoError(t, err)
+	lateDone := hLate.Done() // watched: armed
+	require.Equal(t, 10*time.Second, armedAt())
+	hEarly, err := l.TryLock(early, Options{Lease: time.Second})
+	require.NoError(t, err)
+	earlyDone := hEarly.Done()
+	require.Equal(t, time.Second, armedAt(), "an earlier deadline re-arms the timer")
+
+	// Both holders stall; waiters get their keys at each deadline without anyone calling them.
+	wLate := make(chan *Handle, 1)
+	wEarly := make(chan *Handle, 1)
+	go func() {
+		h, err := l.Lock(context.Background(), late, Options{Timeout: time.Minute})
+		assert.NoError(t, err)
+		wLate <- h
+	}()
+	go func() {
+		h, err := l.Lock(context.Background(), early, Options{Timeout: time.Minute})
+		assert.NoError(t, err)
+		wEarly <- h
+	}()
+	WaitQueued(t, l, late, 1)
+	WaitQueued(t, l, early, 1)
+
+	clk.Advance(time.Second)
+	h2 := <-wEarly
+	require.NotNil(t, h2)
+	assert.True(t, closed(earlyDone))
+	assert.False(t, closed(lateDone))
+	assert.Equal(t, 10*time.Second, armedAt(), "re-armed for the next deadline after firing")
+
+	clk.Advance(9 * time.Second)
+	h1 := <-wLate
+	require.NotNil(t, h1)
+	assert.True(t, closed(lateDone))
+	assert.False(t, hLate.Release())
+	assert.False(t, hEarly.Release())
+	require.True(t, h1.Release())
+	require.True(t, h2.Release())
+	assert.True(t, ProbeTableEmpty(l))
+}

@@ -2,6 +2,8 @@ package recordlock_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -107,4 +109,57 @@ func TestUnwatchedLapseSettledByNextLook(t *testing.T) {
 	assert.Equal(t, uint64(1), l.Stats().Lapsed)
 	assert.True(t, h.IsLeaseExpired())
 	require.True(t, h2.Release())
+}
+
+// TestTimersExpireStalledHoldersInDeadlineOrder takes 300 keys with leases in shuffled order, so
+// that every shard's deadline heap sees deadlines arrive earlier and later than its head, and
+// releases a third of them early. Then it moves the clock one step at a time: each remaining lease
+// must end exactly at the step of its deadline, by the shard timers alone (nothing else is called
+// on the handles).
+func TestTimersExpireStalledHoldersInDeadlineOrder(t *testing.T) {
+	clk, l := manual(t, openDB(t))
+	const n, steps = 300, 50
+	step := 100 * time.Millisecond
+	rng := rand.New(rand.NewPCG(1, 2))
+	type held struct {
+		h        *recordlock.Handle
+		done     <-chan struct{}
+		lease    time.Duration
+		released bool
+		endedAt  time.Duration // elapsed time at which done was first seen closed, -1 before
+	}
+	key := func(i int) []byte { return fmt.Appendf(nil, "record/%d", i) }
+	hs := make([]held, n)
+	for i, p := range rng.Perm(n) {
+		lease := recordlock.MinLease + time.Duration(p%steps)*step
+		h, err := l.TryLock(key(i), recordlock.Options{Lease: lease, Scope: recordlock.ScopeNode})
+		require.NoError(t, err)
+		hs[i] = held{h: h, done: h.Done(), lease: lease, endedAt: -1}
+	}
+	for i := 0; i < n; i += 3 {
+		require.True(t, hs[i].h.Release())
+		hs[i].released = true
+	}
+
+	for elapsed := time.Duration(0); elapsed <= recordlock.MinLease+steps*step; elapsed += step {
+		for i := range hs {
+			if x := &hs[i]; !x.released && x.endedAt < 0 && recordlock.ProbeClosed(x.done) {
+				x.endedAt = elapsed
+			}
+		}
+		clk.Advance(step)
+	}
+	for i, x := range hs {
+		if !x.released {
+			assert.Equal(t, x.lease, x.endedAt, "key %d: its lease ended at the wrong step", i)
+		}
+		assert.True(t, recordlock.ProbeClosed(x.done), "key %d", i)
+		assert.False(t, x.h.Release(), "key %d: released before, or its lease lapsed", i)
+	}
+	for i := range n {
+		h, err := l.TryLock(key(i), recordlock.Options{Scope: recordlock.ScopeNode})
+		require.NoError(t, err, "key %d is free again", i)
+		require.True(t, h.Release())
+	}
+	assert.True(t, recordlock.ProbeTableEmpty(l))
 }

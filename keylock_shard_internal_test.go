@@ -2,9 +2,13 @@ package recordlock
 
 import (
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 // The padding of the table and its shards does what keylock.go says: every shard starts on a
@@ -31,8 +35,58 @@ func TestShardLayout(t *testing.T) {
 	}
 }
 
-// A Handle, the one allocation of an uncontended Lock, fits a 128-byte size class: the next class
-// up, 144 bytes, straddles a third cache line for most handles.
-func TestHandleSize(t *testing.T) {
-	assert.LessOrEqual(t, unsafe.Sizeof(Handle{}), uintptr(128))
+func TestShardTableShrinksOnceKeysLeave(t *testing.T) {
+	db := tempdb.New(t)
+	clk := NewManualClock(time.Unix(1, 0))
+	l := newTestLocker(t, db, clk)
+	keys := keysInShard(l, shrinkAfter+10)
+	sh := l.tab.shard(l.tab.hash(0, keys[0]))
+
+	handles := make([]*Handle, 0, len(keys))
+	for _, k := range keys {
+		h, err := l.TryLock(k, Options{})
+		require.NoError(t, err)
+		h.Done() // watched: its deadline goes on the heap
+		handles = append(handles, h)
+	}
+	sh.mu.Lock()
+	grown, slots, heapCap := sh.index.n, len(sh.index.slots), cap(sh.sched(l).heap)
+	sh.mu.Unlock()
+	require.Equal(t, len(keys), grown)
+	require.Greater(t, slots, shrinkAfter)
+	require.Greater(t, heapCap, shrinkAfter)
+
+	for _, h := range handles[1:] {
+		require.True(t, h.Release())
+	}
+	sh.mu.Lock()
+	assert.Equal(t, 1, sh.index.n)
+	assert.LessOrEqual(t, len(sh.index.slots), 4*minSlots, "the table shrank as its keys left")
+	assert.Equal(t, maxSpare, sh.nSpare, "only a few allocated entries are kept for reuse")
+	sh.mu.Unlock()
+
+	require.True(t, handles[0].Release())
+	sh.mu.Lock()
+	assert.Zero(t, sh.index.n)
+	assert.Len(t, sh.index.slots, minSlots, "an idle table is back to its idle size")
+	assert.Nil(t, sh.spare, "an idle shard keeps no allocated entry")
+	assert.Zero(t, sh.nSpare)
+	own := 0
+	for e := sh.spareOwn; e != nil; e = e.nextSpare {
+		assert.True(t, sh.owns(e))
+		own++
+	}
+	assert.Equal(t, len(sh.ownEntries), own, "the shard's own entries are spare again")
+	assert.Nil(t, sh.sched(l).heap, "the grown heap is dropped once empty")
+	sh.mu.Unlock()
+
+	// The shrunk shard works as before, and finds every key again.
+	for _, k := range keys {
+		h, err := l.TryLock(k, Options{})
+		require.NoError(t, err)
+		_, err = l.TryLock(k, Options{})
+		require.ErrorIs(t, err, ErrLocked)
+		require.True(t, h.Release())
+	}
+	assert.True(t, ProbeTableEmpty(l))
 }

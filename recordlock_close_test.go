@@ -3,7 +3,9 @@ package recordlock_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,20 +47,6 @@ func TestCloseCallsOffClusterRequest(t *testing.T) {
 	require.NoError(t, l.Close())
 	r := await(t, got, "Lock")
 	require.ErrorIs(t, r.err, recordlock.ErrClosed)
-	assert.True(t, recordlock.ProbeTableEmpty(l))
-}
-
-// A round whose admission the coordinator recalled before Lock could join it fails with an error
-// that says so, not as a lapsed round.
-func TestClusterRoundRevokedDuringAcquire(t *testing.T) {
-	db := openDB(t)
-	clk, l := manual(t, db)
-	l.SetCoordinator(&blockingCoord{clock: clk, revokeFirst: true})
-
-	_, err := l.Lock(context.Background(), []byte("k"), recordlock.Options{})
-	require.ErrorIs(t, err, recordlock.ErrClusterUnavailable)
-	assert.Contains(t, err.Error(), "revoked")
-	assert.NotContains(t, err.Error(), "lapsed")
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
@@ -145,4 +133,118 @@ func TestCloseWhileWaitTimersFire(t *testing.T) {
 		require.NoError(t, holding.Close())
 		assert.True(t, recordlock.ProbeTableEmpty(holding))
 	}
+}
+
+func TestCloseReleasesHandlesAndFailsWaiters(t *testing.T) {
+	db := openDB(t)
+	clk, a := manual(t, db)
+	b := newLocker(t, db, recordlock.WithClock(clk))
+
+	var hooks hookCounter
+	held, err := a.TryLock([]byte("held"), recordlock.Options{})
+	require.NoError(t, err)
+	joinHook(t, held, clk, time.Minute, hooks.hook)
+	done := held.Done()
+
+	other, err := b.TryLock([]byte("other"), recordlock.Options{})
+	require.NoError(t, err)
+	waiting := lockAsync(context.Background(), a, []byte("other"), wait)
+	waitQueued(t, a, []byte("other"), 1)
+	bWaiting := lockAsync(context.Background(), b, []byte("held"), wait)
+	waitQueued(t, b, []byte("held"), 1)
+
+	require.NoError(t, a.Close())
+	assert.Equal(t, 1, hooks.count(), "Close fires the release hook")
+	assert.True(t, recordlock.ProbeClosed(done))
+	assert.True(t, held.IsExpired())
+	assert.False(t, held.Release())
+	r := await(t, waiting, "Lock")
+	require.ErrorIs(t, r.err, recordlock.ErrClosed)
+	assert.Nil(t, r.h)
+
+	// b was waiting for a's key and now holds it.
+	rb := await(t, bWaiting, "Lock")
+	require.NoError(t, rb.err)
+	require.True(t, rb.h.Release())
+
+	require.NoError(t, a.Close(), "Close is idempotent")
+	assert.Equal(t, 1, hooks.count())
+	_, err = a.Lock(context.Background(), []byte("x"), recordlock.Options{})
+	require.ErrorIs(t, err, recordlock.ErrClosed)
+	_, err = a.TryLock([]byte("x"), recordlock.Options{})
+	require.ErrorIs(t, err, recordlock.ErrClosed)
+
+	// The other Locker keeps working on every key.
+	h, err := b.TryLock([]byte("held"), recordlock.Options{})
+	require.NoError(t, err)
+	require.True(t, h.Release())
+	require.True(t, other.Release())
+	h, err = b.Lock(context.Background(), []byte("other"), recordlock.Options{})
+	require.NoError(t, err)
+	require.True(t, h.Release())
+	assert.True(t, recordlock.ProbeTableEmpty(b))
+}
+
+// TestCloseWhileThousandWait closes a Locker while 1,000 Lock calls wait on a key it holds: every
+// one returns ErrClosed within a second although its Timeout is five minutes, the held handle's
+// hook fires once, another Locker's waiter queued behind them gets the key, and nothing is left:
+// no goroutine, no table entry, no scheduled deadline.
+func TestCloseWhileThousandWait(t *testing.T) {
+	const waiters = 1000
+	base := runtime.NumGoroutine()
+	db := openDB(t)
+	clk := recordlock.NewManualClock(epoch)
+	l := newLocker(t, db, recordlock.WithClock(clk))
+	other := newLocker(t, db, recordlock.WithClock(clk))
+	key := []byte("busy")
+	ctx := context.Background()
+
+	h, err := l.TryLock(key, node)
+	require.NoError(t, err)
+	var hooks atomic.Int32
+	require.True(t, h.JoinClusterRound(l.Timestamp(), recordlock.MaxLease, clk.Mono(), func() error { hooks.Add(1); return nil }))
+
+	errs := make(chan error, waiters)
+	wait := recordlock.Options{Scope: recordlock.ScopeNode, Timeout: recordlock.MaxTimeout}
+	for range waiters {
+		go func() {
+			_, err := l.Lock(ctx, key, wait)
+			errs <- err
+		}()
+	}
+	waitUntil(t, "1,000 waiters queued", func() bool { return recordlock.ProbeQueuedWaiters(l, key) == waiters })
+	survivor := make(chan *recordlock.Handle, 1)
+	go func() {
+		h, err := other.Lock(ctx, key, wait)
+		assert.NoError(t, err)
+		survivor <- h
+	}()
+	waitUntil(t, "the other Locker's waiter queued", func() bool { return recordlock.ProbeQueuedWaiters(l, key) == waiters+1 })
+
+	start := time.Now()
+	require.NoError(t, l.Close())
+	within := time.NewTimer(time.Second)
+	defer within.Stop()
+	for i := range waiters {
+		select {
+		case err := <-errs:
+			require.ErrorIs(t, err, recordlock.ErrClosed)
+		case <-within.C:
+			t.Fatalf("%d of %d waiters still blocked a second after Close", waiters-i, waiters)
+		}
+	}
+	t.Logf("%d waiters returned %v after Close", waiters, time.Since(start))
+
+	assert.Equal(t, int32(1), hooks.Load(), "the held handle's hook fires once")
+	assert.True(t, h.IsExpired())
+	assert.False(t, h.IsLeaseExpired(), "Close releases; it does not revoke")
+	h2 := <-survivor
+	require.NotNil(t, h2)
+	assert.True(t, h2.Release())
+	_, err = l.Lock(ctx, key, node)
+	require.ErrorIs(t, err, recordlock.ErrClosed)
+	assert.True(t, recordlock.ProbeTableEmpty(other))
+	assert.Zero(t, recordlock.ProbeDeadlines(other))
+	require.NoError(t, other.Close())
+	settleGoroutines(t, base)
 }

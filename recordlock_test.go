@@ -2,7 +2,6 @@ package recordlock_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -126,7 +125,7 @@ func TestLockZeroTimeoutLeavesCtxDeadlineAlone(t *testing.T) {
 				require.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key), "the Lock still waits")
 				tc.end(h, cancel)
 			}
-			r := result(t, got)
+			r := await(t, got, "Lock")
 			if tc.wantErr != nil {
 				require.ErrorIs(t, r.err, tc.wantErr)
 				assert.Nil(t, r.h)
@@ -223,194 +222,6 @@ func TestCallerMayReuseKeySlice(t *testing.T) {
 	require.True(t, h.Release())
 }
 
-// Waiters queued in a known order acquire in that order, and each release serves exactly one of
-// them: the others stay queued and asleep.
-func TestWaitersAcquireInArrivalOrder(t *testing.T) {
-	clk, l := manual(t, openDB(t))
-	key := []byte("k")
-	holder, err := l.TryLock(key, recordlock.Options{})
-	require.NoError(t, err)
-
-	const n = 6
-	got := make([]<-chan lockResult, n)
-	for i := range n {
-		got[i] = lockAsync(context.Background(), l, key, wait)
-		waitQueued(t, l, key, i+1)
-	}
-	for i := range n {
-		if i == 1 {
-			// The first waiter was woken to take the key; the others have now waited 1 ms and
-			// are handed it directly.
-			clk.Advance(time.Millisecond)
-		}
-		require.True(t, holder.Release())
-		assert.LessOrEqual(t, recordlock.ProbeWokenWaiters(l, key), 1, "a release woke more than one waiter")
-		r := await(t, got[i], "Lock")
-		require.NoError(t, r.err, "waiter %d", i)
-		holder = r.h
-		for j := i + 1; j < n; j++ {
-			select {
-			case <-got[j]:
-				t.Fatalf("release %d also served waiter %d", i, j)
-			default:
-			}
-		}
-		assert.Equal(t, n-i-1, recordlock.ProbeQueuedWaiters(l, key))
-		assert.Equal(t, 0, recordlock.ProbeWokenWaiters(l, key), "no waiter but the served one was woken")
-	}
-	require.True(t, holder.Release())
-	assert.True(t, recordlock.ProbeTableEmpty(l))
-}
-
-// Once the oldest waiter has waited 1 ms, a release hands it the key directly: a newcomer
-// cannot take it, not even in the instant after Release returns.
-func TestOldestWaiterNotPassedOverPastOneMillisecond(t *testing.T) {
-	clk, l := manual(t, openDB(t))
-	key := []byte("k")
-	holder, err := l.TryLock(key, recordlock.Options{})
-	require.NoError(t, err)
-	got := lockAsync(context.Background(), l, key, wait)
-	waitQueued(t, l, key, 1)
-
-	clk.Advance(time.Millisecond)
-	require.True(t, holder.Release())
-	assert.Equal(t, 0, recordlock.ProbeQueuedWaiters(l, key), "Release handed the key over itself")
-	_, err = l.TryLock(key, recordlock.Options{})
-	require.ErrorIs(t, err, recordlock.ErrLocked, "the key went to the oldest waiter")
-	r := await(t, got, "Lock")
-	require.NoError(t, r.err)
-	require.True(t, r.h.Release())
-}
-
-// Within 1 ms a newcomer may barge ahead of the woken waiter; once the waiter has waited 1 ms,
-// the barger's release hands it the key directly.
-func TestBargerCannotKeepPassingOverWaiter(t *testing.T) {
-	clk, l := manual(t, openDB(t))
-	key := []byte("k")
-	barged := 0
-	for range 20 {
-		holder, err := l.TryLock(key, recordlock.Options{})
-		require.NoError(t, err)
-		got := lockAsync(context.Background(), l, key, wait)
-		waitQueued(t, l, key, 1)
-
-		require.True(t, holder.Release()) // within 1 ms: the waiter is woken
-		if barger, err := l.TryLock(key, recordlock.Options{}); err == nil {
-			barged++
-			assert.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key), "the passed-over waiter keeps its place")
-			clk.Advance(time.Millisecond)
-			require.True(t, barger.Release())
-			_, err = l.TryLock(key, recordlock.Options{})
-			require.ErrorIs(t, err, recordlock.ErrLocked, "the waiter got the key directly")
-		} else {
-			require.ErrorIs(t, err, recordlock.ErrLocked)
-		}
-		r := await(t, got, "Lock")
-		require.NoError(t, r.err)
-		require.True(t, r.h.Release())
-	}
-	t.Logf("a newcomer barged ahead of a woken waiter in %d of 20 rounds", barged)
-	assert.True(t, recordlock.ProbeTableEmpty(l))
-}
-
-func TestCloseReleasesHandlesAndFailsWaiters(t *testing.T) {
-	db := openDB(t)
-	clk, a := manual(t, db)
-	b := newLocker(t, db, recordlock.WithClock(clk))
-
-	var hooks hookCounter
-	held, err := a.TryLock([]byte("held"), recordlock.Options{})
-	require.NoError(t, err)
-	joinHook(t, held, clk, time.Minute, hooks.hook)
-	done := held.Done()
-
-	other, err := b.TryLock([]byte("other"), recordlock.Options{})
-	require.NoError(t, err)
-	waiting := lockAsync(context.Background(), a, []byte("other"), wait)
-	waitQueued(t, a, []byte("other"), 1)
-	bWaiting := lockAsync(context.Background(), b, []byte("held"), wait)
-	waitQueued(t, b, []byte("held"), 1)
-
-	require.NoError(t, a.Close())
-	assert.Equal(t, 1, hooks.count(), "Close fires the release hook")
-	assert.True(t, recordlock.ProbeClosed(done))
-	assert.True(t, held.IsExpired())
-	assert.False(t, held.Release())
-	r := await(t, waiting, "Lock")
-	require.ErrorIs(t, r.err, recordlock.ErrClosed)
-	assert.Nil(t, r.h)
-
-	// b was waiting for a's key and now holds it.
-	rb := await(t, bWaiting, "Lock")
-	require.NoError(t, rb.err)
-	require.True(t, rb.h.Release())
-
-	require.NoError(t, a.Close(), "Close is idempotent")
-	assert.Equal(t, 1, hooks.count())
-	_, err = a.Lock(context.Background(), []byte("x"), recordlock.Options{})
-	require.ErrorIs(t, err, recordlock.ErrClosed)
-	_, err = a.TryLock([]byte("x"), recordlock.Options{})
-	require.ErrorIs(t, err, recordlock.ErrClosed)
-
-	// The other Locker keeps working on every key.
-	h, err := b.TryLock([]byte("held"), recordlock.Options{})
-	require.NoError(t, err)
-	require.True(t, h.Release())
-	require.True(t, other.Release())
-	h, err = b.Lock(context.Background(), []byte("other"), recordlock.Options{})
-	require.NoError(t, err)
-	require.True(t, h.Release())
-	assert.True(t, recordlock.ProbeTableEmpty(b))
-}
-
-func TestTimestampStrictlyIncreasing(t *testing.T) {
-	db := openDB(t)
-	clk, a := manual(t, db)
-	b := newLocker(t, db, recordlock.WithClock(clk))
-	first := a.Timestamp()
-	require.GreaterOrEqual(t, int64(first), epoch.UnixNano(), "wall-anchored")
-
-	const goroutines, each = 8, 2000
-	var wg sync.WaitGroup
-	seen := make([][]recordlock.Timestamp, goroutines)
-	for g := range goroutines {
-		wg.Go(func() {
-			l := a
-			if g%2 == 1 {
-				l = b
-			}
-			for i := range each {
-				switch {
-				case g == 0 && i == each/2:
-					clk.StepWall(-time.Hour)
-				case g < 4 && i%10 == 0:
-					clk.StepWall(time.Microsecond) // let the wall reading lead now and then
-				}
-				seen[g] = append(seen[g], l.Timestamp())
-			}
-		})
-	}
-	wg.Wait()
-
-	all := map[recordlock.Timestamp]bool{first: true}
-	for g, ts := range seen {
-		for i, v := range ts {
-			if i > 0 {
-				require.Greater(t, v, ts[i-1], "goroutine %d, timestamp %d", g, i)
-			}
-			require.Greater(t, v, first)
-			require.False(t, all[v], "timestamp %d minted twice", v)
-			all[v] = true
-		}
-	}
-	last := a.Timestamp()
-	for v := range all {
-		require.Less(t, v, last)
-	}
-	// A wall clock that stepped back an hour is still behind the last stamp: last+1.
-	assert.Equal(t, last+1, b.Timestamp())
-}
-
 // Each handle's lease runs on the clock of the Locker that issued it, also when a Locker on
 // another clock wants the key.
 func TestLeaseRunsOnIssuingLockersClock(t *testing.T) {
@@ -443,18 +254,4 @@ func TestLeaseRunsOnIssuingLockersClock(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, r.h.IsExpired())
 	require.True(t, h.Release())
-}
-
-// Closing the last Locker of a database drops its table; the next Locker must still mint
-// timestamps above every earlier one, even when the wall clock stepped back in between.
-func TestTimestampsIncreaseAcrossTableLifetimes(t *testing.T) {
-	db := openDB(t)
-	clk := recordlock.NewManualClock(epoch)
-	first, err := recordlock.New(db, recordlock.WithClock(clk))
-	require.NoError(t, err)
-	before := first.Timestamp()
-	require.NoError(t, first.Close())
-	clk.StepWall(-time.Hour)
-	second := newLocker(t, db, recordlock.WithClock(clk))
-	assert.Greater(t, second.Timestamp(), before)
 }

@@ -70,13 +70,13 @@ func TestWaitsListsQueuedRequests(t *testing.T) {
 	assert.Equal(t, cfID, byKey[fmt.Sprintf("%d/plain", cfID)][0].ColumnFamilyID)
 
 	require.True(t, plain.Release())
-	h := result(t, first).h
+	h := await(t, first, "Lock").h
 	require.NotNil(t, h)
 	require.True(t, h.Release())
-	require.NoError(t, result(t, second).err)
+	require.NoError(t, await(t, second, "Lock").err)
 	waiter.Rollback()
 	holder.Rollback()
-	require.NoError(t, result(t, third).err)
+	require.NoError(t, await(t, third, "Lock").err)
 	onRow.Rollback()
 	require.True(t, inCF.Release())
 	select {
@@ -106,7 +106,7 @@ func TestWaitsUseTheWaitersClock(t *testing.T) {
 		assert.Equal(t, 5*time.Second, got[0].Waited)
 	}
 	require.True(t, h.Release())
-	got := result(t, c).h
+	got := await(t, c, "Lock").h
 	require.NotNil(t, got)
 	require.True(t, got.Release())
 }
@@ -129,7 +129,7 @@ func TestWaitsKeyIsACopy(t *testing.T) {
 	require.Len(t, got, 1)
 	assert.Equal(t, "record", string(got[0].Key))
 	require.True(t, h.Release())
-	next := result(t, c).h
+	next := await(t, c, "Lock").h
 	require.NotNil(t, next)
 	assert.Equal(t, "record", string(next.Key()))
 	require.True(t, next.Release())

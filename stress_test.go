@@ -2,14 +2,17 @@ package recordlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/recordlock/recordlock"
 )
@@ -162,4 +165,108 @@ func TestStressAtMostOneAuthorizedHolderPerKey(t *testing.T) {
 	for _, l := range lockers {
 		assert.Eventually(t, func() bool { return recordlock.ProbeTableEmpty(l) }, time.Second, time.Millisecond)
 	}
+}
+
+// TestMillionRandomOps runs 1,000,000 random operations from four goroutines over 64 keys and two
+// Lockers on a shared ManualClock: TryLock, Lock with a short real deadline, Release,
+// RevokeLease, Fence, the predicates, Advance and StepWall. Invariant: no two fenced commits of
+// one key ever overlap. At the end, once every handle is released, the table is empty, no
+// deadline is scheduled, no timer is armed and no goroutine is left.
+func TestMillionRandomOps(t *testing.T) {
+	const (
+		workers = 4
+		total   = 1_000_000
+		keys    = 64
+	)
+	base := runtime.NumGoroutine()
+	db := openDB(t)
+	clk := recordlock.NewManualClock(epoch)
+	lockers := [2]*recordlock.Locker{
+		newLocker(t, db, recordlock.WithClock(clk), recordlock.WithLogger(quiet)),
+		newLocker(t, db, recordlock.WithClock(clk), recordlock.WithLogger(quiet)),
+	}
+	keyBytes := make([][]byte, keys)
+	for i := range keyBytes {
+		keyBytes[i] = fmt.Appendf(nil, "rand-%02d", i)
+	}
+	var inFence [keys]atomic.Int32
+	var overlaps, fenced, acquired atomic.Int64
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(seed, uint64(w)))
+			type held struct {
+				h *recordlock.Handle
+				k int
+			}
+			var mine []held
+			for range total / workers {
+				l := lockers[r.IntN(2)]
+				k := r.IntN(keys)
+				opts := recordlock.Options{Scope: recordlock.ScopeNode, Lease: recordlock.MinLease, Timeout: recordlock.MinTimeout}
+				switch p := r.IntN(100); {
+				case p < 30 && len(mine) < 4:
+					if h, err := l.TryLock(keyBytes[k], opts); err == nil {
+						mine = append(mine, held{h, k})
+						acquired.Add(1)
+					} else if !errors.Is(err, recordlock.ErrLocked) {
+						t.Errorf("TryLock: %v", err)
+						return
+					}
+				case p < 31 && len(mine) < 4:
+					ctx, cancel := context.WithTimeout(context.Background(), 50*time.Microsecond)
+					h, err := l.Lock(ctx, keyBytes[k], opts)
+					cancel()
+					if err == nil {
+						mine = append(mine, held{h, k})
+						acquired.Add(1)
+					} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, recordlock.ErrTimeout) {
+						t.Errorf("Lock: %v", err)
+						return
+					}
+				case p < 55 && len(mine) > 0:
+					i := r.IntN(len(mine))
+					mine[i].h.Release()
+					mine = append(mine[:i], mine[i+1:]...)
+				case p < 60 && len(mine) > 0:
+					mine[r.IntN(len(mine))].h.RevokeLease()
+				case p < 80 && len(mine) > 0:
+					m := mine[r.IntN(len(mine))]
+					_ = m.h.Fence(func() error {
+						if !inFence[m.k].CompareAndSwap(0, 1) {
+							overlaps.Add(1)
+							return nil
+						}
+						fenced.Add(1)
+						inFence[m.k].Store(0)
+						return nil
+					})
+				case p < 90 && len(mine) > 0:
+					m := mine[r.IntN(len(mine))]
+					_ = m.h.IsExpired()
+					_ = m.h.IsLeaseExpired()
+				case p < 97:
+					clk.Advance(time.Duration(r.IntN(2000)) * time.Microsecond)
+				default:
+					clk.StepWall(time.Duration(r.IntN(7200)-3600) * time.Second)
+				}
+			}
+			for _, m := range mine {
+				m.h.Release()
+			}
+		})
+	}
+	wg.Wait()
+	assert.Zero(t, overlaps.Load(), "two fenced commits of one key overlapped")
+	require.Positive(t, fenced.Load())
+	t.Logf("%d operations: %d acquisitions, %d fenced commits, none overlapping", total, acquired.Load(), fenced.Load())
+	assert.True(t, recordlock.ProbeTableEmpty(lockers[0]), "the table is empty")
+	assert.Zero(t, recordlock.ProbeDeadlines(lockers[0]), "no deadline is scheduled")
+	assert.LessOrEqual(t, recordlock.ProbeTimers(clk), keys, "at most one idle timer per shard in use")
+	clk.Advance(recordlock.MaxLease)
+	assert.Zero(t, recordlock.ProbeTimers(clk), "a timer was re-armed on an idle table")
+	settleGoroutines(t, base)
 }
