@@ -15,7 +15,7 @@ import (
 // txnTestGuard bounds how long these tests wait for something that must happen promptly.
 const txnTestGuard = 10 * time.Second
 
-// 6. Commit holds off the successor: a commit that is slow to write, and whose lease lapses
+// Commit holds off the successor: a commit that is slow to write, and whose lease lapses
 // while it writes, finishes before a waiting successor acquires, and the successor reads its
 // result.
 func TestTxnCommitHoldsOffSuccessor(t *testing.T) {
@@ -213,7 +213,7 @@ func newHookedLocker(t testing.TB, db *grocksdb.DB, clk Clock, inFence *func()) 
 func TestTxnCommitFencesReadLocks(t *testing.T) {
 	for _, staged := range []bool{true, false} {
 		t.Run(map[bool]string{true: "with a write", false: "read-only"}[staged], func(t *testing.T) {
-			db := OpenTestDB(t)
+			db := tempdb.New(t)
 			clk := NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 			var inFence func()
 			l := newHookedLocker(t, db, clk, &inFence)

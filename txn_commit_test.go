@@ -2,9 +2,14 @@ package recordlock_test
 
 import (
 	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/linxGnu/grocksdb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -140,4 +145,277 @@ func TestTxnCommitChecksLocksStillHeld(t *testing.T) {
 			assert.True(t, recordlock.ProbeTableEmpty(l), "nothing is left locked or scheduled")
 		})
 	}
+}
+
+// A multi-key Commit is all-or-nothing: if one protecting lease lapsed, no key changed.
+func TestTxnCommitAllOrNothing(t *testing.T) {
+	keys := []string{"a", "b", "c"}
+	for _, tc := range []struct {
+		name  string
+		dead  string
+		end   func(clk *recordlock.ManualClock, h *recordlock.Handle)
+		lease time.Duration
+	}{
+		{name: "first key lapses", dead: "a", end: func(clk *recordlock.ManualClock, _ *recordlock.Handle) { clk.Advance(time.Second) }},
+		{name: "last key lapses", dead: "c", end: func(clk *recordlock.ManualClock, _ *recordlock.Handle) { clk.Advance(time.Second) }},
+		{name: "middle key revoked", dead: "b", end: func(_ *recordlock.ManualClock, h *recordlock.Handle) { h.RevokeLease() }},
+		{name: "released then lapsed", dead: "b", end: func(clk *recordlock.ManualClock, h *recordlock.Handle) {
+			h.Release()
+			clk.Advance(time.Second)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := openDB(t)
+			clk, l := manual(t, db)
+			ctx := context.Background()
+			for _, k := range keys {
+				dbPut(t, db, k, "old")
+			}
+			txn := beginUnlocked(t, l)
+			defer txn.Rollback()
+			handles := map[string]*recordlock.Handle{}
+			for _, k := range keys {
+				lease := 10 * time.Second
+				if k == tc.dead {
+					lease = time.Second
+				}
+				h, err := txn.Lock(ctx, []byte(k), recordlock.Options{Lease: lease})
+				require.NoError(t, err)
+				handles[k] = h
+				require.NoError(t, txn.Put([]byte(k), []byte("new")))
+			}
+			require.NoError(t, txn.Put([]byte("plain"), []byte("new")))
+			require.NoError(t, txn.Delete([]byte("a")))
+
+			tc.end(clk, handles[tc.dead])
+			require.ErrorIs(t, txn.Commit(), recordlock.ErrLeaseExpired)
+			for _, k := range keys {
+				assert.Equal(t, []byte("old"), dbGet(t, db, k), "key %s", k)
+				assert.True(t, handles[k].IsExpired(), "Commit released %s", k)
+			}
+			assert.Nil(t, dbGet(t, db, "plain"), "the plain write of a fenced batch does not land either")
+		})
+	}
+}
+
+// Lease lapse between Put and Commit: ErrLeaseExpired, nothing written, sibling locks
+// released, and a waiter on a sibling key proceeds at once.
+func TestTxnLeaseLapseBeforeCommitReleasesSiblings(t *testing.T) {
+	db := openDB(t)
+	clk, l := manual(t, db)
+	other := newLocker(t, db, recordlock.WithClock(clk))
+	ctx := context.Background()
+
+	txn := l.Begin()
+	defer txn.Rollback()
+	short, err := txn.Lock(ctx, []byte("a"), recordlock.Options{Lease: time.Second})
+	require.NoError(t, err)
+	sibling, err := txn.Lock(ctx, []byte("b"), recordlock.Options{Lease: time.Minute})
+	require.NoError(t, err)
+	held, err := txn.Lock(ctx, []byte("held"), recordlock.Options{Lease: time.Minute, Hold: true})
+	require.NoError(t, err)
+	require.NoError(t, txn.Put([]byte("a"), []byte("1")))
+	require.NoError(t, txn.Put([]byte("b"), []byte("1")))
+	require.NoError(t, txn.Put([]byte("held"), []byte("1")))
+
+	waiter := lockAsync(context.Background(), other, []byte("b"), recordlock.Options{Timeout: time.Minute})
+	time.Sleep(10 * time.Millisecond) // let it queue; the outcome does not depend on it
+	clk.Advance(time.Second)
+	require.True(t, short.IsLeaseExpired())
+	require.False(t, sibling.IsExpired())
+
+	require.ErrorIs(t, txn.Commit(), recordlock.ErrLeaseExpired)
+	// The clock does not move again, so the waiter's only way out is the sibling's release.
+	res := await(t, waiter, "the sibling waiter's grant")
+	require.NoError(t, res.err)
+	assert.True(t, sibling.IsExpired())
+	assert.False(t, held.IsExpired(), "a held lock survives a fenced Commit")
+	for _, k := range []string{"a", "b", "held"} {
+		assert.Nil(t, dbGet(t, db, k), "key %s", k)
+	}
+	assert.True(t, res.h.Release())
+	assert.True(t, held.Release())
+}
+
+// A Commit with nothing staged checks the locks the Txn holds, writes nothing, and releases them:
+// a lapsed lease makes it ErrLeaseExpired.
+func TestTxnEmptyCommitChecksAndReleases(t *testing.T) {
+	db := openDB(t)
+	clk, l := manual(t, db)
+	txn := l.Begin()
+	a, err := txn.Lock(context.Background(), []byte("a"), recordlock.Options{Lease: time.Second})
+	require.NoError(t, err)
+	b, err := txn.Lock(context.Background(), []byte("b"), recordlock.Options{Lease: time.Minute})
+	require.NoError(t, err)
+	clk.Advance(time.Second)
+	require.ErrorIs(t, txn.Commit(), recordlock.ErrLeaseExpired)
+	assert.True(t, a.IsLeaseExpired())
+	assert.True(t, b.IsExpired())
+	assert.False(t, b.IsLeaseExpired(), "released, not lapsed")
+}
+
+// No lost update under stalls, on the real clock: transactions that stall past their lease
+// are fenced, so every counter equals the number of increments that committed.
+//
+// Each worker stays on one counter and moves to the next when its Lock times out (the holder is
+// then most likely stalled): if every worker waited out every stall, the run would take a minute
+// of mostly idle waiting; this way it is bounded by the workers' own stalls.
+func TestTxnNoLostUpdateUnderStalls(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for several seconds of real time")
+	}
+	const (
+		workers    = 8
+		counters   = 4
+		increments = 2000 // per worker and counter
+		lease      = 100 * time.Millisecond
+		stall      = 150 * time.Millisecond
+		stallEvery = 100 // about 1% of transactions
+		timeout    = 10 * time.Millisecond
+	)
+	db := openDB(t)
+	l := newLocker(t, db)
+	ctx := context.Background()
+	var (
+		committed [counters]atomic.Int64
+		fenced    atomic.Int64
+		timeouts  atomic.Int64
+		wg        sync.WaitGroup
+	)
+	start := time.Now()
+	for w := range workers {
+		wg.Go(func() {
+			c := w % counters
+			for i := 0; i < counters*increments; {
+				key := []byte("counter-" + strconv.Itoa(c))
+				stalls := i%stallEvery == stallEvery-1
+				err := increment(ctx, l, key, recordlock.Options{Lease: lease, Timeout: timeout}, stalls, stall)
+				switch {
+				case err == nil:
+					committed[c].Add(1)
+				case errors.Is(err, recordlock.ErrLeaseExpired):
+					fenced.Add(1)
+				case errors.Is(err, recordlock.ErrTimeout):
+					timeouts.Add(1)
+					c = (c + 1) % counters
+					continue // not an attempt: nothing was staged
+				default:
+					t.Errorf("worker %d: %v", w, err)
+					return
+				}
+				i++
+			}
+		})
+	}
+	wg.Wait()
+	var total int64
+	for c := range counters {
+		got, err := strconv.ParseInt(string(dbGet(t, db, "counter-"+strconv.Itoa(c))), 10, 64)
+		require.NoError(t, err)
+		assert.Equal(t, committed[c].Load(), got, "counter %d: value read back vs successful commits", c)
+		t.Logf("counter %d: %d successful commits, %d read back", c, committed[c].Load(), got)
+		total += committed[c].Load()
+	}
+	assert.Equal(t, int64(workers*counters*increments), total+fenced.Load(), "every attempt either committed or was fenced")
+	assert.GreaterOrEqual(t, fenced.Load(), int64(workers*counters*increments/stallEvery), "every stalled transaction was fenced")
+	t.Logf("%d commits, %d fenced, %d lock timeouts, %v", total, fenced.Load(), timeouts.Load(), time.Since(start).Round(time.Millisecond))
+}
+
+// increment adds one to the decimal counter at key in one Txn, stalling before Commit if asked.
+func increment(ctx context.Context, l *recordlock.Locker, key []byte, opts recordlock.Options, stalls bool, stall time.Duration) error {
+	txn := l.Begin()
+	defer txn.Rollback()
+	if _, err := txn.Lock(ctx, key, opts); err != nil {
+		return err
+	}
+	v, err := txn.Get(key)
+	if err != nil {
+		return err
+	}
+	n := 0
+	if v != nil {
+		if n, err = strconv.Atoi(string(v)); err != nil {
+			return err
+		}
+	}
+	if err := txn.Put(key, []byte(strconv.Itoa(n+1))); err != nil {
+		return err
+	}
+	if stalls {
+		time.Sleep(stall) // real time is the thing under test: the holder outlives its lease
+	}
+	return txn.Commit()
+}
+
+// One Commit writing several column families is one atomic write: a reader on a snapshot never
+// sees one family's write without the other's, and with one protecting lease revoked neither
+// lands.
+func TestColumnFamiliesCommitAtomically(t *testing.T) {
+	db, cfs := openCFDB(t, "one", "two")
+	one, two := cfs[0], cfs[1]
+	l := newLocker(t, db)
+	ctx := context.Background()
+	key := []byte("k")
+
+	t.Run("fenced", func(t *testing.T) {
+		txn := l.Begin()
+		defer txn.Rollback()
+		h1, err := txn.LockCF(ctx, one, key, recordlock.Options{})
+		require.NoError(t, err)
+		_, err = txn.LockCF(ctx, two, key, recordlock.Options{})
+		require.NoError(t, err)
+		require.NoError(t, txn.PutCF(one, key, []byte("x")))
+		require.NoError(t, txn.PutCF(two, key, []byte("x")))
+		h1.RevokeLease()
+		require.ErrorIs(t, txn.Commit(), recordlock.ErrLeaseExpired)
+		assert.Nil(t, cfGet(t, db, one, "k"))
+		assert.Nil(t, cfGet(t, db, two, "k"), "with one lease revoked neither family is written")
+	})
+
+	t.Run("atomic", func(t *testing.T) {
+		const rounds = 200
+		stop := make(chan struct{})
+		checked := make(chan int, 1)
+		go func() {
+			n := 0
+			defer func() { checked <- n }()
+			ro := grocksdb.NewDefaultReadOptions()
+			defer ro.Destroy()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				snap := db.NewSnapshot()
+				ro.SetSnapshot(snap)
+				a, errA := db.GetCF(ro, one, key)
+				b, errB := db.GetCF(ro, two, key)
+				if assert.NoError(t, errA) && assert.NoError(t, errB) {
+					assert.Equal(t, string(a.Data()), string(b.Data()), "a snapshot saw half a commit")
+					a.Free()
+					b.Free()
+				}
+				db.ReleaseSnapshot(snap)
+				n++
+			}
+		}()
+		for i := range rounds {
+			txn := l.Begin()
+			hs, err := txn.LockAllCF(ctx, one, recordlock.Options{}, key)
+			require.NoError(t, err)
+			_, err = txn.LockCF(ctx, two, key, recordlock.Options{})
+			require.NoError(t, err)
+			v := []byte{byte(i)}
+			require.NoError(t, txn.PutCF(one, key, v))
+			require.NoError(t, txn.PutCF(two, key, v))
+			require.NoError(t, txn.Commit())
+			assert.True(t, hs[0].IsExpired())
+		}
+		close(stop)
+		n := await(t, checked, "the reader")
+		assert.Positive(t, n, "the reader checked some snapshots")
+		assert.Equal(t, []byte{rounds - 1}, cfGet(t, db, one, "k"))
+		assert.Equal(t, []byte{rounds - 1}, cfGet(t, db, two, "k"))
+	})
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 // handleState is what a Hold upgrade changes and a failed LockAll must put back.
@@ -39,7 +41,7 @@ func TestTxnLockAllUndoesHoldUpgrades(t *testing.T) {
 		{name: "a key taken lapses during the upgrades", between: func(clk *ManualClock, _, _ *Handle) { clk.Advance(time.Second) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			db := OpenTestDB(t)
+			db := tempdb.New(t)
 			clk := NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 			var between func()
 			l, err := New(db, WithClock(clk), testHooksOption{testHooks{beforeUpgrade: func() { between() }}})
@@ -85,7 +87,7 @@ func TestTxnLockAllUndoesHoldUpgrades(t *testing.T) {
 // Undoing an upgrade puts back a deadline that may have passed meanwhile: the lease then ends at
 // once, as it would have without the upgrade, and the key passes to its waiter.
 func TestLeaseStateUndoEndsAPassedLease(t *testing.T) {
-	db := OpenTestDB(t)
+	db := tempdb.New(t)
 	clk := NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	l := newTestLocker(t, db, clk)
 	other := newTestLocker(t, db, clk)

@@ -2,11 +2,7 @@ package recordlock_test
 
 import (
 	"context"
-	"errors"
 	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +12,7 @@ import (
 	"github.com/recordlock/recordlock"
 )
 
-// 1. Re-entrancy returns the same handle without touching the table; upgrade keeps AcquiredAt.
+// Re-entrancy returns the same handle without touching the table; upgrade keeps AcquiredAt.
 func TestTxnReentrantLock(t *testing.T) {
 	db := openDB(t)
 	clk, l := manual(t, db)
@@ -131,180 +127,7 @@ func TestTxnRelockAfterRelease(t *testing.T) {
 	}
 }
 
-// 2. Plain writes to unlocked keys are never blocked by locks.
-func TestTxnPlainWritesNotBlockedByLocks(t *testing.T) {
-	db := openDB(t)
-	clk, l := manual(t, db)
-	other := newLocker(t, db, recordlock.WithClock(clk))
-	ctx := context.Background()
-
-	held, err := other.Lock(ctx, []byte("a"), recordlock.Options{Lease: time.Minute})
-	require.NoError(t, err)
-
-	txn := beginUnlocked(t, l)
-	defer txn.Rollback()
-	_, err = txn.Lock(ctx, []byte("mine"), recordlock.Options{})
-	require.NoError(t, err)
-	require.NoError(t, txn.Put([]byte("a"), []byte("plain")), "a key this Txn did not lock needs no live handle")
-	require.NoError(t, txn.Put([]byte("b"), []byte("free")))
-	require.NoError(t, txn.Put([]byte("mine"), []byte("fenced")))
-
-	committed := make(chan error, 1)
-	go func() { committed <- txn.Commit() }()
-	require.NoError(t, await(t, committed, "Commit"))
-
-	assert.Equal(t, []byte("plain"), dbGet(t, db, "a"))
-	assert.Equal(t, []byte("free"), dbGet(t, db, "b"))
-	assert.Equal(t, []byte("fenced"), dbGet(t, db, "mine"))
-	assert.False(t, held.IsExpired(), "another holder's lock is untouched by a plain write")
-	_, err = l.TryLock([]byte("a"), recordlock.Options{})
-	require.ErrorIs(t, err, recordlock.ErrLocked)
-	assert.True(t, held.Release())
-}
-
-// 3. A multi-key Commit is all-or-nothing: if one protecting lease lapsed, no key changed.
-func TestTxnCommitAllOrNothing(t *testing.T) {
-	keys := []string{"a", "b", "c"}
-	for _, tc := range []struct {
-		name  string
-		dead  string
-		end   func(clk *recordlock.ManualClock, h *recordlock.Handle)
-		lease time.Duration
-	}{
-		{name: "first key lapses", dead: "a", end: func(clk *recordlock.ManualClock, _ *recordlock.Handle) { clk.Advance(time.Second) }},
-		{name: "last key lapses", dead: "c", end: func(clk *recordlock.ManualClock, _ *recordlock.Handle) { clk.Advance(time.Second) }},
-		{name: "middle key revoked", dead: "b", end: func(_ *recordlock.ManualClock, h *recordlock.Handle) { h.RevokeLease() }},
-		{name: "released then lapsed", dead: "b", end: func(clk *recordlock.ManualClock, h *recordlock.Handle) {
-			h.Release()
-			clk.Advance(time.Second)
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			db := openDB(t)
-			clk, l := manual(t, db)
-			ctx := context.Background()
-			for _, k := range keys {
-				dbPut(t, db, k, "old")
-			}
-			txn := beginUnlocked(t, l)
-			defer txn.Rollback()
-			handles := map[string]*recordlock.Handle{}
-			for _, k := range keys {
-				lease := 10 * time.Second
-				if k == tc.dead {
-					lease = time.Second
-				}
-				h, err := txn.Lock(ctx, []byte(k), recordlock.Options{Lease: lease})
-				require.NoError(t, err)
-				handles[k] = h
-				require.NoError(t, txn.Put([]byte(k), []byte("new")))
-			}
-			require.NoError(t, txn.Put([]byte("plain"), []byte("new")))
-			require.NoError(t, txn.Delete([]byte("a")))
-
-			tc.end(clk, handles[tc.dead])
-			require.ErrorIs(t, txn.Commit(), recordlock.ErrLeaseExpired)
-			for _, k := range keys {
-				assert.Equal(t, []byte("old"), dbGet(t, db, k), "key %s", k)
-				assert.True(t, handles[k].IsExpired(), "Commit released %s", k)
-			}
-			assert.Nil(t, dbGet(t, db, "plain"), "the plain write of a fenced batch does not land either")
-		})
-	}
-}
-
-// 4. Lease lapse between Put and Commit: ErrLeaseExpired, nothing written, sibling locks
-// released, and a waiter on a sibling key proceeds at once.
-func TestTxnLeaseLapseBeforeCommitReleasesSiblings(t *testing.T) {
-	db := openDB(t)
-	clk, l := manual(t, db)
-	other := newLocker(t, db, recordlock.WithClock(clk))
-	ctx := context.Background()
-
-	txn := l.Begin()
-	defer txn.Rollback()
-	short, err := txn.Lock(ctx, []byte("a"), recordlock.Options{Lease: time.Second})
-	require.NoError(t, err)
-	sibling, err := txn.Lock(ctx, []byte("b"), recordlock.Options{Lease: time.Minute})
-	require.NoError(t, err)
-	held, err := txn.Lock(ctx, []byte("held"), recordlock.Options{Lease: time.Minute, Hold: true})
-	require.NoError(t, err)
-	require.NoError(t, txn.Put([]byte("a"), []byte("1")))
-	require.NoError(t, txn.Put([]byte("b"), []byte("1")))
-	require.NoError(t, txn.Put([]byte("held"), []byte("1")))
-
-	waiter := lockAsync(context.Background(), other, []byte("b"), recordlock.Options{Timeout: time.Minute})
-	time.Sleep(10 * time.Millisecond) // let it queue; the outcome does not depend on it
-	clk.Advance(time.Second)
-	require.True(t, short.IsLeaseExpired())
-	require.False(t, sibling.IsExpired())
-
-	require.ErrorIs(t, txn.Commit(), recordlock.ErrLeaseExpired)
-	// The clock does not move again, so the waiter's only way out is the sibling's release.
-	res := await(t, waiter, "the sibling waiter's grant")
-	require.NoError(t, res.err)
-	assert.True(t, sibling.IsExpired())
-	assert.False(t, held.IsExpired(), "a held lock survives a fenced Commit")
-	for _, k := range []string{"a", "b", "held"} {
-		assert.Nil(t, dbGet(t, db, k), "key %s", k)
-	}
-	assert.True(t, res.h.Release())
-	assert.True(t, held.Release())
-}
-
-// Staging a write to a locked key needs a live handle; a write staged before Release commits
-// while the lease lasts; after RevokeLease it is fenced.
-func TestTxnStagingNeedsLiveHandle(t *testing.T) {
-	db := openDB(t)
-	clk, l := manual(t, db)
-	ctx := context.Background()
-
-	t.Run("released", func(t *testing.T) {
-		txn := l.Begin()
-		defer txn.Rollback()
-		h, err := txn.Lock(ctx, []byte("r"), recordlock.Options{})
-		require.NoError(t, err)
-		require.True(t, h.Release())
-		require.ErrorIs(t, txn.Put([]byte("r"), []byte("v")), recordlock.ErrReleased)
-		require.ErrorIs(t, txn.Delete([]byte("r")), recordlock.ErrReleased)
-		require.NoError(t, txn.Commit())
-		assert.Nil(t, dbGet(t, db, "r"), "a rejected write is not staged")
-	})
-	t.Run("lapsed", func(t *testing.T) {
-		txn := l.Begin()
-		defer txn.Rollback()
-		_, err := txn.Lock(ctx, []byte("x"), recordlock.Options{Lease: time.Second})
-		require.NoError(t, err)
-		clk.Advance(time.Second)
-		require.ErrorIs(t, txn.Put([]byte("x"), []byte("v")), recordlock.ErrLeaseExpired)
-		require.ErrorIs(t, txn.Commit(), recordlock.ErrLeaseExpired, "the Txn still holds x, whose lease ended")
-		assert.Nil(t, dbGet(t, db, "x"))
-	})
-	t.Run("released after staging commits", func(t *testing.T) {
-		txn := l.Begin()
-		defer txn.Rollback()
-		h, err := txn.Lock(ctx, []byte("s"), recordlock.Options{Lease: time.Second})
-		require.NoError(t, err)
-		require.NoError(t, txn.Put([]byte("s"), []byte("v")))
-		require.True(t, h.Release())
-		clk.Advance(500 * time.Millisecond)
-		require.NoError(t, txn.Commit())
-		assert.Equal(t, []byte("v"), dbGet(t, db, "s"))
-	})
-	t.Run("revoked after release is fenced", func(t *testing.T) {
-		txn := l.Begin()
-		defer txn.Rollback()
-		h, err := txn.Lock(ctx, []byte("v"), recordlock.Options{Lease: time.Second})
-		require.NoError(t, err)
-		require.NoError(t, txn.Put([]byte("v"), []byte("v")))
-		require.True(t, h.Release())
-		h.RevokeLease()
-		require.ErrorIs(t, txn.Commit(), recordlock.ErrLeaseExpired)
-		assert.Nil(t, dbGet(t, db, "v"))
-	})
-}
-
-// 5. Get sees the Txn's own staged writes and deletes, and the committed writes of others.
+// Get sees the Txn's own staged writes and deletes, and the committed writes of others.
 func TestTxnGetOverlaysStagedWrites(t *testing.T) {
 	db := openDB(t)
 	_, l := manual(t, db)
@@ -425,181 +248,7 @@ func TestTxnGetUnderEndedLease(t *testing.T) {
 	require.ErrorIs(t, txn.Commit(), recordlock.ErrLeaseExpired)
 }
 
-// Staged keys and values of every size stay intact and apart: small ones share room inside the
-// Txn until it is full, larger ones get their own copy, and the caller's slices are reused at once.
-func TestTxnStagedBytesKeptApart(t *testing.T) {
-	db := openDB(t)
-	_, l := manual(t, db)
-	ctx := context.Background()
-	txn := beginUnlocked(t, l)
-	defer txn.Rollback()
-	want := map[string]string{
-		"s1":         "small",
-		"big":        strings.Repeat("B", 100),
-		"s2":         "tiny",
-		"long-key/x": strings.Repeat("v", 20),
-		"s3":         "after",
-		"s4":         "",
-	}
-	order := []string{"s1", "big", "s2", "long-key/x", "s3", "s4"}
-	buf := make([]byte, 0, 128)
-	for i, k := range order {
-		if i%2 == 0 {
-			_, err := txn.Lock(ctx, []byte(k), recordlock.Options{})
-			require.NoError(t, err)
-		}
-		kb := append([]byte(nil), k...)
-		vb := append(buf[:0], want[k]...)
-		require.NoError(t, txn.Put(kb, vb))
-		clear(kb) // the caller may reuse its slices
-		for j := range vb {
-			vb[j] = '!'
-		}
-	}
-	for _, k := range order {
-		got, err := txn.Get([]byte(k))
-		require.NoError(t, err)
-		assert.Equal(t, want[k], string(got), "staged %q", k)
-	}
-	require.NoError(t, txn.Commit())
-	for _, k := range order {
-		assert.Equal(t, want[k], string(dbGet(t, db, k)), "committed %q", k)
-	}
-}
-
-// Many keys in one Txn: the lookups stay correct past the size where they switch to a map.
-func TestTxnManyKeys(t *testing.T) {
-	db := openDB(t)
-	_, l := manual(t, db)
-	ctx := context.Background()
-	txn := beginUnlocked(t, l)
-	defer txn.Rollback()
-	const n = 50
-	first := map[int]*recordlock.Handle{}
-	for i := range n {
-		k := []byte("k" + strconv.Itoa(i))
-		if i%2 == 0 {
-			h, err := txn.Lock(ctx, k, recordlock.Options{})
-			require.NoError(t, err)
-			first[i] = h
-		}
-		require.NoError(t, txn.Put(k, []byte("v1")))
-	}
-	for i := range n {
-		k := []byte("k" + strconv.Itoa(i))
-		h, err := txn.Lock(ctx, k, recordlock.Options{Timeout: time.Millisecond})
-		require.NoError(t, err)
-		if prev, ok := first[i]; ok {
-			require.Same(t, prev, h, "key %d is re-entered", i)
-		}
-		require.NoError(t, txn.Put(k, []byte("v"+strconv.Itoa(i))))
-		got, err := txn.Get(k)
-		require.NoError(t, err)
-		require.Equal(t, "v"+strconv.Itoa(i), string(got))
-	}
-	require.NoError(t, txn.Commit())
-	for i := range n {
-		k := "k" + strconv.Itoa(i)
-		assert.Equal(t, "v"+strconv.Itoa(i), string(dbGet(t, db, k)))
-		_, err := l.TryLock([]byte(k), recordlock.Options{})
-		require.NoError(t, err, "Commit released %s", k)
-	}
-}
-
-// 7. No lost update under stalls, on the real clock: transactions that stall past their lease
-// are fenced, so every counter equals the number of increments that committed.
-//
-// Each worker stays on one counter and moves to the next when its Lock times out (the holder is
-// then most likely stalled): if every worker waited out every stall, the run would take a minute
-// of mostly idle waiting; this way it is bounded by the workers' own stalls.
-func TestTxnNoLostUpdateUnderStalls(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs for several seconds of real time")
-	}
-	const (
-		workers    = 8
-		counters   = 4
-		increments = 2000 // per worker and counter
-		lease      = 100 * time.Millisecond
-		stall      = 150 * time.Millisecond
-		stallEvery = 100 // about 1% of transactions
-		timeout    = 10 * time.Millisecond
-	)
-	db := openDB(t)
-	l := newLocker(t, db)
-	ctx := context.Background()
-	var (
-		committed [counters]atomic.Int64
-		fenced    atomic.Int64
-		timeouts  atomic.Int64
-		wg        sync.WaitGroup
-	)
-	start := time.Now()
-	for w := range workers {
-		wg.Go(func() {
-			c := w % counters
-			for i := 0; i < counters*increments; {
-				key := []byte("counter-" + strconv.Itoa(c))
-				stalls := i%stallEvery == stallEvery-1
-				err := increment(ctx, l, key, recordlock.Options{Lease: lease, Timeout: timeout}, stalls, stall)
-				switch {
-				case err == nil:
-					committed[c].Add(1)
-				case errors.Is(err, recordlock.ErrLeaseExpired):
-					fenced.Add(1)
-				case errors.Is(err, recordlock.ErrTimeout):
-					timeouts.Add(1)
-					c = (c + 1) % counters
-					continue // not an attempt: nothing was staged
-				default:
-					t.Errorf("worker %d: %v", w, err)
-					return
-				}
-				i++
-			}
-		})
-	}
-	wg.Wait()
-	var total int64
-	for c := range counters {
-		got, err := strconv.ParseInt(string(dbGet(t, db, "counter-"+strconv.Itoa(c))), 10, 64)
-		require.NoError(t, err)
-		assert.Equal(t, committed[c].Load(), got, "counter %d: value read back vs successful commits", c)
-		t.Logf("counter %d: %d successful commits, %d read back", c, committed[c].Load(), got)
-		total += committed[c].Load()
-	}
-	assert.Equal(t, int64(workers*counters*increments), total+fenced.Load(), "every attempt either committed or was fenced")
-	assert.GreaterOrEqual(t, fenced.Load(), int64(workers*counters*increments/stallEvery), "every stalled transaction was fenced")
-	t.Logf("%d commits, %d fenced, %d lock timeouts, %v", total, fenced.Load(), timeouts.Load(), time.Since(start).Round(time.Millisecond))
-}
-
-// increment adds one to the decimal counter at key in one Txn, stalling before Commit if asked.
-func increment(ctx context.Context, l *recordlock.Locker, key []byte, opts recordlock.Options, stalls bool, stall time.Duration) error {
-	txn := l.Begin()
-	defer txn.Rollback()
-	if _, err := txn.Lock(ctx, key, opts); err != nil {
-		return err
-	}
-	v, err := txn.Get(key)
-	if err != nil {
-		return err
-	}
-	n := 0
-	if v != nil {
-		if n, err = strconv.Atoi(string(v)); err != nil {
-			return err
-		}
-	}
-	if err := txn.Put(key, []byte(strconv.Itoa(n+1))); err != nil {
-		return err
-	}
-	if stalls {
-		time.Sleep(stall) // real time is the thing under test: the holder outlives its lease
-	}
-	return txn.Commit()
-}
-
-// 8. Rollback is idempotent and safe after Commit; a Txn after its end returns ErrTxnDone.
+// Rollback is idempotent and safe after Commit; a Txn after its end returns ErrTxnDone.
 func TestTxnRollbackAndDone(t *testing.T) {
 	db := openDB(t)
 	_, l := manual(t, db)
@@ -641,23 +290,6 @@ func assertDone(t *testing.T, txn *recordlock.Txn) {
 	assert.ErrorIs(t, txn.Put([]byte("z"), nil), recordlock.ErrTxnDone)
 	assert.ErrorIs(t, txn.Delete([]byte("z")), recordlock.ErrTxnDone)
 	assert.ErrorIs(t, txn.Commit(), recordlock.ErrTxnDone)
-}
-
-// A Commit with nothing staged checks the locks the Txn holds, writes nothing, and releases them:
-// a lapsed lease makes it ErrLeaseExpired.
-func TestTxnEmptyCommitChecksAndReleases(t *testing.T) {
-	db := openDB(t)
-	clk, l := manual(t, db)
-	txn := l.Begin()
-	a, err := txn.Lock(context.Background(), []byte("a"), recordlock.Options{Lease: time.Second})
-	require.NoError(t, err)
-	b, err := txn.Lock(context.Background(), []byte("b"), recordlock.Options{Lease: time.Minute})
-	require.NoError(t, err)
-	clk.Advance(time.Second)
-	require.ErrorIs(t, txn.Commit(), recordlock.ErrLeaseExpired)
-	assert.True(t, a.IsLeaseExpired())
-	assert.True(t, b.IsExpired())
-	assert.False(t, b.IsLeaseExpired(), "released, not lapsed")
 }
 
 // After the Locker's Close every call fails with ErrClosed and Commit writes nothing.
@@ -722,4 +354,34 @@ func TestTxnReentrantScope(t *testing.T) {
 			assert.Same(t, h, again)
 		})
 	}
+}
+
+// BeginTx validates its options; Sync and DisableWAL become the write options of Commit.
+func TestBeginTxOptions(t *testing.T) {
+	db := openDB(t)
+	_, l := manual(t, db)
+	ctx := context.Background()
+
+	_, err := l.BeginTx(recordlock.TxnOptions{Sync: true, DisableWAL: true})
+	require.ErrorIs(t, err, recordlock.ErrInvalidOptions)
+	var oe *recordlock.OptionError
+	require.ErrorAs(t, err, &oe)
+	assert.Equal(t, "DisableWAL", oe.Field)
+
+	for _, opts := range []recordlock.TxnOptions{
+		{},
+		{Name: "sync", Sync: true},
+		{Name: "no wal", DisableWAL: true},
+	} {
+		txn, err := l.BeginTx(opts)
+		require.NoError(t, err)
+		assert.Equal(t, opts.Name, txn.Name())
+		key := []byte("k-" + opts.Name)
+		_, err = txn.Lock(ctx, key, recordlock.Options{})
+		require.NoError(t, err)
+		require.NoError(t, txn.Put(key, []byte("v")))
+		require.NoError(t, txn.Commit())
+		assert.Equal(t, []byte("v"), dbGet(t, db, string(key)), "committed with %+v", opts)
+	}
+	assert.Empty(t, l.Begin().Name())
 }
