@@ -12,9 +12,6 @@ import (
 	"github.com/recordlock/recordlock"
 )
 
-// lockOpts is a node-scoped lock with a 30 s lease, the lock of every recordlock contender.
-var lockOpts = recordlock.Options{Lease: 30 * time.Second, Scope: recordlock.ScopeNode}
-
 // BenchmarkUncontendedLockRelease (P1) is an uncontended lock and release, rotating over 65,536
 // keys. Target: recordlock ≤ 2.0× moby, ≤ 1 alloc/op.
 func BenchmarkUncontendedLockRelease(b *testing.B) {

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/binary"
 	"testing"
 
 	"github.com/linxGnu/grocksdb"
@@ -91,20 +90,4 @@ func BenchmarkTxnReadModifyWrite(b *testing.B) {
 			}
 		}
 	})
-}
-
-// increment appends the counter in v plus one to dst and frees v.
-func increment(dst []byte, v *grocksdb.Slice) []byte {
-	next := incremented(dst, v.Data())
-	v.Free()
-	return next
-}
-
-// incremented appends the 8-byte counter in v plus one to dst.
-func incremented(dst, v []byte) []byte {
-	var n uint64
-	if len(v) == 8 {
-		n = binary.BigEndian.Uint64(v)
-	}
-	return binary.BigEndian.AppendUint64(dst, n+1)
 }

@@ -2,7 +2,6 @@ package etcdcoord_test
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/recordlock/recordlock"
 	"github.com/recordlock/recordlock/etcdcoord"
@@ -416,42 +414,3 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		})
 	}
 }
-
-// waitForKey blocks until key exists in etcd.
-func waitForKey(t *testing.T, cli *clientv3.Client, key string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := cli.Get(ctx, key)
-	require.NoError(t, err)
-	if len(resp.Kvs) > 0 {
-		return
-	}
-	for wr := range cli.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterDelete()) {
-		if len(wr.Events) > 0 {
-			return
-		}
-	}
-	t.Fatalf("%s did not appear", key)
-}
-
-// waitForDelete blocks until key does not exist in etcd.
-func waitForDelete(t *testing.T, cli *clientv3.Client, key string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := cli.Get(ctx, key)
-	require.NoError(t, err)
-	if len(resp.Kvs) == 0 {
-		return
-	}
-	for wr := range cli.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut()) {
-		if len(wr.Events) > 0 {
-			return
-		}
-	}
-	t.Fatalf("%s was not deleted", key)
-}
-
-// encode is how the coordinator names a key in etcd.
-func encode(k string) string { return base64.RawURLEncoding.EncodeToString([]byte(k)) }

@@ -11,32 +11,6 @@ import (
 	"github.com/recordlock/recordlock"
 )
 
-type lockResult struct {
-	h   *recordlock.Handle
-	err error
-}
-
-// lockAsync starts a Lock on n and returns where its result arrives.
-func lockAsync(n *node, key string, opts recordlock.Options) chan lockResult {
-	got := make(chan lockResult, 1)
-	go func() {
-		h, err := n.l.Lock(context.Background(), []byte(key), opts)
-		got <- lockResult{h, err}
-	}()
-	return got
-}
-
-// admitted reports whether the Lock behind got has returned, putting its result back.
-func admitted(got chan lockResult) bool {
-	select {
-	case r := <-got:
-		got <- r
-		return true
-	default:
-		return false
-	}
-}
-
 // A recall does not take the key from a live holder: B's request waits while A works, A's
 // fenced write after the recall arrived still lands, and B is admitted once A releases.
 func TestRecallWaitsForLiveHolder(t *testing.T) {

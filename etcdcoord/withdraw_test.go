@@ -2,27 +2,15 @@ package etcdcoord_test
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/recordlock/recordlock"
 )
-
-// errLostReply stands for a reply that never arrived: the request may have landed.
-var errLostReply = errors.New("test: reply lost")
-
-// isWithdraw reports whether a request is a compare-and-delete of a recall key.
-func isWithdraw(req any) bool {
-	txn, ok := req.(*etcdserverpb.TxnRequest)
-	return ok && len(txn.Compare) == 1 && txn.Compare[0].Target == etcdserverpb.Compare_VALUE &&
-		len(txn.Success) == 1 && txn.Success[0].GetRequestDeleteRange() != nil
-}
 
 // A cold request whose reply is lost after it wrote the recall key does not leave the key
 // behind, even when the first withdrawals fail too: the holder can lock its key again, and so

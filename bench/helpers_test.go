@@ -10,11 +10,14 @@
 package bench
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/linxGnu/grocksdb"
@@ -259,4 +262,45 @@ func (p *pointLock) destroy() {
 	if p.txn != nil {
 		p.txn.Destroy()
 	}
+}
+
+// reportThroughput reports the b.N ops done in elapsed as unit (ops per second), and the p50 and
+// p99 of the latencies each worker recorded, in microseconds with their fraction (an op can take
+// less than one).
+func reportThroughput(b *testing.B, unit string, elapsed time.Duration, lat [][]time.Duration) {
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), unit)
+	b.ReportMetric(us(percentile(all, 50)), "us-p50")
+	b.ReportMetric(us(percentile(all, 99)), "us-p99")
+}
+
+// percentile returns the p-th percentile of sorted, 0 when it is empty.
+func percentile(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
+}
+
+// us is d in microseconds, with its fraction.
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// lockOpts is a node-scoped lock with a 30 s lease, the lock of every recordlock contender.
+var lockOpts = recordlock.Options{Lease: 30 * time.Second, Scope: recordlock.ScopeNode}
+
+// increment appends the counter in v plus one to dst and frees v.
+func increment(dst []byte, v *grocksdb.Slice) []byte {
+	next := incremented(dst, v.Data())
+	v.Free()
+	return next
+}
+
+// incremented appends the 8-byte counter in v plus one to dst.
+func incremented(dst, v []byte) []byte {
+	var n uint64
+	if len(v) == 8 {
+		n = binary.BigEndian.Uint64(v)
+	}
+	return binary.BigEndian.AppendUint64(dst, n+1)
 }
