@@ -1,6 +1,40 @@
 // Package etcdcoord is a recordlock.Coordinator on etcd: it makes cluster-scoped record locks
 // exclusive across every node that shares an etcd cluster.
 //
+// A node makes one coordinator over its etcd client and gives it to the Lockers of its database
+// with Locker.SetCoordinator, which every Locker of the database sees, or with
+// recordlock.WithCoordinator:
+//
+//	l, err := recordlock.New(db)
+//	if err != nil {
+//		return err
+//	}
+//	defer l.Close()
+//	// New fails with ErrNameTaken while another live node has the name.
+//	coord, err := etcdcoord.New(cli, "node-a", etcdcoord.WithTimestamp(l.Timestamp), etcdcoord.WithLogger(logger))
+//	if err != nil {
+//		return err
+//	}
+//	defer coord.Close() // hands every delegation back at once
+//	l.SetCoordinator(coord)
+//
+//	h, err := l.Lock(ctx, []byte("order/42"), recordlock.Options{Lease: 10 * time.Second})
+//	if err != nil {
+//		return err // ErrTimeout: another node held it; ErrClusterUnavailable: etcd could not be reached
+//	}
+//	defer h.Release()
+//	err = h.Fence(func() error { return db.Write(wo, batch) }) // lands only while the lease is live
+//
+// # What it protects
+//
+// Cluster scope makes the fenced writes of every node to its own replica of a record (its
+// RocksDB) take turns: while a node's handle is live and its fenced commits run, no other node
+// is admitted to the key. A resource outside the node (a shared database, a service, a file)
+// must also check Handle.Token, the etcd revision that granted the delegation, strictly
+// increasing per key, and refuse a token lower than one it has seen: a process pause, or an
+// operator deleting the delegation in etcd, can deliver a holder's write after the key has moved
+// on.
+//
 // # Delegation
 //
 // A node obtains a delegation for a key: an etcd key under the prefix, created in one Txn only
@@ -22,9 +56,11 @@
 // if the asker has gone, the key is deleted. A fenced commit in progress therefore delays the
 // hand-back until it returns, bounded by what the node trusts of its etcd lease when the recall
 // arrives. The asker waits on its watch within its own budget and fails with
-// recordlock.ErrTimeout when it runs out; its recall key is then withdrawn, with retries until
-// etcd confirms or the node's lease is gone. Askers are served in turn: while one node's recall
-// is pending, no other node creates the delegation.
+// recordlock.ErrTimeout when it runs out (from TryLock, an error that matches
+// recordlock.ErrLocked too): a Lock on another node never takes the key from a live holder. Its
+// recall key is then withdrawn, with retries until etcd confirms or the node's lease is gone.
+// Askers are served in turn: while one node's recall is pending, no other node creates the
+// delegation.
 //
 // A delegation keeps the admissions it may have to revoke: the live one and at most
 // RetainedPerKey released ones whose lease has not ended. When one more released admission
@@ -36,7 +72,8 @@
 // happen only while that watch is established; when it breaks, the node reads the prefix afresh
 // before admitting again. A delegation that disappears from etcd (deleted, or its lease revoked
 // by the cluster) has its admissions revoked at once. Every request and the watch require a
-// leader, so a member cut off from the quorum fails fast instead of hanging.
+// leader, so a member cut off from the quorum fails fast instead of hanging, and the node stops
+// admitting from its delegations until its watch is back.
 //
 // # Time and faults
 //
@@ -44,7 +81,49 @@
 // round is admitted only if it ends before the node's etcd lease can, so this node's deadline
 // always falls before etcd's. The fencing token is the etcd revision that granted the
 // delegation to the node (its key's ModRevision), strictly increasing per key across the
-// cluster. When etcd cannot be reached within
-// the wait, Acquire fails with recordlock.ErrClusterUnavailable, never with a node-local lock. A
-// node that dies stops blocking others when its etcd lease expires, about one TTL later.
+// cluster. When etcd cannot be reached within the wait, Acquire fails with
+// recordlock.ErrClusterUnavailable, never with a node-local lock. A node that dies stops
+// blocking others when its etcd lease expires: one TTL (WithTTL, DefaultTTL) after its last
+// refresh, and etcd restarts that TTL whenever its leader changes.
+//
+// # Deploying
+//
+//   - A lock's Lease must be at most the TTL less the skew margin (WithSkew, DefaultSkew); a
+//     longer one fails with recordlock.ErrInvalidOptions.
+//   - Node names must be unique: New registers the name on the node's lease and fails with
+//     ErrNameTaken while another live node has it.
+//   - Give the client every endpoint of the cluster and gRPC keepalives, so that a dead
+//     connection is noticed and another member used: DialKeepAliveTime and
+//     DialKeepAliveTimeout of a few seconds.
+//   - Use TLS (clientv3.Config.TLS) and a user whose role grants read-write on the prefix only
+//     (etcdctl role grant-permission recordlock --prefix=true readwrite /recordlock/); the
+//     coordinator also grants, refreshes and revokes its own lease.
+//   - etcd 3.3 or later is required (nested Txns, lease comparisons); the tests run 3.6.
+//   - If the Locker runs on a clock of its own, pass the same one with WithClock.
+//   - Do not let nodes suspend (laptop sleep, VM pause and resume): the monotonic clock a lease
+//     runs on stops while the system sleeps, so a resumed node would trust a lease etcd has
+//     already let go.
+//
+// A client for a three-member cluster:
+//
+//	cli, err := clientv3.New(clientv3.Config{
+//		Endpoints:            []string{"etcd-1:2379", "etcd-2:2379", "etcd-3:2379"},
+//		DialTimeout:          5 * time.Second,
+//		DialKeepAliveTime:    5 * time.Second,
+//		DialKeepAliveTimeout: 5 * time.Second,
+//		TLS:                  tlsConfig,
+//		Username:             "recordlock",
+//		Password:             password,
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	defer cli.Close()
+//
+// # Operations
+//
+// Coordinator.Stats reports the delegations held, recalls sent and received, hand-backs, lost
+// delegations, lease refresh failures, watch restarts and retained admissions. Failed hand-backs
+// and recall withdrawals, watch restarts and lost delegations are logged through WithLogger.
+// The package's tests start embedded etcd servers on loopback, so they need no external server.
 package etcdcoord

@@ -27,6 +27,22 @@
 //
 // Stats are per database and shared by every Locker of it, so register one Locker per database:
 // two registrations of one database report the same figures twice.
+//
+//	reg, err := otelrecordlock.Register(locker, meterProvider, otelrecordlock.WithDB("orders"))
+//	if err != nil {
+//		return err
+//	}
+//	defer reg.Unregister() // before locker.Close
+//
+// # Prometheus
+//
+// Through the OpenTelemetry Prometheus exporter the names become recordlock_locks_held,
+// recordlock_lock_acquisitions_total, recordlock_lock_wait_duration_seconds_total and so on.
+// The program examples/prometheus of this module serves them at /metrics (-addr, default
+// localhost:9464) while workers lock keys, then after -duration (default 3 s) prints what it
+// scraped from itself and exits:
+//
+//	cd otelrecordlock && go run ./examples/prometheus
 package otelrecordlock
 
 import (
