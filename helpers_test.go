@@ -370,3 +370,12 @@ func beginUnlocked(t testing.TB, l *recordlock.Locker) *recordlock.Txn {
 	require.NoError(t, err)
 	return txn
 }
+
+// txnNamed begins a Txn with the given name, rolled back at the end of the test.
+func txnNamed(t testing.TB, l *recordlock.Locker, name string) *recordlock.Txn {
+	t.Helper()
+	txn, err := l.BeginTx(recordlock.TxnOptions{Name: name})
+	require.NoError(t, err)
+	t.Cleanup(txn.Rollback)
+	return txn
+}

@@ -306,15 +306,6 @@ func TestTransfersInNaturalOrderRetryOnDeadlock(t *testing.T) {
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
-// named begins a Txn called name on l, rolled back at the end of the test.
-func named(t *testing.T, l *recordlock.Locker, name string) *recordlock.Txn {
-	t.Helper()
-	txn, err := l.BeginTx(recordlock.TxnOptions{Name: name})
-	require.NoError(t, err)
-	t.Cleanup(txn.Rollback)
-	return txn
-}
-
 // cycleOf returns the Txns and keys that err's cycle names, as "txn:key".
 func cycleOf(t *testing.T, err error) []string {
 	t.Helper()
@@ -334,7 +325,7 @@ func TestDeadlockThroughWaiterQueuedBehindOthers(t *testing.T) {
 	_, l := manual(t, db)
 	ctx := context.Background()
 	a, b := []byte("a"), []byte("b")
-	holder, first, second := named(t, l, "holder"), named(t, l, "first"), named(t, l, "second")
+	holder, first, second := txnNamed(t, l, "holder"), txnNamed(t, l, "first"), txnNamed(t, l, "second")
 	_, err := holder.Lock(ctx, a, recordlock.Options{})
 	require.NoError(t, err)
 	_, err = second.Lock(ctx, b, recordlock.Options{})
@@ -365,7 +356,7 @@ func TestDeadlockThroughKeyGrantedToWaiter(t *testing.T) {
 	_, l := manual(t, db)
 	ctx := context.Background()
 	a, b := []byte("a"), []byte("b")
-	holder, first, second := named(t, l, "holder"), named(t, l, "first"), named(t, l, "second")
+	holder, first, second := txnNamed(t, l, "holder"), txnNamed(t, l, "first"), txnNamed(t, l, "second")
 	_, err := holder.Lock(ctx, a, recordlock.Options{})
 	require.NoError(t, err)
 	_, err = second.Lock(ctx, b, recordlock.Options{})

@@ -17,7 +17,8 @@ import (
 // Waits lists every queued request with its key, column family, owner and the time it has
 // waited, oldest first per key, and nothing once the waits end.
 func TestWaitsListsQueuedRequests(t *testing.T) {
-	db, cf := openDBWithColumnFamily(t, "index")
+	db, cfs := openCFDB(t, "index")
+	cf := cfs[0]
 	clk, l := manual(t, db)
 	ctx := context.Background()
 	assert.Empty(t, collectWaits(l))
@@ -196,13 +197,4 @@ func collectWaits(l *recordlock.Locker) []recordlock.WaitInfo {
 		out = append(out, w)
 	}
 	return out
-}
-
-// txnNamed begins a Txn with the given name, rolled back at the end of the test.
-func txnNamed(t testing.TB, l *recordlock.Locker, name string) *recordlock.Txn {
-	t.Helper()
-	txn, err := l.BeginTx(recordlock.TxnOptions{Name: name})
-	require.NoError(t, err)
-	t.Cleanup(txn.Rollback)
-	return txn
 }

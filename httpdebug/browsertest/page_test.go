@@ -16,12 +16,12 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
-	"github.com/linxGnu/grocksdb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/recordlock/recordlock"
 	"github.com/recordlock/recordlock/httpdebug"
+	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 // hostile is the name of a Txn that would run a script if the page put it in unescaped.
@@ -241,12 +241,7 @@ func chromiumPath(t testing.TB) string {
 // no lease lapses while the browser works; all are closed at the end of the test.
 func lockerOnRocksDB(t testing.TB) (*recordlock.ManualClock, *recordlock.Locker) {
 	t.Helper()
-	opts := grocksdb.NewDefaultOptions()
-	defer opts.Destroy()
-	opts.SetCreateIfMissing(true)
-	db, err := grocksdb.OpenDb(opts, t.TempDir())
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
+	db := tempdb.New(t)
 	clk := recordlock.NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	l, err := recordlock.New(db, recordlock.WithClock(clk))
 	require.NoError(t, err)

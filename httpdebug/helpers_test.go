@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -24,20 +25,8 @@ var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 // openDB opens a fresh RocksDB in a temp dir, with one more column family, "index"; both are
 // closed at the end of the test.
 func openDB(t testing.TB) (*grocksdb.DB, *grocksdb.ColumnFamilyHandle) {
-	t.Helper()
-	opts := grocksdb.NewDefaultOptions()
-	defer opts.Destroy()
-	opts.SetCreateIfMissing(true)
-	opts.SetCreateIfMissingColumnFamilies(true)
-	db, cfs, err := grocksdb.OpenDbColumnFamilies(opts, t.TempDir(), []string{"default", "index"}, []*grocksdb.Options{opts, opts})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		for _, cf := range cfs {
-			cf.Destroy()
-		}
-		db.Close()
-	})
-	return db, cfs[1]
+	db, cfs := tempdb.NewCF(t, "index")
+	return db, cfs[0]
 }
 
 // manual returns a ManualClock and a Locker on db that runs on it, closed at the end of the test.
