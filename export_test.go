@@ -223,3 +223,6 @@ func releaseWokenNotRun(t *testing.T, h *Handle) *waiter {
 	e.head.state = waitWoken
 	return e.head
 }
+
+// txnTestGuard bounds how long a white-box test waits for something that must happen promptly.
+const txnTestGuard = 10 * time.Second

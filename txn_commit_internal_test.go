@@ -12,9 +12,6 @@ import (
 	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
-// txnTestGuard bounds how long these tests wait for something that must happen promptly.
-const txnTestGuard = 10 * time.Second
-
 // Commit holds off the successor: a commit that is slow to write, and whose lease lapses
 // while it writes, finishes before a waiting successor acquires, and the successor reads its
 // result.
