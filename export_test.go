@@ -20,7 +20,7 @@ import (
 // ProbeTableEmpty reports whether l's key-lock table holds, queues and schedules nothing.
 func ProbeTableEmpty(l *Locker) bool { return l.tab.empty() && ProbeDeadlines(l) == 0 }
 
-// ProbeQueuedWaiters counts the Lock calls queued for key in l's table.
+// ProbeQueuedWaiters counts the Lock calls fully queued for key in l's table (see countWaiters).
 func ProbeQueuedWaiters(l *Locker, key []byte) int {
 	n, _ := countWaiters(l, key)
 	return n
@@ -42,6 +42,12 @@ func countWaiters(l *Locker, key []byte) (queued, woken int) {
 		return 0, 0
 	}
 	for w := e.head; w != nil; w = w.next {
+		// A waiter counts once it is fully queued: its timers armed and, for a Txn, its wait-for
+		// edge registered (as Stats.Waiting counts it), so that a test that goes on to close a
+		// cycle is the one whose check finds it.
+		if !w.counted {
+			continue
+		}
 		queued++
 		if w.state == waitWoken {
 			woken++
