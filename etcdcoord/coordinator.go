@@ -321,6 +321,8 @@ func (c *Coordinator) Close() error {
 	var revokes []func()
 	for _, d := range c.delegs {
 		d.recalled = true
+		// Revoking the lease below deletes its key: the watch must take that for a hand-back.
+		d.handingBack = true
 		revokes = append(revokes, d.takeAll()...)
 	}
 	sess := c.sess
@@ -341,8 +343,12 @@ func (c *Coordinator) Close() error {
 	c.wg.Wait()
 	c.mu.Lock()
 	for k, d := range c.delegs {
-		d.end()
-		delete(c.delegs, k)
+		if err == nil {
+			c.handedBackLocked(k, d)
+		} else { // left to lapse with the lease: neither handed back nor lost
+			d.end()
+			delete(c.delegs, k)
+		}
 	}
 	c.sess = nil
 	c.mu.Unlock()

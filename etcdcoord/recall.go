@@ -213,12 +213,8 @@ func (c *Coordinator) giveBack(ks []string, ds []*delegation, txn func(ctx conte
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, k := range ks {
-		if c.delegs[k] == ds[i] {
-			delete(c.delegs, k)
-		}
-		ds[i].end()
+		c.handedBackLocked(k, ds[i])
 	}
-	c.stats.HandBacks += uint64(len(ks))
 }
 
 // adoptLocked records a delegation that etcd reports on this node's lease but this node does
@@ -236,11 +232,15 @@ func (c *Coordinator) adoptLocked(k string, rev int64, value []byte) {
 	}
 }
 
-// forgetLocked drops a delegation this node deleted or handed over itself. Called with c.mu
-// held.
-func (c *Coordinator) forgetLocked(k string, d *delegation) {
+// handedBackLocked drops a delegation this node deleted or handed over itself, and counts it
+// once: the watch, the hand-back's reply and Close may each be the first to see it end. One that
+// ended otherwise (lost) is not counted. Called with c.mu held.
+func (c *Coordinator) handedBackLocked(k string, d *delegation) {
 	if c.delegs[k] == d {
 		delete(c.delegs, k)
+	}
+	if !d.ended {
+		c.stats.HandBacks++
 	}
 	d.end()
 }
@@ -249,7 +249,7 @@ func (c *Coordinator) forgetLocked(k string, d *delegation) {
 // a loss otherwise. Called with c.mu held.
 func (c *Coordinator) goneLocked(k string, d *delegation, why string) {
 	if d.handingBack {
-		c.forgetLocked(k, d)
+		c.handedBackLocked(k, d)
 	} else {
 		c.loseLocked(k, d, why)
 	}

@@ -125,15 +125,16 @@ func (c *Coordinator) revokeLease(id clientv3.LeaseID) {
 	_, _ = c.cli.Revoke(ctx, id)
 }
 
-// dropSessionLocked forgets a lease that etcd no longer has: its delegations are gone. Their
-// admissions are revoked, in case etcd let the lease go before this node expected.
+// dropSessionLocked forgets a lease that etcd no longer has: its delegations are gone. Those
+// not being handed back are lost, and their admissions revoked, in case etcd let the lease go
+// before this node expected; after Close revoked it, they are all being handed back.
 func (c *Coordinator) dropSessionLocked(s *session) {
 	if c.sess == s {
 		c.sess = nil
 	}
 	for k, d := range c.delegs {
 		if d.sess == s {
-			c.loseLocked(k, d, "the node's etcd lease is gone")
+			c.goneLocked(k, d, "the node's etcd lease is gone")
 		}
 	}
 }

@@ -10,7 +10,8 @@ type Stats struct {
 	// RecallsSent counts recall keys this node wrote; RecallsReceived, recalls of its
 	// delegations by other nodes.
 	RecallsSent, RecallsReceived uint64
-	// HandBacks counts delegations handed back to etcd: recalled, idle or given up.
+	// HandBacks counts delegations handed back to etcd: recalled, idle, given up, or held when
+	// Close revoked the node's lease.
 	HandBacks uint64
 	// Lost counts delegations that disappeared from etcd while this node held them.
 	Lost uint64
