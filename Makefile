@@ -15,7 +15,7 @@ FUZZTIME    ?= 60s
 FUZZCI      ?= 20000x
 BENCHCOUNT  ?= 6
 
-.PHONY: deps browser-deps demo test check bench fuzz
+.PHONY: deps browser-deps demo test check bench fuzz compat
 
 deps:
 	@if [ ! -f /usr/include/rocksdb/c.h ]; then \
@@ -68,3 +68,8 @@ check: deps
 		echo "== $$m"; \
 		(cd $$m && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./... && $(GO) mod tidy -diff); \
 	done
+
+# The root package and etcdcoord tested against Debian 13's RocksDB 9.10 with grocksdb v1.9.8,
+# which compat/compat.sh downloads into .compat/ (nothing is installed).
+compat:
+	GO=$(GO) ./compat/compat.sh
