@@ -86,8 +86,9 @@ func (c *Coordinator) coldOutcomeLocked(ctx context.Context, a *ask, sess *sessi
 		return coldResult{}, nil // this call's turn: create it
 	case len(dkvs) == 1 && dkvs[0].Lease == int64(sess.id):
 		// On this node's lease but unknown to it: a Txn of this node whose reply was lost
-		// created it, or another node handed it over. Adopt it and look again.
-		if c.delegs[a.k] == nil && c.sess == sess && !c.closed {
+		// created it, or another node handed it over. Adopt it and look again, unless the
+		// watch has already reported that change: it adopted it then, and it has ended since.
+		if c.delegs[a.k] == nil && c.sess == sess && !c.closed && c.seen < dkvs[0].ModRevision {
 			c.adoptLocked(a.k, dkvs[0].ModRevision, dkvs[0].Value)
 		}
 		return coldResult{}, nil
@@ -104,7 +105,12 @@ func (c *Coordinator) createdLocked(k string, sess *session, rev int64, minted, 
 		return coldResult{} // Close or a lost lease hands it back; look again
 	}
 	d := c.delegs[k]
-	if d == nil || d.token != uint64(rev) { // else the watch reported it first
+	if d == nil || d.token != uint64(rev) {
+		if c.seen >= rev {
+			// The watch reported the creation, adopted it, and saw it end before this reply
+			// was read: it was handed on or lost. Look again.
+			return coldResult{}
+		}
 		d = newDelegation(uint64(rev), sess)
 		c.delegs[k] = d
 	}

@@ -42,6 +42,7 @@ type Coordinator struct {
 	sess      *session
 	watching  bool                   // the watch is established and the state below is caught up
 	up        chan struct{}          // closed when watching becomes true; replaced when it breaks
+	seen      int64                  // the latest revision the watch applied: every change up to it is reflected here
 	delegs    map[string]*delegation // by key
 	recalls   map[string]recall      // key → another node's pending recall
 	waiters   map[string][]*waiter   // key → Acquire calls waiting for its etcd keys to change

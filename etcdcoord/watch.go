@@ -77,6 +77,7 @@ func (c *Coordinator) resync() (int64, error) {
 	rev := resp.Header.Revision
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.seen = max(c.seen, rev)
 	held := map[string]*mvccpb.KeyValue{} // key → its delegation
 	clear(c.recalls)
 	for _, kv := range resp.Kvs {
@@ -110,11 +111,12 @@ func (c *Coordinator) resync() (int64, error) {
 
 // applyLocked follows one change of a key under the prefix. Called with c.mu held.
 func (c *Coordinator) applyLocked(typ mvccpb.Event_EventType, kv *mvccpb.KeyValue) {
+	rev := kv.ModRevision
+	c.seen = max(c.seen, rev)
 	kind, k, ok := c.parse(kv.Key)
 	if !ok {
 		return
 	}
-	rev := kv.ModRevision
 	switch {
 	case kind == 'r' && typ == clientv3.EventTypeDelete:
 		delete(c.recalls, k)
