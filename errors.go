@@ -33,8 +33,11 @@ var (
 	// ErrDeadlock: waiting for the key would close a cycle of Txns waiting for each other; the
 	// request queued nothing and the Txn keeps its other locks. Roll back and retry.
 	ErrDeadlock = errors.New("recordlock: deadlock")
-	// ErrNotLocked: a Txn wrote a key it never locked (see TxnOptions.AllowUnlockedWrites).
+	// ErrNotLocked: a Txn wrote a key it never locked (see TxnOptions.AllowUnlockedWrites), or
+	// holds only shared.
 	ErrNotLocked = errors.New("recordlock: key not locked by this transaction")
+	// ErrNoSavePoint: RollbackToSavePoint found no savepoint to roll back to; nothing changed.
+	ErrNoSavePoint = errors.New("recordlock: no savepoint")
 )
 
 // maxKeyLen is the longest key a lock takes; a Handle stores the length in 32 bits.

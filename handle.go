@@ -75,6 +75,7 @@ const (
 	flagHold                                     // Options.Hold, or upgraded
 	flagCluster                                  // joined a cluster round
 	flagHasVersion                               // lastVer was issued or noted
+	flagShared                                   // a shared lock (Options.Shared), until upgraded
 )
 
 // closedChan is what Done returns for a handle that is already dead.
@@ -212,6 +213,10 @@ func (h *Handle) Scope() Scope {
 
 // Hold reports whether the lock outlives the Txn that took it.
 func (h *Handle) Hold() bool { return h.flags()&flagHold != 0 }
+
+// Shared reports whether the lock is shared (Options.Shared): other shared holders may hold the
+// record at the same time. A handle a Txn upgraded to exclusive reports false.
+func (h *Handle) Shared() bool { return h.flags()&flagShared != 0 }
 
 // AcquiredAt is the timestamp minted when the key was taken, or the round's TsR under a round.
 func (h *Handle) AcquiredAt() Timestamp {

@@ -55,6 +55,10 @@ type Options struct {
 	Hold bool
 	// Scope is ScopeDefault (zero), ScopeCluster or ScopeNode.
 	Scope Scope
+	// Shared asks for a shared lock, which other shared holders of the record may hold at the
+	// same time; false (zero) asks for an exclusive one, which excludes every other holder. A
+	// Txn writes a record only under an exclusive lock.
+	Shared bool
 }
 
 // Resolved is Options with every default filled in.
@@ -68,6 +72,7 @@ type Resolved struct {
 	Scope Scope
 	// ScopeRequested is true when the caller named a scope, which makes ScopeCluster fail closed.
 	ScopeRequested bool
+	Shared         bool
 }
 
 // Resolve validates o and fills in the defaults. On failure it returns an *OptionError that
@@ -79,6 +84,7 @@ func (o Options) Resolve() (Resolved, error) {
 		Hold:           o.Hold,
 		Scope:          ScopeCluster,
 		ScopeRequested: o.Scope != ScopeDefault,
+		Shared:         o.Shared,
 	}
 	if o.Scope == ScopeNode {
 		r.Scope = ScopeNode

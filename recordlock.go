@@ -195,7 +195,7 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts Options) (*Hand
 		}
 		coord = c
 	}
-	h := l.newHandle(req, r.Hold)
+	h := l.newHandle(req, r.Hold, r.Shared)
 	start, err := l.tab.shard(h.hash).acquire(ctx, h, r.Lease, wait, req.wait)
 	if err != nil {
 		if err == errGrantedAfterClose {
@@ -218,12 +218,19 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts Options) (*Hand
 	return h, nil
 }
 
-func (l *Locker) newHandle(req lockRequest, hold bool) *Handle {
+func (l *Locker) newHandle(req lockRequest, hold, shared bool) *Handle {
 	h := &Handle{l: l, heapIdx: -1, cf: req.cf, owner: req.owner}
 	h.setKey(req.key)
 	h.hash = l.tab.hash(h.cf, req.key)
+	var f handleFlags
 	if hold {
-		h.state.Store(flagHold)
+		f |= flagHold
+	}
+	if shared {
+		f |= flagShared
+	}
+	if f != 0 {
+		h.state.Store(f)
 	}
 	return h
 }

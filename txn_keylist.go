@@ -74,3 +74,22 @@ func (s *keyList[T]) indexAt(i int) {
 	}
 	m[string(x.entryKey())] = i
 }
+
+// truncate keeps the first n entries and drops the rest.
+func (s *keyList[T]) truncate(n int) {
+	if n >= len(s.items) {
+		return
+	}
+	clear(s.items[n:]) // the dropped entries must not pin what they refer to
+	s.items = s.items[:n]
+	if s.index == nil {
+		return
+	}
+	s.index = nil
+	if n > scanLimit {
+		s.index = make(map[uint32]map[string]int, 1)
+		for i := range s.items {
+			s.indexAt(i)
+		}
+	}
+}

@@ -23,8 +23,9 @@ func (w stagedWrite) value() []byte { return w.kv[w.klen:] }
 
 // Put stages key=value for Commit. The write is protected by this Txn's lock of key, which must
 // still authorize writes: otherwise Put fails with ErrReleased or ErrLeaseExpired, and with
-// ErrNotLocked when the Txn never locked key (unless TxnOptions.AllowUnlockedWrites). On failure
-// nothing is staged. The caller may reuse key and value once Put returns.
+// ErrNotLocked when the Txn never locked key (unless TxnOptions.AllowUnlockedWrites) or holds it
+// only shared (a shared lock protects reads; Lock the key without Shared to upgrade it). On
+// failure nothing is staged. The caller may reuse key and value once Put returns.
 func (t *Txn) Put(key, value []byte) error { return t.stage(nil, key, value, false) }
 
 // Delete stages the deletion of key for Commit, under the same rules as Put.
@@ -52,18 +53,22 @@ func (t *Txn) stage(cf *grocksdb.ColumnFamilyHandle, key, value []byte, del bool
 	i := t.locks.find(cfID, key) // a write is protected by the record's latest handle
 	switch {
 	case i >= 0:
-		if h := t.locks.items[i].h; h.IsExpired() {
+		h := t.locks.items[i].h
+		if h.IsExpired() {
 			if h.IsLeaseExpired() {
 				return ErrLeaseExpired
 			}
 			return ErrReleased
+		}
+		if h.Shared() {
+			return fmt.Errorf("%w: %q is held shared; lock it exclusively (Txn.Lock without Shared) to write it", ErrNotLocked, key)
 		}
 	case !t.unlockedWrites:
 		return fmt.Errorf("%w: %q", ErrNotLocked, key)
 	}
 	t.writes.add(stagedWrite{kv: t.copyOf(key, value), cf: cf, cfID: cfID, klen: uint32(len(key)), del: del})
 	if i >= 0 {
-		t.locks.items[i].protects = true
+		t.noteProtects(i)
 	}
 	return nil
 }
