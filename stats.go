@@ -25,7 +25,7 @@ type Stats struct {
 	HookFailures uint64        // release hooks that returned an error or panicked
 }
 
-// LockInfo describes one held key, as Locker.Locks reports it.
+// LockInfo describes one holder of a key, as Locker.Locks reports it.
 type LockInfo struct {
 	Key            []byte // a copy
 	ColumnFamilyID uint32
@@ -37,7 +37,7 @@ type LockInfo struct {
 	Remaining      time.Duration // lease left on the holder's clock; 0 once it has lapsed
 	Waiters        int           // Lock calls queued for the key
 	Token          uint64        // the cluster round's fencing token, 0 when none
-	Shared         bool          // a shared lock; the table grants exclusive locks only, so false
+	Shared         bool          // a shared lock: the key may have other holders, each listed
 }
 
 // shardCounts are the counters of one shard that the uncontended path does not touch; they are
@@ -122,6 +122,7 @@ func (h *Handle) lockInfo() LockInfo {
 		ColumnFamilyID: h.cf,
 		Scope:          h.Scope(),
 		Hold:           h.Hold(),
+		Shared:         h.Shared(),
 		AcquiredAt:     h.acquiredAt,
 		ExpiresAt:      time.Unix(0, h.expiresAt),
 		Remaining:      max(0, time.Duration(h.deadline.Load())-h.l.clock.Mono()),
