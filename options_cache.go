@@ -10,28 +10,42 @@ type resolvedCache struct {
 	slots [4]atomic.Pointer[resolvedEntry]
 }
 
+// resolvedEntry is one cached resolution, with the flags a handle locked with it starts with.
 type resolvedEntry struct {
-	opts Options
-	r    Resolved
+	opts  Options
+	r     Resolved
+	flags handleFlags
+}
+
+// newResolvedEntry returns the entry of options o resolved as r.
+func newResolvedEntry(o Options, r Resolved) resolvedEntry {
+	var f handleFlags
+	if r.Hold {
+		f |= flagHold
+	}
+	if r.Shared {
+		f |= flagShared
+	}
+	return resolvedEntry{opts: o, r: r, flags: f}
 }
 
 // lookup returns the cached resolution of o, or nil. The result must not be modified.
-func (c *resolvedCache) lookup(o Options) *Resolved {
+func (c *resolvedCache) lookup(o *Options) *resolvedEntry {
 	for i := range c.slots {
 		e := c.slots[i].Load()
 		if e == nil {
 			break
 		}
-		if e.opts == o {
-			return &e.r
+		if e.opts == *o {
+			return e
 		}
 	}
 	return nil
 }
 
 func (c *resolvedCache) resolve(o Options) (Resolved, error) {
-	if r := c.lookup(o); r != nil {
-		return *r, nil
+	if e := c.lookup(&o); e != nil {
+		return e.r, nil
 	}
 	r, err := o.Resolve()
 	if err != nil {
@@ -42,7 +56,8 @@ func (c *resolvedCache) resolve(o Options) (Resolved, error) {
 		e := c.slots[i].Load()
 		if e == nil {
 			if fresh == nil {
-				fresh = &resolvedEntry{opts: o, r: r}
+				e := newResolvedEntry(o, r)
+				fresh = &e
 			}
 			if c.slots[i].CompareAndSwap(nil, fresh) {
 				break

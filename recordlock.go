@@ -95,25 +95,25 @@ func (l *Locker) Timestamp() Timestamp { return l.tab.db.stamps.mint(l.clock.Now
 // empty or too long key (ErrInvalidKey) and a closed Locker (ErrClosed) fail before anything is
 // locked. On failure nothing stays locked or queued. The caller may reuse key once Lock returns.
 func (l *Locker) Lock(ctx context.Context, key []byte, opts Options) (*Handle, error) {
-	return l.lock(ctx, lockRequest{key: key, wait: true}, opts)
+	return l.lock(ctx, lockRequest{key: key, wait: true}, &opts)
 }
 
 // LockCF is Lock of key in column family cf: the same key bytes in two column families are two
 // records, locked independently. A nil cf is the default column family, as Lock uses.
 func (l *Locker) LockCF(ctx context.Context, cf *grocksdb.ColumnFamilyHandle, key []byte, opts Options) (*Handle, error) {
-	return l.lock(ctx, lockRequest{cf: columnFamilyID(cf), key: key, wait: true}, opts)
+	return l.lock(ctx, lockRequest{cf: columnFamilyID(cf), key: key, wait: true}, &opts)
 }
 
 // TryLock locks key if it is free and fails with ErrLocked at once if it is not. With cluster
 // scope the coordinator's round is bounded by opts.Timeout; a round not granted within it (the key
 // is held on another node) fails with an error matching both ErrLocked and ErrTimeout.
 func (l *Locker) TryLock(key []byte, opts Options) (*Handle, error) {
-	return l.lock(context.Background(), lockRequest{key: key}, opts)
+	return l.lock(context.Background(), lockRequest{key: key}, &opts)
 }
 
 // TryLockCF is TryLock of key in column family cf (nil: the default column family).
 func (l *Locker) TryLockCF(cf *grocksdb.ColumnFamilyHandle, key []byte, opts Options) (*Handle, error) {
-	return l.lock(context.Background(), lockRequest{cf: columnFamilyID(cf), key: key}, opts)
+	return l.lock(context.Background(), lockRequest{cf: columnFamilyID(cf), key: key}, &opts)
 }
 
 // lockRequest is what identifies one lock call apart from its Options.
@@ -154,18 +154,20 @@ func (l *Locker) check(key []byte, opts Options) (Resolved, error) {
 	return r, nil
 }
 
-func (l *Locker) lock(ctx context.Context, req lockRequest, opts Options) (*Handle, error) {
+func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Handle, error) {
 	key := req.key
 	// The usual case reads the cached resolution in place: copying the Resolved out of check
 	// through two calls cost about a tenth of an uncontended Lock.
-	r := l.opts.lookup(opts)
-	if r == nil || len(key) == 0 || len(key) > maxKeyLen || l.closed.Load() {
-		res, err := l.check(key, opts)
+	e := l.opts.lookup(opts)
+	if e == nil || len(key) == 0 || len(key) > maxKeyLen || l.closed.Load() {
+		res, err := l.check(key, *opts)
 		if err != nil {
 			return nil, err
 		}
-		r = &res
+		fresh := newResolvedEntry(*opts, res)
+		e = &fresh
 	}
+	r := &e.r
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -189,13 +191,13 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts Options) (*Hand
 	}
 	var coord Coordinator
 	if r.Scope != ScopeNode { // a node lock never consults the coordinator
-		c, err := l.tab.db.coord.resolve(*r)
+		c, err := l.tab.db.coord.resolve(r)
 		if err != nil {
 			return nil, err
 		}
 		coord = c
 	}
-	h := l.newHandle(req, r.Hold, r.Shared)
+	h := l.newHandle(req, e.flags)
 	start, err := l.tab.shard(h.hash).acquire(ctx, h, r.Lease, wait, req.wait)
 	if err != nil {
 		if err == errGrantedAfterClose {
@@ -218,19 +220,13 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts Options) (*Hand
 	return h, nil
 }
 
-func (l *Locker) newHandle(req lockRequest, hold, shared bool) *Handle {
+// newHandle returns a handle for the request, with flags (Hold, Shared) set.
+func (l *Locker) newHandle(req lockRequest, flags handleFlags) *Handle {
 	h := &Handle{l: l, heapIdx: -1, cf: req.cf, owner: req.owner}
 	h.setKey(req.key)
 	h.hash = l.tab.hash(h.cf, req.key)
-	var f handleFlags
-	if hold {
-		f |= flagHold
-	}
-	if shared {
-		f |= flagShared
-	}
-	if f != 0 {
-		h.state.Store(f)
+	if flags != 0 {
+		h.state.Store(flags)
 	}
 	return h
 }

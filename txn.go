@@ -141,7 +141,7 @@ func (t *Txn) lock(ctx context.Context, cf uint32, key []byte, opts Options) (*H
 		}
 	}
 	// Locker.Lock validates key, opts and ctx as relock does, in the same order.
-	h, err := t.l.lock(ctx, lockRequest{cf: cf, key: key, wait: true, owner: t}, opts)
+	h, err := t.l.lock(ctx, lockRequest{cf: cf, key: key, wait: true, owner: t}, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +186,7 @@ func (t *Txn) reusable(ctx context.Context, h *Handle, key []byte, opts Options)
 // wantsCluster reports whether a lock with options r would be cluster-scoped (or fail closed
 // asking for it) on this database now.
 func (t *Txn) wantsCluster(r Resolved) bool {
-	coord, err := t.l.tab.db.coord.resolve(r)
+	coord, err := t.l.tab.db.coord.resolve(&r)
 	return coord != nil || err != nil
 }
 

@@ -184,5 +184,5 @@ func (c *lockAllCall) take(key []byte) (*Handle, error) {
 	if left <= 0 {
 		return nil, fmt.Errorf("%w: LockAll's Timeout ran out", ErrTimeout)
 	}
-	return l.lock(c.ctx, lockRequest{cf: c.cf, key: key, wait: true, owner: c.t, timeout: left}, c.opts)
+	return l.lock(c.ctx, lockRequest{cf: c.cf, key: key, wait: true, owner: c.t, timeout: left}, &c.opts)
 }
