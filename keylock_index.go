@@ -128,13 +128,19 @@ func (t *entryTable) all(f func(*keyEntry)) {
 
 // keyEntry is the table's record of one key that is held or waited on. Entries are reused within
 // their shard, so that an uncontended Lock allocates only its Handle; nothing refers to an entry
-// once it has left the table (the handles that used it were given back or gave up).
+// once it has left the table (the handles that used it were given back or gave up). The holders
+// are kept as keylock_holders.go describes.
 type keyEntry struct {
 	hash        uint64
-	holder      *Handle // nil while the key is free but waiters remain
+	holder      *Handle // the exclusive holder or one sharer; nil exactly while the key is free
 	head, tail  *waiter
 	nextSpare   *keyEntry
-	wakePending bool // the head waiter was woken and has not yet looked at the key
+	shares      int32 // holders in shared mode, holder included; 0 while held exclusively or free
+	wakePending bool  // the head waiter was woken and has not yet looked at the key
+	// unwatched is set when a sharer was granted with nothing queued, so its deadline may be off
+	// the scheduler; the next request to queue watches every holder.
+	unwatched bool
+	sharers   []*Handle // the sharers other than holder, each knowing its place (sharePos)
 }
 
 // record is the entry's column family and key, as held by its holder or, while the key is free,

@@ -92,16 +92,16 @@ func (sh *shard) acquire(ctx context.Context, h *Handle, lease, timeout time.Dur
 		return 0, ErrClosed
 	}
 	e := sh.lookup(h)
-	if e != nil && e.holder != nil && e.holder.settleFor(sh, c, mono) {
+	if e != nil && e.holder != nil && sh.settleHolders(e, h, c, mono) {
 		e = sh.lookup(h) // settling may have emptied and removed the entry
 	}
 	switch {
 	case e == nil:
 		e = sh.newEntry(h.hash)
-		sh.grant(e, h, wall, mono, lease)
+		sh.grant(e, h, wall, mono, lease, false)
 		sh.index.insert(e)
-	case e.holder == nil && (e.head == nil || !e.head.pastBargeWindow(c, mono)):
-		sh.grant(e, h, wall, mono, lease)
+	case e.admits(h, c, mono):
+		sh.grant(e, h, wall, mono, lease, e.head != nil)
 	case !wait:
 		sh.unlockAndRunHooks()
 		return 0, ErrLocked
@@ -112,11 +112,44 @@ func (sh *shard) acquire(ctx context.Context, h *Handle, lease, timeout time.Dur
 	return mono, nil
 }
 
-// grant makes h the holder of e and starts its lease at the given readings of h's clock (wall in
-// Unix nanoseconds). The deadline goes on a timer only if a waiter is already queued (see
-// watch).
-func (sh *shard) grant(e *keyEntry, h *Handle, wall int64, mono, lease time.Duration) {
-	e.holder = h
+// admits reports whether a newcomer's request for h, made at mono on c's clock, takes e's key at
+// once (docs/DESIGN.md §14.2): a shared one if nothing is queued and the key is free or held
+// shared; an exclusive one if the key is free and nothing is queued, or its oldest waiter was
+// woken for it less than bargeWindow ago.
+func (e *keyEntry) admits(h *Handle, c *tenant, mono time.Duration) bool {
+	if h.flags()&flagShared != 0 {
+		return e.head == nil && (e.holder == nil || e.shares > 0)
+	}
+	return e.holder == nil && (e.head == nil || !e.head.pastBargeWindow(c, mono))
+}
+
+// settleHolders settles the lapsed holders of e that a request for h, made at mono on c's clock,
+// must get past: an exclusive holder, or for an exclusive request the sharers, until one is
+// live. It reports whether it ended a lease just now (the entry may have left the table).
+func (sh *shard) settleHolders(e *keyEntry, h *Handle, c *tenant, mono time.Duration) bool {
+	if e.shares == 0 {
+		return e.holder.settleFor(sh, c, mono)
+	}
+	if h.flags()&flagShared != 0 {
+		return false // a shared request joins sharers whatever their leases
+	}
+	settled := false
+	for e.shares > 0 && e.lastSharer().settleFor(sh, c, mono) {
+		settled = true
+	}
+	return settled
+}
+
+// grant makes h a holder of e and starts its lease at the given readings of h's clock (wall in
+// Unix nanoseconds). The deadline goes on a timer only if watch, that is when a request is
+// queued behind it (see watch); a sharer's deadline that is not notes that e has one unwatched.
+func (sh *shard) grant(e *keyEntry, h *Handle, wall int64, mono, lease time.Duration, watch bool) {
+	if h.flags()&flagShared == 0 {
+		e.holder = h
+	} else {
+		e.addSharer(h)
+		e.unwatched = e.unwatched || !watch
+	}
 	h.e = e
 	h.acquiredAt = sh.tab.db.stamps.mint(wall)
 	h.expiresAt = wall + int64(lease)
@@ -124,7 +157,7 @@ func (sh *shard) grant(e *keyEntry, h *Handle, wall int64, mono, lease time.Dura
 	h.setFlags(flagHeld)
 	sh.acquired++
 	sh.held++
-	if e.head != nil {
+	if watch {
 		sh.schedule(h)
 	}
 }
@@ -139,53 +172,129 @@ func (sh *shard) watch(h *Handle) {
 	}
 }
 
-// giveBack ends h's ownership of its key, setting the flags in set with the same store, and
-// passes the key on.
+// watchHolders watches every holder of e, for a request that queues: each holder's lapse gives
+// back its share of the key, and the last one frees it.
+func (sh *shard) watchHolders(e *keyEntry) {
+	switch {
+	case e.shares == 0:
+		if e.holder != nil {
+			sh.watch(e.holder)
+		}
+	case e.unwatched:
+		e.unwatched = false
+		sh.watch(e.holder)
+		for _, h := range e.sharers {
+			sh.watch(h)
+		}
+	}
+}
+
+// giveBack ends h's hold of its key, setting the flags in set with the same store, and serves
+// the key's queue. An upgrade waiting on a share that ends fails.
 func (sh *shard) giveBack(h *Handle, set handleFlags) {
 	e := h.e
-	if e == nil || e.holder != h {
+	f := h.flags()
+	if e == nil || !e.holds(h, f) {
 		h.setFlags(set)
 		sh.tab.logFault(h.tenant(), "a handle gave back a key it did not hold")
 		return
 	}
-	h.state.Store(h.flags()&^flagHeld | set)
+	h.state.Store(f&^flagHeld | set)
 	h.e = nil // the entry may be reused once the key leaves the table
-	e.holder = nil
+	if f&flagShared == 0 {
+		e.holder = nil
+	} else {
+		e.removeSharer(h)
+		if w := e.upgradeOf(h); w != nil {
+			sh.drop(w, waitShareEnded)
+		}
+	}
 	sh.held--
-	sh.passOn(e)
+	sh.serve(e)
 }
 
-// passOn serves a key that just became free: the oldest waiter gets it directly once it has
-// waited bargeWindow; before that it is woken to compete with newcomers. Waiters of a closed
-// Locker are failed, never granted. A key with no waiters leaves the table.
-func (sh *shard) passOn(e *keyEntry) {
-	if e.holder != nil || e.wakePending {
-		return
-	}
-	for w := e.head; w != nil; w = e.head {
+// serve grants what the head of e's queue can have now (docs/DESIGN.md §14.2): an upgrade whose
+// share is the only one left, or while the key is free or held shared, the shared requests at
+// the head up to the next exclusive one, together; or, while the key is free, the oldest
+// exclusive request, directly once it has waited bargeWindow, and before that woken to compete
+// with newcomers. Nothing else is woken. Waiters of a closed Locker are failed, never granted. A
+// key with neither holder nor waiters leaves the table.
+func (sh *shard) serve(e *keyEntry) {
+	for !e.wakePending {
+		w := e.head
+		if w == nil {
+			if e.holder == nil {
+				sh.remove(e)
+			}
+			return
+		}
 		c := w.h.tenant()
 		if c.closed.Load() {
+			sh.drop(w, waitClosed)
+			continue
+		}
+		switch {
+		case w.upgrade != nil:
+			up := w.upgrade
+			switch {
+			case up.dead():
+				sh.drop(w, waitShareEnded) // its share ended inside a Fence and is still held
+				continue
+			case e.shares != 1 || up.lapsed():
+				return // other shares are left, or its own lapse is about to fail it
+			}
 			sh.dequeue(e, w)
 			sh.unschedule(w.h)
-			w.h.e = nil
-			w.finish(waitClosed)
+			e.shares = 0
+			up.clearFlags(flagShared) // not a new grant: Acquired and Contended do not count it
+			w.finish(waitGranted)
+			return
+		case w.shared:
+			if e.heldExclusively() {
+				return
+			}
+			sh.grantShared(e)
+		default:
+			if e.holder != nil {
+				return
+			}
+			wall, mono := readClock(c.clock)
+			if w.pastBargeWindow(c, mono) {
+				sh.dequeue(e, w)
+				sh.unschedule(w.h)
+				sh.countWait(w, mono)
+				sh.grant(e, w.h, wall, mono, w.lease, e.head != nil)
+				w.finish(waitGranted)
+				return
+			}
+			e.wakePending = true
+			w.state = waitWoken
+			w.signal()
+			return
+		}
+	}
+}
+
+// grantShared grants the shared requests at the head of e's queue, up to the next exclusive
+// one. Their deadlines are watched when a request stays queued behind them.
+func (sh *shard) grantShared(e *keyEntry) {
+	end := e.head
+	for end != nil && end.shared {
+		end = end.next
+	}
+	for w := e.head; w != end; w = e.head {
+		c := w.h.tenant()
+		if c.closed.Load() {
+			sh.drop(w, waitClosed)
 			continue
 		}
 		wall, mono := readClock(c.clock)
-		if w.pastBargeWindow(c, mono) {
-			sh.dequeue(e, w)
-			sh.unschedule(w.h)
-			sh.countWait(w, mono)
-			sh.grant(e, w.h, wall, mono, w.lease)
-			w.finish(waitGranted)
-			return
-		}
-		e.wakePending = true
-		w.state = waitWoken
-		w.signal()
-		return
+		sh.dequeue(e, w)
+		sh.unschedule(w.h)
+		sh.countWait(w, mono)
+		sh.grant(e, w.h, wall, mono, w.lease, end != nil)
+		w.finish(waitGranted)
 	}
-	sh.remove(e)
 }
 
 // expire ends h's lease: it stops authorizing writes at once, and the key passes on now or, when
@@ -222,9 +331,13 @@ func (sh *shard) evict(c *tenant, held []*Handle) []*Handle {
 	// Collect first: failing a waiter can pass its key on or take its entry out of the index.
 	var entries []*keyEntry
 	sh.index.all(func(e *keyEntry) { entries = append(entries, e) })
+	var holders []*Handle
 	for _, e := range entries {
-		if e.holder != nil && e.holder.tenant() == c {
-			held = append(held, e.holder)
+		holders = e.appendHolders(holders[:0])
+		for _, h := range holders {
+			if h.tenant() == c {
+				held = append(held, h)
+			}
 		}
 		var mine []*waiter
 		for w := e.head; w != nil; w = w.next {
@@ -233,7 +346,7 @@ func (sh *shard) evict(c *tenant, held []*Handle) []*Handle {
 			}
 		}
 		for _, w := range mine {
-			if w.h.w == w { // still queued: passOn may have failed it already
+			if w.h.w == w { // still queued: serving the key may have failed it already
 				sh.abandon(w, waitClosed)
 			}
 		}
@@ -284,6 +397,7 @@ func (sh *shard) remove(e *keyEntry) {
 	sh.index.remove(e)
 	// e has no holder and no waiters, so its pointers are nil already but for the link.
 	e.wakePending = false
+	e.clearHolders()
 	switch {
 	case sh.owns(e):
 		e.nextSpare, sh.spareOwn = sh.spareOwn, e

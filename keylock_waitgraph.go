@@ -84,13 +84,17 @@ func (g *waitGraph) leave(h *Handle) {
 	g.mu.Unlock()
 }
 
-// blockers appends to out the Txns that t, waiting with h, waits for now, and returns it: the
-// Txns holding h's record in a mode that conflicts with h's request, which for an exclusive
-// request is its one holder. It appends nothing once h no longer waits.
+// blockers appends to out the Txns that t, waiting with h, waits for now, and returns it
+// (docs/DESIGN.md §14.5): the Txns holding h's record in a mode that conflicts with h's request
+// (every other holder for an exclusive request or an upgrade, an exclusive holder for a shared
+// one) and, for a shared request, the Txn of the nearest exclusive request queued ahead of it. It
+// appends nothing once h no longer waits.
 //
-// There is no edge to the requests queued ahead of h: each is exclusive and waits for the same
-// holders, so a cycle through one of them also runs through a holder, and the search reads one
-// edge per holder instead of one per request queued.
+// There is no other edge to the requests queued ahead of h: an exclusive request waits for the
+// same holders as those ahead of it, so a cycle through one of them also runs through a holder,
+// and the search reads one edge per holder instead of one per request queued. A shared request
+// conflicts with no holder of a record held shared, which is why it needs the edge to the
+// exclusive request it queued behind; that one waits for the rest.
 func (g *waitGraph) blockers(t *Txn, h *Handle, out []*Txn) []*Txn {
 	sh := h.shard()
 	sh.mu.Lock()
@@ -98,8 +102,26 @@ func (g *waitGraph) blockers(t *Txn, h *Handle, out []*Txn) []*Txn {
 	if h.w == nil || h.e == nil {
 		return out
 	}
-	if hd := h.e.holder; hd != nil && hd.owner != nil && hd.owner != t {
-		out = append(out, hd.owner)
+	w, e := h.w, h.e
+	add := func(o *Txn) {
+		if o != nil && o != t {
+			out = append(out, o)
+		}
+	}
+	switch {
+	case e.holder == nil:
+	case !w.shared:
+		add(e.holder.owner)
+		for _, s := range e.sharers {
+			add(s.owner)
+		}
+	case e.heldExclusively():
+		add(e.holder.owner)
+	}
+	if w.shared {
+		if x := e.exclusiveAhead(w); x != nil {
+			add(x.h.owner)
+		}
 	}
 	return out
 }

@@ -17,18 +17,26 @@ const (
 	waitClosed                     // its Locker was closed
 	waitCancelled                  // its ctx was done
 	waitDeadlock                   // waiting would have closed a cycle of Txns
+	waitShareEnded                 // an upgrade's share was released, lapsed or revoked
 )
 
-// waiter is a Lock call queued for a busy key. It exists only while the call waits. Its fields
-// are guarded by the shard mutex.
+// waiter is a Lock call, or an upgrade, queued for a busy key. It exists only while the call
+// waits. Its fields are guarded by the shard mutex.
 type waiter struct {
-	h          *Handle // the handle it becomes when granted
+	h          *Handle // the handle it becomes when granted; for an upgrade, a stand-in
 	next, prev *waiter
 	since      time.Duration // Mono of h's clock when it queued
 	lease      time.Duration // the lease h gets when granted
 	wake       chan struct{} // one buffered slot: a wake-up is never lost and never blocks
-	state      waitState
-	counted    bool // counted in Stats.Waiting
+	// upgrade is the shared handle an upgrade request makes exclusive; nil for a Lock call.
+	upgrade *Handle
+	// exAhead is the nearest exclusive request (or upgrade) that was queued ahead of this one
+	// when it queued, or one that has left the queue since (see exclusiveAhead).
+	exAhead *waiter
+	state   waitState
+	shared  bool // a shared request
+	counted bool // counted in Stats.Waiting
+	left    bool // no longer in the queue
 }
 
 // mode reports what w asks for: a shared lock, or the upgrade of a shared lock its Txn holds.
@@ -62,15 +70,21 @@ var errGrantedAfterClose = errors.New("recordlock: key granted after Close")
 // done or the Locker closes (errGrantedAfterClose when a grant raced with that). A Txn's wait is
 // first checked for a deadlock. It is called with mu held and returns with it released.
 func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Handle, lease, deadline, mono time.Duration) error {
-	c := h.tenant()
-	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1)}
-	h.w, h.e = w, e
+	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&flagShared != 0}
 	sh.enqueue(e, w)
+	return sh.sleep(ctx, e, w, deadline)
+}
+
+// sleep arms the timeout of w, queued for e's key, at deadline and blocks until w is granted, the
+// timeout passes, ctx is done, the Locker closes or, for an upgrade, its share ends. A Txn's wait
+// is first checked for a deadlock. It is called with mu held and returns with it released.
+func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline time.Duration) error {
+	h := w.h
+	c := h.tenant()
+	h.w, h.e = w, e
 	h.deadline.Store(int64(deadline)) // the wait's timeout until the key is granted
 	sh.schedule(h)
-	if e.holder != nil {
-		sh.watch(e.holder) // the key must pass on at the holder's deadline
-	}
+	sh.watchHolders(e) // the key must pass on at the holders' deadlines
 	if h.owner == nil {
 		sh.countWaiting(w)
 	}
@@ -105,6 +119,13 @@ func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Handle, lease, deadli
 		case waitClosed:
 			sh.unlockAndRunHooks()
 			return ErrClosed
+		case waitShareEnded:
+			err := ErrReleased
+			if w.upgrade.flags()&flagExpired != 0 {
+				err = ErrLeaseExpired
+			}
+			sh.unlockAndRunHooks()
+			return err
 		case waitWoken:
 			if c.closed.Load() {
 				sh.abandon(w, waitClosed)
@@ -117,7 +138,7 @@ func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Handle, lease, deadli
 				h.w = nil
 				wall, now := readClock(c.clock)
 				sh.countWait(w, now)
-				sh.grant(e, h, wall, now, lease)
+				sh.grant(e, h, wall, now, w.lease, e.head != nil)
 				sh.unlockAndRunHooks()
 				return nil
 			}
@@ -136,6 +157,13 @@ func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Handle, lease, deadli
 
 // enqueue appends w to e's wait queue.
 func (sh *shard) enqueue(e *keyEntry, w *waiter) {
+	if t := e.tail; t != nil {
+		if t.shared {
+			w.exAhead = e.exclusiveAhead(t)
+		} else {
+			w.exAhead = t
+		}
+	}
 	w.prev = e.tail
 	if e.tail != nil {
 		e.tail.next = w
@@ -143,6 +171,56 @@ func (sh *shard) enqueue(e *keyEntry, w *waiter) {
 		e.head = w
 	}
 	e.tail = w
+}
+
+// enqueueUpgrade puts w, an upgrade, ahead of every request queued for e's key but the upgrades
+// queued before it.
+func (sh *shard) enqueueUpgrade(e *keyEntry, w *waiter) {
+	var after *waiter
+	for x := e.head; x != nil && x.upgrade != nil; x = x.next {
+		after = x
+	}
+	w.exAhead = after
+	w.prev = after
+	if after == nil {
+		w.next, e.head = e.head, w
+	} else {
+		w.next, after.next = after.next, w
+	}
+	if w.next != nil {
+		w.next.prev = w
+	} else {
+		e.tail = w
+	}
+}
+
+// exclusiveAhead returns the nearest exclusive request or upgrade queued ahead of w, or nil. The
+// one recorded when w queued may have left since: it is skipped by following its own record, and
+// the skip is remembered, so a run of shared requests costs a constant number of steps each.
+// Upgrades queued since w are ahead of everything else, so with no exclusive request between,
+// the last of them is the nearest.
+func (e *keyEntry) exclusiveAhead(w *waiter) *waiter {
+	x := w.exAhead
+	for x != nil && x.left {
+		x = x.exAhead
+	}
+	w.exAhead = x
+	if x == nil && w.upgrade == nil {
+		for u := e.head; u != nil && u != w && u.upgrade != nil; u = u.next {
+			x = u
+		}
+	}
+	return x
+}
+
+// upgradeOf returns the upgrade queued for sharer h, or nil.
+func (e *keyEntry) upgradeOf(h *Handle) *waiter {
+	for w := e.head; w != nil && w.upgrade != nil; w = w.next {
+		if w.upgrade == h {
+			return w
+		}
+	}
+	return nil
 }
 
 // dequeue unlinks w from e's wait queue.
@@ -158,6 +236,7 @@ func (sh *shard) dequeue(e *keyEntry, w *waiter) {
 		e.tail = w.prev
 	}
 	w.next, w.prev = nil, nil
+	w.left = true
 	if w.state == waitWoken {
 		e.wakePending = false
 	}
@@ -173,9 +252,16 @@ func (sh *shard) countWaiting(w *waiter) {
 	sh.counts.waiting++
 }
 
-// abandon removes a waiter that gives up (timeout, ctx, Close, deadlock) and passes the key on if
-// it was the one woken for it.
+// abandon removes a waiter that gives up (timeout, ctx, Close, deadlock) and serves the key's
+// queue: it may have been the one woken for the key, or held up requests behind it.
 func (sh *shard) abandon(w *waiter, outcome waitState) {
+	e := w.h.e
+	sh.drop(w, outcome)
+	sh.serve(e)
+}
+
+// drop takes w out of the queue with the given outcome, without serving the queue.
+func (sh *shard) drop(w *waiter, outcome waitState) {
 	e := w.h.e
 	sh.dequeue(e, w)
 	w.h.e = nil
@@ -189,5 +275,4 @@ func (sh *shard) abandon(w *waiter, outcome waitState) {
 	case waitDeadlock:
 		sh.counts.deadlocks++
 	}
-	sh.passOn(e)
 }

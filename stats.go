@@ -10,8 +10,8 @@ import (
 // Waiting are readings of now; the counters run from when the table was created (when the first
 // Locker of the database opened, or reopened after the last one closed).
 type Stats struct {
-	Held    int // keys held, counting a lease that lapsed unwatched until its key is next looked at
-	Waiting int // Lock calls queued for a busy key, with their timers armed (and, for a Txn, its wait checked for deadlocks)
+	Held    int // holders (handles) of keys, counting a lease that lapsed unwatched until its key is next looked at
+	Waiting int // Lock calls and upgrades queued for a busy key, with their timers armed (and, for a Txn, its wait checked for deadlocks)
 
 	Acquired     uint64        // keys granted
 	Contended    uint64        // of Acquired, grants that waited
@@ -35,7 +35,7 @@ type LockInfo struct {
 	AcquiredAt     Timestamp
 	ExpiresAt      time.Time
 	Remaining      time.Duration // lease left on the holder's clock; 0 once it has lapsed
-	Waiters        int           // Lock calls queued for the key
+	Waiters        int           // Lock calls and upgrades queued for the key
 	Token          uint64        // the cluster round's fencing token, 0 when none
 	Shared         bool          // a shared lock: the key may have other holders, each listed
 }
@@ -73,9 +73,10 @@ func (l *Locker) Stats() Stats {
 	return s
 }
 
-// Locks returns every key held now in the Locker's database. It visits the table shard by shard,
-// holding each shard's mutex only to copy that shard's holders, so each LockInfo is consistent and
-// no key appears twice, while locks elsewhere may come and go as the sequence runs. A lease found
+// Locks returns every holder of a key now in the Locker's database: one LockInfo per handle, so a
+// key held by three sharers appears three times. It visits the table shard by shard, holding each
+// shard's mutex only to copy that shard's holders, so each LockInfo is consistent and no holder
+// appears twice, while locks elsewhere may come and go as the sequence runs. A lease found
 // lapsed is settled, as any look at its key settles it, and its key is not reported. Breaking out
 // of the loop stops the visit.
 func (l *Locker) Locks() iter.Seq[LockInfo] {
@@ -92,7 +93,7 @@ func (l *Locker) Locks() iter.Seq[LockInfo] {
 	}
 }
 
-// appendLocks appends a LockInfo for every key held in the shard. A holder whose lease lapsed
+// appendLocks appends a LockInfo for every holder of a key in the shard. A holder whose lease lapsed
 // unwatched is settled here, as any look at the key settles it, and not reported.
 func (sh *shard) appendLocks(out []LockInfo) []LockInfo {
 	sh.mu.Lock()
@@ -101,11 +102,7 @@ func (sh *shard) appendLocks(out []LockInfo) []LockInfo {
 		return out
 	}
 	var holders []*Handle // collected first: settling can take an entry out of the index
-	sh.index.all(func(e *keyEntry) {
-		if e.holder != nil {
-			holders = append(holders, e.holder)
-		}
-	})
+	sh.index.all(func(e *keyEntry) { holders = e.appendHolders(holders) })
 	for _, h := range holders {
 		if h.flags()&flagFencing == 0 && h.settle(sh) {
 			continue

@@ -114,6 +114,13 @@ func (t *Txn) usable() error {
 // keeps its AcquiredAt. A handle that no longer authorizes writes is not reused: Lock takes the
 // key anew, writes already staged stay with the old handle, and Commit checks the new one.
 //
+// A shared request (opts.Shared) for a key the Txn holds in either mode returns the handle it
+// has. An exclusive request for a key the Txn holds shared upgrades that handle: it waits, ahead
+// of every request queued for the key, until the Txn's share is the only one, and then the handle
+// is exclusive with its lease and AcquiredAt unchanged; if the upgrade fails (timeout, ctx,
+// deadlock) the handle is still shared and unchanged, and if the share itself ends meanwhile Lock
+// fails with ErrLeaseExpired or ErrReleased.
+//
 // It fails as Locker.Lock does (ErrTimeout, the ctx error, ErrInvalidOptions, ErrInvalidKey,
 // ErrClosed, and with cluster scope ErrClusterUnavailable; a zero opts.Timeout with a ctx
 // deadline leaves the wait to the ctx), with ErrTxnDone once the Txn ended, with
@@ -150,11 +157,16 @@ func (t *Txn) lock(ctx context.Context, cf uint32, key []byte, opts Options) (*H
 }
 
 // relock is Lock of a key this Txn has locked with h: h itself while it authorizes writes (after
-// the scope check and the upgrade opts ask for), else nil and nil so that Lock takes the key anew.
+// the scope check and the upgrades opts ask for), else nil and nil so that Lock takes the key anew.
 func (t *Txn) relock(ctx context.Context, h *Handle, key []byte, opts Options) (*Handle, error) {
 	h, err := t.reusable(ctx, h, key, opts)
 	if h == nil || err != nil {
 		return nil, err
+	}
+	if !opts.Shared && h.Shared() {
+		if err := t.upgrade(ctx, h, opts); err != nil {
+			return nil, err
+		}
 	}
 	if opts.Hold {
 		if err := h.UpgradeToHold(opts.Lease); err != nil {
@@ -181,6 +193,21 @@ func (t *Txn) reusable(ctx context.Context, h *Handle, key []byte, opts Options)
 		return nil, fmt.Errorf("%w: %q is held node-scoped by this transaction", ErrScopeConflict, key)
 	}
 	return h, nil
+}
+
+// upgrade makes h, a shared lock of this Txn, exclusive (docs/DESIGN.md §15.3), waiting for the
+// other sharers to go within opts.Timeout, or with a zero Timeout and a ctx deadline, within the
+// ctx alone (as Locker.Lock waits). On failure h is unchanged.
+func (t *Txn) upgrade(ctx context.Context, h *Handle, opts Options) error {
+	r, err := t.l.opts.resolve(opts)
+	if err != nil {
+		return err
+	}
+	wait := r.Timeout
+	if _, ok := ctx.Deadline(); ok && opts.Timeout == 0 {
+		wait = unbounded
+	}
+	return h.shard().upgrade(ctx, h, wait)
 }
 
 // wantsCluster reports whether a lock with options r would be cluster-scoped (or fail closed

@@ -351,6 +351,9 @@ func TestDeadlockStressShared(t *testing.T) {
 						break
 					}
 					grants.Add(1)
+					if r.IntN(3) == 0 {
+						time.Sleep(50 * time.Microsecond) // hold it a while, so that Txns overlap
+					}
 					if exclusiveTxn {
 						mode[k] = true
 						if writers[k].Add(1) != 1 || readers[k].Load() != 0 {
