@@ -26,16 +26,18 @@ func (h *Handle) setSharePos(p int) {
 // heldExclusively reports whether an exclusive handle holds the key.
 func (e *keyEntry) heldExclusively() bool { return e.holder != nil && e.shares == 0 }
 
-// addSharer makes h one of the key's sharers. The key is free or held shared.
-func (e *keyEntry) addSharer(h *Handle) {
+// addSharer makes h, whose flags are f, one of the key's sharers, which is free or held shared.
+// It returns f with h's place in it, for the caller to store.
+func (e *keyEntry) addSharer(h *Handle, f handleFlags) handleFlags {
+	p := 0
 	if e.holder == nil {
 		e.holder = h
-		h.setSharePos(0)
 	} else {
 		e.sharers = append(e.sharers, h)
-		h.setSharePos(len(e.sharers))
+		p = min(len(e.sharers), sharePosFar)
 	}
 	e.shares++
+	return f&flagBits | handleFlags(p)<<sharePosShift
 }
 
 // placeOf returns h's place among the key's sharers, or -1 when h is not one of them.
@@ -59,16 +61,9 @@ func (e *keyEntry) placeOf(h *Handle) int {
 	return -1
 }
 
-// holds reports whether h, whose flags are f, is one of the key's holders.
-func (e *keyEntry) holds(h *Handle, f handleFlags) bool {
-	if f&flagShared == 0 {
-		return e.holder == h
-	}
-	return e.shares > 0 && e.placeOf(h) >= 0
-}
-
 // removeSharer takes h, one of the key's sharers, out of them: the last sharer moves into its
-// place, so the holder slot stays filled while any sharer is left.
+// place, so the holder slot stays filled while any sharer is left. The last share to go readies
+// the entry for exclusive use or reuse.
 func (e *keyEntry) removeSharer(h *Handle) {
 	p := e.placeOf(h)
 	if p < 0 {
@@ -78,6 +73,10 @@ func (e *keyEntry) removeSharer(h *Handle) {
 	n := len(e.sharers)
 	if n == 0 {
 		e.holder = nil
+		e.unwatched = false
+		if cap(e.sharers) > maxKeptSharers {
+			e.sharers = nil
+		}
 		return
 	}
 	last := e.sharers[n-1]
@@ -112,13 +111,6 @@ func (e *keyEntry) appendHolders(out []*Handle) []*Handle {
 	return append(out, e.sharers...)
 }
 
-// maxKeptSharers bounds the sharers slice an entry keeps for reuse once its key leaves the table.
+// maxKeptSharers bounds the sharers slice an entry keeps for its next sharers once the last
+// share of its key is given back.
 const maxKeptSharers = 16
-
-// clearHolders readies e, which has neither holder nor waiters, for reuse.
-func (e *keyEntry) clearHolders() {
-	e.unwatched = false
-	if cap(e.sharers) > maxKeptSharers {
-		e.sharers = nil
-	}
-}

@@ -144,17 +144,18 @@ func (sh *shard) settleHolders(e *keyEntry, h *Handle, c *tenant, mono time.Dura
 // Unix nanoseconds). The deadline goes on a timer only if watch, that is when a request is
 // queued behind it (see watch); a sharer's deadline that is not notes that e has one unwatched.
 func (sh *shard) grant(e *keyEntry, h *Handle, wall int64, mono, lease time.Duration, watch bool) {
-	if h.flags()&flagShared == 0 {
+	f := h.flags()
+	if f&flagShared == 0 {
 		e.holder = h
 	} else {
-		e.addSharer(h)
+		f = e.addSharer(h, f)
 		e.unwatched = e.unwatched || !watch
 	}
 	h.e = e
 	h.acquiredAt = sh.tab.db.stamps.mint(wall)
 	h.expiresAt = wall + int64(lease)
 	h.deadline.Store(int64(mono + lease))
-	h.setFlags(flagHeld)
+	h.state.Store(f | flagHeld)
 	sh.acquired++
 	sh.held++
 	if watch {
@@ -190,24 +191,39 @@ func (sh *shard) watchHolders(e *keyEntry) {
 }
 
 // giveBack ends h's hold of its key, setting the flags in set with the same store, and serves
-// the key's queue. An upgrade waiting on a share that ends fails.
+// the key's queue.
 func (sh *shard) giveBack(h *Handle, set handleFlags) {
 	e := h.e
 	f := h.flags()
-	if e == nil || !e.holds(h, f) {
+	if f&flagShared != 0 {
+		sh.giveBackShare(h, e, f, set)
+		return
+	}
+	if e == nil || e.holder != h {
 		h.setFlags(set)
 		sh.tab.logFault(h.tenant(), "a handle gave back a key it did not hold")
 		return
 	}
 	h.state.Store(f&^flagHeld | set)
 	h.e = nil // the entry may be reused once the key leaves the table
-	if f&flagShared == 0 {
-		e.holder = nil
-	} else {
-		e.removeSharer(h)
-		if w := e.upgradeOf(h); w != nil {
-			sh.drop(w, waitShareEnded)
-		}
+	e.holder = nil
+	sh.held--
+	sh.serve(e)
+}
+
+// giveBackShare is giveBack of a sharer, whose flags are f. An upgrade waiting on the share
+// fails.
+func (sh *shard) giveBackShare(h *Handle, e *keyEntry, f, set handleFlags) {
+	if e == nil || e.placeOf(h) < 0 {
+		h.setFlags(set)
+		sh.tab.logFault(h.tenant(), "a handle gave back a share it did not hold")
+		return
+	}
+	h.state.Store(f&^flagHeld | set)
+	h.e = nil
+	e.removeSharer(h)
+	if w := e.upgradeOf(h); w != nil {
+		sh.drop(w, waitShareEnded)
 	}
 	sh.held--
 	sh.serve(e)
@@ -397,7 +413,6 @@ func (sh *shard) remove(e *keyEntry) {
 	sh.index.remove(e)
 	// e has no holder and no waiters, so its pointers are nil already but for the link.
 	e.wakePending = false
-	e.clearHolders()
 	switch {
 	case sh.owns(e):
 		e.nextSpare, sh.spareOwn = sh.spareOwn, e

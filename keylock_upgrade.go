@@ -67,9 +67,8 @@ func (sh *shard) downgrade(h *Handle) {
 	if h.flags()&flagShared == 0 {
 		e := h.e
 		if e != nil && e.heldExclusively() && e.holder == h {
-			h.setSharePos(0)
 			e.shares = 1
-			h.setFlags(flagShared)
+			h.state.Store(h.flags()&flagBits | flagShared) // in the holder slot, place 0
 			sh.serve(e)
 		} else {
 			h.setFlags(flagShared)
