@@ -525,3 +525,23 @@ func TestWriterGetsKeyAtLastSharersDeadline(t *testing.T) {
 		assert.True(t, recordlock.ProbeTableEmpty(l))
 	})
 }
+
+// BenchmarkUncontendedSharedLockRelease is BenchmarkUncontendedLockRelease (P1) with shared locks:
+// one goroutine taking and giving back free keys shared.
+func BenchmarkUncontendedSharedLockRelease(b *testing.B) {
+	l := newLocker(b, openDB(b))
+	keys := benchKeys("k", 1<<16)
+	opts := benchOpts
+	opts.Shared = true
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		h, err := l.Lock(ctx, keys[i&(len(keys)-1)], opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		h.Release()
+		i++
+	}
+}
