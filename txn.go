@@ -36,11 +36,11 @@ type Txn struct {
 	name   string
 	locks  keyList[txnLock]     // every handle this Txn took, in order; the latest per record is current
 	writes keyList[stagedWrite] // in the order staged; the latest per record is what Get sees
+	sp     *savePoints          // nil until the first SetSavePoint
 	// spare holds the bytes of the first small writes, which then allocate nothing. At 24 bytes
 	// (a 16-byte key and an 8-byte value) a Txn fits the 256-byte size class.
 	spare  [24]byte
-	spareN uint8       // how much of spare is taken
-	sp     *savePoints // nil until the first SetSavePoint
+	spareN uint8 // how much of spare is taken
 	done   bool
 	// unlockedWrites and mode are TxnOptions.AllowUnlockedWrites and the write options of
 	// Commit; both are fixed when the Txn begins.
