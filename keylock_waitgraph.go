@@ -29,6 +29,9 @@ type waitGraph struct {
 	// edgesRead counts the edges every search so far has read; guarded by mu. Tests bound the
 	// cost of a search with it.
 	edgesRead uint64
+	// skipped counts the requests that had left the queue which searches stepped over to find
+	// the exclusive request ahead of a shared one; guarded by mu. Tests bound it too.
+	skipped uint64
 }
 
 // enter records that h's Txn waits with h, which is queued in sh, unless that would close a
@@ -119,7 +122,9 @@ func (g *waitGraph) blockers(t *Txn, h *Handle, out []*Txn) []*Txn {
 		add(e.holder.owner)
 	}
 	if w.shared {
-		if x := e.exclusiveAhead(w); x != nil {
+		x, skipped := e.exclusiveAhead(w)
+		g.skipped += uint64(skipped)
+		if x != nil {
 			add(x.h.owner)
 		}
 	}

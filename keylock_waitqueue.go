@@ -159,7 +159,7 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 func (sh *shard) enqueue(e *keyEntry, w *waiter) {
 	if t := e.tail; t != nil {
 		if t.shared {
-			w.exAhead = e.exclusiveAhead(t)
+			w.exAhead, _ = e.exclusiveAhead(t)
 		} else {
 			w.exAhead = t
 		}
@@ -199,10 +199,12 @@ func (sh *shard) enqueueUpgrade(e *keyEntry, w *waiter) {
 // the skip is remembered, so a run of shared requests costs a constant number of steps each.
 // Upgrades queued since w are ahead of everything else, so with no exclusive request between,
 // the last of them is the nearest.
-func (e *keyEntry) exclusiveAhead(w *waiter) *waiter {
-	x := w.exAhead
+// It also returns how many requests that had left it stepped over.
+func (e *keyEntry) exclusiveAhead(w *waiter) (x *waiter, skipped int) {
+	x = w.exAhead
 	for x != nil && x.left {
 		x = x.exAhead
+		skipped++
 	}
 	w.exAhead = x
 	if x == nil && w.upgrade == nil {
@@ -210,7 +212,7 @@ func (e *keyEntry) exclusiveAhead(w *waiter) *waiter {
 			x = u
 		}
 	}
-	return x
+	return x, skipped
 }
 
 // upgradeOf returns the upgrade queued for sharer h, or nil.
