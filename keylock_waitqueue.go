@@ -10,14 +10,14 @@ import (
 type waitState uint8
 
 const (
-	waitQueued    waitState = iota // in the queue, asleep
-	waitWoken                      // the key was freed and this waiter was woken to take it
-	waitGranted                    // the key was handed to this waiter directly
-	waitTimedOut                   // Options.Timeout passed
-	waitClosed                     // its Locker was closed
-	waitCancelled                  // its ctx was done
-	waitDeadlock                   // waiting would have closed a cycle of Txns
-	waitShareEnded                 // an upgrade's share was released, lapsed or revoked
+	waitQueued     waitState = iota // in the queue, asleep
+	waitWoken                       // the key was freed and this waiter was woken to take it
+	waitGranted                     // the key was handed to this waiter directly
+	waitTimedOut                    // Options.Timeout passed
+	waitClosed                      // its Locker was closed
+	waitCancelled                   // its ctx was done
+	waitDeadlock                    // waiting would have closed a cycle of Txns
+	waitShareEnded                  // an upgrade's share was released, lapsed or revoked
 )
 
 // waiter is a Lock call, or an upgrade, queued for a busy key. It exists only while the call
