@@ -1,6 +1,6 @@
 package recordlock
 
-// The holders of a key (docs/DESIGN.md §14.1): one exclusive handle, or any number of shared ones.
+// The holders of a key (docs/DESIGN.md §15.1): one exclusive handle, or any number of shared ones.
 // holder is set exactly while the key is held, so a free key is one comparison in either mode. A
 // sharer's place is 0 for the holder slot and i+1 for sharers[i]; it is kept in the high bits of
 // the sharer's state word, so that one share of many is given back in O(1).

@@ -113,7 +113,7 @@ func (sh *shard) acquire(ctx context.Context, h *Handle, lease, timeout time.Dur
 }
 
 // admits reports whether a newcomer's request for h, made at mono on c's clock, takes e's key at
-// once (docs/DESIGN.md §14.2): a shared one if nothing is queued and the key is free or held
+// once (docs/DESIGN.md §15.2): a shared one if nothing is queued and the key is free or held
 // shared; an exclusive one if the key is free and nothing is queued, or its oldest waiter was
 // woken for it less than bargeWindow ago.
 func (e *keyEntry) admits(h *Handle, c *tenant, mono time.Duration) bool {
@@ -229,7 +229,7 @@ func (sh *shard) giveBackShare(h *Handle, e *keyEntry, f, set handleFlags) {
 	sh.serve(e)
 }
 
-// serve grants what the head of e's queue can have now (docs/DESIGN.md §14.2): an upgrade whose
+// serve grants what the head of e's queue can have now (docs/DESIGN.md §15.2): an upgrade whose
 // share is the only one left, or while the key is free or held shared, the shared requests at
 // the head up to the next exclusive one, together; or, while the key is free, the oldest
 // exclusive request, directly once it has waited bargeWindow, and before that woken to compete

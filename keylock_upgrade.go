@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Upgrading a shared handle to exclusive, for a Txn, and undoing it (docs/DESIGN.md §14.3).
+// Upgrading a shared handle to exclusive, for a Txn, and undoing it (docs/DESIGN.md §15.3).
 
 // upgrade makes h, a shared handle of a Txn, exclusive: at once when its share is the only one,
 // else once the other sharers are gone, waiting ahead of every request queued but earlier

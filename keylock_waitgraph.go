@@ -88,7 +88,7 @@ func (g *waitGraph) leave(h *Handle) {
 }
 
 // blockers appends to out the Txns that t, waiting with h, waits for now, and returns it
-// (docs/DESIGN.md §14.5): the Txns holding h's record in a mode that conflicts with h's request
+// (docs/DESIGN.md §15.5): the Txns holding h's record in a mode that conflicts with h's request
 // (every other holder for an exclusive request or an upgrade, an exclusive holder for a shared
 // one) and, for a shared request, the Txn of the nearest exclusive request queued ahead of it. It
 // appends nothing once h no longer waits.

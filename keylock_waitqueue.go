@@ -40,8 +40,7 @@ type waiter struct {
 }
 
 // mode reports what w asks for: a shared lock, or the upgrade of a shared lock its Txn holds.
-// The table grants exclusive locks only, so every request is exclusive and none is an upgrade.
-func (w *waiter) mode() (shared, upgrade bool) { return false, false }
+func (w *waiter) mode() (shared, upgrade bool) { return w.shared, w.upgrade != nil }
 
 func (w *waiter) signal() {
 	select {

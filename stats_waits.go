@@ -39,7 +39,7 @@ func (l *Locker) Waits() iter.Seq[WaitInfo] {
 }
 
 // appendWaits appends a WaitInfo for every request queued in the shard, oldest first per key,
-// and, with withHolders, a LockInfo for the holder of each key with a request queued, read in the
+// and, with withHolders, a LockInfo for each holder of each key with a request queued, read in the
 // same visit so that a wait and what it waits for agree. It settles nothing: the holder of a key
 // with a request queued has its deadline on a timer, which settles it.
 func (sh *shard) appendWaits(waits []WaitInfo, holders []LockInfo, withHolders bool) ([]WaitInfo, []LockInfo) {
@@ -64,6 +64,9 @@ func (sh *shard) appendWaits(waits []WaitInfo, holders []LockInfo, withHolders b
 		}
 		if withHolders && e.holder != nil {
 			holders = append(holders, e.holder.lockInfo())
+			for _, s := range e.sharers {
+				holders = append(holders, s.lockInfo())
+			}
 		}
 	})
 	return waits, holders

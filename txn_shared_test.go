@@ -3,6 +3,7 @@ package recordlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -463,4 +464,44 @@ func TestTxnSharedWriteErrorNamesKey(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, recordlock.ErrNotLocked))
 	assert.True(t, strings.Contains(err.Error(), "the-key"), err.Error())
+}
+
+// Waits reports each queued request's mode: a shared request, an exclusive one, and an upgrade
+// (queued ahead of both), with the upgrading Txn's name.
+func TestWaitsReportModes(t *testing.T) {
+	db := openDB(t)
+	_, l := manual(t, db)
+	ctx := context.Background()
+	key := []byte("k")
+	up, err := l.BeginTx(recordlock.TxnOptions{Name: "upgrader"})
+	require.NoError(t, err)
+	defer up.Rollback()
+	h, err := up.Lock(ctx, key, shared)
+	require.NoError(t, err)
+	other, err := l.TryLock(key, shared)
+	require.NoError(t, err)
+	x := lockAsync(ctx, l, key, wait)
+	waitQueued(t, l, key, 1)
+	s := lockAsync(ctx, l, key, sharedWait)
+	waitQueued(t, l, key, 2)
+	u := txnLockAsync(up, key, wait)
+	waitQueued(t, l, key, 3)
+
+	var got []string
+	for w := range l.Waits() {
+		got = append(got, fmt.Sprintf("%s shared=%v upgrade=%v", w.Owner, w.Shared, w.Upgrade))
+	}
+	assert.Equal(t, []string{"upgrader shared=false upgrade=true", " shared=false upgrade=false", " shared=true upgrade=false"}, got)
+
+	require.True(t, other.Release())
+	require.NoError(t, result(t, u).err)
+	assert.False(t, h.Shared())
+	up.Rollback()
+	xr := result(t, x)
+	require.NoError(t, xr.err)
+	require.True(t, xr.h.Release())
+	sr := result(t, s)
+	require.NoError(t, sr.err)
+	require.True(t, sr.h.Release())
+	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
