@@ -18,7 +18,7 @@ type delegation struct {
 
 	// kept are the admissions a recall may have to revoke, oldest first: every live one, and
 	// at most RetainedPerKey released ones whose lease has not ended. A local key is held by
-	// one holder at a time, so this stays short.
+	// one holder at a time, or by its sharers, so this is as long as the node's live holders.
 	kept     []*admission
 	released int           // how many of kept are released
 	lastEnd  time.Duration // the latest deadline of any admission
