@@ -117,16 +117,17 @@ func checkOptionError(t *testing.T, err error, bad map[string]any) {
 	assert.True(t, strings.HasSuffix(msg, fmt.Sprintf(", got %v", v)), msg)
 }
 
-// FuzzOps decodes the input into lock, try-lock, release, revoke, join-round, upgrade, fence,
-// version, advance-clock, step-wall and close operations on two Lockers of one database sharing a
-// ManualClock, applies each to the library and to the reference model, and after every operation
-// compares every observable: return values, errors, IsExpired, IsLeaseExpired, Done, accessors,
-// hook calls, and who holds each key. At the end the table must be empty and no timer pending.
+// FuzzOps decodes the input into lock, try-lock (either mode), release, revoke, join-round,
+// upgrade, fence, version, advance-clock, step-wall and close operations on two Lockers of one
+// database sharing a ManualClock, and Txn locks (either mode, upgrades included) and Txn ends,
+// applies each to the library and to the reference model, and after every operation compares
+// every observable: return values, errors, IsExpired, IsLeaseExpired, Done, accessors, mode,
+// hook calls, and who holds each key in which mode. At the end the table must be empty and no timer pending.
 func FuzzOps(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 8, 6, 3, 0})
 	db := openDB(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m := &fzModel{t: t, db: db, clk: recordlock.NewManualClock(epoch), wall: epoch, holder: [3]int{-1, -1, -1}}
+		m := &fzModel{t: t, db: db, clk: recordlock.NewManualClock(epoch), wall: epoch}
 		m.wo = grocksdb.NewDefaultWriteOptions()
 		defer m.wo.Destroy()
 		for i := range m.lockers {
@@ -138,7 +139,7 @@ func FuzzOps(f *testing.F) {
 		m.lastTs = int64(m.probe.Timestamp())
 		r := &fzReader{b: data}
 		for n := 0; r.i < len(r.b) && n < fzMaxOps; n++ {
-			switch op := r.next() % 12; op {
+			switch op := r.next() % 14; op {
 			case 0, 1, 2:
 				m.lock(int(op), r.next(), r.next())
 			case 3:
@@ -167,6 +168,10 @@ func FuzzOps(f *testing.F) {
 				m.versions(r.next(), r.next(), r.next())
 			case 11:
 				m.close(r.next())
+			case 12:
+				m.txnLock(r.next(), r.next())
+			case 13:
+				m.txnEnd(r.next())
 			}
 			m.check()
 		}

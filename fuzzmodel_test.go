@@ -16,10 +16,13 @@ import (
 )
 
 // The reference model of FuzzOps. It is written from the documented behaviour (docs/DESIGN.md
-// §4–§6, §8 and §9), not from the code: a handle is live until it is released, revoked or its
-// monotonic deadline passes; a ManualClock's Advance runs the lease timers that fall due, so a
-// lapsed holder gives its key back (and fires its hook) inside the Advance, except inside Fence,
-// where the key passes on when commit returns.
+// §4–§6, §8, §9 and §15), not from the code: a handle is live until it is released, revoked or
+// its monotonic deadline passes; a ManualClock's Advance runs the lease timers that fall due, so
+// a lapsed holder gives its key back (and fires its hook) inside the Advance, except inside Fence,
+// where the key passes on when commit returns. A key has one exclusive holder or any number of
+// shared ones; a Txn's exclusive Lock of a key it holds shared upgrades that handle, at once when
+// its share is the only one, and otherwise waits (the model lets such a wait time out, or calls
+// it with a done ctx) and leaves the handle shared.
 
 const (
 	fzMaxOps     = 160
@@ -51,7 +54,8 @@ type fzHandle struct {
 	h            *recordlock.Handle
 	locker       int
 	key          int
-	held         bool // the table's holder of its key
+	held         bool // one of the table's holders of its key
+	shared       bool // a shared lock, until a Txn upgrades it
 	released     bool // given back deliberately, by Close, by expiry or by revocation
 	revoked      bool // RevokeLease was called
 	expired      bool // the lease ended while it was held (lapse or revocation)
@@ -83,9 +87,17 @@ type fzModel struct {
 	mono    time.Duration
 	wall    time.Time
 	lastTs  int64
-	holder  [3]int // handle index holding each key, -1 when free
+	holders [3][]int // indices of the handles holding each key
 	hs      []*fzHandle
+	txns    [2]*fzTxn // the Txns of the Txn operations, nil before the first
 	trace   []string
+}
+
+// fzTxn is the model of one Txn: which handle it holds each key with.
+type fzTxn struct {
+	txn    *recordlock.Txn
+	locker int
+	held   map[int]int // key → handle index
 }
 
 func (m *fzModel) fatalf(format string, args ...any) {
@@ -139,8 +151,25 @@ func (m *fzModel) fireHook(x *fzHandle) {
 
 func (m *fzModel) giveBack(x *fzHandle) {
 	x.held = false
-	m.holder[x.key] = -1
+	hs := m.holders[x.key]
+	for i, j := range hs {
+		if m.hs[j] == x {
+			m.holders[x.key] = append(hs[:i:i], hs[i+1:]...)
+			break
+		}
+	}
 	m.fireHook(x)
+}
+
+// busyFor reports whether a request for key k in the given mode must wait: an exclusive one for
+// any holder, a shared one for an exclusive holder.
+func (m *fzModel) busyFor(k int, shared bool) bool {
+	for _, j := range m.holders[k] {
+		if !shared || !m.hs[j].shared {
+			return true
+		}
+	}
+	return false
 }
 
 // endLease ends a held handle's lease (lapse or revocation): it stops authorizing at once, and
@@ -169,17 +198,47 @@ func (m *fzModel) stepWall(d time.Duration) {
 	m.wall = m.wall.Add(d)
 }
 
-// probeKey finds out through the probe Locker whether key k is held, and checks the model agrees.
+// probeKey finds out through the probe Locker whether key k is held, and in which mode, and
+// checks the model agrees.
 func (m *fzModel) probeKey(k int) {
-	h, err := m.probe.TryLock(fzKeys[k], recordlock.Options{Scope: recordlock.ScopeNode})
-	if m.holder[k] >= 0 {
-		m.expectErr(fmt.Sprintf("probe of k%d held by h%d", k, m.holder[k]), err, recordlock.ErrLocked)
-		return
+	for _, shared := range []bool{false, true} {
+		h, err := m.probe.TryLock(fzKeys[k], recordlock.Options{Scope: recordlock.ScopeNode, Shared: shared})
+		if m.busyFor(k, shared) {
+			m.expectErr(fmt.Sprintf("probe (shared=%v) of k%d held by %v", shared, k, m.holders[k]), err, recordlock.ErrLocked)
+			continue
+		}
+		m.expectErr(fmt.Sprintf("probe (shared=%v) of k%d held by %v", shared, k, m.holders[k]), err)
+		want := m.mint()
+		m.expect(h.AcquiredAt() == want, "probe AcquiredAt %d, want %d", h.AcquiredAt(), want)
+		m.expect(h.Release(), "probe Release returned false")
 	}
-	m.expectErr(fmt.Sprintf("probe of free k%d", k), err)
-	want := m.mint()
-	m.expect(h.AcquiredAt() == want, "probe AcquiredAt %d, want %d", h.AcquiredAt(), want)
-	m.expect(h.Release(), "probe Release returned false")
+}
+
+// checkLocks compares Locks with the model: one entry per holder, in its mode.
+func (m *fzModel) checkLocks() {
+	var got [3][2]int // per key: exclusive, shared holders
+	for info := range m.probe.Locks() {
+		for k, key := range fzKeys[:3] {
+			if bytes.Equal(info.Key, key) {
+				if info.Shared {
+					got[k][1]++
+				} else {
+					got[k][0]++
+				}
+			}
+		}
+	}
+	for k := range got {
+		var want [2]int
+		for _, j := range m.holders[k] {
+			if m.hs[j].shared {
+				want[1]++
+			} else {
+				want[0]++
+			}
+		}
+		m.expect(got[k] == want, "Locks of k%d: %d exclusive and %d shared holders, want %v", k, got[k][0], got[k][1], want)
+	}
 }
 
 // check compares every observable of every handle, then who holds each key. Hook counts come
@@ -204,6 +263,7 @@ func (m *fzModel) check() {
 		}
 		m.expect(bytes.Equal(h.Key(), fzKeys[x.key]), "h%d Key %q", i, h.Key())
 		m.expect(h.Hold() == x.hold, "h%d Hold=%v", i, h.Hold())
+		m.expect(h.Shared() == x.shared, "h%d Shared=%v", i, h.Shared())
 		m.expect(h.AcquiredAt() == x.acquired, "h%d AcquiredAt %d, want %d", i, h.AcquiredAt(), x.acquired)
 		m.expect(h.ExpiresAt().UnixNano() == x.expires, "h%d ExpiresAt %d, want %d", i, h.ExpiresAt().UnixNano(), x.expires)
 		tsR, ok := h.ClusterTsR()
@@ -215,7 +275,8 @@ func (m *fzModel) check() {
 		m.expect(h.Scope() == wantScope, "h%d Scope %v", i, h.Scope())
 		m.expect(h.Token() == 0, "h%d Token %d", i, h.Token())
 	}
-	for k := range m.holder {
+	m.checkLocks()
+	for k := range m.holders {
 		m.probeKey(k)
 	}
 }
@@ -245,8 +306,8 @@ func (m *fzModel) handle(b byte) (int, *fzHandle) {
 // lock runs TryLock (mode 0), Lock on a key the model says is free (mode 1; TryLock when it is
 // busy) or Lock with a ctx already cancelled (mode 2).
 func (m *fzModel) lock(mode int, a, o byte) {
-	li, k := int(a&1), int(a>>1)%len(fzKeys)
-	opts := recordlock.Options{Lease: pick(fzLeases, o), Scope: pick(fzScopes, o/6), Hold: (o/24)%2 == 1, Timeout: pick(fzTimeouts, o/48)}
+	li, k, shared := int(a&1), int(a>>1)%len(fzKeys), (a>>3)&1 == 1
+	opts := recordlock.Options{Lease: pick(fzLeases, o), Scope: pick(fzScopes, o/6), Hold: (o/24)%2 == 1, Timeout: pick(fzTimeouts, o/48), Shared: shared}
 	var wants []error
 	if !validDuration(opts.Lease, recordlock.MinLease, recordlock.MaxLease) || !validDuration(opts.Timeout, recordlock.MinTimeout, recordlock.MaxTimeout) || opts.Scope > recordlock.ScopeNode {
 		wants = append(wants, recordlock.ErrInvalidOptions)
@@ -267,7 +328,7 @@ func (m *fzModel) lock(mode int, a, o byte) {
 	if opts.Scope == recordlock.ScopeCluster {
 		wants = append(wants, recordlock.ErrClusterUnavailable)
 	}
-	busy := len(wants) == 0 && m.holder[k] >= 0
+	busy := len(wants) == 0 && m.busyFor(k, shared)
 	if busy && mode == 1 {
 		mode = 0
 	}
@@ -295,10 +356,15 @@ func (m *fzModel) lock(mode int, a, o byte) {
 		return
 	}
 	lease := cmpOr(opts.Lease, recordlock.DefaultLease)
-	x := &fzHandle{h: h, locker: li, key: k, held: true, deadline: m.mono + lease, hold: opts.Hold,
-		acquired: m.mint(), expires: m.wall.Add(lease).UnixNano(), armed: -1}
-	m.holder[k] = len(m.hs)
+	m.add(&fzHandle{h: h, locker: li, key: k, held: true, shared: shared, deadline: m.mono + lease, hold: opts.Hold,
+		acquired: m.mint(), expires: m.wall.Add(lease).UnixNano(), armed: -1})
+}
+
+// add records x, a handle just granted, as a holder of its key.
+func (m *fzModel) add(x *fzHandle) int {
+	m.holders[x.key] = append(m.holders[x.key], len(m.hs))
 	m.hs = append(m.hs, x)
+	return len(m.hs) - 1
 }
 
 func (m *fzModel) release(b byte) {
@@ -524,4 +590,109 @@ func (m *fzModel) close(a byte) {
 			m.giveBack(x)
 		}
 	}
+}
+
+// txnLock runs Txn.Lock of a key in one of two Txns (begun on the first use of the slot, or again
+// after it ended): a fresh lock when the Txn does not hold the key live (only when the model says
+// it will not wait), the handle it has for a shared request or for an exclusive request of a key
+// it holds exclusively, and an upgrade for an exclusive request of a key it holds shared. An
+// upgrade that must wait for other sharers is either called with a done ctx or left to time out
+// after 1 ms on the clock; either way the handle is left shared and unchanged.
+func (m *fzModel) txnLock(a, o byte) {
+	ti, shared, doneCtx, k := int(a&1), (a>>1)&1 == 1, (a>>2)&1 == 1, int(a>>3)%3
+	opts := recordlock.Options{Lease: pick(fzLeases[:4], o), Scope: recordlock.ScopeNode, Shared: shared, Timeout: recordlock.MinTimeout}
+	x := m.txns[ti]
+	if x == nil {
+		x = &fzTxn{txn: m.lockers[ti].Begin(), locker: ti, held: map[int]int{}}
+		m.txns[ti] = x
+	}
+	m.trace = append(m.trace, fmt.Sprintf("txn%d lock k%d shared=%v doneCtx=%v %+v", ti, k, shared, doneCtx, opts))
+	ctx := context.Background()
+	if doneCtx {
+		c, cancel := context.WithCancel(ctx)
+		cancel()
+		ctx = c
+	}
+	lock := func() (*recordlock.Handle, error) { return x.txn.Lock(ctx, fzKeys[k], opts) }
+	j, holds := x.held[k]
+	var cur *fzHandle
+	if holds && !m.dead(m.hs[j]) {
+		cur = m.hs[j]
+	}
+	switch {
+	case m.closed[x.locker]:
+		_, err := lock()
+		m.expectErr("txn lock on a closed Locker", err, recordlock.ErrClosed)
+	case doneCtx:
+		_, err := lock()
+		m.expectErr("txn lock with a done ctx", err, context.Canceled)
+	case cur != nil && (shared || !cur.shared):
+		h, err := lock()
+		m.expectErr("txn re-entry", err)
+		m.expect(h == cur.h, "txn re-entry returned another handle")
+	case cur != nil:
+		others := false
+		soon := cur.lapsed(m.mono + time.Millisecond)
+		for _, o := range m.holders[k] {
+			if o != j {
+				others = true
+				soon = soon || m.hs[o].lapsed(m.mono+time.Millisecond)
+			}
+		}
+		if !others {
+			h, err := lock()
+			m.expectErr("upgrade of the sole sharer", err)
+			m.expect(h == cur.h, "the upgrade returned another handle")
+			cur.shared = false
+			return
+		}
+		if soon {
+			return // a lapse within the wait would race with its timeout
+		}
+		res := make(chan error, 1)
+		go func() { _, err := lock(); res <- err }()
+		deadline := time.Now().Add(10 * time.Second)
+		for recordlock.ProbeQueuedWaiters(m.probe, fzKeys[k]) == 0 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Microsecond)
+		}
+		m.expect(recordlock.ProbeQueuedWaiters(m.probe, fzKeys[k]) == 1, "the upgrade did not queue")
+		m.trace = append(m.trace, "  advance 1ms: the upgrade times out")
+		m.advance(time.Millisecond)
+		select {
+		case err := <-res:
+			m.expectErr("upgrade behind other sharers", err, recordlock.ErrTimeout)
+		case <-time.After(10 * time.Second):
+			m.fatalf("the upgrade did not time out")
+		}
+	case m.busyFor(k, shared):
+		// Txn.Lock would wait for the key; the model has no waits of fresh locks.
+	case len(m.hs) >= fzMaxHandles:
+	default:
+		h, err := lock()
+		m.expectErr("txn lock", err)
+		if err != nil {
+			return
+		}
+		lease := cmpOr(opts.Lease, recordlock.DefaultLease)
+		x.held[k] = m.add(&fzHandle{h: h, locker: x.locker, key: k, held: true, shared: shared, deadline: m.mono + lease,
+			acquired: m.mint(), expires: m.wall.Add(lease).UnixNano(), armed: -1})
+	}
+}
+
+// txnEnd rolls back the Txn of a slot: each of its locks that is still live is released.
+func (m *fzModel) txnEnd(a byte) {
+	ti := int(a & 1)
+	x := m.txns[ti]
+	if x == nil {
+		return
+	}
+	m.trace = append(m.trace, fmt.Sprintf("txn%d rollback", ti))
+	x.txn.Rollback()
+	for _, j := range x.held {
+		if h := m.hs[j]; !h.hold && !m.dead(h) {
+			h.released = true
+			m.giveBack(h)
+		}
+	}
+	m.txns[ti] = nil
 }
