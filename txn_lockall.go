@@ -14,7 +14,9 @@ import (
 // LockAll locks every key of keys for this Txn, taking them in bytewise key order whatever order
 // they are given in, so that Txns that lock their records with LockAll never wait for each other
 // in a cycle. A key given twice is locked once. Keys this Txn already holds are re-entrant, as in
-// Lock (with opts.Hold they are upgraded once every other key is locked).
+// Lock (with opts.Hold they are upgraded once every other key is locked). With exclusive options
+// (opts.Shared false), a key the Txn holds shared is upgraded, in its place in the key order, as
+// Txn.Lock upgrades it; with opts.Shared, a key it holds in either mode keeps its handle.
 //
 // opts.Timeout bounds the whole call, not each key: LockAll fails with ErrTimeout once it has
 // waited that long in all; with a zero Timeout and a ctx with a deadline, the bound is the time
@@ -29,7 +31,8 @@ import (
 //
 // It is all or nothing: on any failure it returns nil, the locks this call took are released,
 // and the locks the Txn held before are unchanged (a Hold upgrade this call made to one of them
-// is undone: lease, ExpiresAt, Hold and version counter). On success the handles come back in the
+// is undone: lease, ExpiresAt, Hold and version counter; so is an upgrade to exclusive: the
+// handle is shared again with its lease as it was). On success the handles come back in the
 // order of keys; a key given twice gets the same handle at both places.
 func (t *Txn) LockAll(ctx context.Context, opts Options, keys ...[]byte) ([]*Handle, error) {
 	return t.lockAll(ctx, 0, opts, keys)
@@ -95,11 +98,14 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 			}
 		}
 	}
-	var taken []*Handle
+	var taken, madeExclusive []*Handle
 	var upgraded []leaseState
 	fail := func(err error) ([]*Handle, error) {
 		for _, u := range upgraded {
 			u.undo()
+		}
+		for _, h := range madeExclusive {
+			h.shard().downgrade(h)
 		}
 		for _, h := range taken {
 			h.Release()
@@ -108,7 +114,16 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 		return nil, err
 	}
 	for n, i := range order {
-		if !first(n) || out[i] != nil {
+		if !first(n) {
+			continue
+		}
+		if h := out[i]; h != nil {
+			if !opts.Shared && h.Shared() {
+				if err := c.upgrade(h); err != nil {
+					return fail(err)
+				}
+				madeExclusive = append(madeExclusive, h)
+			}
 			continue
 		}
 		h, err := c.take(keys[i])
@@ -185,4 +200,13 @@ func (c *lockAllCall) take(key []byte) (*Handle, error) {
 		return nil, fmt.Errorf("%w: LockAll's Timeout ran out", ErrTimeout)
 	}
 	return l.lock(c.ctx, lockRequest{cf: c.cf, key: key, wait: true, owner: c.t, timeout: left}, &c.opts)
+}
+
+// upgrade makes h, a shared lock of the Txn, exclusive, with what is left of the call's Timeout.
+func (c *lockAllCall) upgrade(h *Handle) error {
+	left := c.end - c.t.l.clock.Mono()
+	if left <= 0 {
+		return fmt.Errorf("%w: LockAll's Timeout ran out", ErrTimeout)
+	}
+	return h.shard().upgrade(c.ctx, h, left)
 }
