@@ -23,7 +23,10 @@ import (
 // g is the authorized holder. A lease lapse is not an operation anyone observes, so the model
 // never needs it: the next grant, a failed fenced write, a failed Release or a revocation is what
 // ends g's authority. A write that lands after a successor's Lock returned therefore has no
-// linearization, which is exactly what fencing must prevent.
+// linearization, which is exactly what fencing must prevent. A shared lock's grant ends every
+// writer's authority too; a read fenced by it must see the register's value, and the reader's
+// Commit may succeed only while the register still holds that value: no write lands between a
+// fenced read under a shared lock and the Commit of its Txn.
 
 type regOp uint8
 
@@ -34,6 +37,11 @@ const (
 	regRelease
 	regRevoke
 	regEnd // a Txn's Commit or Rollback ended its lock; whether it was still held is not observed
+	// A shared lock's grant, which ends every writer's authority; a read fenced by it; and the
+	// Commit of the reader's Txn, which succeeds only if the register still holds what it read.
+	regLockShared
+	regFencedRead
+	regReadCommit
 )
 
 // regVal is what the register holds: the id of the holder that wrote it and that holder's
@@ -42,8 +50,9 @@ type regVal struct{ G, Seq int64 }
 
 type regInput struct {
 	Op  regOp
-	G   int64 // the holder id of a write, release or revoke
-	Seq int64 // the sequence number a write stores
+	G   int64  // the holder id of a write, release or revoke
+	Seq int64  // the sequence number a write stores
+	Val regVal // what a reader's Txn read, for its Commit
 }
 
 type regOutput struct {
@@ -75,8 +84,16 @@ var registerModel = porcupine.Model{
 			} else if s.Auth == in.G {
 				s.Auth = 0 // ErrLeaseExpired: the lease is over for good
 			}
-		case regRead:
+		case regRead, regFencedRead:
 			return out.Val == s.Val, s
+		case regLockShared:
+			if out.OK {
+				s.Auth = 0
+			}
+		case regReadCommit:
+			if out.OK && in.Val != s.Val {
+				return false, s
+			}
 		case regRelease:
 			if out.OK && s.Auth != in.G {
 				return false, s
@@ -108,6 +125,12 @@ var registerModel = porcupine.Model{
 			return fmt.Sprintf("release(g%d) -> %v", in.G, out.OK)
 		case regEnd:
 			return fmt.Sprintf("end(g%d)", in.G)
+		case regLockShared:
+			return fmt.Sprintf("lock shared -> %v g%d", out.OK, out.G)
+		case regFencedRead:
+			return fmt.Sprintf("fenced read(g%d) -> (g%d,%d)", in.G, out.Val.G, out.Val.Seq)
+		case regReadCommit:
+			return fmt.Sprintf("commit(g%d) of read (g%d,%d) -> %v", in.G, in.Val.G, in.Val.Seq, out.OK)
 		}
 		return fmt.Sprintf("revoke(g%d)", in.G)
 	},
@@ -128,6 +151,15 @@ func TestRegisterModelHasTeeth(t *testing.T) {
 	read := func(call, ret, g, seq int64) porcupine.Operation {
 		return op(call, ret, regInput{Op: regRead}, regOutput{Val: regVal{g, seq}})
 	}
+	lockShared := func(call, ret, g int64) porcupine.Operation {
+		return op(call, ret, regInput{Op: regLockShared}, regOutput{OK: true, G: g})
+	}
+	fencedRead := func(call, ret, g, vg, seq int64) porcupine.Operation {
+		return op(call, ret, regInput{Op: regFencedRead, G: g}, regOutput{Val: regVal{vg, seq}})
+	}
+	readCommit := func(call, ret, g, vg, seq int64, ok bool) porcupine.Operation {
+		return op(call, ret, regInput{Op: regReadCommit, G: g, Val: regVal{vg, seq}}, regOutput{OK: ok})
+	}
 	cases := []struct {
 		name string
 		ops  []porcupine.Operation
@@ -140,6 +172,14 @@ func TestRegisterModelHasTeeth(t *testing.T) {
 		{"write after revoke returned", []porcupine.Operation{lock(0, 1, 1), op(2, 3, regInput{Op: regRevoke, G: 1}, regOutput{}), write(4, 5, 1, 1, true)}, false},
 		{"release true after successor", []porcupine.Operation{lock(0, 1, 1), lock(2, 3, 2), op(4, 5, regInput{Op: regRelease, G: 1}, regOutput{OK: true})}, false},
 		{"lost write", []porcupine.Operation{lock(0, 1, 1), write(2, 3, 1, 1, true), read(4, 5, 0, 0)}, false},
+		{"reader commits what it read", []porcupine.Operation{lock(0, 1, 1), write(2, 3, 1, 1, true), op(4, 5, regInput{Op: regRelease, G: 1}, regOutput{OK: true}),
+			lockShared(6, 7, 2), fencedRead(8, 9, 2, 1, 1), readCommit(10, 11, 2, 1, 1, true)}, true},
+		{"write between fenced read and reader's commit", []porcupine.Operation{lock(0, 1, 1), lockShared(2, 3, 2), fencedRead(4, 5, 2, 0, 0),
+			lock(6, 7, 3), write(8, 9, 3, 1, true), readCommit(10, 11, 2, 0, 0, true)}, false},
+		{"refused reader commit after a write", []porcupine.Operation{lockShared(0, 1, 2), fencedRead(2, 3, 2, 0, 0),
+			lock(4, 5, 3), write(6, 7, 3, 1, true), readCommit(8, 9, 2, 0, 0, false)}, true},
+		{"stale write after a shared grant", []porcupine.Operation{lock(0, 1, 1), lockShared(2, 3, 2), write(4, 5, 1, 1, true)}, false},
+		{"fenced read misses a write", []porcupine.Operation{lock(0, 1, 1), write(2, 3, 1, 1, true), lockShared(4, 5, 2), fencedRead(6, 7, 2, 0, 0)}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -161,12 +201,18 @@ type linConfig struct {
 	revoke    bool    // a goroutine revokes the current holder's lease at random moments
 	skipFence bool    // test-only switch: writes skip Fence (the broken variant)
 	txn       bool    // write through Txn.Put and Commit instead of Handle.Fence
+	readers   int     // more goroutines that read under a shared lock in a Txn and commit
+	// uncheckedReads is a test-only switch: a reader reports its Commit as successful without
+	// making it, as a Commit that did not check read locks would (the broken variant).
+	uncheckedReads bool
 }
 
 // linStats counts what a history exercised, so a run that happened not to stall, revoke or fence
 // anything fails rather than passing vacuously.
 type linStats struct {
 	grants, writes, fencedOut, stalls, stalledWrites, slowCommits, txnStaged, revokes, reads atomic.Int64
+	// Of the shared readers: grants, fenced reads, and Commits that succeeded or were refused.
+	sharedGrants, fencedReads, readCommits, readCommitsRefused atomic.Int64
 }
 
 // linHarness runs clients against real RocksDB through two Lockers of the same database, on the
@@ -286,7 +332,9 @@ func (x *linHarness) client(t *testing.T, id int, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, uint64(id)))
 	l := x.lockers[id%2]
 	for !x.stop.Load() {
-		if x.cfg.txn {
+		if id >= x.cfg.clients {
+			x.readerTurn(t, id, l, r)
+		} else if x.cfg.txn {
 			x.txnTurn(t, id, l, r)
 		} else {
 			x.fenceTurn(t, id, l, r)
@@ -387,6 +435,90 @@ func (x *linHarness) txnTurn(t *testing.T, id int, l *recordlock.Locker, r *rand
 	x.record(id, call, regInput{Op: regEnd, G: g}, regOutput{}) // Commit also ended the lock
 }
 
+// lockKey is the key the writers lock: the register's own key for Txns, another key for Fence.
+func (x *linHarness) lockKey() []byte {
+	if x.cfg.txn {
+		return linRegKey
+	}
+	return linLockKey
+}
+
+// readerTurn is one reader's turn: a Txn takes the writers' key shared, reads the register inside
+// the lock's fence, perhaps stalls past the lease, and commits with nothing staged, which succeeds
+// only while its lock still protects what it read.
+func (x *linHarness) readerTurn(t *testing.T, id int, l *recordlock.Locker, r *rand.Rand) {
+	tx := l.Begin()
+	defer tx.Rollback()
+	call := x.tick.Add(1)
+	h, err := tx.Lock(context.Background(), x.lockKey(), recordlock.Options{Shared: true, Lease: linLease, Timeout: 2 * time.Second})
+	if err != nil {
+		if !assert.ErrorIs(t, err, recordlock.ErrTimeout) {
+			x.fail()
+		}
+		x.record(id, call, regInput{Op: regLockShared}, regOutput{})
+		return
+	}
+	g := x.nextG.Add(1)
+	x.record(id, call, regInput{Op: regLockShared}, regOutput{OK: true, G: g})
+	x.stats.sharedGrants.Add(1)
+
+	var v regVal
+	call = x.tick.Add(1)
+	err = h.Fence(func() error {
+		s, err := x.db.Get(x.ro, linRegKey)
+		if err != nil {
+			return err
+		}
+		defer s.Free()
+		if s.Exists() {
+			b := s.Data()
+			v = regVal{G: int64(binary.BigEndian.Uint64(b)), Seq: int64(binary.BigEndian.Uint64(b[8:]))}
+		}
+		return nil
+	})
+	if err != nil {
+		if !assert.ErrorIs(t, err, recordlock.ErrLeaseExpired) {
+			x.fail()
+		}
+		return // nothing was read
+	}
+	x.record(id, call, regInput{Op: regFencedRead, G: g}, regOutput{Val: v})
+	x.stats.fencedReads.Add(1)
+	if r.Float64() < 2*x.cfg.stallP {
+		x.stallReader(g)
+	}
+	call = x.tick.Add(1)
+	if x.cfg.uncheckedReads {
+		x.stats.readCommits.Add(1)
+		x.record(id, call, regInput{Op: regReadCommit, G: g, Val: v}, regOutput{OK: true})
+		return
+	}
+	err = tx.Commit()
+	if err != nil {
+		if !assert.ErrorIs(t, err, recordlock.ErrLeaseExpired) {
+			x.fail()
+		}
+		x.stats.readCommitsRefused.Add(1)
+	} else {
+		x.stats.readCommits.Add(1)
+	}
+	x.record(id, call, regInput{Op: regReadCommit, G: g, Val: v}, regOutput{OK: err == nil})
+}
+
+// stallReader plays a reader paused past its lease: it resumes once a writer was granted the key
+// after it (which needs its lease to lapse) and a write has landed since, or after three leases.
+func (x *linHarness) stallReader(g int64) {
+	x.stats.stalls.Add(1)
+	until := time.Now().Add(3 * linLease)
+	for x.lastGrant.Load() <= g && time.Now().Before(until) {
+		time.Sleep(time.Millisecond)
+	}
+	writes := x.stats.writes.Load()
+	for x.stats.writes.Load() == writes && time.Now().Before(until) {
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func encodeReg(g, seq int64) []byte {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:], uint64(g))
@@ -423,11 +555,11 @@ func runHistory(t *testing.T, cfg linConfig, seed uint64) (*linHarness, []porcup
 	defer x.ro.Destroy()
 
 	var wg sync.WaitGroup
-	for c := range cfg.clients {
+	for c := range cfg.clients + cfg.readers {
 		wg.Go(func() { x.client(t, c, seed) })
 	}
 	if cfg.revoke {
-		wg.Go(func() { x.revoker(cfg.clients, seed) })
+		wg.Go(func() { x.revoker(cfg.clients+cfg.readers, seed) })
 	}
 	wg.Wait()
 	for i := range x.lockers {
@@ -465,6 +597,8 @@ func TestLinearizableFencedRegister(t *testing.T) {
 		{"Fence with revocations", linConfig{stallP: 0.06, slowP: 0.01, revoke: true}},
 		{"Fence with lapses only", linConfig{stallP: 0.06, slowP: 0.01}},
 		{"Txn with revocations", linConfig{stallP: 0.06, revoke: true, txn: true}},
+		{"Fence with shared readers", linConfig{stallP: 0.06, slowP: 0.01, readers: 2}},
+		{"Txn with shared readers and revocations", linConfig{stallP: 0.06, revoke: true, txn: true, readers: 2}},
 	}
 	for i, run := range runs {
 		t.Run(run.name, func(t *testing.T) {
@@ -486,6 +620,13 @@ func TestLinearizableFencedRegister(t *testing.T) {
 			}
 			if cfg.revoke {
 				require.Positive(t, x.stats.revokes.Load())
+			}
+			if cfg.readers > 0 {
+				t.Logf("shared readers: %d grants, %d fenced reads, %d commits, %d commits refused",
+					x.stats.sharedGrants.Load(), x.stats.fencedReads.Load(), x.stats.readCommits.Load(), x.stats.readCommitsRefused.Load())
+				require.Positive(t, x.stats.fencedReads.Load())
+				require.Positive(t, x.stats.readCommits.Load())
+				require.Positive(t, x.stats.readCommitsRefused.Load(), "no reader's Commit was refused after its lease ended")
 			}
 		})
 	}
@@ -514,4 +655,24 @@ func TestLinearizabilityCatchesUnfencedWrites(t *testing.T) {
 	}
 	t.Logf("caught after %d histories", runs)
 	assert.Equal(t, 1, caught, "unfenced writes after a successor's grant went undetected in %d histories", runs)
+}
+
+// TestLinearizabilityCatchesUncheckedReads proves the readers' part of the check has teeth: with
+// the test-only switch that reports a reader's Commit as successful without checking its shared
+// lock, a reader that stalls past its lease "commits" after a writer changed what it read, and
+// porcupine must reject the history.
+func TestLinearizabilityCatchesUncheckedReads(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	const maxRuns = 5
+	caught, runs := 0, 0
+	for runs < maxRuns && caught == 0 {
+		runs++
+		_, ops := runHistory(t, linConfig{ops: 1000, clients: 2, readers: 2, stallP: 0.1, uncheckedReads: true}, seed+uint64(runs))
+		if checkHistory(t, ops) == porcupine.Illegal {
+			caught++
+		}
+	}
+	t.Logf("caught after %d histories", runs)
+	assert.Equal(t, 1, caught, "reads committed after their lease ended went undetected in %d histories", runs)
 }
