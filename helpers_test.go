@@ -379,3 +379,43 @@ func txnNamed(t testing.TB, l *recordlock.Locker, name string) *recordlock.Txn {
 	t.Cleanup(txn.Rollback)
 	return txn
 }
+
+// shared and sharedWait ask for a shared lock, the second waiting up to a minute.
+var (
+	shared     = recordlock.Options{Shared: true}
+	sharedWait = recordlock.Options{Shared: true, Timeout: time.Minute}
+)
+
+// pendingLock reports that a Lock started with lockAsync has not returned, without taking its
+// result: the result channel is buffered, so a Lock that returned has left its result there.
+func pendingLock(c <-chan lockResult) bool { return len(c) == 0 }
+
+// txnLockCtxAsync starts txn.Lock with ctx in a goroutine and returns where its result arrives.
+func txnLockCtxAsync(ctx context.Context, txn *recordlock.Txn, key []byte, opts recordlock.Options) <-chan lockResult {
+	c := make(chan lockResult, 1)
+	go func() {
+		h, err := txn.Lock(ctx, key, opts)
+		c <- lockResult{h, err}
+	}()
+	return c
+}
+
+// waitingCount blocks until l's Stats report n waiting Lock calls (a Txn's wait counts once its
+// deadlock check is done).
+func waitingCount(t testing.TB, l *recordlock.Locker, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return l.Stats().Waiting == n },
+		10*time.Second, 200*time.Microsecond, "waiting for %d waiting calls", n)
+}
+
+// timesOut runs lock in a goroutine, waits until it is queued for key, advances clk past timeout
+// and checks that lock failed with ErrTimeout.
+func timesOut(t *testing.T, clk *recordlock.ManualClock, l *recordlock.Locker, key []byte, timeout time.Duration, lock func() error) {
+	t.Helper()
+	before := recordlock.ProbeQueuedWaiters(l, key)
+	res := make(chan error, 1)
+	go func() { res <- lock() }()
+	waitQueued(t, l, key, before+1)
+	clk.Advance(timeout)
+	require.ErrorIs(t, await(t, res, "the timed-out lock"), recordlock.ErrTimeout)
+}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 // joinShared starts txn's shared Lock of key, which must wait, in a goroutine of the convoy that
@@ -40,7 +42,7 @@ func TestSharedWaitCheckCostDoesNotGrowWithQueue(t *testing.T) {
 		{name: "held shared", shared: true, edges: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			db := OpenTestDB(t)
+			db := tempdb.New(t)
 			clk := NewManualClock(time.Unix(1, 0))
 			l := newTestLocker(t, db, clk)
 			ctx := context.Background()
@@ -97,7 +99,7 @@ func TestSharedWaitCheckCostDoesNotGrowWithQueue(t *testing.T) {
 // A sharer's place is found from its state word whatever the number of sharers, and from a scan
 // only past the places the word can record; giving back any share keeps every other place right.
 func TestSharerPlaces(t *testing.T) {
-	db := OpenTestDB(t)
+	db := tempdb.New(t)
 	l := newTestLocker(t, db, NewManualClock(time.Unix(1, 0)))
 	mk := func() *Handle {
 		h := l.newHandle(lockRequest{key: []byte("k")}, flagShared)

@@ -15,16 +15,7 @@ import (
 	"github.com/recordlock/recordlock"
 )
 
-// Shared locks through the Locker (SPEC §13): modes, fair queueing, per-sharer leases.
-
-var (
-	shared     = recordlock.Options{Shared: true}
-	sharedWait = recordlock.Options{Shared: true, Timeout: time.Minute}
-)
-
-// pendingLock reports that a Lock started with lockAsync has not returned, without taking its
-// result: the result channel is buffered, so a Lock that returned has left its result there.
-func pendingLock(c <-chan lockResult) bool { return len(c) == 0 }
+// Shared locks through the Locker (docs/DESIGN.md §15): modes, fair queueing, per-sharer leases.
 
 // Shared handles of one key coexist, from one Locker or several; an exclusive request is refused
 // until the last of them is gone; each reports its mode.
@@ -106,12 +97,12 @@ func TestSharedRequestQueuesBehindWriter(t *testing.T) {
 
 	clk.Advance(time.Millisecond) // the writer has waited 1 ms: the release hands it the key
 	require.True(t, r1.Release())
-	wr := result(t, w)
+	wr := await(t, w, "the lock")
 	require.NoError(t, wr.err)
 	assert.False(t, wr.h.Shared())
 	assert.True(t, pendingLock(r2), "the reader waits for the writer")
 	require.True(t, wr.h.Release())
-	rr := result(t, r2)
+	rr := await(t, r2, "the lock")
 	require.NoError(t, rr.err)
 	assert.True(t, rr.h.Shared())
 	require.True(t, rr.h.Release())
@@ -140,7 +131,7 @@ func TestReleaseGrantsSharedRunTogether(t *testing.T) {
 	assert.Equal(t, 0, recordlock.ProbeWokenWaiters(l, key), "the writer behind them was not woken")
 	_, err = l.TryLock(key, recordlock.Options{})
 	require.ErrorIs(t, err, recordlock.ErrLocked)
-	g1, g2 := result(t, s1), result(t, s2)
+	g1, g2 := await(t, s1, "the lock"), await(t, s2, "the lock")
 	require.NoError(t, g1.err)
 	require.NoError(t, g2.err)
 	assert.Equal(t, 2, l.Stats().Held)
@@ -152,11 +143,11 @@ func TestReleaseGrantsSharedRunTogether(t *testing.T) {
 	assert.Equal(t, 2, recordlock.ProbeQueuedWaiters(l, key), "one share is left: the writer still waits")
 	assert.Equal(t, 0, recordlock.ProbeWokenWaiters(l, key), "a release wakes only what it grants")
 	require.True(t, g2.h.Release())
-	xr := result(t, x)
+	xr := await(t, x, "the lock")
 	require.NoError(t, xr.err)
 	assert.True(t, pendingLock(s3))
 	require.True(t, xr.h.Release())
-	r3 := result(t, s3)
+	r3 := await(t, s3, "the lock")
 	require.NoError(t, r3.err)
 	require.True(t, r3.h.Release())
 	st := l.Stats()
@@ -177,7 +168,7 @@ func TestSharedNewcomerDoesNotBarge(t *testing.T) {
 	require.True(t, holder.Release()) // within 1 ms: the writer is woken, not handed the key
 	_, err = l.TryLock(key, shared)
 	require.ErrorIs(t, err, recordlock.ErrLocked, "a reader does not pass a queued writer")
-	xr := result(t, x)
+	xr := await(t, x, "the lock")
 	require.NoError(t, xr.err)
 	require.True(t, xr.h.Release())
 	assert.True(t, recordlock.ProbeTableEmpty(l))
@@ -200,9 +191,9 @@ func TestReadersBehindWriterThatGivesUpAreGranted(t *testing.T) {
 	waitQueued(t, l, key, 3)
 
 	clk.Advance(time.Second)
-	require.ErrorIs(t, result(t, x).err, recordlock.ErrTimeout)
+	require.ErrorIs(t, await(t, x, "the lock").err, recordlock.ErrTimeout)
 	for _, c := range []<-chan lockResult{r1, r2} {
-		r := result(t, c)
+		r := await(t, c, "the lock")
 		require.NoError(t, r.err)
 		require.True(t, r.h.Release())
 	}
@@ -237,7 +228,7 @@ func TestSharerLeasesLapseIndependently(t *testing.T) {
 	assert.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key), "one share is left")
 
 	clk.Advance(time.Second)
-	xr := result(t, x)
+	xr := await(t, x, "the lock")
 	require.NoError(t, xr.err, "the writer gets the key at the last sharer's deadline")
 	assert.True(t, recordlock.ProbeClosed(done1))
 	assert.Equal(t, 1, hooks[1].count())
@@ -317,7 +308,7 @@ func TestFenceOnSharedHandleHoldsOffWriters(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.Equal(t, "v1", string(read))
-	xr := result(t, x)
+	xr := await(t, x, "the lock")
 	require.NoError(t, xr.err, "the writer gets the key once the fence returns")
 	require.ErrorIs(t, r.Fence(func() error { return nil }), recordlock.ErrLeaseExpired)
 	require.True(t, xr.h.Release())
@@ -392,7 +383,7 @@ func TestLocksListsEverySharer(t *testing.T) {
 	for _, h := range hs {
 		require.True(t, h.Release())
 	}
-	xr := result(t, x)
+	xr := await(t, x, "the lock")
 	require.NoError(t, xr.err)
 	require.True(t, xr.h.Release())
 	require.True(t, other.Release())
@@ -497,7 +488,7 @@ func TestWriterGetsKeyAtLastSharersDeadline(t *testing.T) {
 		assert.True(t, pendingLock(x))
 		assert.Equal(t, 1, l.Stats().Held, "the timers settled the first two sharers")
 		clk.Advance(time.Second)
-		xr := result(t, x)
+		xr := await(t, x, "the lock")
 		require.NoError(t, xr.err)
 		require.True(t, xr.h.Release())
 		assert.True(t, recordlock.ProbeTableEmpty(l))
@@ -514,12 +505,12 @@ func TestWriterGetsKeyAtLastSharersDeadline(t *testing.T) {
 		x := lockAsync(context.Background(), l, key, wait)
 		waitQueued(t, l, key, 3)
 		require.True(t, holder.Release())
-		require.NoError(t, result(t, s1).err)
-		require.NoError(t, result(t, s2).err)
+		require.NoError(t, await(t, s1, "the lock").err)
+		require.NoError(t, await(t, s2, "the lock").err)
 		clk.Advance(time.Second)
 		assert.True(t, pendingLock(x))
 		clk.Advance(time.Second)
-		xr := result(t, x)
+		xr := await(t, x, "the lock")
 		require.NoError(t, xr.err, "the writer gets the key when the second reader's lease ends")
 		require.True(t, xr.h.Release())
 		assert.True(t, recordlock.ProbeTableEmpty(l))

@@ -15,25 +15,7 @@ import (
 	"github.com/recordlock/recordlock"
 )
 
-// Shared locks in a Txn (SPEC §13): re-entrancy with modes, upgrades, writes, LockAll.
-
-// txnLockCtxAsync starts txn.Lock with ctx in a goroutine and returns where its result arrives.
-func txnLockCtxAsync(ctx context.Context, txn *recordlock.Txn, key []byte, opts recordlock.Options) <-chan lockResult {
-	c := make(chan lockResult, 1)
-	go func() {
-		h, err := txn.Lock(ctx, key, opts)
-		c <- lockResult{h, err}
-	}()
-	return c
-}
-
-// waitingCount blocks until l's Stats report n waiting Lock calls (a Txn's wait counts once its
-// deadlock check is done).
-func waitingCount(t testing.TB, l *recordlock.Locker, n int) {
-	t.Helper()
-	require.Eventually(t, func() bool { return l.Stats().Waiting == n },
-		10*time.Second, 200*time.Microsecond, "waiting for %d waiting calls", n)
-}
+// Shared locks in a Txn (docs/DESIGN.md §15): re-entrancy with modes, upgrades, writes, LockAll.
 
 // A shared request for a key the Txn holds in either mode returns the handle it has, without
 // touching the table (a writer queued for the key does not hold it up); the mode stays.
@@ -68,7 +50,7 @@ func TestTxnSharedReentry(t *testing.T) {
 	assert.True(t, s.Shared())
 
 	txn.Rollback()
-	r := result(t, ws)
+	r := await(t, ws, "the lock")
 	require.NoError(t, r.err)
 	require.True(t, r.h.Release())
 	assert.True(t, recordlock.ProbeTableEmpty(l))
@@ -139,10 +121,10 @@ func TestTxnUpgradeOfSoleSharerIsImmediate(t *testing.T) {
 	require.NoError(t, txn.Commit())
 	assert.Equal(t, "v", string(dbGet(t, db, "k")))
 
-	xr := result(t, x)
+	xr := await(t, x, "the lock")
 	require.NoError(t, xr.err)
 	require.True(t, xr.h.Release())
-	sr := result(t, s)
+	sr := await(t, s, "the lock")
 	require.NoError(t, sr.err)
 	require.True(t, sr.h.Release())
 	assert.True(t, recordlock.ProbeTableEmpty(l))
@@ -183,7 +165,7 @@ func TestTxnUpgradeWaitsForOtherSharers(t *testing.T) {
 	require.True(t, o2.Release())
 	assert.False(t, h.Shared(), "the last other share's release granted the upgrade")
 	assert.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key), "the writer queued first still waits")
-	r := result(t, up)
+	r := await(t, up, "the lock")
 	require.NoError(t, r.err)
 	assert.Same(t, h, r.h)
 	infos := collectLocks(l)
@@ -193,7 +175,7 @@ func TestTxnUpgradeWaitsForOtherSharers(t *testing.T) {
 	assert.Equal(t, 1, l.Stats().Held)
 
 	require.NoError(t, txn.Commit())
-	xr := result(t, x)
+	xr := await(t, x, "the lock")
 	require.NoError(t, xr.err)
 	require.True(t, xr.h.Release())
 	assert.Equal(t, 0, l.Stats().Waiting)
@@ -226,16 +208,16 @@ func TestTxnFailedUpgradeLeavesShareUnchanged(t *testing.T) {
 			waitQueued(t, l, key, 2)
 			if how == "timeout" {
 				clk.Advance(time.Second)
-				require.ErrorIs(t, result(t, up).err, recordlock.ErrTimeout)
+				require.ErrorIs(t, await(t, up, "the lock").err, recordlock.ErrTimeout)
 			} else {
 				cancel()
-				require.ErrorIs(t, result(t, up).err, context.Canceled)
+				require.ErrorIs(t, await(t, up, "the lock").err, context.Canceled)
 			}
 			assert.True(t, h.Shared())
 			assert.False(t, h.IsExpired())
 			assert.Equal(t, acquired, h.AcquiredAt())
 			assert.Equal(t, expires, h.ExpiresAt())
-			rr := result(t, reader)
+			rr := await(t, reader, "the lock")
 			require.NoError(t, rr.err, "the reader behind the failed upgrade joins the sharers")
 			assert.Equal(t, 3, l.Stats().Held)
 			require.ErrorIs(t, txn.Put(key, []byte("v")), recordlock.ErrNotLocked)
@@ -284,7 +266,7 @@ func TestTxnUpgradeFailsWhenShareEnds(t *testing.T) {
 				require.NoError(t, l.Close())
 				want = recordlock.ErrClosed
 			}
-			require.ErrorIs(t, result(t, up).err, want)
+			require.ErrorIs(t, await(t, up, "the lock").err, want)
 			assert.Equal(t, 0, recordlock.ProbeQueuedWaiters(other, key))
 			assert.Equal(t, 1, other.Stats().Held, "the other sharer keeps its share")
 			assert.True(t, h.IsExpired())
@@ -392,7 +374,7 @@ func TestTxnLockAllUpgradesAndUndoes(t *testing.T) {
 		assert.False(t, a.IsExpired())
 		assert.Equal(t, expires, a.ExpiresAt(), "with its lease unchanged")
 		assert.True(t, c.Shared())
-		rr := result(t, reader)
+		rr := await(t, reader, "the lock")
 		require.NoError(t, rr.err)
 		require.True(t, rr.h.Release())
 		b, err := other.TryLock([]byte("b"), recordlock.Options{})
@@ -494,13 +476,13 @@ func TestWaitsReportModes(t *testing.T) {
 	assert.Equal(t, []string{"upgrader shared=false upgrade=true", " shared=false upgrade=false", " shared=true upgrade=false"}, got)
 
 	require.True(t, other.Release())
-	require.NoError(t, result(t, u).err)
+	require.NoError(t, await(t, u, "the lock").err)
 	assert.False(t, h.Shared())
 	up.Rollback()
-	xr := result(t, x)
+	xr := await(t, x, "the lock")
 	require.NoError(t, xr.err)
 	require.True(t, xr.h.Release())
-	sr := result(t, s)
+	sr := await(t, s, "the lock")
 	require.NoError(t, sr.err)
 	require.True(t, sr.h.Release())
 	assert.True(t, recordlock.ProbeTableEmpty(l))

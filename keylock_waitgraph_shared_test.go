@@ -19,18 +19,6 @@ import (
 // Deadlock detection over both modes, with ports of RocksDB's SharedLocks, DeadlockCycleShared
 // and DeadlockStress cases (utilities/transactions/transaction_test.cc).
 
-// timesOut runs lock in a goroutine, waits until it is queued for key, advances clk past timeout
-// and checks that lock failed with ErrTimeout.
-func timesOut(t *testing.T, clk *recordlock.ManualClock, l *recordlock.Locker, key []byte, timeout time.Duration, lock func() error) {
-	t.Helper()
-	before := recordlock.ProbeQueuedWaiters(l, key)
-	res := make(chan error, 1)
-	go func() { res <- lock() }()
-	waitQueued(t, l, key, before+1)
-	clk.Advance(timeout)
-	require.ErrorIs(t, await(t, res, "the timed-out lock"), recordlock.ErrTimeout)
-}
-
 // The scenarios of RocksDB's SharedLocks: three Txns share a key; two sharers hold off a writer
 // until both have let go; a sharer's upgrade waits for the other sharer; a shared request of an
 // exclusive holder keeps the exclusive lock; an exclusive holder holds off a reader. A RocksDB
@@ -193,7 +181,7 @@ func TestDeadlockCycleShared(t *testing.T) {
 		txns[i].Rollback()
 	}
 	for i := 14; i >= 0; i-- { // children before parents
-		r := result(t, waits[i])
+		r := await(t, waits[i], "the lock")
 		require.NoError(t, r.err, "%s", name(i))
 		assert.False(t, r.h.Shared())
 		txns[i].Rollback()
@@ -221,7 +209,7 @@ func TestDeadlockCycleShared(t *testing.T) {
 	assert.Equal(t, recordlock.DeadlockWait{Txn: "T2", Key: key(0)}, dl.Cycle[0])
 	assert.Equal(t, recordlock.DeadlockWait{Txn: "T1", Key: key(1)}, dl.Cycle[1])
 	t2.Rollback()
-	require.NoError(t, result(t, w1).err)
+	require.NoError(t, await(t, w1, "the lock").err)
 	t1.Rollback()
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
@@ -263,9 +251,9 @@ func TestReaderBehindWriterDeadlock(t *testing.T) {
 	assert.Equal(t, []string{"R", "W", "S"}, names)
 
 	r.Rollback()
-	require.NoError(t, result(t, sWaits).err)
+	require.NoError(t, await(t, sWaits, "the lock").err)
 	s.Rollback()
-	require.NoError(t, result(t, wWaits).err)
+	require.NoError(t, await(t, wWaits, "the lock").err)
 	w.Rollback()
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
@@ -301,7 +289,7 @@ func TestWriterWaitsForEverySharer(t *testing.T) {
 	}
 	assert.True(t, pendingLock(wWaits), "the victim's share still holds the writer off")
 	readers[3].Rollback()
-	require.NoError(t, result(t, wWaits).err)
+	require.NoError(t, await(t, wWaits, "the lock").err)
 	w.Rollback()
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
