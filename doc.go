@@ -15,6 +15,22 @@
 // Waiters are served in arrival order, one per release. A newcomer may take a key that was just
 // released ahead of the woken waiter, but only while that waiter has waited less than 1 ms.
 //
+// # Shared locks
+//
+// A lock is exclusive unless Options.Shared asks for a shared one: any number of shared handles
+// may hold a record at once, which suits records a transaction reads and must keep stable but
+// does not change (a price, a customer row an order refers to). Each sharer has its own lease,
+// Done channel and release hook. A shared request never passes a queued request, so readers do
+// not starve a writer; a release grants the writer at the head of the queue alone, or every
+// reader up to the next writer together. A Txn writes a record only under an exclusive lock:
+// [Txn.Lock] without Shared of a record it holds shared upgrades that same handle, waiting until
+// its share is the only one (two Txns that both upgrade one record are a deadlock, reported to
+// one of them). [Handle.Fence] on a shared handle is a fenced read: no writer is admitted until
+// it returns.
+//
+// [Txn.SetSavePoint] marks the writes staged so far, and [Txn.RollbackToSavePoint] discards the
+// ones staged since the most recent mark; the Txn keeps its locks.
+//
 // # Leases
 //
 // Every lock is a lease. Its deadline runs on the monotonic reading of the Locker's [Clock], so a
@@ -58,7 +74,8 @@
 // in CF take a column family handle, the same key in two families is two records, and one Commit
 // writes any mix of families as one atomic RocksDB WriteBatch. TxnOptions.Sync makes that write
 // a synced one, which survives a machine crash once Commit returned; TxnOptions.DisableWAL skips
-// the write-ahead log.
+// the write-ahead log. Commit checks every lock the Txn still holds, shared ones included, so a
+// read-only Txn learns from it whether what it read stayed protected to the end.
 //
 // A Txn that runs longer than its leases extends them with [Handle.Renew], which moves the
 // deadline and nothing else: the lock still ends with the Txn. [Handle.UpgradeToHold] extends
