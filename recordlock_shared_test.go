@@ -536,3 +536,48 @@ func BenchmarkUncontendedSharedLockRelease(b *testing.B) {
 		i++
 	}
 }
+
+// With cluster scope, each local sharer takes its share of the local key and then asks the
+// coordinator for a round of its own: two sharers' requests are in flight at once, each joins
+// its own round, and each round is released with its own share. An exclusive request waits for
+// the local key first, so its request never overlaps another of the same key.
+func TestClusterSharersEachJoinARound(t *testing.T) {
+	db := openDB(t)
+	clk, l := manual(t, db)
+	coord := newTestCoord(clk, l.Timestamp)
+	coord.gate = make(chan struct{})
+	coord.entered = make(chan context.Context, 2)
+	l.SetCoordinator(coord)
+	key := []byte("k")
+	opts := recordlock.Options{Shared: true, Scope: recordlock.ScopeCluster, Timeout: time.Minute}
+	first := lockAsync(context.Background(), l, key, opts)
+	second := lockAsync(context.Background(), l, key, opts)
+	await(t, coord.entered, "the first sharer's request")
+	await(t, coord.entered, "the second sharer's request")
+	close(coord.gate)
+	var hs []*recordlock.Handle
+	for _, c := range []<-chan lockResult{first, second} {
+		r := await(t, c, "the lock")
+		require.NoError(t, r.err)
+		assert.True(t, r.h.Shared())
+		assert.Equal(t, recordlock.ScopeCluster, r.h.Scope())
+		hs = append(hs, r.h)
+	}
+	assert.Equal(t, 2, coord.maxInFlight, "both sharers asked the coordinator at once")
+	assert.NotEqual(t, hs[0].Token(), hs[1].Token(), "each joined a round of its own")
+
+	coord.gate = nil
+	x := lockAsync(context.Background(), l, key, recordlock.Options{Scope: recordlock.ScopeCluster, Timeout: time.Minute})
+	waitQueued(t, l, key, 1)
+	require.True(t, hs[0].Release())
+	_, releases := coord.counts()
+	assert.Equal(t, 1, releases, "a sharer's release ends its own round")
+	require.True(t, hs[1].Release())
+	xr := await(t, x, "the exclusive lock")
+	require.NoError(t, xr.err)
+	require.True(t, xr.h.Release())
+	calls, releases := coord.counts()
+	assert.Equal(t, 3, calls)
+	assert.Equal(t, 3, releases)
+	assert.True(t, recordlock.ProbeTableEmpty(l))
+}
