@@ -581,3 +581,13 @@ func TestClusterSharersEachJoinARound(t *testing.T) {
 	assert.Equal(t, 3, releases)
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
+
+// Resolve carries Shared through, for either value, with every default filled in.
+func TestResolveCarriesShared(t *testing.T) {
+	for _, s := range []bool{false, true} {
+		r, err := recordlock.Options{Shared: s, Scope: recordlock.ScopeNode}.Resolve()
+		require.NoError(t, err)
+		assert.Equal(t, recordlock.Resolved{Lease: recordlock.DefaultLease, Timeout: recordlock.DefaultTimeout,
+			Scope: recordlock.ScopeNode, ScopeRequested: true, Shared: s}, r)
+	}
+}
