@@ -46,7 +46,8 @@ func (g *waitGraph) enter(sh *shard, h *Handle) error {
 }
 
 // check is enter under the graph's mutex. For a deadlock it also returns, for the debug record,
-// how many other calls were queued for h's key and how long its holder had held it.
+// how many other calls were queued for h's key and how long its holder (the first, when it is
+// held shared) had held it.
 func (g *waitGraph) check(sh *shard, h *Handle) (err *DeadlockError, waiters int, holderAge time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
