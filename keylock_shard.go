@@ -78,9 +78,10 @@ func (sh *shard) lookup(h *Handle) *keyEntry { return sh.index.find(h.hash, h.cf
 
 // acquire takes h's key, or with wait queues for it until it is granted, the timeout passes, ctx
 // is done or h's Locker closes; a grant that raced with Close returns errGrantedAfterClose with
-// the key held. It returns the Mono reading the attempt started at, from which the lease and the
+// the key held. With ctxBounds (the caller gave no Timeout), a deadline of ctx
+// replaces the timeout. It returns the Mono reading the attempt started at, from which the lease and the
 // wait are measured.
-func (sh *shard) acquire(ctx context.Context, h *Handle, lease, timeout time.Duration, wait bool) (time.Duration, error) {
+func (sh *shard) acquire(ctx context.Context, h *Handle, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
 	c := h.tenant()
 	// Read before the mutex, which keeps the read out of the critical section every Lock and
 	// Release of the shard queues behind. The lease is measured from this reading, so it can only
@@ -106,6 +107,11 @@ func (sh *shard) acquire(ctx context.Context, h *Handle, lease, timeout time.Dur
 		sh.unlockAndRunHooks()
 		return 0, ErrLocked
 	default:
+		if ctxBounds {
+			if _, ok := ctx.Deadline(); ok {
+				timeout = unbounded // the ctx deadline, on the real clock, ends the wait
+			}
+		}
 		return mono, sh.wait(ctx, e, h, lease, mono+timeout, mono)
 	}
 	sh.unlockAndRunHooks()

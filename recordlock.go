@@ -172,22 +172,15 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 		return nil, err
 	}
 	wait := r.Timeout // how long the local wait for the key may last on l's clock
+	// With no Timeout a ctx deadline alone bounds the wait. The table reads it only if the key
+	// is busy, so that an uncontended Lock makes no call on ctx for it.
+	ctxBounds := false
 	if req.timeout > 0 {
 		res := *r
 		res.Timeout = req.timeout
 		r, wait = &res, req.timeout
-	} else if opts.Timeout == 0 {
-		if d, ok := ctx.Deadline(); ok {
-			// With no Timeout the ctx alone bounds the wait. The cluster round needs a bound on
-			// l's clock: the time left until the ctx deadline.
-			left := untilDeadline(d)
-			if left <= 0 {
-				return nil, context.DeadlineExceeded
-			}
-			res := *r
-			res.Timeout = left
-			r, wait = &res, unbounded
-		}
+	} else {
+		ctxBounds = opts.Timeout == 0
 	}
 	var coord Coordinator
 	if r.Scope != ScopeNode { // a node lock never consults the coordinator
@@ -197,8 +190,21 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 		}
 		coord = c
 	}
+	if coord != nil && ctxBounds {
+		ctxBounds = false
+		if d, ok := ctx.Deadline(); ok {
+			// The cluster round needs a bound on l's clock: the time left until the ctx deadline.
+			left := untilDeadline(d)
+			if left <= 0 {
+				return nil, context.DeadlineExceeded
+			}
+			res := *r
+			res.Timeout = left
+			r, wait = &res, unbounded
+		}
+	}
 	h := l.newHandle(req, e.flags)
-	start, err := l.tab.shard(h.hash).acquire(ctx, h, r.Lease, wait, req.wait)
+	start, err := l.tab.shard(h.hash).acquire(ctx, h, r.Lease, wait, req.wait, ctxBounds)
 	if err != nil {
 		if err == errGrantedAfterClose {
 			// The grant raced with Close: the key goes back and Lock fails.
