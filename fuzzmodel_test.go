@@ -61,6 +61,7 @@ type fzHandle struct {
 	expired      bool // the lease ended while it was held (lapse or revocation)
 	fencing      bool
 	deadline     time.Duration
+	asked        time.Duration // the lease of the lock or of the last upgrade, as asked: a round's bound
 	hold         bool
 	cluster      bool
 	tsR          recordlock.Timestamp
@@ -356,7 +357,7 @@ func (m *fzModel) lock(mode int, a, o byte) {
 		return
 	}
 	lease := cmpOr(opts.Lease, recordlock.DefaultLease)
-	m.add(&fzHandle{h: h, locker: li, key: k, held: true, shared: shared, deadline: m.mono + lease, hold: opts.Hold,
+	m.add(&fzHandle{h: h, locker: li, key: k, held: true, shared: shared, deadline: m.mono + lease, asked: lease, hold: opts.Hold,
 		acquired: m.mint(), expires: m.wall.Add(lease).UnixNano(), armed: -1})
 }
 
@@ -424,7 +425,7 @@ func (m *fzModel) join(b, a, c byte) {
 		}
 		return nil
 	}
-	want := !m.dead(x) && lease-(m.mono-minted) > 0
+	want := !m.dead(x) && lease-(m.mono-minted) > 0 && lease <= x.asked
 	got := x.h.JoinClusterRound(tsR, lease, minted, hook)
 	m.expect(got == want, "JoinClusterRound returned %v", got)
 	if !want {
@@ -464,6 +465,7 @@ func (m *fzModel) upgrade(b, a byte) {
 	// The new lease runs from now, but under a round no further than the round's deadline; then
 	// ExpiresAt is the round's too (docs/DESIGN.md §8.3).
 	lease = cmpOr(lease, recordlock.DefaultLease)
+	x.asked = lease
 	if x.cluster && x.roundEnd <= m.mono+lease {
 		x.deadline, x.expires = x.roundEnd, x.roundExpires
 	} else {
@@ -675,7 +677,7 @@ func (m *fzModel) txnLock(a, o byte) {
 		}
 		lease := cmpOr(opts.Lease, recordlock.DefaultLease)
 		x.held[k] = m.add(&fzHandle{h: h, locker: x.locker, key: k, held: true, shared: shared, deadline: m.mono + lease,
-			acquired: m.mint(), expires: m.wall.Add(lease).UnixNano(), armed: -1})
+			asked: lease, acquired: m.mint(), expires: m.wall.Add(lease).UnixNano(), armed: -1})
 	}
 }
 

@@ -21,7 +21,11 @@ type Handle struct {
 	keyLen int32
 	// heapIdx is guarded by the shard mutex; it sits here to share a word with keyLen.
 	heapIdx int32    // position in its scheduler's heap, -1 when not scheduled
-	keyBuf  [24]byte // short keys live here, so a Lock allocates only the Handle
+	keyBuf  [19]byte // short keys live here, so a Lock allocates only the Handle
+	// leaseHi and leaseLo are guarded by the shard mutex; they share a word with keyBuf (see
+	// askedLease).
+	leaseHi uint8
+	leaseLo uint32
 	hash    uint64
 	cf      uint32 // column family ID: a record is (cf, key)
 
@@ -187,6 +191,26 @@ func (h *Handle) setKey(key []byte) {
 	}
 	copy(buf, key)
 	h.keyPtr, h.keyLen = unsafe.SliceData(buf), int32(len(key))
+}
+
+// The lease a lock was taken, renewed or upgraded with, as asked (before any clamp to a round),
+// bounds the rounds it may join (JoinClusterRound). It is kept exactly, in nanoseconds, in 40
+// bits (leaseHi, leaseLo) taken from keyBuf's word: MaxLease needs 39, and a whole int64 would
+// have cost keyBuf 8 bytes, and keys of 17 to 24 bytes a second allocation per Lock, to stay
+// within 128 bytes. A coarser unit would fit in 32 bits but not hold every lease exactly: rounded
+// down, a round of the lock's own lease would be refused; rounded up, a longer one accepted.
+
+// Every valid lease fits 40 bits: this conversion does not compile otherwise.
+const _ = uint8(MaxLease >> 32)
+
+// askedLease returns the lease recorded by setAskedLease.
+func (h *Handle) askedLease() time.Duration {
+	return time.Duration(h.leaseHi)<<32 | time.Duration(h.leaseLo)
+}
+
+// setAskedLease records lease, a valid one, before h is published or with the shard mutex held.
+func (h *Handle) setAskedLease(lease time.Duration) {
+	h.leaseHi, h.leaseLo = uint8(lease>>32), uint32(lease)
 }
 
 // disown ends the handle's ownership by its Txn, when the Txn ends and the lock outlives it.

@@ -6,8 +6,10 @@ import "time"
 // request, UpgradeToHold and Renew.
 
 // JoinClusterRound re-anchors the handle to a granted cluster round. It returns false, changing
-// nothing, if the handle no longer authorizes writes or the round's lease, measured from
-// mintedMono on this handle's clock, is already over. Otherwise AcquiredAt and ClusterTsR become
+// nothing, if the handle no longer authorizes writes, if the round's lease, measured from
+// mintedMono on this handle's clock, is already over, or if lease is longer than the lease the
+// handle was locked with (or last renewed or upgraded to, as asked, before any clamp): a round
+// never grants more than the lock asked for. Otherwise AcquiredAt and ClusterTsR become
 // tsR, the version counter restarts, the deadline becomes exactly mintedMono+lease, ExpiresAt
 // becomes tsR+lease, and onRelease becomes the release hook.
 func (h *Handle) JoinClusterRound(tsR Timestamp, lease time.Duration, mintedMono time.Duration, onRelease func() error) bool {
@@ -19,7 +21,7 @@ func (h *Handle) join(round Round, lease time.Duration) bool {
 	sh := h.shard()
 	sh.mu.Lock()
 	defer sh.unlockAndRunHooks()
-	if h.dead() || h.settle(sh) {
+	if h.dead() || h.settle(sh) || lease > h.askedLease() {
 		return false
 	}
 	now := h.l.clock.Mono()
@@ -117,6 +119,7 @@ func (h *Handle) extend(lease time.Duration, hold bool) (leaseState, error) {
 		h.expiresAt = wall + int64(lease)
 	}
 	h.moveDeadline(sh, deadline)
+	h.setAskedLease(lease)
 	if hold {
 		h.setFlags(flagHold)
 		h.nextVersion()

@@ -123,6 +123,88 @@ func TestJoinClusterRoundRefusals(t *testing.T) {
 	})
 }
 
+// A round never grants more than the lock asked for: the lease it was taken with, or last renewed
+// or upgraded to, as asked.
+func TestJoinClusterRoundNoLongerThanTheLock(t *testing.T) {
+	clk, l := manual(t, openDB(t))
+	ts := func() recordlock.Timestamp { return recordlock.Timestamp(clk.Now().UnixNano()) }
+
+	t.Run("longer round refused, changing nothing", func(t *testing.T) {
+		h, err := l.TryLock([]byte("day"), recordlock.Options{Lease: time.Second, Scope: recordlock.ScopeNode})
+		require.NoError(t, err)
+		acquiredAt, expiresAt := h.AcquiredAt(), h.ExpiresAt()
+		var hooks hookCounter
+		assert.False(t, h.JoinClusterRound(ts(), 24*time.Hour, clk.Mono(), hooks.hook))
+		assert.False(t, h.JoinClusterRound(ts(), time.Second+time.Nanosecond, clk.Mono(), hooks.hook))
+		_, ok := h.ClusterTsR()
+		assert.False(t, ok)
+		assert.Equal(t, recordlock.ScopeNode, h.Scope())
+		assert.Equal(t, acquiredAt, h.AcquiredAt())
+		assert.True(t, h.ExpiresAt().Equal(expiresAt))
+		clk.Advance(time.Second - time.Nanosecond)
+		assert.False(t, h.IsLeaseExpired())
+		clk.Advance(time.Nanosecond)
+		assert.True(t, h.IsLeaseExpired(), "the lease still ends a second after the lock")
+		assert.Equal(t, 0, hooks.count(), "a refused round's hook is not installed")
+	})
+	t.Run("equal round joined", func(t *testing.T) {
+		h, err := l.TryLock([]byte("equal"), recordlock.Options{Lease: time.Second})
+		require.NoError(t, err)
+		tsR := ts()
+		require.True(t, h.JoinClusterRound(tsR, time.Second, clk.Mono(), nil))
+		got, ok := h.ClusterTsR()
+		assert.True(t, ok)
+		assert.Equal(t, tsR, got)
+		require.True(t, h.Release())
+	})
+	t.Run("lease that is no whole number of microseconds", func(t *testing.T) {
+		lease := time.Second + time.Nanosecond
+		h, err := l.TryLock([]byte("odd"), recordlock.Options{Lease: lease})
+		require.NoError(t, err)
+		assert.False(t, h.JoinClusterRound(ts(), lease+time.Nanosecond, clk.Mono(), nil))
+		assert.True(t, h.JoinClusterRound(ts(), lease, clk.Mono(), nil))
+		require.True(t, h.Release())
+	})
+	t.Run("longest lease", func(t *testing.T) {
+		h, err := l.TryLock([]byte("max"), recordlock.Options{Lease: recordlock.MaxLease})
+		require.NoError(t, err)
+		assert.False(t, h.JoinClusterRound(ts(), recordlock.MaxLease+time.Nanosecond, clk.Mono(), nil))
+		assert.True(t, h.JoinClusterRound(ts(), recordlock.MaxLease, clk.Mono(), nil))
+		require.True(t, h.Release())
+	})
+	for _, tc := range []struct {
+		name   string
+		extend func(*recordlock.Handle, time.Duration) error
+	}{
+		{"Renew", (*recordlock.Handle).Renew},
+		{"UpgradeToHold", (*recordlock.Handle).UpgradeToHold},
+	} {
+		t.Run("after "+tc.name, func(t *testing.T) {
+			h, err := l.TryLock([]byte(tc.name), recordlock.Options{Lease: time.Second})
+			require.NoError(t, err)
+			require.NoError(t, tc.extend(h, time.Minute))
+			assert.False(t, h.JoinClusterRound(ts(), time.Minute+time.Nanosecond, clk.Mono(), nil))
+			require.True(t, h.JoinClusterRound(ts(), time.Minute, clk.Mono(), nil))
+
+			// Under the round a longer lease is clamped to the round's deadline, but the lease
+			// asked for is what bounds the next round.
+			require.NoError(t, tc.extend(h, 2*time.Minute))
+			assert.False(t, h.JoinClusterRound(ts(), 2*time.Minute+time.Nanosecond, clk.Mono(), nil))
+			require.True(t, h.JoinClusterRound(ts(), 2*time.Minute, clk.Mono(), nil))
+
+			// A shorter lease asked for lowers the bound.
+			require.NoError(t, tc.extend(h, time.Second))
+			assert.False(t, h.JoinClusterRound(ts(), 2*time.Second, clk.Mono(), nil))
+			assert.True(t, h.JoinClusterRound(ts(), time.Second, clk.Mono(), nil))
+
+			// A failed renewal changes nothing.
+			require.ErrorIs(t, tc.extend(h, time.Hour), recordlock.ErrInvalidOptions)
+			assert.False(t, h.JoinClusterRound(ts(), time.Hour, clk.Mono(), nil))
+			require.True(t, h.Release())
+		})
+	}
+}
+
 func TestJoinClusterRound(t *testing.T) {
 	clk, l := manual(t, openDB(t))
 	key := []byte("k")

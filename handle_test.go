@@ -115,7 +115,7 @@ func TestReleaseThenLeasePredicates(t *testing.T) {
 func TestRevokeLeaseOnHeldHandle(t *testing.T) {
 	clk, l := manual(t, openDB(t))
 	key := []byte("k")
-	h, err := l.TryLock(key, recordlock.Options{})
+	h, err := l.TryLock(key, recordlock.Options{Lease: time.Minute})
 	require.NoError(t, err)
 	var hooks hookCounter
 	joinHook(t, h, clk, time.Minute, hooks.hook)

@@ -204,6 +204,7 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 		}
 	}
 	h := l.newHandle(req, e.flags)
+	h.setAskedLease(r.Lease)
 	start, err := l.tab.shard(h.hash).acquire(ctx, h, r.Lease, wait, req.wait, ctxBounds)
 	if err != nil {
 		if err == errGrantedAfterClose {

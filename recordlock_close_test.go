@@ -141,7 +141,7 @@ func TestCloseReleasesHandlesAndFailsWaiters(t *testing.T) {
 	b := newLocker(t, db, recordlock.WithClock(clk))
 
 	var hooks hookCounter
-	held, err := a.TryLock([]byte("held"), recordlock.Options{})
+	held, err := a.TryLock([]byte("held"), recordlock.Options{Lease: time.Minute})
 	require.NoError(t, err)
 	joinHook(t, held, clk, time.Minute, hooks.hook)
 	done := held.Done()
@@ -199,7 +199,7 @@ func TestCloseWhileThousandWait(t *testing.T) {
 	key := []byte("busy")
 	ctx := context.Background()
 
-	h, err := l.TryLock(key, node)
+	h, err := l.TryLock(key, recordlock.Options{Scope: recordlock.ScopeNode, Lease: recordlock.MaxLease})
 	require.NoError(t, err)
 	var hooks atomic.Int32
 	require.True(t, h.JoinClusterRound(l.Timestamp(), recordlock.MaxLease, clk.Mono(), func() error { hooks.Add(1); return nil }))

@@ -59,7 +59,7 @@ func TestReleaseHookFailuresAreContainedAndRateLimited(t *testing.T) {
 
 	// The limit is per Locker.
 	other := newLocker(t, db, recordlock.WithClock(clk), recordlock.WithLogger(slog.New(logs)))
-	h2, err := other.TryLock([]byte("other"), recordlock.Options{})
+	h2, err := other.TryLock([]byte("other"), recordlock.Options{Lease: time.Minute})
 	require.NoError(t, err)
 	joinHook(t, h2, clk, time.Minute, failing)
 	assert.True(t, h2.Release())

@@ -87,7 +87,7 @@ func TestStatsCountEachEvent(t *testing.T) {
 	want.Fenced = 1
 	check("a fenced refusal")
 
-	r, err := l.TryLock([]byte("c"), recordlock.Options{})
+	r, err := l.TryLock([]byte("c"), recordlock.Options{Lease: time.Minute})
 	require.NoError(t, err)
 	joinHook(t, r, clk, time.Minute, func() error { return errors.New("hook failed") })
 	r.RevokeLease()
@@ -127,7 +127,7 @@ func TestLocksListsHolders(t *testing.T) {
 	require.NoError(t, err)
 	inCF, err := l.TryLockCF(cf, []byte("plain"), recordlock.Options{})
 	require.NoError(t, err)
-	cluster, err := l.TryLock([]byte("cluster"), recordlock.Options{})
+	cluster, err := l.TryLock([]byte("cluster"), recordlock.Options{Lease: time.Minute})
 	require.NoError(t, err)
 	joinHook(t, cluster, clk, time.Minute, func() error { return nil })
 	txn := l.Begin()

@@ -143,9 +143,9 @@ func TestTxnCommitReleasesAsTheFenceEnds(t *testing.T) {
 		upgradeMid  bool // UpgradeToHold from another goroutine while the write runs
 		wantHeldNow bool
 	}{
-		{name: "without Hold", opts: Options{}},
-		{name: "with Hold", opts: Options{Hold: true}, wantHeldNow: true},
-		{name: "upgraded inside the commit", opts: Options{}, upgradeMid: true, wantHeldNow: true},
+		{name: "without Hold", opts: Options{Lease: time.Minute}},
+		{name: "with Hold", opts: Options{Lease: time.Minute, Hold: true}, wantHeldNow: true},
+		{name: "upgraded inside the commit", opts: Options{Lease: time.Minute}, upgradeMid: true, wantHeldNow: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := []byte("k-" + tc.name)
