@@ -10,7 +10,8 @@ import (
 // Coordinator grants cluster rounds: the cluster-wide half of a ScopeCluster lock. The Locker
 // takes the local key first, then calls Acquire with what is left of Options.Timeout (with a
 // zero Timeout and a ctx deadline, of the time until that deadline), then joins the returned
-// round (Handle.JoinClusterRound).
+// round (Handle.JoinClusterRound). Only coordinator authors implement it; see Writing a
+// coordinator in the package documentation.
 type Coordinator interface {
 	// Acquire admits this node to key for at most lease. revoke is what the coordinator calls to
 	// recall the admission early; it ends in Handle.RevokeLease. On failure the Locker gives the
@@ -19,7 +20,8 @@ type Coordinator interface {
 	Acquire(ctx context.Context, key []byte, lease time.Duration, revoke func()) (Round, error)
 }
 
-// Round is one granted cluster admission.
+// Round is one granted cluster admission, as Coordinator.Acquire returns it (see Writing a
+// coordinator in the package documentation).
 type Round struct {
 	// TsR is the round's timestamp; the handle's AcquiredAt and ClusterTsR become TsR.
 	TsR Timestamp

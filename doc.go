@@ -91,6 +91,33 @@
 // without declaring the database standalone, it returns [ErrClusterUnavailable] rather than a
 // node-local lock. Node scope is always local.
 //
+// # Writing a coordinator
+//
+// An application that only locks records can skip this section and the next: it passes a
+// ready-made coordinator (such as the etcdcoord module's) to [WithCoordinator] and calls none of
+// what they describe.
+//
+// A [Coordinator] grants the cluster-wide half of a lock. For a lock of cluster scope the Locker
+// takes the local key, then calls Acquire with the lease of the lock's Options as [Options.Resolve]
+// fills them in ([Resolved]), and joins the [Round] it returns through
+// [Handle.JoinClusterRound]: the handle's lease is then measured from Round.MintedMono, its
+// AcquiredAt becomes Round.TsR, Round.Token becomes [Handle.Token], and Round.Release runs when the
+// handle is released, lapses or is revoked. A round is never joined for a longer lease than the
+// lock asked for. Acquire must be safe for concurrent use, return promptly once its ctx is done,
+// and keep the revoke function it is given: calling it recalls the admission, which ends the
+// handle's lease at once. See the Coordinator example.
+//
+// # Version stamps
+//
+// A database that stamps each record with a version (for replication or optimistic reads) can
+// take the versions from the lock, so that they increase from one holder of a record to the next:
+// [Handle.NextHolderVersion] returns the next version and records it, [Handle.HolderVersionCandidate]
+// looks ahead without recording (for a write that may still fail), [Handle.NoteHolderVersion]
+// records a version once such a write went in, and [Handle.NoteCandidateFloor] raises the floor of
+// later versions, as to just above the version a holder finds stored. A holder's first version is
+// its AcquiredAt, a [Timestamp] minted when it took the key. See the Handle.NextHolderVersion
+// example.
+//
 // How the table, leases, fencing, fairness and cluster rounds work inside is described in
 // docs/DESIGN.md in the repository.
 package recordlock

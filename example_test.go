@@ -2,9 +2,11 @@ package recordlock_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/linxGnu/grocksdb"
@@ -273,4 +275,176 @@ func ExampleTxn_LockAll() {
 	// account/alice = "130"
 	// account/bob = "20"
 	// account/carol = ""
+}
+
+// oneProcessCoordinator is the smallest Coordinator that keeps the contract: it admits every
+// request at once (a real one asks the cluster, honouring ctx) and grants each key's rounds
+// increasing tokens. It is safe for concurrent use, as the Locker needs.
+type oneProcessCoordinator struct {
+	clock    recordlock.Clock            // the Locker's clock: MintedMono is read from it
+	stamp    func() recordlock.Timestamp // the Locker's Timestamp method
+	maxLease time.Duration               // the longest lease it can grant
+
+	mu     sync.Mutex
+	tokens map[string]uint64
+	recall map[string]func() // each key's revoke, while admitted
+}
+
+func (c *oneProcessCoordinator) Acquire(ctx context.Context, key []byte, lease time.Duration, revoke func()) (recordlock.Round, error) {
+	if lease > c.maxLease {
+		// A lease it can never grant: the Lock fails with an error matching this one.
+		return recordlock.Round{}, fmt.Errorf("%w: this coordinator grants at most %v", recordlock.ErrInvalidOptions, c.maxLease)
+	}
+	// Read before the request goes out: the round's lease is measured from this instant, so this
+	// node's deadline never falls after the cluster's.
+	minted := c.clock.Mono()
+	if err := ctx.Err(); err != nil {
+		return recordlock.Round{}, err
+	}
+	k := string(key) // the Locker may reuse key once Acquire returns
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tokens[k]++
+	token := c.tokens[k]
+	c.recall[k] = revoke
+	release := func() error { // becomes the handle's release hook
+		c.mu.Lock()
+		delete(c.recall, k)
+		c.mu.Unlock()
+		fmt.Printf("coordinator: round %d of %s given back\n", token, k)
+		return nil
+	}
+	return recordlock.Round{TsR: c.stamp(), MintedMono: minted, Token: token, Release: release}, nil
+}
+
+// revokeAdmission recalls key's admission early, as when another node asks for the key.
+func (c *oneProcessCoordinator) revokeAdmission(key string) {
+	c.mu.Lock()
+	revoke := c.recall[key]
+	c.mu.Unlock()
+	if revoke != nil {
+		revoke() // ends in Handle.RevokeLease, which runs the release hook
+	}
+}
+
+// A Coordinator grants the cluster-wide half of a lock. The Locker takes the local key, asks
+// Acquire for a round with the Options' resolved lease, and joins it.
+func ExampleCoordinator() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	clock := recordlock.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	coord := &oneProcessCoordinator{clock: clock, maxLease: time.Minute,
+		tokens: map[string]uint64{}, recall: map[string]func(){}}
+	locker, err := recordlock.New(db, recordlock.WithClock(clock), recordlock.WithCoordinator(coord))
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+	coord.stamp = locker.Timestamp
+	ctx := context.Background()
+	key := []byte("order/7")
+
+	// What a Lock with these Options asks of the coordinator.
+	opts := recordlock.Options{Lease: 10 * time.Second}
+	r, err := opts.Resolve()
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("resolved:", r.Scope, r.Lease, "scope named:", r.ScopeRequested)
+
+	h, err := locker.Lock(ctx, key, opts)
+	if err != nil {
+		panic(err)
+	}
+	tsR, joined := h.ClusterTsR()
+	fmt.Println("handle:", h.Scope(), "token", h.Token(), "AcquiredAt is TsR:", joined && h.AcquiredAt() == tsR)
+	fmt.Println("released:", h.Release())
+
+	h, err = locker.Lock(ctx, key, opts)
+	if err != nil {
+		panic(err)
+	}
+	coord.revokeAdmission(string(key))
+	fmt.Println("after a recall, lease ended:", h.IsLeaseExpired())
+
+	_, err = locker.Lock(ctx, key, recordlock.Options{Lease: 2 * time.Minute})
+	fmt.Println("too long a lease:", errors.Is(err, recordlock.ErrClusterUnavailable), errors.Is(err, recordlock.ErrInvalidOptions))
+
+	n, err := locker.Lock(ctx, key, recordlock.Options{Scope: recordlock.ScopeNode})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("node scope:", n.Scope(), "token", n.Token())
+	n.Release()
+	// Output:
+	// resolved: cluster 10s scope named: false
+	// handle: cluster token 1 AcquiredAt is TsR: true
+	// coordinator: round 1 of order/7 given back
+	// released: true
+	// coordinator: round 2 of order/7 given back
+	// after a recall, lease ended: true
+	// too long a lease: true true
+	// node scope: node token 0
+}
+
+// A database that stamps each record with a version (for replication or optimistic reads) can
+// take it from the lock, so that the versions of one record increase from holder to holder. Here
+// the stored value is the 8-byte version followed by the data.
+func ExampleHandle_NextHolderVersion() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	clock := recordlock.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	locker, err := recordlock.New(db, recordlock.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+	ro, wo := grocksdb.NewDefaultReadOptions(), grocksdb.NewDefaultWriteOptions()
+	defer ro.Destroy()
+	defer wo.Destroy()
+	ctx := context.Background()
+	key := []byte("order/7")
+	save := func(h *recordlock.Handle, v recordlock.Timestamp, data string) {
+		value := append(binary.BigEndian.AppendUint64(nil, uint64(v)), data...)
+		if err := h.Fence(func() error { return db.Put(wo, key, value) }); err != nil {
+			panic(err)
+		}
+	}
+	stored := func() recordlock.Timestamp {
+		v, err := db.GetBytes(ro, key)
+		if err != nil {
+			panic(err)
+		}
+		return recordlock.Timestamp(binary.BigEndian.Uint64(v))
+	}
+
+	a, err := locker.Lock(ctx, key, recordlock.Options{})
+	if err != nil {
+		panic(err)
+	}
+	base := a.AcquiredAt() // versions below are printed relative to it
+	save(a, a.NextHolderVersion(), "placed")
+	save(a, a.NextHolderVersion(), "paid")
+	// HolderVersionCandidate looks ahead without recording: use it for a write that may still
+	// fail, and NoteHolderVersion once it went in.
+	fmt.Println("first holder:", stored()-base, "next candidate:", a.HolderVersionCandidate(0)-base, a.HolderVersionCandidate(0)-base)
+	a.Release()
+
+	// The next holder's AcquiredAt is minted later, yet need not be above every version the first
+	// holder issued: it notes the stored version as the floor of its own.
+	b, err := locker.Lock(ctx, key, recordlock.Options{})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("next holder's AcquiredAt:", b.AcquiredAt()-base)
+	b.NoteCandidateFloor(stored() + 1)
+	v := b.HolderVersionCandidate(0)
+	save(b, v, "shipped")
+	b.NoteHolderVersion(v)
+	fmt.Println("next holder:", stored()-base, "then:", b.NextHolderVersion()-base)
+	b.Release()
+	// Output:
+	// first holder: 1 next candidate: 2 2
+	// next holder's AcquiredAt: 1
+	// next holder: 2 then: 3
 }

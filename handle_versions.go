@@ -1,10 +1,11 @@
 package recordlock
 
-// Lock-ordered version stamps of a holder's writes (docs/DESIGN.md §9).
+// Lock-ordered version stamps of a holder's writes (docs/DESIGN.md §9), for databases that
+// version their records: see Version stamps in the package documentation.
 
 // HolderVersionCandidate returns the version the next holder write would get, at least floor,
 // without recording it: max(last issued + 1, or AcquiredAt if none; AcquiredAt; the candidate
-// floor; floor).
+// floor; floor). See Version stamps in the package documentation.
 func (h *Handle) HolderVersionCandidate(floor Timestamp) Timestamp {
 	sh := h.shard()
 	sh.mu.Lock()
@@ -23,7 +24,8 @@ func (h *Handle) candidate(floor Timestamp) Timestamp {
 	return v
 }
 
-// NextHolderVersion returns the candidate version and records it as issued.
+// NextHolderVersion returns the candidate version and records it as issued. See Version stamps in
+// the package documentation.
 func (h *Handle) NextHolderVersion() Timestamp {
 	sh := h.shard()
 	sh.mu.Lock()
@@ -38,7 +40,8 @@ func (h *Handle) nextVersion() Timestamp {
 	return v
 }
 
-// NoteCandidateFloor raises the floor of later candidates without counting as a write.
+// NoteCandidateFloor raises the floor of later candidates without counting as a write. See
+// Version stamps in the package documentation.
 func (h *Handle) NoteCandidateFloor(v Timestamp) {
 	sh := h.shard()
 	sh.mu.Lock()
@@ -47,7 +50,8 @@ func (h *Handle) NoteCandidateFloor(v Timestamp) {
 	c.floor = max(c.floor, v)
 }
 
-// NoteHolderVersion records v as issued if it is above the last issued version; it never lowers it.
+// NoteHolderVersion records v as issued if it is above the last issued version; it never lowers
+// it. See Version stamps in the package documentation.
 func (h *Handle) NoteHolderVersion(v Timestamp) {
 	sh := h.shard()
 	sh.mu.Lock()

@@ -61,22 +61,27 @@ type Options struct {
 	Shared bool
 }
 
-// Resolved is Options with every default filled in.
+// Resolved is Options with every default filled in, as Options.Resolve returns it: what a Lock
+// with those Options asks for (see Writing a coordinator in the package documentation).
 type Resolved struct {
+	// Lease is Options.Lease, or DefaultLease for zero: the lease a Lock asks of the coordinator.
 	Lease time.Duration
-	// Timeout is DefaultTimeout for a zero Options.Timeout: a ctx deadline, which then takes its
-	// place, is known only to the call.
+	// Timeout is Options.Timeout, or DefaultTimeout for zero. With a zero Options.Timeout a Lock
+	// whose ctx has a deadline waits until that deadline instead, which only the call knows.
 	Timeout time.Duration
-	Hold    bool
-	// Scope is ScopeNode for node scope and ScopeCluster otherwise.
+	// Hold is Options.Hold.
+	Hold bool
+	// Scope is ScopeNode for node scope and ScopeCluster otherwise: ScopeDefault resolves to
+	// ScopeCluster, which runs as a node lock where the database never had a coordinator.
 	Scope Scope
 	// ScopeRequested is true when the caller named a scope, which makes ScopeCluster fail closed.
 	ScopeRequested bool
 	Shared         bool
 }
 
-// Resolve validates o and fills in the defaults. On failure it returns an *OptionError that
-// matches ErrInvalidOptions.
+// Resolve validates o and fills in the defaults, as every Lock does; applications need not call
+// it (see Writing a coordinator in the package documentation). On failure it returns an
+// *OptionError that matches ErrInvalidOptions, and the zero Resolved.
 func (o Options) Resolve() (Resolved, error) {
 	r := Resolved{
 		Lease:          cmp.Or(o.Lease, DefaultLease),
