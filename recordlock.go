@@ -19,6 +19,7 @@ type Locker struct {
 	db     *grocksdb.DB
 	opts   resolvedCache
 	hooks  testHooks
+	cfs    columnFamilies
 
 	closeOnce sync.Once
 	// closing is cancelled when Close begins, to call off the coordinator requests in flight.
@@ -101,7 +102,11 @@ func (l *Locker) Lock(ctx context.Context, key []byte, opts Options) (*Handle, e
 // LockCF is Lock of key in column family cf: the same key bytes in two column families are two
 // records, locked independently. A nil cf is the default column family, as Lock uses.
 func (l *Locker) LockCF(ctx context.Context, cf *grocksdb.ColumnFamilyHandle, key []byte, opts Options) (*Handle, error) {
-	return l.lock(ctx, lockRequest{cf: columnFamilyID(cf), key: key, wait: true}, &opts)
+	id, err := l.columnFamily(cf)
+	if err != nil {
+		return nil, err
+	}
+	return l.lock(ctx, lockRequest{cf: id, key: key, wait: true}, &opts)
 }
 
 // TryLock locks key if it is free and fails with ErrLocked at once if it is not. With cluster
@@ -113,7 +118,11 @@ func (l *Locker) TryLock(key []byte, opts Options) (*Handle, error) {
 
 // TryLockCF is TryLock of key in column family cf (nil: the default column family).
 func (l *Locker) TryLockCF(cf *grocksdb.ColumnFamilyHandle, key []byte, opts Options) (*Handle, error) {
-	return l.lock(context.Background(), lockRequest{cf: columnFamilyID(cf), key: key}, &opts)
+	id, err := l.columnFamily(cf)
+	if err != nil {
+		return nil, err
+	}
+	return l.lock(context.Background(), lockRequest{cf: id, key: key}, &opts)
 }
 
 // lockRequest is what identifies one lock call apart from its Options.
@@ -130,14 +139,6 @@ type lockRequest struct {
 // unbounded is the timeout of a wait that only its ctx bounds: no Locker's clock reaches it
 // (about 146 years), and its sum with any Mono reading still fits a time.Duration.
 const unbounded = time.Duration(1 << 62)
-
-// columnFamilyID is cf's ID, 0 (the default column family) for nil.
-func columnFamilyID(cf *grocksdb.ColumnFamilyHandle) uint32 {
-	if cf == nil {
-		return 0
-	}
-	return cf.ID()
-}
 
 // check validates a lock request.
 func (l *Locker) check(key []byte, opts Options) (Resolved, error) {

@@ -135,7 +135,11 @@ func (t *Txn) Lock(ctx context.Context, key []byte, opts Options) (*Handle, erro
 
 // LockCF is Lock of key in column family cf (nil: the default column family).
 func (t *Txn) LockCF(ctx context.Context, cf *grocksdb.ColumnFamilyHandle, key []byte, opts Options) (*Handle, error) {
-	return t.lock(ctx, columnFamilyID(cf), key, opts)
+	id, err := t.l.columnFamily(cf)
+	if err != nil {
+		return nil, err
+	}
+	return t.lock(ctx, id, key, opts)
 }
 
 func (t *Txn) lock(ctx context.Context, cf uint32, key []byte, opts Options) (*Handle, error) {
@@ -241,7 +245,10 @@ func (t *Txn) get(cf *grocksdb.ColumnFamilyHandle, key []byte) ([]byte, error) {
 	if len(key) == 0 {
 		return nil, ErrInvalidKey
 	}
-	cfID := columnFamilyID(cf)
+	cfID, err := t.l.columnFamily(cf)
+	if err != nil {
+		return nil, err
+	}
 	if x, ok := t.locks.latest(cfID, key); ok && !x.h.released() && x.h.IsLeaseExpired() {
 		return nil, ErrLeaseExpired
 	}

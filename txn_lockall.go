@@ -40,7 +40,11 @@ func (t *Txn) LockAll(ctx context.Context, opts Options, keys ...[]byte) ([]*Han
 
 // LockAllCF is LockAll of keys in column family cf (nil: the default column family).
 func (t *Txn) LockAllCF(ctx context.Context, cf *grocksdb.ColumnFamilyHandle, opts Options, keys ...[]byte) ([]*Handle, error) {
-	return t.lockAll(ctx, columnFamilyID(cf), opts, keys)
+	id, err := t.l.columnFamily(cf)
+	if err != nil {
+		return nil, err
+	}
+	return t.lockAll(ctx, id, opts, keys)
 }
 
 func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byte) ([]*Handle, error) {

@@ -49,7 +49,10 @@ func (t *Txn) stage(cf *grocksdb.ColumnFamilyHandle, key, value []byte, del bool
 	if len(key) == 0 {
 		return ErrInvalidKey
 	}
-	cfID := columnFamilyID(cf)
+	cfID, err := t.l.columnFamily(cf)
+	if err != nil {
+		return err
+	}
 	i := t.locks.find(cfID, key) // a write is protected by the record's latest handle
 	switch {
 	case i >= 0:
