@@ -90,7 +90,8 @@ type leaseState struct {
 	h         *Handle
 	deadline  time.Duration
 	expiresAt int64
-	flags     handleFlags // flagHold and flagHasVersion as they were
+	asked     time.Duration // askedLease
+	flags     handleFlags   // flagHold and flagHasVersion as they were
 	lastVer   Timestamp
 }
 
@@ -106,7 +107,7 @@ func (h *Handle) extend(lease time.Duration, hold bool) (leaseState, error) {
 	if err := h.deadErr(sh); err != nil {
 		return leaseState{}, err
 	}
-	was := leaseState{h: h, deadline: h.dueAt(), expiresAt: h.expiresAt, flags: h.flags() & (flagHold | flagHasVersion)}
+	was := leaseState{h: h, deadline: h.dueAt(), expiresAt: h.expiresAt, asked: h.askedLease(), flags: h.flags() & (flagHold | flagHasVersion)}
 	if h.cold != nil {
 		was.lastVer = h.cold.lastVer
 	}
@@ -128,14 +129,15 @@ func (h *Handle) extend(lease time.Duration, hold bool) (leaseState, error) {
 	return was, nil
 }
 
-// undo puts back the lease, ExpiresAt, Hold flag and version counter that extend replaced. A
-// deadline put back that has already passed ends the lease now, as it would have without the
-// upgrade.
+// undo puts back the lease (and the lease asked for), ExpiresAt, Hold flag and version counter
+// that extend replaced. A deadline put back that has already passed ends the lease now, as it
+// would have without the upgrade.
 func (s leaseState) undo() {
 	h := s.h
 	sh := h.shard()
 	sh.mu.Lock()
 	h.expiresAt = s.expiresAt
+	h.setAskedLease(s.asked)
 	h.state.Store(h.flags()&^(flagHold|flagHasVersion) | s.flags)
 	if h.cold != nil {
 		h.cold.lastVer = s.lastVer

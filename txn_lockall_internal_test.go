@@ -15,6 +15,7 @@ import (
 type handleState struct {
 	due       time.Duration
 	expiresAt int64
+	asked     time.Duration // the lease a round may not exceed
 	hold      bool
 	candidate Timestamp
 	flags     handleFlags
@@ -24,12 +25,12 @@ func stateOf(h *Handle) handleState {
 	sh := h.shard()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return handleState{due: h.dueAt(), expiresAt: h.expiresAt, hold: h.Hold(), candidate: h.candidate(0),
+	return handleState{due: h.dueAt(), expiresAt: h.expiresAt, asked: h.askedLease(), hold: h.Hold(), candidate: h.candidate(0),
 		flags: h.flags() & (flagHold | flagHasVersion)}
 }
 
 // A LockAll with Hold whose upgrades have begun and which then fails undoes every upgrade it
-// made exactly: deadline, ExpiresAt, Hold and version counter, whether an upgrade itself fails or
+// made exactly: deadline, ExpiresAt, the lease asked for, Hold and version counter, whether an upgrade itself fails or
 // a key the call took lapsed while the upgrades ran.
 func TestTxnLockAllUndoesHoldUpgrades(t *testing.T) {
 	for _, tc := range []struct {
