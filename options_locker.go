@@ -23,8 +23,10 @@ type loggerOption struct{ l *slog.Logger }
 
 func (o loggerOption) apply(c *config) { c.log = o.l }
 
-// WithLogger sets where release-hook failures and key-table faults are reported (at warn level).
-// The default, and what nil means, is slog.Default().
+// WithLogger sets the Locker's logger. Release-hook failures and key-table faults are reported
+// at warn level; at debug level, when the logger is enabled for it, a lease that lapsed while its
+// key was still held and a deadlock found each get a record with the key, the holder's age and
+// the number of waiters. The default, and what nil means, is slog.Default().
 func WithLogger(l *slog.Logger) Option { return loggerOption{l} }
 
 type coordinatorOption struct{ c Coordinator }

@@ -85,22 +85,32 @@ func (l *Locker) RemoveCoordinator(standalone bool) { l.tab.db.coord.remove(stan
 // Locker and goroutine of this database.
 func (l *Locker) Timestamp() Timestamp { return l.tab.db.stamps.mint(l.clock.Now().UnixNano()) }
 
-// Lock waits until key is free and locks it. It fails with ErrTimeout once opts.Timeout has
-// passed on the Locker's clock, and with an error matching ctx's error once ctx is done (at once
-// if it already is). A zero opts.Timeout means DefaultTimeout, except that with a ctx that has a
-// deadline the ctx alone bounds the wait; a non-zero Timeout and a ctx deadline both apply. With
-// cluster scope the coordinator's round gets what is left of the Timeout, or with a zero Timeout
-// and a ctx deadline, of the time until that deadline when Lock started; a round not granted
-// within it fails with ErrTimeout, and a coordinator that cannot grant one with
-// ErrClusterUnavailable. Invalid options (an *OptionError matching ErrInvalidOptions), a nil,
-// empty or too long key (ErrInvalidKey) and a closed Locker (ErrClosed) fail before anything is
-// locked. On failure nothing stays locked or queued. The caller may reuse key once Lock returns.
+// Lock waits until key is free and locks it. A zero opts.Timeout means DefaultTimeout, except
+// that with a ctx that has a deadline the ctx alone bounds the wait; a non-zero Timeout and a ctx
+// deadline both apply. With cluster scope the coordinator's round gets what is left of the
+// Timeout, or with a zero Timeout and a ctx deadline, of the time until that deadline when Lock
+// started. The caller may reuse key once Lock returns.
+//
+// On failure Lock returns a nil handle and leaves nothing locked or queued. The error is:
+//   - an *OptionError matching ErrInvalidOptions for invalid opts, ErrInvalidKey for a nil, empty
+//     or too long key, and ErrClosed once the Locker is closed, before anything is locked;
+//   - ErrTimeout once opts.Timeout has passed on the Locker's clock, or when the coordinator did
+//     not grant a round within it;
+//   - an error matching ctx's error once ctx is done (at once if it already is);
+//   - ErrClusterUnavailable when cluster scope cannot be granted: ScopeCluster with no
+//     coordinator, a coordinator removed without declaring the database standalone, a
+//     coordinator that failed (its error is wrapped as well), or a round that lapsed or was
+//     revoked before it was joined;
+//   - ErrClosed when the Locker is closed while Lock waits.
 func (l *Locker) Lock(ctx context.Context, key []byte, opts Options) (*Handle, error) {
 	return l.lock(ctx, lockRequest{key: key, wait: true}, &opts)
 }
 
 // LockCF is Lock of key in column family cf: the same key bytes in two column families are two
-// records, locked independently. A nil cf is the default column family, as Lock uses.
+// records, locked independently. A nil cf is the default column family, as Lock uses. Besides
+// the errors of Lock, it fails before anything is locked with an error matching
+// ErrInvalidOptions when cf cannot be a family of the Locker's database: its name is not one of
+// the database's families, or its ID cannot be that family's (see Txn for what can be told).
 func (l *Locker) LockCF(ctx context.Context, cf *grocksdb.ColumnFamilyHandle, key []byte, opts Options) (*Handle, error) {
 	id, err := l.columnFamily(cf)
 	if err != nil {
@@ -111,12 +121,16 @@ func (l *Locker) LockCF(ctx context.Context, cf *grocksdb.ColumnFamilyHandle, ke
 
 // TryLock locks key if it is free and fails with ErrLocked at once if it is not. With cluster
 // scope the coordinator's round is bounded by opts.Timeout; a round not granted within it (the key
-// is held on another node) fails with an error matching both ErrLocked and ErrTimeout.
+// is held on another node) fails with an error matching both ErrLocked and ErrTimeout. It fails
+// as Lock does with an *OptionError matching ErrInvalidOptions, ErrInvalidKey, ErrClosed or
+// ErrClusterUnavailable. On failure it returns a nil handle and nothing stays locked.
 func (l *Locker) TryLock(key []byte, opts Options) (*Handle, error) {
 	return l.lock(context.Background(), lockRequest{key: key}, &opts)
 }
 
-// TryLockCF is TryLock of key in column family cf (nil: the default column family).
+// TryLockCF is TryLock of key in column family cf (nil: the default column family). A cf that
+// cannot be a family of the Locker's database fails as in LockCF, with an error matching
+// ErrInvalidOptions.
 func (l *Locker) TryLockCF(cf *grocksdb.ColumnFamilyHandle, key []byte, opts Options) (*Handle, error) {
 	id, err := l.columnFamily(cf)
 	if err != nil {

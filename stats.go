@@ -10,30 +10,40 @@ import (
 // Waiting are readings of now; the counters run from when the table was created (when the first
 // Locker of the database opened, or reopened after the last one closed).
 type Stats struct {
-	Held    int // holders (handles) of keys, counting a lease that lapsed unwatched until its key is next looked at
-	Waiting int // Lock calls and upgrades queued for a busy key, with their timers armed (and, for a Txn, its wait checked for deadlocks)
+	// Held is the number of holders (handles) of keys now: a key held by three sharers counts
+	// three. A lease that ran out while nobody waited for its key, watched its handle's Done or
+	// had a release hook on it is still counted until the key or the handle is next used: a Lock
+	// of the key, a call on the handle, or Locks.
+	Held int
+	// Waiting is the number of Lock calls and upgrades queued now for a busy key, each counted
+	// once the timers its wait needs (its timeout, the holder's lease end) are armed and, for a
+	// Txn, once its wait was checked for a deadlock.
+	Waiting int
 
-	Acquired     uint64        // keys granted
-	Contended    uint64        // of Acquired, grants that waited
-	WaitTime     time.Duration // total time the Contended grants waited
-	Timeouts     uint64        // Lock calls that failed with ErrTimeout after waiting
-	Canceled     uint64        // Lock calls whose ctx ended the wait
-	Deadlocks    uint64        // lock requests that failed with ErrDeadlock
-	Lapsed       uint64        // leases that ran out while their key was still held, counted when settled
-	Revoked      uint64        // leases ended by RevokeLease
-	Fenced       uint64        // Fence or Commit calls refused with ErrLeaseExpired
-	HookFailures uint64        // release hooks that returned an error or panicked
+	Acquired  uint64        // locks granted
+	Contended uint64        // of Acquired, the grants that had to wait
+	WaitTime  time.Duration // total time the Contended grants waited
+	Timeouts  uint64        // Lock calls that waited and then failed with ErrTimeout
+	Canceled  uint64        // Lock calls that waited until their ctx was done
+	Deadlocks uint64        // lock requests that failed with ErrDeadlock
+	// Lapsed counts leases that ran out while their key was still held. Such a lease is counted
+	// at its deadline if someone waits for its key, watches Done or has a release hook on it;
+	// otherwise when the key or the handle is next used, as for Held.
+	Lapsed       uint64
+	Revoked      uint64 // leases ended by RevokeLease
+	Fenced       uint64 // Fence or Commit calls refused with ErrLeaseExpired: writes kept out
+	HookFailures uint64 // release hooks that returned an error or panicked
 }
 
 // LockInfo describes one holder of a key, as Locker.Locks reports it.
 type LockInfo struct {
-	Key            []byte // a copy
-	ColumnFamilyID uint32
-	Scope          Scope
-	Owner          string // the Name of the Txn that holds it, else ""
-	Hold           bool
-	AcquiredAt     Timestamp
-	ExpiresAt      time.Time
+	Key            []byte        // a copy
+	ColumnFamilyID uint32        // the record's column family; 0 is the default one
+	Scope          Scope         // ScopeNode, or ScopeCluster once the handle joined a cluster round
+	Owner          string        // the Name of the Txn that holds it, else ""
+	Hold           bool          // the lock outlives its Txn (Options.Hold, or UpgradeToHold)
+	AcquiredAt     Timestamp     // minted when the key was taken; the round's TsR under a round
+	ExpiresAt      time.Time     // when the lease ends by the wall clock, for display (Handle.ExpiresAt)
 	Remaining      time.Duration // lease left on the holder's clock; 0 once it has lapsed
 	Waiters        int           // Lock calls and upgrades queued for the key
 	Token          uint64        // the cluster round's fencing token, 0 when none

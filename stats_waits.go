@@ -10,8 +10,8 @@ import (
 // Locker.Locks on (ColumnFamilyID, Key) it gives the wait-for graph: the waiting owner waits for
 // the owners of the key's holders.
 type WaitInfo struct {
-	Key            []byte // a copy
-	ColumnFamilyID uint32
+	Key            []byte        // a copy
+	ColumnFamilyID uint32        // the record's column family; 0 is the default one
 	Owner          string        // the Name of the Txn that waits, else ""
 	Shared         bool          // the request is for a shared lock
 	Upgrade        bool          // the request upgrades a shared lock its Txn holds to exclusive

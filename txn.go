@@ -13,7 +13,12 @@ import (
 // the lease of every lock protecting them is live.
 //
 // A record is a key in a column family; the plain methods use the default column family, the
-// ones ending in CF take a column family handle of the Locker's database.
+// ones ending in CF take a column family handle of the Locker's database. A handle of another
+// database would write into this database's family of the same ID, so every call that takes one
+// refuses it, with an error matching ErrInvalidOptions and before anything is locked or staged,
+// when the database can tell: when the handle's name is not one of the database's families, or
+// its ID cannot be that family's. RocksDB cannot say which database a handle belongs to, so a
+// handle of another database whose family has a name of this one and a plausible ID is not caught.
 //
 // A write is protected by the lock this Txn took on its record: staging it needs a live handle,
 // and Commit writes nothing unless every protecting lease is still live, holding each record
@@ -133,7 +138,8 @@ func (t *Txn) Lock(ctx context.Context, key []byte, opts Options) (*Handle, erro
 	return t.lock(ctx, 0, key, opts)
 }
 
-// LockCF is Lock of key in column family cf (nil: the default column family).
+// LockCF is Lock of key in column family cf (nil: the default column family). A cf that cannot
+// be a family of the Locker's database fails with an error matching ErrInvalidOptions.
 func (t *Txn) LockCF(ctx context.Context, cf *grocksdb.ColumnFamilyHandle, key []byte, opts Options) (*Handle, error) {
 	id, err := t.l.columnFamily(cf)
 	if err != nil {
@@ -233,7 +239,8 @@ func (t *Txn) wantsCluster(r Resolved) bool {
 // closed, and with the RocksDB error, wrapped, when the read fails.
 func (t *Txn) Get(key []byte) ([]byte, error) { return t.get(nil, key) }
 
-// GetCF is Get of key in column family cf (nil: the default column family).
+// GetCF is Get of key in column family cf (nil: the default column family). A cf that cannot be
+// a family of the Locker's database fails with an error matching ErrInvalidOptions.
 func (t *Txn) GetCF(cf *grocksdb.ColumnFamilyHandle, key []byte) ([]byte, error) {
 	return t.get(cf, key)
 }

@@ -25,9 +25,11 @@ import (
 // Txns (possible only with Txns that lock in another order). Every handle it returns is live when
 // it returns: if the lease of a key already locked, by this call or before it, ended while the
 // call waited for a later key, LockAll fails with an error matching ErrLeaseExpired, or
-// ErrReleased if another goroutine released that lock. Invalid options (an *OptionError matching
-// ErrInvalidOptions), an empty key (ErrInvalidKey), a scope conflict (ErrScopeConflict), an
-// ended Txn (ErrTxnDone) or a closed Locker (ErrClosed) fail before anything is locked.
+// ErrReleased if another goroutine released that lock. With cluster scope it fails as Lock does
+// when the scope cannot be granted (ErrClusterUnavailable), and ErrClosed when the Locker closes
+// while it waits. Invalid options (an *OptionError matching ErrInvalidOptions), an empty key
+// (ErrInvalidKey), a scope conflict (ErrScopeConflict), an ended Txn (ErrTxnDone) or a closed
+// Locker (ErrClosed) fail before anything is locked.
 //
 // It is all or nothing: on any failure it returns nil, the locks this call took are released,
 // and the locks the Txn held before are unchanged (a Hold upgrade this call made to one of them
@@ -38,7 +40,9 @@ func (t *Txn) LockAll(ctx context.Context, opts Options, keys ...[]byte) ([]*Han
 	return t.lockAll(ctx, 0, opts, keys)
 }
 
-// LockAllCF is LockAll of keys in column family cf (nil: the default column family).
+// LockAllCF is LockAll of keys in column family cf (nil: the default column family). A cf that
+// cannot be a family of the Locker's database fails, before anything is locked, with an error
+// matching ErrInvalidOptions.
 func (t *Txn) LockAllCF(ctx context.Context, cf *grocksdb.ColumnFamilyHandle, opts Options, keys ...[]byte) ([]*Handle, error) {
 	id, err := t.l.columnFamily(cf)
 	if err != nil {

@@ -22,22 +22,29 @@ func (w stagedWrite) entryKey() []byte { return w.kv[:w.klen:w.klen] }
 func (w stagedWrite) value() []byte { return w.kv[w.klen:] }
 
 // Put stages key=value for Commit. The write is protected by this Txn's lock of key, which must
-// still authorize writes: otherwise Put fails with ErrReleased or ErrLeaseExpired, and with
-// ErrNotLocked when the Txn never locked key (unless TxnOptions.AllowUnlockedWrites) or holds it
-// only shared (a shared lock protects reads; Lock the key without Shared to upgrade it). On
-// failure nothing is staged. The caller may reuse key and value once Put returns.
+// still authorize writes. The caller may reuse key and value once Put returns. On failure nothing
+// is staged, and the error is ErrInvalidKey for an empty key, ErrTxnDone once the Txn ended,
+// ErrClosed once the Locker is closed, ErrLeaseExpired when the lease of the Txn's lock of key
+// has ended, ErrReleased when that lock was released, or an error matching ErrNotLocked when
+// the Txn never locked key (unless TxnOptions.AllowUnlockedWrites) or holds it only shared (a
+// shared lock protects reads; Lock the key without Shared to upgrade it).
 func (t *Txn) Put(key, value []byte) error { return t.stage(nil, key, value, false) }
 
-// Delete stages the deletion of key for Commit, under the same rules as Put.
+// Delete stages the deletion of key for Commit, under the same rules, and with the same errors, as
+// Put: ErrInvalidKey, ErrTxnDone, ErrClosed, ErrLeaseExpired, ErrReleased or ErrNotLocked.
 func (t *Txn) Delete(key []byte) error { return t.stage(nil, key, nil, true) }
 
 // PutCF is Put of key in column family cf (nil: the default column family). It is protected by
-// the lock this Txn took on key in the same column family.
+// the lock this Txn took on key in the same column family. A cf that cannot be a family of the
+// Locker's database fails with an error matching ErrInvalidOptions, even with
+// TxnOptions.AllowUnlockedWrites.
 func (t *Txn) PutCF(cf *grocksdb.ColumnFamilyHandle, key, value []byte) error {
 	return t.stage(cf, key, value, false)
 }
 
-// DeleteCF is Delete of key in column family cf (nil: the default column family).
+// DeleteCF is Delete of key in column family cf (nil: the default column family). Like PutCF it
+// refuses a cf that cannot be a family of the Locker's database with an error matching
+// ErrInvalidOptions.
 func (t *Txn) DeleteCF(cf *grocksdb.ColumnFamilyHandle, key []byte) error {
 	return t.stage(cf, key, nil, true)
 }

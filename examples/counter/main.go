@@ -121,7 +121,7 @@ func run(dbPath string, workers, counters, increments int, lease time.Duration, 
 	expected := workers * increments
 	fmt.Printf("expected total:  %d\n", expected)
 	fmt.Printf("total read back: %d\n", total)
-	fmt.Printf("fenced commits:  %d\n", fenced.Load())
+	fmt.Printf("refused commits: %d (stale writes of stalled holders, fenced with ErrLeaseExpired, each retried)\n", fenced.Load())
 	fmt.Printf("elapsed:         %v\n", elapsed.Round(time.Millisecond))
 	if total != expected {
 		return fmt.Errorf("lost updates: read back %d, expected %d", total, expected)

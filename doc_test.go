@@ -1,0 +1,104 @@
+package recordlock_test
+
+import (
+	"go/ast"
+	"go/doc"
+	"go/parser"
+	"go/token"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// packageDoc parses the package's own source (not its tests) for its documentation.
+func packageDoc(t *testing.T) *doc.Package {
+	t.Helper()
+	fset := token.NewFileSet()
+	entries, err := os.ReadDir(".")
+	require.NoError(t, err)
+	var files []*ast.File
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments)
+		require.NoError(t, err)
+		files = append(files, f)
+	}
+	p, err := doc.NewFromFiles(fset, files, "github.com/recordlock/recordlock")
+	require.NoError(t, err)
+	return p
+}
+
+// Every exported function and method that returns an error says in its doc comment what it
+// returns on each failure, as golang.org/x/sync/semaphore does: each names the errors listed
+// here, and one missing from the list fails the test until its errors are written down.
+func TestDocNamesEveryError(t *testing.T) {
+	lockErrs := []string{"ErrInvalidOptions", "ErrInvalidKey", "ErrClosed", "ErrTimeout", "ErrClusterUnavailable", "ctx"}
+	writeErrs := []string{"ErrInvalidKey", "ErrTxnDone", "ErrClosed", "ErrLeaseExpired", "ErrReleased", "ErrNotLocked"}
+	cf := []string{"ErrInvalidOptions", "column famil"}
+	want := map[string][]string{
+		"New":                  {"ErrInvalidOptions"},
+		"Locker.BeginTx":       {"ErrInvalidOptions"},
+		"Locker.Close":         {"returns nil"},
+		"Locker.Lock":          lockErrs,
+		"Locker.LockCF":        append([]string{"errors of Lock"}, cf...),
+		"Locker.TryLock":       append([]string{"ErrLocked"}, lockErrs[:5]...),
+		"Locker.TryLockCF":     cf,
+		"Handle.Fence":         {"ErrLeaseExpired", "ErrClosed", "commit's error"},
+		"Handle.Renew":         {"*OptionError", "ErrReleased", "ErrLeaseExpired"},
+		"Handle.UpgradeToHold": {"*OptionError", "ErrReleased", "ErrLeaseExpired"},
+		"Options.Resolve":      {"*OptionError", "ErrInvalidOptions"},
+		"Txn.Commit":           {"ErrLeaseExpired", "ErrClosed", "ErrTxnDone", "RocksDB write"},
+		"Txn.Get":              {"ErrLeaseExpired", "ErrInvalidKey", "ErrTxnDone", "ErrClosed", "RocksDB error"},
+		"Txn.GetCF":            cf,
+		"Txn.Lock":             append([]string{"ErrTxnDone", "ErrScopeConflict", "ErrDeadlock", "ErrLeaseExpired", "ErrReleased"}, lockErrs...),
+		"Txn.LockCF":           cf,
+		"Txn.LockAll":          append([]string{"ErrTxnDone", "ErrScopeConflict", "ErrDeadlock", "ErrLeaseExpired", "ErrReleased"}, lockErrs...),
+		"Txn.LockAllCF":        cf,
+		"Txn.Put":              writeErrs,
+		"Txn.Delete":           writeErrs,
+		"Txn.PutCF":            cf,
+		"Txn.DeleteCF":         {"ErrInvalidOptions", "PutCF"},
+	}
+
+	got := map[string]string{} // every exported function or method returning an error: its doc
+	add := func(recv string, fns []*doc.Func) {
+		for _, fn := range fns {
+			res := fn.Decl.Type.Results
+			if res == nil || !ast.IsExported(fn.Name) {
+				continue
+			}
+			if last, ok := res.List[len(res.List)-1].Type.(*ast.Ident); !ok || last.Name != "error" {
+				continue
+			}
+			name := fn.Name
+			if recv != "" {
+				name = recv + "." + fn.Name
+			}
+			got[name] = fn.Doc
+		}
+	}
+	p := packageDoc(t)
+	add("", p.Funcs)
+	for _, typ := range p.Types {
+		add("", typ.Funcs)
+		add(typ.Name, typ.Methods)
+	}
+	for name, d := range got {
+		errs, ok := want[name]
+		if !assert.True(t, ok, "%s returns an error: list what its doc must name", name) {
+			continue
+		}
+		for _, e := range errs {
+			assert.Contains(t, d, e, "the doc of %s", name)
+		}
+	}
+	for name := range want {
+		assert.Contains(t, got, name, "no exported %s returning an error", name)
+	}
+}
