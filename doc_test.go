@@ -102,3 +102,53 @@ func TestDocNamesEveryError(t *testing.T) {
 		assert.Contains(t, got, name, "no exported %s returning an error", name)
 	}
 }
+
+// The parts of the API only coordinator and database authors call are grouped under two sections
+// of the package documentation, which their own doc comments point to.
+func TestDocSectionsForCoordinatorAndDatabaseAuthors(t *testing.T) {
+	p := packageDoc(t)
+	for _, heading := range []string{"# Writing a coordinator", "# Version stamps"} {
+		assert.Contains(t, p.Doc, "\n"+heading+"\n")
+	}
+	docs := map[string]string{}
+	for _, typ := range p.Types {
+		docs[typ.Name] = typ.Doc
+		for _, fn := range append(typ.Funcs, typ.Methods...) {
+			docs[typ.Name+"."+fn.Name] = fn.Doc
+		}
+	}
+	for name, section := range map[string]string{
+		"Coordinator":                   "Writing a coordinator",
+		"Round":                         "Writing a coordinator",
+		"Options.Resolve":               "Writing a coordinator",
+		"Resolved":                      "Writing a coordinator",
+		"Handle.JoinClusterRound":       "Writing a coordinator",
+		"Handle.HolderVersionCandidate": "Version stamps",
+		"Handle.NextHolderVersion":      "Version stamps",
+		"Handle.NoteCandidateFloor":     "Version stamps",
+		"Handle.NoteHolderVersion":      "Version stamps",
+	} {
+		oneLine := strings.Join(strings.Fields(docs[name]), " ")
+		assert.Contains(t, oneLine, section, "the doc of %s", name)
+	}
+}
+
+// Every field of the structs a user reads figures from says what it holds, in words a user knows.
+func TestDocFieldsSayWhatTheyHold(t *testing.T) {
+	p := packageDoc(t)
+	for _, typ := range p.Types {
+		switch typ.Name {
+		case "Stats", "LockInfo", "WaitInfo", "Resolved", "Options", "TxnOptions", "Round":
+		default:
+			continue
+		}
+		st := typ.Decl.Specs[0].(*ast.TypeSpec).Type.(*ast.StructType)
+		for _, f := range st.Fields.List {
+			text := f.Doc.Text() + f.Comment.Text()
+			assert.NotEmpty(t, text, "%s.%s has no comment", typ.Name, f.Names[0].Name)
+			for _, jargon := range []string{"settle", "unwatched"} {
+				assert.NotContains(t, text, jargon, "%s.%s", typ.Name, f.Names[0].Name)
+			}
+		}
+	}
+}
