@@ -76,7 +76,8 @@ type Resolved struct {
 	Scope Scope
 	// ScopeRequested is true when the caller named a scope, which makes ScopeCluster fail closed.
 	ScopeRequested bool
-	Shared         bool
+	// Shared is Options.Shared: a shared lock.
+	Shared bool
 }
 
 // Resolve validates o and fills in the defaults, as every Lock does; applications need not call
