@@ -119,7 +119,8 @@ func (l *Locker) LockCF(ctx context.Context, cf *grocksdb.ColumnFamilyHandle, ke
 	return l.lock(ctx, lockRequest{cf: id, key: key, wait: true}, &opts)
 }
 
-// TryLock locks key if it is free and fails with ErrLocked at once if it is not. With cluster
+// TryLock locks key if Lock would not have to wait for it (the key is free or, for a shared
+// lock, held shared with nobody queued) and fails with ErrLocked at once if it would. With cluster
 // scope the coordinator's round is bounded by opts.Timeout; a round not granted within it (the key
 // is held on another node) fails with an error matching both ErrLocked and ErrTimeout. It fails
 // as Lock does with an *OptionError matching ErrInvalidOptions, ErrInvalidKey, ErrClosed or
