@@ -22,8 +22,8 @@ func TestTimeoutDuringColdRequest(t *testing.T) {
 	ctx := context.Background()
 	ha, err := a.l.Lock(ctx, []byte("k"), cluster(5*time.Second, 10*time.Second))
 	require.NoError(t, err)
-	gotC := lockAsync(c, "k", cluster(time.Second, 20*time.Second))
-	waitForKey(t, a.cli, "/recordlock/r/"+encode("k")) // C is first in turn
+	gotC := lockAsync(c, "k", cluster(5*time.Second, 20*time.Second)) // outlives B's wait
+	waitForKey(t, a.cli, "/recordlock/r/"+encode("k"))                // C is first in turn
 
 	// B's first cold Txn finds C ahead and waits. When A hands the key to C, B looks again,
 	// and that Txn is slower than what is left of B's wait.
