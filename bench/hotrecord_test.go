@@ -118,6 +118,13 @@ func (s txnSlots) destroy() {
 // of the worker, and reports the metrics of BenchmarkHotRecord. The first error fails the run
 // once every worker has stopped.
 func runIncrements(b *testing.B, workers int, inc func(worker int) error) {
+	runOps(b, workers, "increments/s", inc)
+}
+
+// runOps runs b.N ops split over workers goroutines, calling op with the number of the worker,
+// and reports the ops per second as unit and the p50 and p99 latency of an op. The first error
+// fails the run once every worker has stopped.
+func runOps(b *testing.B, workers int, unit string, op func(worker int) error) {
 	var next atomic.Int64
 	lat := make([][]time.Duration, workers)
 	for w := range lat {
@@ -132,7 +139,7 @@ func runIncrements(b *testing.B, workers int, inc func(worker int) error) {
 		wg.Go(func() {
 			for next.Add(1) <= int64(b.N) {
 				t0 := time.Now()
-				if err := inc(w); err != nil {
+				if err := op(w); err != nil {
 					failed.CompareAndSwap(nil, &err)
 					return
 				}
@@ -146,7 +153,7 @@ func runIncrements(b *testing.B, workers int, inc func(worker int) error) {
 	if err := failed.Load(); err != nil {
 		b.Fatal(*err)
 	}
-	reportThroughput(b, "increments/s", elapsed, lat)
+	reportThroughput(b, unit, elapsed, lat)
 }
 
 // checkCounter fails b unless the counter that get reads equals b.N, the increments of the run.

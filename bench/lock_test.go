@@ -77,6 +77,36 @@ func BenchmarkUncontendedLockRelease(b *testing.B) {
 	})
 }
 
+// BenchmarkUncontendedSharedLockRelease (P12) is P1's uncontended lock and release, rotating over
+// the same 65,536 keys, in either mode: shared takes each key with Options.Shared, exclusive
+// without, in the same run. Target: shared ≤ 1.1× exclusive.
+func BenchmarkUncontendedSharedLockRelease(b *testing.B) {
+	for _, shared := range []bool{true, false} {
+		name := "exclusive"
+		if shared {
+			name = "shared"
+		}
+		b.Run(name, func(b *testing.B) {
+			l := newLocker(b)
+			ctx := context.Background()
+			opts := lockOpts
+			opts.Shared = shared
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				h, err := l.Lock(ctx, key(i), opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if h.Shared() != shared {
+					b.Fatalf("Shared() = %t, want %t", h.Shared(), shared)
+				}
+				h.Release()
+			}
+		})
+	}
+}
+
 // handleSized has the size class (128 B) and pointer-ness of a recordlock Handle.
 type handleSized struct {
 	deadline time.Duration

@@ -1,6 +1,7 @@
 // Command benchtable reads `go test -bench` output of the bench package on stdin and prints a
-// markdown table: for every performance target (P1 … P10), recordlock's median over the -count
-// runs, the peer's median, their ratio, the target and whether it is met. The table is at one
+// markdown table: for every performance target (P1 … P12), recordlock's median over the -count
+// runs (of the sub-benchmark the target measures: P11 and P12 measure the shared lock), the
+// peer's median, their ratio, the target and whether it is met. The table is at one
 // GOMAXPROCS, the one most benchmarks ran at (the larger on a tie).
 //
 //	cd bench && go test -run '^$' -bench . -benchmem -count 6 | tee bench.out | go run ./cmd/benchtable

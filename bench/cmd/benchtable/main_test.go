@@ -213,3 +213,33 @@ func TestRunNoChartWithoutQueueResults(t *testing.T) {
 	_, err = os.Stat(svg)
 	assert.ErrorIs(t, err, os.ErrNotExist, "no P10 results, no chart")
 }
+
+// sharedInput has two runs of P11's four contenders and of P12's two.
+const sharedInput = `cpu: Test CPU
+BenchmarkHotPrice/shared-2           	 100	 6000 ns/op	 5.0 us-p50	 100 us-p99
+BenchmarkHotPrice/shared-2           	 100	 8000 ns/op	 5.0 us-p50	 300 us-p99
+BenchmarkHotPrice/exclusive-2        	 100	 14000 ns/op	 7.0 us-p50	 1000 us-p99
+BenchmarkHotPrice/exclusive-2        	 100	 16000 ns/op	 7.0 us-p50	 1000 us-p99
+BenchmarkHotPrice/rocksdbshared-2    	 100	 7000 ns/op	 6.0 us-p50	 2000 us-p99
+BenchmarkHotPrice/rocksdbshared-2    	 100	 9000 ns/op	 6.0 us-p50	 2000 us-p99
+BenchmarkHotPrice/rocksdbexclusive-2 	 100	 20000 ns/op	 8.0 us-p50	 3000 us-p99
+BenchmarkHotPrice/rocksdbexclusive-2 	 100	 20000 ns/op	 8.0 us-p50	 3000 us-p99
+BenchmarkUncontendedSharedLockRelease/shared-2    	 100	 210 ns/op	 128 B/op	 1 allocs/op
+BenchmarkUncontendedSharedLockRelease/shared-2    	 100	 230 ns/op	 128 B/op	 1 allocs/op
+BenchmarkUncontendedSharedLockRelease/exclusive-2 	 100	 200 ns/op	 128 B/op	 1 allocs/op
+BenchmarkUncontendedSharedLockRelease/exclusive-2 	 100	 200 ns/op	 128 B/op	 1 allocs/op
+`
+
+func TestRunSharedLocks(t *testing.T) {
+	var out strings.Builder
+	ok, err := run(strings.NewReader(sharedInput), &out, "")
+	require.NoError(t, err)
+	assert.False(t, ok, "P11 is 7/8 = 0.875× RocksDB's shared GetForUpdate, over its 0.85× target")
+	table := out.String()
+	vsExclusive := rowOf(t, table, "P11", "shared vs exclusive")
+	assert.Contains(t, vsExclusive, "| 7.00 µs | exclusive 15.00 µs | 0.47× | ≤ 0.70× exclusive | met |")
+	assert.Contains(t, vsExclusive, "| rocksdbshared 8.00 µs, rocksdbexclusive 20.00 µs; p99: shared 200 µs, exclusive 1000 µs, rocksdbshared 2000 µs, rocksdbexclusive 3000 µs |")
+	vsRocksDB := rowOf(t, table, "P11", "exclusive=false")
+	assert.Contains(t, vsRocksDB, "| 7.00 µs | rocksdbshared 8.00 µs | 0.88× | ≤ 0.85× rocksdbshared | **not met** |")
+	assert.Contains(t, rowOf(t, table, "P12", "uncontended"), "| 220.0 ns | exclusive 200.0 ns | 1.10× | ≤ 1.10× exclusive | met |")
+}

@@ -7,7 +7,7 @@ const contender = "recordlock"
 
 // target is one row of the table: one criterion of one target id.
 type target struct {
-	id    string // P1 … P10
+	id    string // P1 … P12
 	bench string // the benchmark function, without "Benchmark"; its sub-benchmarks are the contenders
 	mine  string // the sub-benchmark measured; "" for contender
 	what  string
@@ -45,6 +45,11 @@ var targets = []target{
 	// is not, so the first row is what detection costs when 512 requests queue for one record.
 	{id: "P10", bench: "HotRecordQueue/goroutines=512", what: "hot record, 512 goroutines, Txn vs Locker.Lock + fenced Get/Put", unit: "ns/op", peer: "locker", limit: 1.25, detail: "us-p99"},
 	{id: "P10", bench: "HotRecordQueue/goroutines=512", what: "hot record, 512 goroutines, Txn vs RocksDB pessimistic txn with detection", unit: "ns/op", peer: "rocksdb", limit: 1.0},
+	// One op is one committed order; the price is locked shared (mine) or exclusively, by
+	// recordlock or by RocksDB's GetForUpdate.
+	{id: "P11", bench: "HotPrice", mine: "shared", what: "read-mostly hot record, 8 goroutines, price shared vs exclusive", unit: "ns/op", peer: "exclusive", limit: 0.7, also: []string{"rocksdbshared", "rocksdbexclusive"}, detail: "us-p99"},
+	{id: "P11", bench: "HotPrice", mine: "shared", what: "read-mostly hot record, 8 goroutines, vs RocksDB GetForUpdate(exclusive=false)", unit: "ns/op", peer: "rocksdbshared", limit: 0.85},
+	{id: "P12", bench: "UncontendedSharedLockRelease", mine: "shared", what: "uncontended Lock+Release, shared vs exclusive", unit: "ns/op", peer: "exclusive", limit: 1.1},
 }
 
 // byProcs is the benchmark shown by GOMAXPROCS in the table after the main one: recordlock
