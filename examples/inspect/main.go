@@ -6,9 +6,11 @@
 // httpdebug at http://ADDR/debug/recordlock/, showing the same figures with the waits and the
 // wait-for graph, while the workers contend until the program is interrupted.
 //
-// Some workers lock through a Txn and commit a counter, some lock with Locker.Lock and Hold, and
-// one stalls past its lease now and then, so the lapse and fence counters move too. The owner
-// column is the name of the Txn that holds a key (TxnOptions.Name), "-" for a lock outside one.
+// Some workers lock through a Txn and commit a counter, some read a counter in a Txn under a
+// shared lock, some lock with Locker.Lock and Hold, and one stalls past its lease now and then, so
+// the lapse and fence counters move too. There is one row per holder: a key that readers share
+// appears once for each, with mode shared. The owner column is the name of the Txn that holds a
+// key (TxnOptions.Name), "-" for a lock outside one.
 package main
 
 import (
@@ -65,6 +67,9 @@ func main() {
 	for id := 3; id < 5; id++ {
 		wg.Go(func() { holdWorker(ctx, locker, id) })
 	}
+	for id := 5; id < 8; id++ {
+		wg.Go(func() { readWorker(ctx, locker, id) })
+	}
 	wg.Go(func() { staller(ctx, locker, db) })
 
 	if *addr != "" {
@@ -120,23 +125,33 @@ func serve(addr string, locker *recordlock.Locker) error {
 	return srv.Shutdown(shutdown)
 }
 
-// printLocks prints one row per held key, sorted by key.
+// printLocks prints one row per holder, sorted by key, then owner.
 func printLocks(l *recordlock.Locker) {
 	var rows []recordlock.LockInfo
 	for info := range l.Locks() {
 		rows = append(rows, info)
 	}
-	slices.SortFunc(rows, func(a, b recordlock.LockInfo) int { return cmp.Compare(string(a.Key), string(b.Key)) })
+	slices.SortFunc(rows, func(a, b recordlock.LockInfo) int {
+		return cmp.Or(cmp.Compare(string(a.Key), string(b.Key)), cmp.Compare(a.Owner, b.Owner))
+	})
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "KEY\tOWNER\tHOLD\tSCOPE\tCF\tWAITERS\tREMAINING")
+	fmt.Fprintln(w, "KEY\tMODE\tOWNER\tHOLD\tSCOPE\tCF\tWAITERS\tREMAINING")
 	for _, r := range rows {
 		owner := cmp.Or(r.Owner, "-")
-		fmt.Fprintf(w, "%s\t%s\t%v\t%v\t%d\t%d\t%v\n", r.Key, owner, r.Hold, r.Scope, r.ColumnFamilyID, r.Waiters, r.Remaining.Round(time.Millisecond))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%v\t%d\t%d\t%v\n", r.Key, mode(r.Shared), owner, r.Hold, r.Scope, r.ColumnFamilyID, r.Waiters, r.Remaining.Round(time.Millisecond))
 	}
 	if len(rows) == 0 {
 		fmt.Fprintln(w, "(nothing held)")
 	}
 	w.Flush()
+}
+
+// mode names a lock's mode as the MODE column shows it.
+func mode(shared bool) string {
+	if shared {
+		return "shared"
+	}
+	return "exclusive"
 }
 
 func printStats(s recordlock.Stats) {
@@ -163,6 +178,30 @@ func txnWorker(ctx context.Context, l *recordlock.Locker, id int) {
 		}
 		n, _ := strconv.Atoi(string(v)) // a missing counter reads as nil: Atoi fails and gives 0
 		if err := txn.Put(key, []byte(strconv.Itoa(n+1))); err != nil {
+			log.Fatal(err)
+		}
+		time.Sleep(time.Duration(20+r.IntN(60)) * time.Millisecond)
+		if err := txn.Commit(); err != nil && !errors.Is(err, recordlock.ErrLeaseExpired) {
+			log.Fatal(err)
+		}
+	}
+}
+
+// readWorker reads a random counter in a Txn under a shared lock, which other readers of the key
+// share, holding it for a moment before Commit (which checks the lock was held throughout).
+func readWorker(ctx context.Context, l *recordlock.Locker, id int) {
+	r := rand.New(rand.NewPCG(uint64(id), 0))
+	for ctx.Err() == nil {
+		key := []byte(keys[r.IntN(len(keys))])
+		txn, err := l.BeginTx(recordlock.TxnOptions{Name: fmt.Sprintf("reader-%d", id)})
+		if err != nil {
+			log.Fatal(err)
+		}
+		if _, err := txn.Lock(ctx, key, recordlock.Options{Shared: true, Lease: time.Second, Timeout: 300 * time.Millisecond}); err != nil {
+			txn.Rollback() // ErrTimeout, or ctx ended the wait: try again or stop
+			continue
+		}
+		if _, err := txn.Get(key); err != nil {
 			log.Fatal(err)
 		}
 		time.Sleep(time.Duration(20+r.IntN(60)) * time.Millisecond)
