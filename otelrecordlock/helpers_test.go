@@ -62,7 +62,7 @@ func register(t testing.TB, l *recordlock.Locker, mp metric.MeterProvider, opts 
 type series struct {
 	unit      string
 	monotonic bool
-	values    map[string]float64 // by the db attribute
+	values    map[string]float64 // by pointOf: the db attribute, and recordlock.mode if any
 }
 
 // collect runs one collection and returns the instruments of the package's scope that carry data
@@ -83,13 +83,13 @@ func collect(t testing.TB, r *sdkmetric.ManualReader) map[string]series {
 				assert.Equal(t, metricdata.CumulativeTemporality, d.Temporality, m.Name)
 				s.monotonic = d.IsMonotonic
 				for _, p := range d.DataPoints {
-					s.values[dbOf(t, p.Attributes)] = float64(p.Value)
+					s.values[pointOf(t, p.Attributes)] = float64(p.Value)
 				}
 			case metricdata.Sum[float64]:
 				assert.Equal(t, metricdata.CumulativeTemporality, d.Temporality, m.Name)
 				s.monotonic = d.IsMonotonic
 				for _, p := range d.DataPoints {
-					s.values[dbOf(t, p.Attributes)] = p.Value
+					s.values[pointOf(t, p.Attributes)] = p.Value
 				}
 			default:
 				t.Fatalf("%s: aggregation %T, want a Sum", m.Name, m.Data)
@@ -102,13 +102,20 @@ func collect(t testing.TB, r *sdkmetric.ManualReader) map[string]series {
 	return out
 }
 
-// dbOf returns the db attribute of a data point and checks that it is the only attribute.
-func dbOf(t testing.TB, attrs attribute.Set) string {
+// pointOf names a data point by its attributes: its db attribute, followed by "/" and its
+// recordlock.mode attribute when it has one (as "orders/shared"). It checks that it has no
+// other attributes.
+func pointOf(t testing.TB, attrs attribute.Set) string {
 	t.Helper()
-	assert.Equal(t, 1, attrs.Len(), "attributes of a data point")
-	v, ok := attrs.Value("db")
+	db, ok := attrs.Value("db")
 	require.True(t, ok, "data point without a db attribute")
-	return v.AsString()
+	mode, withMode := attrs.Value("recordlock.mode")
+	if !withMode {
+		assert.Equal(t, 1, attrs.Len(), "attributes of a data point: %v", attrs.ToSlice())
+		return db.AsString()
+	}
+	assert.Equal(t, 2, attrs.Len(), "attributes of a data point: %v", attrs.ToSlice())
+	return db.AsString() + "/" + mode.AsString()
 }
 
 // want is what each instrument must report for s, and its unit and whether it is monotonic.

@@ -20,10 +20,24 @@
 //	recordlock.fence.refusals      Int64ObservableCounter        {call}     Fenced
 //	recordlock.hook.failures       Int64ObservableCounter        {call}     HookFailures
 //
-// The two UpDownCounters are readings of now; the counters are cumulative totals since the
-// database's key-lock table was created (they start again from zero when the last Locker of the
-// database closes and a new one opens). Every observation carries one attribute, db, naming the
-// database (see WithDB).
+// The two UpDownCounters are readings of now: locks held count holders (a key that three readers
+// share counts three), and requests waiting include upgrades waiting for their key. The counters
+// are cumulative totals since the database's key-lock table was created (they start again from
+// zero when the last Locker of the database closes and a new one opens). Every observation
+// carries one attribute, db, naming the database (see WithDB).
+//
+// # Lock modes
+//
+// Stats counts holders and waiting requests without their mode (shared or exclusive), and
+// nothing else here reports a single lock, so by default no observation carries a mode. With
+// WithModes, the two UpDownCounters are observed once per mode instead, with a second attribute,
+// recordlock.mode, "shared" or "exclusive" (an upgrade waiting for its key counts as exclusive):
+// recordlock.locks.held counted from Locker.Locks, recordlock.lock.waiters from Locker.Waits.
+// Those two visit the whole table, shard by shard under its mutex, and copy every holder and
+// waiting request, so a collection then costs time and memory in proportion to the locks held
+// (where Stats costs a few words per shard). Their counts are a reading of their own, which may
+// differ from the same collection's counters by the locks that came and went meanwhile. Both
+// modes are observed at every collection, 0 when none is held or waiting.
 //
 // Stats are per database and shared by every Locker of it, so register one Locker per database:
 // two registrations of one database report the same figures twice.
@@ -67,12 +81,25 @@ const defaultDB = "default"
 type Option interface{ apply(*config) }
 
 type config struct {
-	db string
+	db    string
+	modes bool
 }
 
 type dbOption string
 
 func (o dbOption) apply(c *config) { c.db = string(o) }
+
+type modesOption struct{}
+
+func (modesOption) apply(c *config) { c.modes = true }
+
+// WithModes splits recordlock.locks.held and recordlock.lock.waiters by lock mode, with the
+// attribute recordlock.mode, at the cost of visiting every held lock at each collection (see Lock
+// modes in the package documentation).
+func WithModes() Option { return modesOption{} }
+
+// modeKey is the attribute that WithModes adds; "shared" and "exclusive" are its values.
+const modeKey = "recordlock.mode"
 
 // WithDB sets the value of the db attribute of every observation. Without it the value is
 // "default", since a Locker does not tell the path of its database; pass a name of your own (for
@@ -87,11 +114,12 @@ type int64Metric struct {
 	value            func(recordlock.Stats) int64
 }
 
-// int64Metrics are the integer instruments, in the order of the Stats fields.
+// int64Metrics are the integer instruments, in the order of the Stats fields; WithModes splits
+// the first two (heldMetric, waitersMetric) by mode.
 var int64Metrics = []int64Metric{
-	{"recordlock.locks.held", "{lock}", "Keys held now.", true,
+	{"recordlock.locks.held", "{lock}", "Locks held now, one per holder: a key three readers share counts three.", true,
 		func(s recordlock.Stats) int64 { return int64(s.Held) }},
-	{"recordlock.lock.waiters", "{request}", "Lock calls queued now for a busy key.", true,
+	{"recordlock.lock.waiters", "{request}", "Lock calls and upgrades queued now for a busy key.", true,
 		func(s recordlock.Stats) int64 { return int64(s.Waiting) }},
 	{"recordlock.lock.acquisitions", "{lock}", "Keys granted.", false,
 		func(s recordlock.Stats) int64 { return int64(s.Acquired) }},
@@ -112,6 +140,12 @@ var int64Metrics = []int64Metric{
 	{"recordlock.hook.failures", "{call}", "Release hooks that returned an error or panicked.", false,
 		func(s recordlock.Stats) int64 { return int64(s.HookFailures) }},
 }
+
+// The indexes in int64Metrics of the instruments WithModes splits by mode.
+const (
+	heldMetric    = 0
+	waitersMetric = 1
+)
 
 // Register creates the instruments listed in the package documentation on a Meter of mp and
 // registers one callback that observes them from l.Stats(), called once per collection. The
@@ -156,18 +190,53 @@ func Register(l *recordlock.Locker, mp metric.MeterProvider, opts ...Option) (me
 	}
 	observables = append(observables, wait)
 
-	// One attribute set for every observation, built once rather than per collection.
-	attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("db", cfg.db)))
+	// The attribute sets of every observation, built once rather than per collection.
+	db := attribute.String("db", cfg.db)
+	attrs := metric.WithAttributeSet(attribute.NewSet(db))
+	byMode := [2]metric.ObserveOption{ // indexed by modeIndex
+		metric.WithAttributeSet(attribute.NewSet(db, attribute.String(modeKey, "exclusive"))),
+		metric.WithAttributeSet(attribute.NewSet(db, attribute.String(modeKey, "shared"))),
+	}
 	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := l.Stats()
 		for i, im := range int64Metrics {
+			if cfg.modes && (i == heldMetric || i == waitersMetric) {
+				continue // observed by mode below
+			}
 			o.ObserveInt64(ints[i], im.value(s), attrs)
 		}
 		o.ObserveFloat64(wait, s.WaitTime.Seconds(), attrs)
+		if cfg.modes {
+			held, waiting := countModes(l)
+			for m := range byMode {
+				o.ObserveInt64(ints[heldMetric], held[m], byMode[m])
+				o.ObserveInt64(ints[waitersMetric], waiting[m], byMode[m])
+			}
+		}
 		return nil
 	}, observables...)
 	if err != nil {
 		return nil, fmt.Errorf("otelrecordlock: register callback: %w", err)
 	}
 	return reg, nil
+}
+
+// modeIndex is where a mode's count goes in countModes' arrays: 1 for shared, 0 for exclusive.
+func modeIndex(shared bool) int {
+	if shared {
+		return 1
+	}
+	return 0
+}
+
+// countModes counts the holders and the waiting requests of l's database by mode, indexed by
+// modeIndex. A waiting upgrade asks for an exclusive lock, so it counts as exclusive.
+func countModes(l *recordlock.Locker) (held, waiting [2]int64) {
+	for info := range l.Locks() {
+		held[modeIndex(info.Shared)]++
+	}
+	for w := range l.Waits() {
+		waiting[modeIndex(w.Shared && !w.Upgrade)]++
+	}
+	return held, waiting
 }

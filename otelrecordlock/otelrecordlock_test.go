@@ -198,3 +198,91 @@ func TestRegisterRefusesNil(t *testing.T) {
 		})
 	}
 }
+
+// TestWithModes splits the held locks and the waiting requests by mode: sharers and an exclusive
+// holder, a writer queued with a reader behind it, and an upgrade waiting for the other sharer.
+// At each step every other instrument still reports Stats, and the modes add up to Stats' totals.
+func TestWithModes(t *testing.T) {
+	ctx := context.Background()
+	l := newLocker(t, tempdb.New(t), recordlock.WithClock(recordlock.NewManualClock(epoch)))
+	reader, mp := newProvider(t)
+	register(t, l, mp, otelrecordlock.WithDB("orders"), otelrecordlock.WithModes())
+	shared := recordlock.Options{Shared: true, Timeout: time.Minute}
+	check := func(step string, heldX, heldS, waitingX, waitingS float64) {
+		t.Helper()
+		s := l.Stats()
+		t.Run(step, func(t *testing.T) {
+			got := collect(t, reader)
+			assert.Equal(t, map[string]float64{"orders/exclusive": heldX, "orders/shared": heldS},
+				got["recordlock.locks.held"].values, "held")
+			assert.Equal(t, map[string]float64{"orders/exclusive": waitingX, "orders/shared": waitingS},
+				got["recordlock.lock.waiters"].values, "waiting")
+			assert.Equal(t, float64(s.Held), heldX+heldS, "held by mode against Stats.Held")
+			assert.Equal(t, float64(s.Waiting), waitingX+waitingS, "waiting by mode against Stats.Waiting")
+			for name, w := range want(s) {
+				if name == "recordlock.locks.held" || name == "recordlock.lock.waiters" {
+					continue
+				}
+				assert.Equal(t, map[string]float64{"orders": w.values[""]}, got[name].values, name)
+			}
+		})
+	}
+
+	check("at rest", 0, 0, 0, 0)
+
+	// Two sharers of p, one exclusive holder of x.
+	var sharers []*recordlock.Handle
+	for range 2 {
+		h, err := l.Lock(ctx, []byte("p"), shared)
+		require.NoError(t, err)
+		sharers = append(sharers, h)
+	}
+	x, err := l.Lock(ctx, []byte("x"), recordlock.Options{})
+	require.NoError(t, err)
+	check("held", 1, 2, 0, 0)
+
+	// A writer queued for p, and a reader queued behind it.
+	var writer, lateReader *recordlock.Handle
+	writerDone := lockAsync(func() (err error) {
+		writer, err = l.Lock(ctx, []byte("p"), recordlock.Options{Timeout: time.Minute})
+		return err
+	})
+	waitForWaiters(t, l, 1)
+	readerDone := lockAsync(func() (err error) {
+		lateReader, err = l.Lock(ctx, []byte("p"), shared)
+		return err
+	})
+	waitForWaiters(t, l, 2)
+	check("queued", 1, 2, 1, 1)
+
+	// Two Txns share q, and one of them upgrades: the upgrade waits for the other share.
+	t1, t2 := l.Begin(), l.Begin()
+	defer t1.Rollback()
+	_, err = t1.Lock(ctx, []byte("q"), shared)
+	require.NoError(t, err)
+	_, err = t2.Lock(ctx, []byte("q"), shared)
+	require.NoError(t, err)
+	upgradeDone := lockAsync(func() error {
+		_, err := t1.Lock(ctx, []byte("q"), recordlock.Options{Timeout: time.Minute})
+		return err
+	})
+	waitForWaiters(t, l, 3)
+	check("upgrade waiting", 1, 4, 2, 1)
+
+	t2.Rollback()
+	require.NoError(t, result(t, upgradeDone))
+	check("upgraded", 2, 2, 1, 1)
+
+	for _, h := range sharers {
+		require.True(t, h.Release())
+	}
+	require.NoError(t, result(t, writerDone))
+	check("writer granted", 3, 0, 0, 1)
+	require.True(t, writer.Release())
+	require.NoError(t, result(t, readerDone))
+	check("reader granted", 2, 1, 0, 0)
+	require.True(t, lateReader.Release())
+	require.True(t, x.Release())
+	t1.Rollback()
+	check("all released", 0, 0, 0, 0)
+}
