@@ -66,6 +66,17 @@
 // RetainedPerKey released ones whose lease has not ended. When one more released admission
 // would be kept, the oldest is revoked at once, so memory does not grow with the lock rate.
 //
+// # Shared locks
+//
+// A shared lock with cluster scope (recordlock.Options{Shared: true, Scope:
+// recordlock.ScopeCluster}) is shared among the handles of one node and exclusive between nodes:
+// a delegation belongs to one node at a time, and it admits every reader of its node, each with
+// a round of its own and the delegation's fencing token. A reader on another node recalls the
+// key as a writer does: the holding node admits no new holder of the key, shared or exclusive,
+// waits until each of its readers has released (or reached its deadline), and hands the key
+// over. So readers on two nodes take turns, and a reader waits for every reader of the node that
+// has the key. Within a node, readers and writers queue for the local key as with node scope.
+//
 // # Watch
 //
 // Each node follows every key under the prefix with one watch. Admissions from a delegation
