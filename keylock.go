@@ -13,7 +13,7 @@ import (
 // shared ones (keylock_holders.go). It is sharded by a 64-bit hash of the record so that Lockers
 // on different keys rarely share a mutex. The shards (keylock_shard.go) hold the entries of the
 // keys held or waited on (keylock_index.go), their wait queues
-// (keylock_waitqueue.go) and, per clock (keylock_clockslots.go), a heap of deadlines served by one
+// (keylock_waitqueue.go), served by the grant rule (keylock_grant.go), and, per clock (keylock_clockslots.go), a heap of deadlines served by one
 // timer (keylock_scheduler.go, keylock_deadlineheap.go). The table sees a Locker only as its
 // tenant (keylock_tenant.go); Txns that wait for each other are found in keylock_waitgraph.go.
 

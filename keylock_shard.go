@@ -49,22 +49,6 @@ type shardState struct {
 	counts     shardCounts   // what only contended and failing calls count
 }
 
-// maxSpare bounds the allocated entries a busy shard keeps for reuse, so that keys coming and
-// going do not allocate.
-const maxSpare = 16
-
-// bargeWindow is how long the oldest waiter of a freed key may be passed over by newcomers; past
-// it, the key is handed to that waiter directly.
-const bargeWindow = time.Millisecond
-
-// pendingHook is a release hook, or a debug record (note), to run once the shard mutex is
-// released.
-type pendingHook struct {
-	h    *Handle
-	fn   func() error
-	note func()
-}
-
 // init makes the shard part of t and its own entries spare, before the table is used.
 func (sh *shard) init(t *table) {
 	sh.tab = t
@@ -116,17 +100,6 @@ func (sh *shard) acquire(ctx context.Context, h *Handle, lease, timeout time.Dur
 	}
 	sh.unlockAndRunHooks()
 	return mono, nil
-}
-
-// admits reports whether a newcomer's request for h, made at mono on c's clock, takes e's key at
-// once (docs/DESIGN.md §15.2): a shared one if nothing is queued and the key is free or held
-// shared; an exclusive one if the key is free and nothing is queued, or its oldest waiter was
-// woken for it less than bargeWindow ago.
-func (e *keyEntry) admits(h *Handle, c *tenant, mono time.Duration) bool {
-	if h.flags()&flagShared != 0 {
-		return e.head == nil && (e.holder == nil || e.shares > 0)
-	}
-	return e.holder == nil && (e.head == nil || !e.head.pastBargeWindow(c, mono))
 }
 
 // settleHolders settles the lapsed holders of e that a request for h, made at mono on c's clock,
@@ -235,90 +208,6 @@ func (sh *shard) giveBackShare(h *Handle, e *keyEntry, f, set handleFlags) {
 	sh.serve(e)
 }
 
-// serve grants what the head of e's queue can have now (docs/DESIGN.md §15.2): an upgrade whose
-// share is the only one left, or while the key is free or held shared, the shared requests at
-// the head up to the next exclusive one, together; or, while the key is free, the oldest
-// exclusive request, directly once it has waited bargeWindow, and before that woken to compete
-// with newcomers. Nothing else is woken. Waiters of a closed Locker are failed, never granted. A
-// key with neither holder nor waiters leaves the table.
-func (sh *shard) serve(e *keyEntry) {
-	for !e.wakePending {
-		w := e.head
-		if w == nil {
-			if e.holder == nil {
-				sh.remove(e)
-			}
-			return
-		}
-		c := w.h.tenant()
-		if c.closed.Load() {
-			sh.drop(w, waitClosed)
-			continue
-		}
-		switch {
-		case w.upgrade != nil:
-			up := w.upgrade
-			switch {
-			case up.dead():
-				sh.drop(w, waitShareEnded) // its share ended inside a Fence and is still held
-				continue
-			case e.shares != 1 || up.lapsed():
-				return // other shares are left, or its own lapse is about to fail it
-			}
-			sh.dequeue(e, w)
-			sh.unschedule(w.h)
-			e.shares = 0
-			up.clearFlags(flagShared) // not a new grant: Acquired and Contended do not count it
-			w.finish(waitGranted)
-			return
-		case w.shared:
-			if e.heldExclusively() {
-				return
-			}
-			sh.grantShared(e)
-		default:
-			if e.holder != nil {
-				return
-			}
-			wall, mono := readClock(c.clock)
-			if w.pastBargeWindow(c, mono) {
-				sh.dequeue(e, w)
-				sh.unschedule(w.h)
-				sh.countWait(w, mono)
-				sh.grant(e, w.h, wall, mono, w.lease, e.head != nil)
-				w.finish(waitGranted)
-				return
-			}
-			e.wakePending = true
-			w.state = waitWoken
-			w.signal()
-			return
-		}
-	}
-}
-
-// grantShared grants the shared requests at the head of e's queue, up to the next exclusive
-// one. Their deadlines are watched when a request stays queued behind them.
-func (sh *shard) grantShared(e *keyEntry) {
-	end := e.head
-	for end != nil && end.shared {
-		end = end.next
-	}
-	for w := e.head; w != end; w = e.head {
-		c := w.h.tenant()
-		if c.closed.Load() {
-			sh.drop(w, waitClosed)
-			continue
-		}
-		wall, mono := readClock(c.clock)
-		sh.dequeue(e, w)
-		sh.unschedule(w.h)
-		sh.countWait(w, mono)
-		sh.grant(e, w.h, wall, mono, w.lease, end != nil)
-		w.finish(waitGranted)
-	}
-}
-
 // expire ends h's lease: it stops authorizing writes at once, and the key passes on now or, when
 // h is inside Fence, as soon as the commit returns.
 func (sh *shard) expire(h *Handle) {
@@ -374,85 +263,4 @@ func (sh *shard) evict(c *tenant, held []*Handle) []*Handle {
 		}
 	}
 	return held
-}
-
-// queueHook moves h's release hook, if any, to the list run after mu is released.
-func (sh *shard) queueHook(h *Handle) {
-	if h.cold == nil || h.cold.hook == nil {
-		return
-	}
-	sh.hooks = append(sh.hooks, pendingHook{h: h, fn: h.cold.hook})
-	h.cold.hook = nil
-}
-
-// newEntry returns an empty entry for a key of the given hash, reusing a spare one if it can.
-func (sh *shard) newEntry(hash uint64) *keyEntry {
-	e := sh.spareOwn
-	switch {
-	case e != nil:
-		sh.spareOwn = e.nextSpare
-	case sh.spare != nil:
-		e = sh.spare
-		sh.spare = e.nextSpare
-		sh.nSpare--
-	default:
-		return &keyEntry{hash: hash}
-	}
-	e.nextSpare, e.hash = nil, hash
-	return e
-}
-
-// owns reports whether e is one of the shard's own entries.
-func (sh *shard) owns(e *keyEntry) bool {
-	for i := range sh.ownEntries {
-		if e == &sh.ownEntries[i] {
-			return true
-		}
-	}
-	return false
-}
-
-// remove takes e, which has neither holder nor waiters, out of the table and keeps it for reuse.
-// Once no key of the shard is held or waited on, the shard holds no allocated entry: a table
-// whose keys come and go returns to its idle size.
-func (sh *shard) remove(e *keyEntry) {
-	sh.index.remove(e)
-	// e has no holder and no waiters, so its pointers are nil already but for the link.
-	e.wakePending = false
-	switch {
-	case sh.owns(e):
-		e.nextSpare, sh.spareOwn = sh.spareOwn, e
-	case sh.nSpare < maxSpare:
-		e.nextSpare, sh.spare = sh.spare, e
-		sh.nSpare++
-	}
-	if sh.index.n == 0 {
-		sh.spare, sh.nSpare = nil, 0
-	}
-}
-
-// drainHooks hands the release hooks collected under mu to the caller, to run once mu is released.
-func (sh *shard) drainHooks() []pendingHook {
-	hs := sh.hooks
-	if hs != nil { // most critical sections queue no hook: no store, no write barrier
-		sh.hooks = nil
-	}
-	return hs
-}
-
-func runHooks(hs []pendingHook) {
-	for _, p := range hs {
-		if p.note != nil {
-			p.note()
-			continue
-		}
-		p.h.tenant().runHook(p.fn)
-	}
-}
-
-// unlockAndRunHooks releases mu and then runs the hooks collected while it was held.
-func (sh *shard) unlockAndRunHooks() {
-	hs := sh.drainHooks()
-	sh.mu.Unlock()
-	runHooks(hs)
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/recordlock/recordlock/httpdebug"
 )
 
-// The JSON document as SPEC §14 gives it; decoding it with DisallowUnknownFields fails on any
+// The JSON document as the package doc gives it; decoding it with DisallowUnknownFields fails on any
 // field the schema does not name.
 type document struct {
 	Databases []struct {
@@ -57,7 +57,7 @@ type waitDoc struct {
 
 func stringsReader(s string) *strings.Reader { return strings.NewReader(s) }
 
-// lowerCamel is the JSON name SPEC §14 gives a Go field: its first letter in lower case (every
+// lowerCamel is the JSON name the package doc gives a Go field: its first letter in lower case (every
 // field of Stats, LockInfo and WaitInfo starts with one capital, and initialisms inside stay).
 func lowerCamel(name string) string { return string(unicode.ToLower(rune(name[0]))) + name[1:] }
 
