@@ -26,6 +26,7 @@ type Locker struct {
 	closing context.Context
 	cancel  context.CancelFunc
 	strays  strayFences
+	commits commitQueue
 }
 
 // New returns a Locker for db. It returns an error matching ErrInvalidOptions when db is nil or

@@ -12,8 +12,9 @@ import (
 // Column family handles of another database. A handle belongs to the database that opened or
 // created it, but RocksDB's C API cannot say which one, nor which family of a database has a given
 // ID: a write batch carries only the ID, so a handle of another database would write into this
-// database's family of the same ID (or fail only at Commit if it has none), and a read would go to
-// the other database. What this database can tell, by reading its MANIFEST
+// database's family of the same ID (or fail only at Commit if it has none: RocksDB then applies the
+// batch in part and refuses every later write), and a read would go to the other database. What
+// this database can tell, by reading its MANIFEST
 // (grocksdb.ListColumnFamilies on its path), is the names of its families in the order of their
 // IDs; and its default family is ID 0, named "default". So a handle is refused when
 //

@@ -24,7 +24,9 @@ import (
 // batch is written inside the fences of every handle checked (Handle.Fence), entered in record
 // order: no lease is found ended after the check, and no key passes to a successor, until the
 // write has returned. With nothing staged Commit checks the same way and writes nothing, so a
-// read-only Txn learns whether its reads stayed protected to the end. After the Locker's Close it
+// read-only Txn learns whether its reads stayed protected to the end. Txns of one Locker that
+// commit at the same time share one RocksDB write (docs/DESIGN.md §5.4): each waits for it inside
+// its fences, and a failed write fails each of them. After the Locker's Close it
 // writes nothing and returns ErrClosed; on a Txn that already ended it returns ErrTxnDone; a
 // failed RocksDB write is returned wrapped. Whatever it returns, the Txn has ended.
 func (t *Txn) Commit() error {
@@ -53,7 +55,7 @@ func (t *Txn) fencedWrite() error {
 	if len(t.writes.items) == 0 {
 		return nil
 	}
-	if err := t.write(); err != nil {
+	if err := t.l.commits.write(t); err != nil {
 		return fmt.Errorf("recordlock: commit: %w", err)
 	}
 	return nil
@@ -76,6 +78,12 @@ func (t *Txn) write() error {
 	}
 	wb := grocksdb.NewWriteBatch()
 	defer wb.Destroy()
+	t.addTo(wb)
+	return db.Write(wo, wb)
+}
+
+// addTo appends the staged writes to wb, in the order staged.
+func (t *Txn) addTo(wb *grocksdb.WriteBatch) {
 	for _, w := range t.writes.items {
 		switch {
 		case w.cf == nil && w.del:
@@ -88,7 +96,15 @@ func (t *Txn) write() error {
 			wb.PutCF(w.cf, w.entryKey(), w.value())
 		}
 	}
-	return db.Write(wo, wb)
+}
+
+// stagedBytes is the size of the staged keys and values.
+func (t *Txn) stagedBytes() int {
+	n := 0
+	for _, w := range t.writes.items {
+		n += len(w.kv)
+	}
+	return n
 }
 
 // writeMode is which RocksDB write options Commit uses.
