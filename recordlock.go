@@ -26,7 +26,7 @@ type Locker struct {
 	closing context.Context
 	cancel  context.CancelFunc
 	strays  strayFences
-	commits commitQueue
+	commits commitQueue // the writes of Txns committing at the same time, made together
 }
 
 // New returns a Locker for db. It returns an error matching ErrInvalidOptions when db is nil or
