@@ -22,15 +22,21 @@ type commitQueue struct {
 	mu      sync.Mutex
 	writing bool            // a write is in flight, or a waiter was told to lead the next one
 	waiting []*commitWaiter // the Txns queued behind it, in arrival order; the head leads next
+	// group is the group being written. One write is in flight at a time, so one slice serves
+	// every group; its leader empties it before it hands the lead on.
+	group []*commitWaiter
 }
 
-// commitWaiter is a Txn queued in a commitQueue.
+// commitWaiter is a Txn queued in a commitQueue. Waiters are reused: each is sent to exactly
+// once, so once it has received, nothing refers to it but its Txn's goroutine.
 type commitWaiter struct {
 	t    *Txn
 	wake chan struct{} // receives once: the waiter leads the next write, or its batch was written
 	lead bool          // set before wake when the waiter is to lead
 	err  error         // the result of the write that carried its batch, set before wake
 }
+
+var waiters = sync.Pool{New: func() any { return &commitWaiter{wake: make(chan struct{}, 1)} }}
 
 // write writes t's staged writes: alone when no other write is in flight, else in a group
 // write led by the first Txn queued behind that write.
@@ -43,30 +49,34 @@ func (q *commitQueue) write(t *Txn) error {
 		q.next()
 		return err
 	}
-	w := &commitWaiter{t: t, wake: make(chan struct{}, 1)}
+	w := waiters.Get().(*commitWaiter)
+	w.t = t
 	q.waiting = append(q.waiting, w)
 	q.mu.Unlock()
 	<-w.wake
-	if !w.lead {
-		return w.err // written by another waiter's group write
+	if w.lead {
+		group := q.takeGroup(w)
+		writeGroup(group)
+		for _, m := range group[1:] {
+			m.wake <- struct{}{}
+		}
+		clear(group) // the group's Txns must not stay reachable
+		q.next()
 	}
-	group := q.takeGroup(w)
-	writeGroup(group)
-	for _, m := range group[1:] {
-		m.wake <- struct{}{}
-	}
-	q.next()
-	return w.err
+	err := w.err
+	*w = commitWaiter{wake: w.wake}
+	waiters.Put(w)
+	return err
 }
 
-// takeGroup removes lead, the head of the queue, and after it every waiter with the same write
-// options while the group's other batches stay under maxGroupBytes, from the queue, and returns
-// them with lead first. The waiters left keep their order. It scans the queue only as far as it
-// takes waiters, so a group write costs one step per Txn queued ahead of the last one it writes.
+// takeGroup removes lead, the head of the queue, from the queue, and after it every waiter with
+// the same write options while the batches taken besides lead's stay under maxGroupBytes, and
+// returns them with lead first. The waiters left keep their order. It scans the queue only until
+// the bound is reached, so forming a group costs one step per waiter it takes or passes over.
 func (q *commitQueue) takeGroup(lead *commitWaiter) []*commitWaiter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	group := []*commitWaiter{lead}
+	group := append(q.group[:0], lead)
 	rest := q.waiting[:0]
 	size, i := 0, 1
 	for ; i < len(q.waiting) && size < maxGroupBytes; i++ {
@@ -80,6 +90,7 @@ func (q *commitQueue) takeGroup(lead *commitWaiter) []*commitWaiter {
 	rest = append(rest, q.waiting[i:]...)
 	clear(q.waiting[len(rest):]) // the taken waiters must not stay reachable
 	q.waiting = rest
+	q.group = group
 	return group
 }
 
