@@ -51,7 +51,8 @@ func newGroupWrites(t *testing.T, db *grocksdb.DB) *groupWrites {
 }
 
 // commit commits, in a goroutine of its own, a Txn begun with opts that locks key and writes
-// value to it. It returns the Txn's result.
+// value to it. It returns the Txn's result; a Commit that succeeds must have landed its write by
+// the time it returns, which the goroutine checks at once, reading key back.
 func (g *groupWrites) commit(t *testing.T, opts TxnOptions, key, value string) <-chan error {
 	t.Helper()
 	txn, err := g.l.BeginTx(opts)
@@ -62,7 +63,19 @@ func (g *groupWrites) commit(t *testing.T, opts TxnOptions, key, value string) <
 	done := make(chan error, 1)
 	go func() {
 		defer txn.Rollback()
-		done <- txn.Commit()
+		err := txn.Commit()
+		if err == nil {
+			ro := grocksdb.NewDefaultReadOptions()
+			defer ro.Destroy()
+			got, rerr := g.l.db.GetBytes(ro, []byte(key))
+			switch {
+			case rerr != nil:
+				err = rerr
+			case string(got) != value:
+				err = fmt.Errorf("Commit of %s returned before its write landed: read %q", key, got)
+			}
+		}
+		done <- err
 	}()
 	return done
 }
@@ -116,7 +129,7 @@ func requireCommitted(t *testing.T, done <-chan error) error {
 }
 
 // Txns that reach Commit while a write is in flight are written together, in one RocksDB write
-// once it returns, and each of their commits lands.
+// once it returns, and each of their commits has landed when it returns.
 func TestConcurrentCommitsShareOneWrite(t *testing.T) {
 	db := tempdb.New(t)
 	g := newGroupWrites(t, db)
