@@ -26,7 +26,7 @@ type groupWrites struct {
 }
 
 // newGroupWrites returns a groupWrites over db whose next write waits, once it has begun, until
-// release is called.
+// release is called, and whose group writes begin 20 ms late.
 func newGroupWrites(t *testing.T, db *grocksdb.DB) *groupWrites {
 	t.Helper()
 	g := &groupWrites{
@@ -39,9 +39,14 @@ func newGroupWrites(t *testing.T, db *grocksdb.DB) *groupWrites {
 		g.sizes = append(g.sizes, n)
 		first := len(g.sizes) == 1
 		g.mu.Unlock()
-		if first {
+		switch {
+		case first:
 			close(g.held)
 			<-g.gate
+		case n > 1:
+			// A Txn told its batch was written before the write was made would read its
+			// key back before it lands (commit checks) while the write is held up here.
+			time.Sleep(20 * time.Millisecond)
 		}
 	}}})
 	require.NoError(t, err)
