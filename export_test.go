@@ -14,8 +14,8 @@ import (
 // The helper file of the white-box tests, and what the black-box tests of package
 // recordlock_test may use of the internals; it exists only in the test binary. Every Probe… hook
 // reads state without changing it, so that a test can assert that nothing was left behind.
-// WaitQueued and LogCapture are the queue wait and the log capture of both test packages; the
-// rest of the black-box scaffolding is in helpers_test.go.
+// WaitQueued, Await, DBGet and LogCapture are the queue wait, the receive, the direct read and the
+// log capture of both test packages; the rest of the black-box scaffolding is in helpers_test.go.
 
 // ProbeTableEmpty reports whether l's key-lock table holds, queues and schedules nothing.
 func ProbeTableEmpty(l *Locker) bool { return l.tab.empty() && ProbeDeadlines(l) == 0 }
@@ -90,6 +90,30 @@ func WaitQueued(t testing.TB, l *Locker, key []byte, n int) {
 	t.Helper()
 	require.Eventually(t, func() bool { return ProbeQueuedWaiters(l, key) == n },
 		10*time.Second, 200*time.Microsecond, "waiting for %d queued waiters", n)
+}
+
+// Await receives from ch, failing the test if nothing arrives within txnTestGuard. It is the
+// receive of both test packages.
+func Await[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(txnTestGuard):
+		t.Fatalf("%s did not happen within %v", what, txnTestGuard)
+		panic("unreachable")
+	}
+}
+
+// DBGet reads key straight from db's default column family; nil when it does not exist. It is
+// the direct read of both test packages.
+func DBGet(t testing.TB, db *grocksdb.DB, key string) []byte {
+	t.Helper()
+	ro := grocksdb.NewDefaultReadOptions()
+	defer ro.Destroy()
+	v, err := db.GetBytes(ro, []byte(key))
+	require.NoError(t, err)
+	return v
 }
 
 // LogCapture is a slog.Handler that keeps every record it is given at info level or above: the
@@ -230,5 +254,21 @@ func releaseWokenNotRun(t *testing.T, h *Handle) *waiter {
 	return e.head
 }
 
-// txnTestGuard bounds how long a white-box test waits for something that must happen promptly.
+// lockResult is what a Lock call started with lockAsync returned.
+type lockResult struct {
+	h   *Handle
+	err error
+}
+
+// lockAsync starts l.Lock in a goroutine and returns where its result arrives.
+func lockAsync(ctx context.Context, l *Locker, key []byte, opts Options) <-chan lockResult {
+	c := make(chan lockResult, 1)
+	go func() {
+		h, err := l.Lock(ctx, key, opts)
+		c <- lockResult{h, err}
+	}()
+	return c
+}
+
+// txnTestGuard bounds how long a test waits for something that must happen promptly.
 const txnTestGuard = 10 * time.Second

@@ -162,12 +162,7 @@ func TestFenceReleaseHookRunsAfterFenceLetsGo(t *testing.T) {
 			return nil
 		})
 	}()
-	select {
-	case err := <-fenceDone:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("Fence deadlocked running a release hook that uses the handle")
-	}
+	require.NoError(t, await(t, fenceDone, "Fence running a release hook that uses the handle"))
 	require.ErrorIs(t, <-hookFence, recordlock.ErrLeaseExpired)
 }
 
@@ -201,15 +196,11 @@ func TestReleaseHookFiredByFenceMayCallFence(t *testing.T) {
 				}
 				done <- h.Fence(func() error { clk.Advance(time.Second); return nil })
 			}()
-			select {
-			case err := <-done:
-				if lazy {
-					require.ErrorIs(t, err, recordlock.ErrLeaseExpired)
-				} else {
-					require.NoError(t, err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("a release hook fired by Fence deadlocked calling Fence")
+			err = await(t, done, "Fence firing a release hook that calls Fence")
+			if lazy {
+				require.ErrorIs(t, err, recordlock.ErrLeaseExpired)
+			} else {
+				require.NoError(t, err)
 			}
 			require.ErrorIs(t, inner, recordlock.ErrLeaseExpired)
 			assert.True(t, recordlock.ProbeTableEmpty(l))

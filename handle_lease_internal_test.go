@@ -22,24 +22,17 @@ func TestLeaseStateUndoEndsAPassedLease(t *testing.T) {
 	require.NoError(t, err)
 	u, err := h.extend(time.Minute, true)
 	require.NoError(t, err)
-	granted := make(chan *Handle, 1)
-	go func() {
-		next, err := other.Lock(context.Background(), []byte("k"), Options{Timeout: time.Minute})
-		assert.NoError(t, err)
-		granted <- next
-	}()
-	require.Eventually(t, func() bool { return ProbeQueuedWaiters(l, []byte("k")) == 1 }, txnTestGuard, time.Millisecond)
+	granted := lockAsync(context.Background(), other, []byte("k"), Options{Timeout: time.Minute})
+	WaitQueued(t, l, []byte("k"), 1)
 	clk.Advance(2 * time.Second)
 	require.False(t, h.IsExpired(), "upgraded, the lease lasts")
 	u.undo()
 	assert.NotZero(t, h.flags()&flagExpired, "undo ended the lease at once")
 	assert.False(t, h.Hold())
-	select {
-	case next := <-granted: // no clock moved: only the undo can have passed the key on
-		assert.True(t, next.Release())
-	case <-time.After(txnTestGuard):
-		t.Fatal("the waiter was not granted the key")
-	}
+	// No clock moved: only the undo can have passed the key on.
+	next := Await(t, granted, "the waiter's grant")
+	require.NoError(t, next.err)
+	assert.True(t, next.h.Release())
 	assert.True(t, h.IsLeaseExpired())
 	assert.True(t, l.tab.empty())
 }

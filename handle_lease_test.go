@@ -280,15 +280,24 @@ func TestUpgradeToHoldExtendsNodeLease(t *testing.T) {
 	assert.True(t, h.IsLeaseExpired())
 }
 
-func TestUpgradeToHoldDefaultLease(t *testing.T) {
-	clk, l := manual(t, openDB(t))
-	h, err := l.TryLock([]byte("k"), recordlock.Options{Lease: time.Second})
-	require.NoError(t, err)
-	require.NoError(t, h.UpgradeToHold(0))
-	clk.Advance(recordlock.DefaultLease - time.Nanosecond)
-	assert.False(t, h.IsExpired())
-	clk.Advance(time.Nanosecond)
-	assert.True(t, h.IsExpired())
+// UpgradeToHold(0) and Renew(0) mean DefaultLease.
+func TestZeroLeaseMeansDefault(t *testing.T) {
+	for name, extend := range map[string]func(*recordlock.Handle) error{
+		"UpgradeToHold": func(h *recordlock.Handle) error { return h.UpgradeToHold(0) },
+		"Renew":         func(h *recordlock.Handle) error { return h.Renew(0) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			clk, l := manual(t, openDB(t))
+			h, err := l.TryLock([]byte("k"), recordlock.Options{Lease: time.Second})
+			require.NoError(t, err)
+			require.NoError(t, extend(h))
+			clk.Advance(recordlock.DefaultLease - time.Nanosecond)
+			assert.False(t, h.IsExpired())
+			clk.Advance(time.Nanosecond)
+			assert.True(t, h.IsExpired())
+			assert.True(t, h.IsLeaseExpired())
+		})
+	}
 }
 
 // TestUpgradeToHoldClampedToRound: under a cluster round, an upgrade's new deadline is capped by
@@ -361,9 +370,7 @@ func TestUpgradeToHoldErrors(t *testing.T) {
 // waiting, and the Txn still commits; it sets no Hold and no version, so the lock ends with the
 // Txn.
 func TestRenewKeepsAStalledLockAlive(t *testing.T) {
-	db := openDB(t)
-	clk, l := manual(t, db)
-	other := newLocker(t, db, recordlock.WithClock(clk))
+	db, clk, l, other := lockerPair(t)
 	ctx := context.Background()
 	key := []byte("k")
 
@@ -394,18 +401,7 @@ func TestRenewKeepsAStalledLockAlive(t *testing.T) {
 	assert.Equal(t, []byte("v"), dbGet(t, db, "k"))
 	assert.True(t, h.IsExpired(), "the renewed lock ended with Commit")
 	assert.False(t, h.IsLeaseExpired(), "released, not lapsed")
-	r := await(t, waiter, "the waiter's grant")
-	require.NoError(t, r.err)
-	assert.True(t, r.h.Release())
-
-	// Renew(0) means DefaultLease.
-	h2, err := l.TryLock(key, recordlock.Options{Lease: time.Second})
-	require.NoError(t, err)
-	require.NoError(t, h2.Renew(0))
-	clk.Advance(recordlock.DefaultLease - time.Nanosecond)
-	assert.False(t, h2.IsExpired())
-	clk.Advance(time.Nanosecond)
-	assert.True(t, h2.IsLeaseExpired())
+	assert.True(t, granted(t, waiter, "the waiter's grant").Release())
 }
 
 // Renew on a dead handle fails and changes nothing; an invalid lease is an *OptionError.

@@ -71,6 +71,15 @@ func manual(t testing.TB, db *grocksdb.DB, opts ...recordlock.Option) (*recordlo
 	return clk, newLocker(t, db, append([]recordlock.Option{recordlock.WithClock(clk)}, opts...)...)
 }
 
+// lockerPair opens a fresh RocksDB with two Lockers on it that run on one ManualClock: l, the one a
+// test works through, and other, which contends with it for the same keys.
+func lockerPair(t testing.TB) (db *grocksdb.DB, clk *recordlock.ManualClock, l, other *recordlock.Locker) {
+	t.Helper()
+	db = openDB(t)
+	clk, l = manual(t, db)
+	return db, clk, l, newLocker(t, db, recordlock.WithClock(clk))
+}
+
 // frozenTimers is a ManualClock whose timers never fire, so only lazy checks can end a lease.
 type frozenTimers struct{ *recordlock.ManualClock }
 
@@ -112,16 +121,36 @@ func txnLockAsync(txn *recordlock.Txn, key []byte, opts recordlock.Options) <-ch
 	return c
 }
 
-// await receives from ch, failing the test if nothing arrives within guard.
+// lockAllResult is what a LockAll call started with lockAllAsync returned.
+type lockAllResult struct {
+	hs  []*recordlock.Handle
+	err error
+}
+
+// lockAllAsync starts txn.LockAll in a goroutine and returns where its result arrives.
+func lockAllAsync(ctx context.Context, txn *recordlock.Txn, opts recordlock.Options, keys ...[]byte) <-chan lockAllResult {
+	c := make(chan lockAllResult, 1)
+	go func() {
+		hs, err := txn.LockAll(ctx, opts, keys...)
+		c <- lockAllResult{hs, err}
+	}()
+	return c
+}
+
+// await receives from ch, failing the test if nothing arrives within a guard (the receive of
+// both test packages, in export_test.go).
 func await[T any](t testing.TB, ch <-chan T, what string) T {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(guard):
-		t.Fatalf("%s did not happen within %v", what, guard)
-		panic("unreachable")
-	}
+	return recordlock.Await(t, ch, what)
+}
+
+// granted awaits a Lock started with lockAsync or txnLockAsync, requires that it succeeded, and
+// returns its handle.
+func granted(t testing.TB, c <-chan lockResult, what string) *recordlock.Handle {
+	t.Helper()
+	r := await(t, c, what)
+	require.NoError(t, r.err, what)
+	return r.h
 }
 
 // notReturned reports whether nothing has arrived on c within a short grace period: long enough
@@ -328,15 +357,9 @@ func (g grantAll) Acquire(_ context.Context, _ []byte, _ time.Duration, _ func()
 
 // Records read and written straight through RocksDB, and Txns.
 
-// dbGet reads key straight from RocksDB; nil when it does not exist.
-func dbGet(t testing.TB, db *grocksdb.DB, key string) []byte {
-	t.Helper()
-	ro := grocksdb.NewDefaultReadOptions()
-	defer ro.Destroy()
-	v, err := db.GetBytes(ro, []byte(key))
-	require.NoError(t, err)
-	return v
-}
+// dbGet reads key straight from RocksDB; nil when it does not exist (the direct read of both
+// test packages, in export_test.go).
+var dbGet = recordlock.DBGet
 
 // dbPut writes key=value straight to RocksDB, outside any lock.
 func dbPut(t testing.TB, db *grocksdb.DB, key, value string) {

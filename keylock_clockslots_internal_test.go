@@ -29,24 +29,16 @@ func TestClosedLockersClockStaysDropped(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, l.clockID)
 	const n = 3
-	res := make(chan error, n)
+	var res []<-chan lockResult
 	for i := range n {
-		go func() {
-			_, err := l.Lock(context.Background(), key, Options{Timeout: time.Minute})
-			res <- err
-		}()
+		res = append(res, lockAsync(context.Background(), l, key, Options{Timeout: time.Minute}))
 		WaitQueued(t, keep, key, i+1)
 	}
 	releaseWokenNotRun(t, held)
 	deadClock.Advance(bargeWindow) // the waiters behind the woken one are past the window
 	require.NoError(t, l.Close())
-	for range n {
-		select {
-		case err := <-res:
-			require.ErrorIs(t, err, ErrClosed)
-		case <-time.After(10 * time.Second):
-			t.Fatal("a waiter of the closed Locker is still waiting")
-		}
+	for _, c := range res {
+		require.ErrorIs(t, Await(t, c, "the closed Locker's waiter's return").err, ErrClosed)
 	}
 	sh := tab.shard(tab.hash(0, key))
 	sh.mu.Lock()
@@ -59,19 +51,10 @@ func TestClosedLockersClockStaysDropped(t *testing.T) {
 	require.Equal(t, 1, next.clockID)
 	blocker, err := keep.TryLock(key, Options{})
 	require.NoError(t, err)
-	got := make(chan error, 1)
-	go func() {
-		_, err := next.Lock(context.Background(), key, Options{Timeout: time.Second})
-		got <- err
-	}()
+	got := lockAsync(context.Background(), next, key, Options{Timeout: time.Second})
 	WaitQueued(t, keep, key, 1)
 	clk.Advance(2 * time.Second)
-	select {
-	case err := <-got:
-		require.ErrorIs(t, err, ErrTimeout)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the wait ran on another clock than its Locker's")
-	}
+	require.ErrorIs(t, Await(t, got, "the timeout on the Locker's own clock").err, ErrTimeout)
 	require.True(t, blocker.Release())
 }
 

@@ -67,9 +67,7 @@ func (sh *shard) serve(e *keyEntry) {
 			}
 			wall, mono := readClock(c.clock)
 			if w.pastBargeWindow(c, mono) {
-				sh.dequeue(e, w)
-				sh.unschedule(w.h)
-				sh.countWait(w, mono)
+				sh.unqueueGranted(e, w, mono)
 				sh.grant(e, w.h, wall, mono, w.lease, e.head != nil)
 				w.finish(waitGranted)
 				return
@@ -96,9 +94,7 @@ func (sh *shard) grantShared(e *keyEntry) {
 			continue
 		}
 		wall, mono := readClock(c.clock)
-		sh.dequeue(e, w)
-		sh.unschedule(w.h)
-		sh.countWait(w, mono)
+		sh.unqueueGranted(e, w, mono)
 		sh.grant(e, w.h, wall, mono, w.lease, end != nil)
 		w.finish(waitGranted)
 	}

@@ -75,12 +75,7 @@ func TestTimersFireByDeadlineDespiteMutexWait(t *testing.T) {
 		})
 		WaitQueued(t, l, key, 1)
 		clk.Advance(500 * time.Millisecond) // the wait's end: one Timeout after the Lock's reading
-		select {
-		case err := <-got:
-			require.ErrorIs(t, err, ErrTimeout)
-		case <-time.After(10 * time.Second):
-			t.Fatal("the wait outlived its timeout")
-		}
+		require.ErrorIs(t, Await(t, got, "the wait's timeout"), ErrTimeout)
 		require.True(t, holder.Release())
 	})
 }
@@ -130,30 +125,24 @@ func TestSchedulerRearmsForEarlierDeadline(t *testing.T) {
 	require.Equal(t, time.Second, armedAt(), "an earlier deadline re-arms the timer")
 
 	// Both holders stall; waiters get their keys at each deadline without anyone calling them.
-	wLate := make(chan *Handle, 1)
-	wEarly := make(chan *Handle, 1)
-	go func() {
-		h, err := l.Lock(context.Background(), late, Options{Timeout: time.Minute})
-		assert.NoError(t, err)
-		wLate <- h
-	}()
-	go func() {
-		h, err := l.Lock(context.Background(), early, Options{Timeout: time.Minute})
-		assert.NoError(t, err)
-		wEarly <- h
-	}()
+	wLate := lockAsync(context.Background(), l, late, Options{Timeout: time.Minute})
+	wEarly := lockAsync(context.Background(), l, early, Options{Timeout: time.Minute})
 	WaitQueued(t, l, late, 1)
 	WaitQueued(t, l, early, 1)
 
 	clk.Advance(time.Second)
-	h2 := <-wEarly
+	r2 := Await(t, wEarly, "the grant at the early deadline")
+	require.NoError(t, r2.err)
+	h2 := r2.h
 	require.NotNil(t, h2)
 	assert.True(t, closed(earlyDone))
 	assert.False(t, closed(lateDone))
 	assert.Equal(t, 10*time.Second, armedAt(), "re-armed for the next deadline after firing")
 
 	clk.Advance(9 * time.Second)
-	h1 := <-wLate
+	r1 := Await(t, wLate, "the grant at the late deadline")
+	require.NoError(t, r1.err)
+	h1 := r1.h
 	require.NotNil(t, h1)
 	assert.True(t, closed(lateDone))
 	assert.False(t, hLate.Release())

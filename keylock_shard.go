@@ -62,9 +62,9 @@ func (sh *shard) lookup(h *Handle) *keyEntry { return sh.index.find(h.hash, h.cf
 
 // acquire takes h's key, or with wait queues for it until it is granted, the timeout passes, ctx
 // is done or h's Locker closes; a grant that raced with Close returns errGrantedAfterClose with
-// the key held. With ctxBounds (the caller gave no Timeout), a deadline of ctx
-// replaces the timeout. It returns the Mono reading the attempt started at, from which the lease and the
-// wait are measured.
+// the key held. With ctxBounds (the caller gave no Timeout), a deadline of ctx replaces the
+// timeout (waitBound). It returns the Mono reading the attempt started at, from which the lease
+// and the wait are measured.
 func (sh *shard) acquire(ctx context.Context, h *Handle, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
 	c := h.tenant()
 	// Read before the mutex, which keeps the read out of the critical section every Lock and
@@ -91,12 +91,7 @@ func (sh *shard) acquire(ctx context.Context, h *Handle, lease, timeout time.Dur
 		sh.unlockAndRunHooks()
 		return 0, ErrLocked
 	default:
-		if ctxBounds {
-			if _, ok := ctx.Deadline(); ok {
-				timeout = unbounded // the ctx deadline, on the real clock, ends the wait
-			}
-		}
-		return mono, sh.wait(ctx, e, h, lease, mono+timeout, mono)
+		return mono, sh.wait(ctx, e, h, lease, mono+waitBound(ctx, timeout, ctxBounds), mono)
 	}
 	sh.unlockAndRunHooks()
 	return mono, nil
@@ -230,8 +225,11 @@ func (sh *shard) expire(h *Handle) {
 	sh.queueHook(h)
 }
 
-// countWait counts the grant of w, which waited until mono, a reading of its Locker's clock.
-func (sh *shard) countWait(w *waiter, mono time.Duration) {
+// unqueueGranted takes w, about to be granted its key at mono (a reading of its Locker's clock),
+// out of e's queue and off its timer, and counts its wait.
+func (sh *shard) unqueueGranted(e *keyEntry, w *waiter, mono time.Duration) {
+	sh.dequeue(e, w)
+	sh.unschedule(w.h)
 	sh.counts.contended++
 	sh.counts.waitTime += mono - w.since
 }

@@ -66,11 +66,7 @@ func (g *waitGraph) check(sh *shard, h *Handle) (err *DeadlockError, waiters int
 		sh.mu.Unlock()
 		return nil, 0, 0
 	}
-	for q := h.e.head; q != nil; q = q.next {
-		if q != w {
-			waiters++
-		}
-	}
+	waiters = h.e.queued() - 1 // w is still queued
 	if hd := h.e.holder; hd != nil {
 		holderAge = time.Duration(h.tenant().clock.Now().UnixNano() - int64(hd.acquiredAt))
 	}

@@ -34,13 +34,7 @@ func TestSharedLocksScenarios(t *testing.T) {
 	excl := recordlock.Options{Timeout: timeout}
 	shr := recordlock.Options{Timeout: timeout, Shared: true}
 	begin := func() [3]*recordlock.Txn {
-		var txns [3]*recordlock.Txn
-		for i := range txns {
-			txn, err := l.BeginTx(recordlock.TxnOptions{Name: fmt.Sprint("txn", i+1)})
-			require.NoError(t, err)
-			txns[i] = txn
-		}
-		return txns
+		return [3]*recordlock.Txn{txnNamed(t, l, "txn1"), txnNamed(t, l, "txn2"), txnNamed(t, l, "txn3")}
 	}
 	end := func(txns [3]*recordlock.Txn) {
 		for _, txn := range txns {
@@ -139,10 +133,8 @@ func TestDeadlockCycleShared(t *testing.T) {
 	const n = 31
 	txns := make([]*recordlock.Txn, n)
 	for i := range txns {
-		txn, err := l.BeginTx(recordlock.TxnOptions{Name: name(i)})
-		require.NoError(t, err)
-		txns[i] = txn
-		_, err = txn.Lock(ctx, key((i+1)/2), recordlock.Options{Shared: true})
+		txns[i] = txnNamed(t, l, name(i))
+		_, err := txns[i].Lock(ctx, key((i+1)/2), recordlock.Options{Shared: true})
 		require.NoError(t, err)
 	}
 	waits := make([]<-chan lockResult, 15)
@@ -189,13 +181,8 @@ func TestDeadlockCycleShared(t *testing.T) {
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 
 	// The cycle of two closed by a shared request.
-	t1, err := l.BeginTx(recordlock.TxnOptions{Name: "T1"})
-	require.NoError(t, err)
-	defer t1.Rollback()
-	t2, err := l.BeginTx(recordlock.TxnOptions{Name: "T2"})
-	require.NoError(t, err)
-	defer t2.Rollback()
-	_, err = t1.Lock(ctx, key(0), opts)
+	t1, t2 := txnNamed(t, l, "T1"), txnNamed(t, l, "T2")
+	_, err := t1.Lock(ctx, key(0), opts)
 	require.NoError(t, err)
 	_, err = t2.Lock(ctx, key(1), opts)
 	require.NoError(t, err)
@@ -223,13 +210,7 @@ func TestReaderBehindWriterDeadlock(t *testing.T) {
 	_, l := manual(t, db)
 	ctx := context.Background()
 	opts := recordlock.Options{Timeout: recordlock.MaxTimeout}
-	begin := func(name string) *recordlock.Txn {
-		txn, err := l.BeginTx(recordlock.TxnOptions{Name: name})
-		require.NoError(t, err)
-		t.Cleanup(txn.Rollback)
-		return txn
-	}
-	r, s, w := begin("R"), begin("S"), begin("W")
+	r, s, w := txnNamed(t, l, "R"), txnNamed(t, l, "S"), txnNamed(t, l, "W")
 	a, b := []byte("a"), []byte("b")
 	_, err := r.Lock(ctx, b, opts)
 	require.NoError(t, err)

@@ -132,11 +132,9 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 				return ErrClosed
 			}
 			if e.holder == nil {
-				sh.dequeue(e, w)
-				sh.unschedule(h)
-				h.w = nil
 				wall, now := readClock(c.clock)
-				sh.countWait(w, now)
+				sh.unqueueGranted(e, w, now)
+				h.w = nil
 				sh.grant(e, h, wall, now, w.lease, e.head != nil)
 				sh.unlockAndRunHooks()
 				return nil
@@ -212,6 +210,15 @@ func (e *keyEntry) exclusiveAhead(w *waiter) (x *waiter, skipped int) {
 		}
 	}
 	return x, skipped
+}
+
+// queued is how many requests are queued for e's key.
+func (e *keyEntry) queued() int {
+	n := 0
+	for w := e.head; w != nil; w = w.next {
+		n++
+	}
+	return n
 }
 
 // upgradeOf returns the upgrade queued for sharer h, or nil.

@@ -21,25 +21,17 @@ func TestTableEmptyAfterWaitersGiveUp(t *testing.T) {
 	require.Equal(t, 0, heapLen(l, key), "nobody watches the holder's lease yet")
 
 	// One waiter times out, one is cancelled.
-	timedOut := make(chan error, 1)
-	go func() {
-		_, err := l.Lock(context.Background(), key, Options{Timeout: time.Second})
-		timedOut <- err
-	}()
+	timedOut := lockAsync(context.Background(), l, key, Options{Timeout: time.Second})
 	WaitQueued(t, l, key, 1)
 	ctx, cancel := context.WithCancel(context.Background())
-	cancelled := make(chan error, 1)
-	go func() {
-		_, err := l.Lock(ctx, key, Options{Timeout: time.Minute})
-		cancelled <- err
-	}()
+	cancelled := lockAsync(ctx, l, key, Options{Timeout: time.Minute})
 	WaitQueued(t, l, key, 2)
 	require.Equal(t, 3, heapLen(l, key), "each waiter's timeout, and the holder's lease it watches")
 
 	clk.Advance(time.Second)
-	require.ErrorIs(t, <-timedOut, ErrTimeout)
+	require.ErrorIs(t, Await(t, timedOut, "the timeout").err, ErrTimeout)
 	cancel()
-	require.ErrorIs(t, <-cancelled, context.Canceled)
+	require.ErrorIs(t, Await(t, cancelled, "the cancellation").err, context.Canceled)
 
 	assert.Equal(t, 0, ProbeQueuedWaiters(l, key))
 	assert.Equal(t, 1, heapLen(l, key), "only the holder's lease is left")
@@ -56,13 +48,8 @@ func TestBargingWindow(t *testing.T) {
 	clk := NewManualClock(time.Unix(1, 0))
 	l := newTestLocker(t, db, clk)
 	key := []byte("k")
-	lockAsync := func() <-chan *Handle {
-		c := make(chan *Handle, 1)
-		go func() {
-			h, err := l.Lock(context.Background(), key, Options{Timeout: time.Minute})
-			assert.NoError(t, err)
-			c <- h
-		}()
+	queue := func() <-chan lockResult {
+		c := lockAsync(context.Background(), l, key, Options{Timeout: time.Minute})
 		WaitQueued(t, l, key, 1)
 		return c
 	}
@@ -70,7 +57,7 @@ func TestBargingWindow(t *testing.T) {
 	t.Run("within the window", func(t *testing.T) {
 		holder, err := l.TryLock(key, Options{})
 		require.NoError(t, err)
-		got := lockAsync()
+		got := queue()
 		w := releaseWokenNotRun(t, holder)
 		clk.Advance(bargeWindow - time.Nanosecond)
 		barger, err := l.TryLock(key, Options{})
@@ -85,23 +72,25 @@ func TestBargingWindow(t *testing.T) {
 		assert.Equal(t, 0, ProbeQueuedWaiters(l, key), "the barger's release handed the key to the waiter")
 		_, err = l.TryLock(key, Options{})
 		require.ErrorIs(t, err, ErrLocked)
-		h := <-got
-		require.NotNil(t, h)
-		require.True(t, h.Release())
+		r := Await(t, got, "the waiter's grant")
+		require.NoError(t, r.err)
+		require.NotNil(t, r.h)
+		require.True(t, r.h.Release())
 	})
 
 	t.Run("past the window", func(t *testing.T) {
 		holder, err := l.TryLock(key, Options{})
 		require.NoError(t, err)
-		got := lockAsync()
+		got := queue()
 		w := releaseWokenNotRun(t, holder)
 		clk.Advance(bargeWindow)
 		_, err = l.TryLock(key, Options{})
 		require.ErrorIs(t, err, ErrLocked, "the woken waiter has waited bargeWindow: no barging")
 		w.signal()
-		h := <-got
-		require.NotNil(t, h)
-		require.True(t, h.Release())
+		r := Await(t, got, "the waiter's grant")
+		require.NoError(t, r.err)
+		require.NotNil(t, r.h)
+		require.True(t, r.h.Release())
 	})
 	assert.True(t, ProbeTableEmpty(l))
 }
@@ -115,38 +104,19 @@ func TestCloseAbandonsEveryWaiterWhenOneIsHandedTheKey(t *testing.T) {
 	hb, err := b.TryLock(key, Options{})
 	require.NoError(t, err)
 
-	const n = 3
-	res := make(chan error, n)
-	for i := range n {
-		go func() {
-			_, err := a.Lock(context.Background(), key, Options{Timeout: time.Minute})
-			res <- err
-		}()
+	var res []<-chan lockResult
+	for i := range 3 {
+		res = append(res, lockAsync(context.Background(), a, key, Options{Timeout: time.Minute}))
 		WaitQueued(t, a, key, i+1)
 	}
 
-	// Release hb as Release does, with the oldest waiter woken but not yet scheduled to run.
-	sh := b.tab.shard(hb.hash)
-	sh.mu.Lock()
-	e := hb.e
-	hb.setFlags(flagReleased)
-	hb.clearFlags(flagHeld)
-	sh.unschedule(hb)
-	e.holder = nil
-	e.wakePending = true
-	e.head.state = waitWoken
-	sh.mu.Unlock()
+	releaseWokenNotRun(t, hb) // the oldest waiter is woken but not yet scheduled to run
 	// The second waiter has now waited bargeWindow: abandoning the first hands it the key.
 	clk.Advance(bargeWindow)
 
 	require.NoError(t, a.Close())
-	for range n {
-		select {
-		case err := <-res:
-			require.ErrorIs(t, err, ErrClosed)
-		case <-time.After(10 * time.Second):
-			t.Fatal("a waiter of the closed Locker is still queued")
-		}
+	for _, c := range res {
+		require.ErrorIs(t, Await(t, c, "the closed Locker's waiter's return").err, ErrClosed)
 	}
 	assert.True(t, b.tab.empty())
 	h, err := b.TryLock(key, Options{})

@@ -156,6 +156,18 @@ type lockRequest struct {
 // (about 146 years), and its sum with any Mono reading still fits a time.Duration.
 const unbounded = time.Duration(1 << 62)
 
+// waitBound is the timeout, on the Locker's clock, of a wait for a busy key: timeout, or with
+// ctxBounds (the caller gave no Timeout) and a ctx deadline, unbounded: that deadline, on the
+// real clock, ends the wait.
+func waitBound(ctx context.Context, timeout time.Duration, ctxBounds bool) time.Duration {
+	if ctxBounds {
+		if _, ok := ctx.Deadline(); ok {
+			return unbounded
+		}
+	}
+	return timeout
+}
+
 // check validates a lock request.
 func (l *Locker) check(key []byte, opts Options) (Resolved, error) {
 	r, err := l.opts.resolve(opts)

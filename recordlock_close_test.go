@@ -163,9 +163,7 @@ func TestCloseReleasesHandlesAndFailsWaiters(t *testing.T) {
 	assert.Nil(t, r.h)
 
 	// b was waiting for a's key and now holds it.
-	rb := await(t, bWaiting, "Lock")
-	require.NoError(t, rb.err)
-	require.True(t, rb.h.Release())
+	require.True(t, granted(t, bWaiting, "Lock").Release())
 
 	require.NoError(t, a.Close(), "Close is idempotent")
 	assert.Equal(t, 1, hooks.count())

@@ -42,9 +42,7 @@ func TestClusterRoundBoundedByCtxDeadline(t *testing.T) {
 // never asks the cluster twice for one key at once.
 func TestClusterLockTakesLocalKeyFirst(t *testing.T) {
 	t.Run("held while Acquire runs, even past the lease", func(t *testing.T) {
-		db := openDB(t)
-		clk, l := manual(t, db)
-		other := newLocker(t, db, recordlock.WithClock(clk))
+		_, clk, l, other := lockerPair(t)
 		c := newTestCoord(clk, l.Timestamp)
 		c.gate, c.entered = make(chan struct{}), make(chan context.Context, 1)
 		l.SetCoordinator(c)
@@ -138,11 +136,7 @@ func TestClusterLockPassesRemainingWait(t *testing.T) {
 	require.True(t, h0.Release())
 	ctx := <-c.entered
 	for got := time.Duration(0); got != 6*time.Second; { // the budget, after timers re-armed by the handoff
-		select {
-		case got = <-clk.armed:
-		case <-time.After(10 * time.Second):
-			t.Fatal("no 6s budget was armed: Acquire did not get the remaining wait")
-		}
+		got = await(t, clk.armed, "the 6s budget armed for Acquire's remaining wait")
 	}
 
 	clk.Advance(6*time.Second - time.Nanosecond)
@@ -242,9 +236,7 @@ func TestClusterLockFailureGivesLocalKeyBack(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			db := openDB(t)
-			clk, l := manual(t, db)
-			other := newLocker(t, db, recordlock.WithClock(clk))
+			_, clk, l, other := lockerPair(t)
 			c := newTestCoord(clk, l.Timestamp)
 			l.SetCoordinator(c)
 			ctx, cancel := context.WithCancel(context.Background())

@@ -22,9 +22,7 @@ func (sh *shard) noteLapse(h *Handle) {
 	}
 	key, cf, waiters := string(h.key()), h.cf, 0
 	if h.e != nil {
-		for w := h.e.head; w != nil; w = w.next {
-			waiters++
-		}
+		waiters = h.e.queued()
 	}
 	age := time.Duration(c.clock.Now().UnixNano() - int64(h.acquiredAt))
 	sh.hooks = append(sh.hooks, pendingHook{h: h, note: func() {

@@ -34,7 +34,7 @@ func TestDebugRecordOfLapse(t *testing.T) {
 			waiter := lockAsync(context.Background(), l, []byte("stalled-key"), recordlock.Options{})
 			waitQueued(t, l, []byte("stalled-key"), 1)
 			clk.Advance(100 * time.Millisecond)
-			h := await(t, waiter, "Lock").h
+			h := granted(t, waiter, "Lock")
 			require.NotNil(t, h)
 			require.True(t, h.Release())
 			mu.Lock()

@@ -87,9 +87,7 @@ func TestReleaseHookCallingBackIntoLocker(t *testing.T) {
 	}
 	for _, tr := range triggers {
 		t.Run(tr.name, func(t *testing.T) {
-			db := openDB(t)
-			clk, l := manual(t, db)
-			other := newLocker(t, db, recordlock.WithClock(clk))
+			_, clk, l, other := lockerPair(t)
 			key, otherKey := []byte("hooked"), []byte("elsewhere")
 			h, err := l.TryLock(key, node)
 			require.NoError(t, err)
@@ -127,11 +125,7 @@ func TestReleaseHookCallingBackIntoLocker(t *testing.T) {
 				defer close(done)
 				tr.fire(clk, l, h)
 			}()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				t.Fatalf("%s deadlocked in a hook that calls back into the Locker", tr.name)
-			}
+			await(t, done, tr.name+" with a hook that calls back into the Locker")
 			assert.Equal(t, int32(1), calls.Load(), "the hook fired once")
 			assert.NoError(t, reentered)
 			assert.True(t, h.IsExpired())
@@ -149,9 +143,7 @@ func TestBlockingReleaseHookStallsOnlyItsCaller(t *testing.T) {
 	for _, via := range []string{"Release", "lease timer", "Close"} {
 		t.Run(via, func(t *testing.T) {
 			base := runtime.NumGoroutine()
-			db := openDB(t)
-			clk, l := manual(t, db)
-			other := newLocker(t, db, recordlock.WithClock(clk))
+			_, clk, l, other := lockerPair(t)
 			key := []byte("blocked")
 			neighbour := sameShardKey(t, l, key)
 

@@ -147,9 +147,7 @@ func TestReleaseGrantsSharedRunTogether(t *testing.T) {
 	require.NoError(t, xr.err)
 	assert.True(t, pendingLock(s3))
 	require.True(t, xr.h.Release())
-	r3 := await(t, s3, "the lock")
-	require.NoError(t, r3.err)
-	require.True(t, r3.h.Release())
+	require.True(t, granted(t, s3, "the lock").Release())
 	st := l.Stats()
 	assert.Equal(t, uint64(4), st.Contended)
 	assert.Equal(t, 0, st.Waiting)
@@ -168,9 +166,7 @@ func TestSharedNewcomerDoesNotBarge(t *testing.T) {
 	require.True(t, holder.Release()) // within 1 ms: the writer is woken, not handed the key
 	_, err = l.TryLock(key, shared)
 	require.ErrorIs(t, err, recordlock.ErrLocked, "a reader does not pass a queued writer")
-	xr := await(t, x, "the lock")
-	require.NoError(t, xr.err)
-	require.True(t, xr.h.Release())
+	require.True(t, granted(t, x, "the lock").Release())
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
@@ -193,9 +189,7 @@ func TestReadersBehindWriterThatGivesUpAreGranted(t *testing.T) {
 	clk.Advance(time.Second)
 	require.ErrorIs(t, await(t, x, "the lock").err, recordlock.ErrTimeout)
 	for _, c := range []<-chan lockResult{r1, r2} {
-		r := await(t, c, "the lock")
-		require.NoError(t, r.err)
-		require.True(t, r.h.Release())
+		require.True(t, granted(t, c, "the lock").Release())
 	}
 	require.True(t, r0.Release())
 	assert.Equal(t, uint64(1), l.Stats().Timeouts)
@@ -383,9 +377,7 @@ func TestLocksListsEverySharer(t *testing.T) {
 	for _, h := range hs {
 		require.True(t, h.Release())
 	}
-	xr := await(t, x, "the lock")
-	require.NoError(t, xr.err)
-	require.True(t, xr.h.Release())
+	require.True(t, granted(t, x, "the lock").Release())
 	require.True(t, other.Release())
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
@@ -510,9 +502,7 @@ func TestWriterGetsKeyAtLastSharersDeadline(t *testing.T) {
 		clk.Advance(time.Second)
 		assert.True(t, pendingLock(x))
 		clk.Advance(time.Second)
-		xr := await(t, x, "the lock")
-		require.NoError(t, xr.err, "the writer gets the key when the second reader's lease ends")
-		require.True(t, xr.h.Release())
+		require.True(t, granted(t, x, "the writer gets the key when the second reader's lease ends").Release())
 		assert.True(t, recordlock.ProbeTableEmpty(l))
 	})
 }
@@ -573,9 +563,7 @@ func TestClusterSharersEachJoinARound(t *testing.T) {
 	_, releases := coord.counts()
 	assert.Equal(t, 1, releases, "a sharer's release ends its own round")
 	require.True(t, hs[1].Release())
-	xr := await(t, x, "the exclusive lock")
-	require.NoError(t, xr.err)
-	require.True(t, xr.h.Release())
+	require.True(t, granted(t, x, "the exclusive lock").Release())
 	calls, releases := coord.counts()
 	assert.Equal(t, 3, calls)
 	assert.Equal(t, 3, releases)

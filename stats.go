@@ -140,8 +140,6 @@ func (h *Handle) lockInfo() LockInfo {
 	if h.cold != nil {
 		info.Token = h.cold.token
 	}
-	for w := h.e.head; w != nil; w = w.next {
-		info.Waiters++
-	}
+	info.Waiters = h.e.queued()
 	return info
 }

@@ -38,7 +38,7 @@ func TestStatsCountEachEvent(t *testing.T) {
 	check("a queued Lock")
 	clk.Advance(5 * time.Millisecond)
 	require.True(t, a.Release())
-	a2 := await(t, waiter, "Lock").h
+	a2 := granted(t, waiter, "Lock")
 	require.NotNil(t, a2)
 	want.Waiting, want.Acquired, want.Contended, want.WaitTime = 0, 2, 1, 5*time.Millisecond
 	check("a contended acquisition and its wait")

@@ -71,7 +71,7 @@ func TestWaitsListsQueuedRequests(t *testing.T) {
 	assert.Equal(t, cfID, byKey[fmt.Sprintf("%d/plain", cfID)][0].ColumnFamilyID)
 
 	require.True(t, plain.Release())
-	h := await(t, first, "Lock").h
+	h := granted(t, first, "Lock")
 	require.NotNil(t, h)
 	require.True(t, h.Release())
 	require.NoError(t, await(t, second, "Lock").err)
@@ -80,12 +80,7 @@ func TestWaitsListsQueuedRequests(t *testing.T) {
 	require.NoError(t, await(t, third, "Lock").err)
 	onRow.Rollback()
 	require.True(t, inCF.Release())
-	select {
-	case err := <-inCFWaits:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("LockCF did not return")
-	}
+	require.NoError(t, await(t, inCFWaits, "LockCF"))
 	assert.Empty(t, collectWaits(l))
 }
 
@@ -107,7 +102,7 @@ func TestWaitsUseTheWaitersClock(t *testing.T) {
 		assert.Equal(t, 5*time.Second, got[0].Waited)
 	}
 	require.True(t, h.Release())
-	got := await(t, c, "Lock").h
+	got := granted(t, c, "Lock")
 	require.NotNil(t, got)
 	require.True(t, got.Release())
 }
@@ -130,7 +125,7 @@ func TestWaitsKeyIsACopy(t *testing.T) {
 	require.Len(t, got, 1)
 	assert.Equal(t, "record", string(got[0].Key))
 	require.True(t, h.Release())
-	next := await(t, c, "Lock").h
+	next := granted(t, c, "Lock")
 	require.NotNil(t, next)
 	assert.Equal(t, "record", string(next.Key()))
 	require.True(t, next.Release())

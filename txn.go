@@ -213,11 +213,7 @@ func (t *Txn) upgrade(ctx context.Context, h *Handle, opts Options) error {
 	if err != nil {
 		return err
 	}
-	wait := r.Timeout
-	if _, ok := ctx.Deadline(); ok && opts.Timeout == 0 {
-		wait = unbounded
-	}
-	return h.shard().upgrade(ctx, h, wait)
+	return h.shard().upgrade(ctx, h, waitBound(ctx, r.Timeout, opts.Timeout == 0))
 }
 
 // wantsCluster reports whether a lock with options r would be cluster-scoped (or fail closed

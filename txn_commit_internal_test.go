@@ -37,29 +37,10 @@ func TestTxnCommitHoldsOffSuccessor(t *testing.T) {
 	}
 	committed := make(chan error, 1)
 	go func() { committed <- txn.Commit() }()
-	select {
-	case <-entered:
-	case <-time.After(txnTestGuard):
-		t.Fatal("Commit never reached its write")
-	}
+	Await(t, entered, "Commit reaching its write")
 
-	type outcome struct {
-		h   *Handle
-		val []byte
-		err error
-	}
-	successor := make(chan outcome, 1)
-	go func() {
-		h2, err := other.Lock(ctx, key, Options{Timeout: time.Minute})
-		var val []byte
-		if err == nil {
-			ro := grocksdb.NewDefaultReadOptions()
-			val, err = db.GetBytes(ro, key)
-			ro.Destroy()
-		}
-		successor <- outcome{h2, val, err}
-	}()
-	require.Eventually(t, func() bool { return ProbeQueuedWaiters(l, key) == 1 }, txnTestGuard, time.Millisecond)
+	successor := lockAsync(ctx, other, key, Options{Timeout: time.Minute})
+	WaitQueued(t, l, key, 1)
 
 	clk.Advance(time.Second) // the lease lapses while the commit is writing
 	assert.True(t, h.IsLeaseExpired())
@@ -77,20 +58,11 @@ func TestTxnCommitHoldsOffSuccessor(t *testing.T) {
 	}
 
 	close(proceed)
-	select {
-	case err := <-committed:
-		require.NoError(t, err, "a commit that entered its fences in time lands")
-	case <-time.After(txnTestGuard):
-		t.Fatal("Commit did not return")
-	}
-	select {
-	case got := <-successor:
-		require.NoError(t, got.err)
-		assert.Equal(t, []byte("first"), got.val, "the successor reads the commit's result")
-		assert.True(t, got.h.Release())
-	case <-time.After(txnTestGuard):
-		t.Fatal("the successor never acquired after the commit")
-	}
+	require.NoError(t, Await(t, committed, "Commit"), "a commit that entered its fences in time lands")
+	got := Await(t, successor, "the successor's grant after the commit")
+	require.NoError(t, got.err)
+	assert.Equal(t, []byte("first"), DBGet(t, db, "k"), "the successor reads the commit's result")
+	assert.True(t, got.h.Release())
 	assert.True(t, l.tab.empty(), "nothing is left locked or queued")
 }
 
@@ -166,11 +138,7 @@ func TestTxnCommitReleasesAsTheFenceEnds(t *testing.T) {
 			require.NoError(t, txn.Commit())
 			inFence = nil
 
-			ro := grocksdb.NewDefaultReadOptions()
-			defer ro.Destroy()
-			got, err := db.GetBytes(ro, key)
-			require.NoError(t, err)
-			assert.Equal(t, []byte("v"), got)
+			assert.Equal(t, []byte("v"), DBGet(t, db, string(key)))
 			assert.False(t, h.IsLeaseExpired())
 			next, err := l.TryLock(key, Options{})
 			if tc.wantHeldNow {

@@ -20,9 +20,7 @@ import (
 // A lock held only for reading protects the Commit: a Txn that decided its write on a flag whose
 // lease lapsed, and which another Txn changed meanwhile, writes nothing.
 func TestTxnCommitChecksReadLocks(t *testing.T) {
-	db := openDB(t)
-	clk, l := manual(t, db)
-	other := newLocker(t, db, recordlock.WithClock(clk))
+	db, clk, l, other := lockerPair(t)
 	ctx := context.Background()
 	dbPut(t, db, "flag", "on")
 
@@ -202,9 +200,7 @@ func TestTxnCommitAllOrNothing(t *testing.T) {
 // Lease lapse between Put and Commit: ErrLeaseExpired, nothing written, sibling locks
 // released, and a waiter on a sibling key proceeds at once.
 func TestTxnLeaseLapseBeforeCommitReleasesSiblings(t *testing.T) {
-	db := openDB(t)
-	clk, l := manual(t, db)
-	other := newLocker(t, db, recordlock.WithClock(clk))
+	db, clk, l, other := lockerPair(t)
 	ctx := context.Background()
 
 	txn := l.Begin()
@@ -220,7 +216,7 @@ func TestTxnLeaseLapseBeforeCommitReleasesSiblings(t *testing.T) {
 	require.NoError(t, txn.Put([]byte("held"), []byte("1")))
 
 	waiter := lockAsync(context.Background(), other, []byte("b"), recordlock.Options{Timeout: time.Minute})
-	time.Sleep(10 * time.Millisecond) // let it queue; the outcome does not depend on it
+	waitQueued(t, l, []byte("b"), 1)
 	clk.Advance(time.Second)
 	require.True(t, short.IsLeaseExpired())
 	require.False(t, sibling.IsExpired())

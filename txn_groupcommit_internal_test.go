@@ -89,11 +89,7 @@ func (g *groupWrites) commit(t *testing.T, opts TxnOptions, key, value string) <
 func (g *groupWrites) holdFirst(t *testing.T, key, value string) <-chan error {
 	t.Helper()
 	done := g.commit(t, TxnOptions{}, key, value)
-	select {
-	case <-g.held:
-	case <-time.After(txnTestGuard):
-		t.Fatal("the first commit never reached its write")
-	}
+	Await(t, g.held, "the first commit's write")
 	return done
 }
 
@@ -122,17 +118,6 @@ func (g *groupWrites) writes() []int {
 	return append([]int(nil), g.sizes...)
 }
 
-func requireCommitted(t *testing.T, done <-chan error) error {
-	t.Helper()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(txnTestGuard):
-		t.Fatal("Commit did not return")
-		return nil
-	}
-}
-
 // Txns that reach Commit while a write is in flight are written together, in one RocksDB write
 // once it returns, and each of their commits has landed when it returns.
 func TestConcurrentCommitsShareOneWrite(t *testing.T) {
@@ -144,13 +129,13 @@ func TestConcurrentCommitsShareOneWrite(t *testing.T) {
 		queued = append(queued, g.queue(t, TxnOptions{}, fmt.Sprint("k", i), fmt.Sprint("v", i), i+1))
 	}
 	g.release()
-	require.NoError(t, requireCommitted(t, first))
+	require.NoError(t, Await(t, first, "Commit"))
 	for _, done := range queued {
-		require.NoError(t, requireCommitted(t, done))
+		require.NoError(t, Await(t, done, "Commit"))
 	}
 	assert.Equal(t, []int{1, 5}, g.writes(), "the five queued commits share one write")
 	for i := range 5 {
-		assert.Equal(t, fmt.Sprint("v", i), string(getKey(t, db, fmt.Sprint("k", i))))
+		assert.Equal(t, fmt.Sprint("v", i), string(DBGet(t, db, fmt.Sprint("k", i))))
 	}
 	assert.Zero(t, g.queued())
 	assert.True(t, g.l.tab.empty(), "every lock was released")
@@ -177,9 +162,9 @@ func TestGroupWriteFailureFailsEveryTxnInIt(t *testing.T) {
 	good2 := g.queue(t, TxnOptions{}, "good2", "v2", 3)
 
 	g.release()
-	require.NoError(t, requireCommitted(t, first))
+	require.NoError(t, Await(t, first, "Commit"))
 	for name, done := range map[string]<-chan error{"good1": good1, "bad": badDone, "good2": good2} {
-		err := requireCommitted(t, done)
+		err := Await(t, done, "Commit")
 		require.Error(t, err, name)
 		assert.Contains(t, err.Error(), "recordlock: commit: Invalid argument", name)
 	}
@@ -198,14 +183,14 @@ func TestGroupWriteTakesOnlyItsWriteOptions(t *testing.T) {
 		queued = append(queued, g.queue(t, opts, fmt.Sprint("k", i), "v", i+1))
 	}
 	g.release()
-	require.NoError(t, requireCommitted(t, first))
+	require.NoError(t, Await(t, first, "Commit"))
 	for _, done := range queued {
-		require.NoError(t, requireCommitted(t, done))
+		require.NoError(t, Await(t, done, "Commit"))
 	}
 	// Sync leads and takes the other Sync; then the two plain ones; then DisableWAL alone.
 	assert.Equal(t, []int{1, 2, 2, 1}, g.writes())
 	for i := range 5 {
-		assert.Equal(t, "v", string(getKey(t, db, fmt.Sprint("k", i))))
+		assert.Equal(t, "v", string(DBGet(t, db, fmt.Sprint("k", i))))
 	}
 }
 
@@ -221,14 +206,14 @@ func TestGroupWriteBoundedInBytes(t *testing.T) {
 		queued = append(queued, g.queue(t, TxnOptions{}, fmt.Sprint("k", i), big, i+1))
 	}
 	g.release()
-	require.NoError(t, requireCommitted(t, first))
+	require.NoError(t, Await(t, first, "Commit"))
 	for _, done := range queued {
-		require.NoError(t, requireCommitted(t, done))
+		require.NoError(t, Await(t, done, "Commit"))
 	}
 	// Each group: its leader, then two more, after which the bound is passed.
 	assert.Equal(t, []int{1, 3, 2}, g.writes())
 	for i := range 5 {
-		assert.Len(t, getKey(t, db, fmt.Sprint("k", i)), len(big))
+		assert.Len(t, DBGet(t, db, fmt.Sprint("k", i)), len(big))
 	}
 }
 
@@ -250,24 +235,8 @@ func TestQueuedCommitStaysFenced(t *testing.T) {
 	go func() { done <- txn.Commit() }()
 	require.Eventually(t, func() bool { return g.queued() == 1 }, txnTestGuard, 200*time.Microsecond)
 
-	type outcome struct {
-		val []byte
-		err error
-	}
-	successor := make(chan outcome, 1)
-	go func() {
-		h2, err := other.Lock(ctx, []byte("k"), Options{Timeout: time.Minute})
-		if err != nil {
-			successor <- outcome{nil, err}
-			return
-		}
-		defer h2.Release()
-		ro := grocksdb.NewDefaultReadOptions()
-		defer ro.Destroy()
-		val, err := db.GetBytes(ro, []byte("k"))
-		successor <- outcome{val, err}
-	}()
-	require.Eventually(t, func() bool { return ProbeQueuedWaiters(g.l, []byte("k")) == 1 }, txnTestGuard, time.Millisecond)
+	successor := lockAsync(ctx, other, []byte("k"), Options{Timeout: time.Minute})
+	WaitQueued(t, g.l, []byte("k"), 1)
 
 	g.clk.Advance(2 * time.Second) // the lease lapses while the commit waits for its write
 	assert.True(t, h.IsLeaseExpired())
@@ -280,23 +249,10 @@ func TestQueuedCommitStaysFenced(t *testing.T) {
 	}
 
 	g.release()
-	require.NoError(t, requireCommitted(t, first))
-	require.NoError(t, requireCommitted(t, done), "a commit that entered its fences in time lands")
-	select {
-	case got := <-successor:
-		require.NoError(t, got.err)
-		assert.Equal(t, "queued", string(got.val), "the successor reads the queued commit's write")
-	case <-time.After(txnTestGuard):
-		t.Fatal("the successor never acquired after the commit")
-	}
-}
-
-// getKey reads key from db's default column family.
-func getKey(t *testing.T, db *grocksdb.DB, key string) []byte {
-	t.Helper()
-	ro := grocksdb.NewDefaultReadOptions()
-	defer ro.Destroy()
-	v, err := db.GetBytes(ro, []byte(key))
-	require.NoError(t, err)
-	return v
+	require.NoError(t, Await(t, first, "Commit"))
+	require.NoError(t, Await(t, done, "Commit"), "a commit that entered its fences in time lands")
+	got := Await(t, successor, "the successor's grant after the commit")
+	require.NoError(t, got.err)
+	assert.Equal(t, "queued", string(DBGet(t, db, "k")), "the successor reads the queued commit's write")
+	assert.True(t, got.h.Release())
 }

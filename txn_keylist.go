@@ -57,10 +57,15 @@ func (s *keyList[T]) add(x T) {
 	case s.index != nil:
 		s.indexAt(len(s.items) - 1)
 	case len(s.items) > scanLimit:
-		s.index = make(map[uint32]map[string]int, 1)
-		for i := range s.items {
-			s.indexAt(i)
-		}
+		s.reindex()
+	}
+}
+
+// reindex builds the index afresh from every entry.
+func (s *keyList[T]) reindex() {
+	s.index = make(map[uint32]map[string]int, 1)
+	for i := range s.items {
+		s.indexAt(i)
 	}
 }
 
@@ -87,9 +92,6 @@ func (s *keyList[T]) truncate(n int) {
 	}
 	s.index = nil
 	if n > scanLimit {
-		s.index = make(map[uint32]map[string]int, 1)
-		for i := range s.items {
-			s.indexAt(i)
-		}
+		s.reindex()
 	}
 }

@@ -202,19 +202,27 @@ type lockAllCall struct {
 // take locks key with what is left of the call's Timeout as the wait's own timeout, so keys
 // freed one after another, each in time for a Lock of its own, still time out once in all.
 func (c *lockAllCall) take(key []byte) (*Handle, error) {
-	l := c.t.l
-	left := c.end - l.clock.Mono()
-	if left <= 0 {
-		return nil, fmt.Errorf("%w: LockAll's Timeout ran out", ErrTimeout)
+	left, err := c.left()
+	if err != nil {
+		return nil, err
 	}
-	return l.lock(c.ctx, lockRequest{cf: c.cf, key: key, wait: true, owner: c.t, timeout: left}, &c.opts)
+	return c.t.l.lock(c.ctx, lockRequest{cf: c.cf, key: key, wait: true, owner: c.t, timeout: left}, &c.opts)
 }
 
 // upgrade makes h, a shared lock of the Txn, exclusive, with what is left of the call's Timeout.
 func (c *lockAllCall) upgrade(h *Handle) error {
-	left := c.end - c.t.l.clock.Mono()
-	if left <= 0 {
-		return fmt.Errorf("%w: LockAll's Timeout ran out", ErrTimeout)
+	left, err := c.left()
+	if err != nil {
+		return err
 	}
 	return h.shard().upgrade(c.ctx, h, left)
+}
+
+// left is what is left of the call's Timeout, or ErrTimeout once it has run out.
+func (c *lockAllCall) left() (time.Duration, error) {
+	left := c.end - c.t.l.clock.Mono()
+	if left <= 0 {
+		return 0, fmt.Errorf("%w: LockAll's Timeout ran out", ErrTimeout)
+	}
+	return left, nil
 }

@@ -14,25 +14,15 @@ import (
 // LockAll takes keys in bytewise order whatever order they are given in, and returns the handles
 // in the order given.
 func TestTxnLockAllOrderAndHandles(t *testing.T) {
-	db := openDB(t)
-	clk, l := manual(t, db)
-	other := newLocker(t, db, recordlock.WithClock(clk))
+	_, _, l, other := lockerPair(t)
 	ctx := context.Background()
 
 	b, err := other.Lock(ctx, []byte("b"), recordlock.Options{})
 	require.NoError(t, err)
 	txn := l.Begin()
 	defer txn.Rollback()
-	type allResult struct {
-		hs  []*recordlock.Handle
-		err error
-	}
-	res := make(chan allResult, 1)
 	keys := [][]byte{[]byte("c"), []byte("a"), []byte("b")}
-	go func() {
-		hs, err := txn.LockAll(ctx, recordlock.Options{}, keys...)
-		res <- allResult{hs, err}
-	}()
+	res := lockAllAsync(ctx, txn, recordlock.Options{}, keys...)
 	waitQueued(t, l, []byte("b"), 1)
 	_, err = other.TryLock([]byte("a"), recordlock.Options{})
 	require.ErrorIs(t, err, recordlock.ErrLocked, "a, before b, is taken")
@@ -115,9 +105,7 @@ func TestTxnLockAllOneTimeout(t *testing.T) {
 		{name: "past the budget in all", firstFree: 900 * time.Millisecond, secondFree: 900 * time.Millisecond, wantErr: recordlock.ErrTimeout},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			db := openDB(t)
-			clk, l := manual(t, db)
-			other := newLocker(t, db, recordlock.WithClock(clk))
+			_, clk, l, other := lockerPair(t)
 			ctx := context.Background()
 			k1, k2 := []byte("k1"), []byte("k2")
 			h1, err := other.Lock(ctx, k1, recordlock.Options{Lease: time.Minute})
@@ -129,30 +117,24 @@ func TestTxnLockAllOneTimeout(t *testing.T) {
 			defer txn.Rollback()
 			pre, err := txn.Lock(ctx, []byte("pre"), recordlock.Options{Lease: time.Minute})
 			require.NoError(t, err)
-			res := make(chan error, 1)
-			var hs []*recordlock.Handle
-			go func() {
-				var err error
-				hs, err = txn.LockAll(ctx, recordlock.Options{Timeout: time.Second, Lease: time.Minute}, k2, k1)
-				res <- err
-			}()
+			res := lockAllAsync(ctx, txn, recordlock.Options{Timeout: time.Second, Lease: time.Minute}, k2, k1)
 			waitQueued(t, l, k1, 1)
 			clk.Advance(tc.firstFree)
 			require.True(t, h1.Release())
 			waitQueued(t, l, k2, 1) // the call holds k1 now and waits for k2
 			clk.Advance(tc.secondFree)
 			h2.Release() // past the budget the call already gave up
-			err = await(t, res, "LockAll")
+			r := await(t, res, "LockAll")
 			if tc.wantErr == nil {
-				require.NoError(t, err)
-				require.Len(t, hs, 2)
-				assert.Equal(t, k2, hs[0].Key())
-				assert.Equal(t, k1, hs[1].Key())
+				require.NoError(t, r.err)
+				require.Len(t, r.hs, 2)
+				assert.Equal(t, k2, r.hs[0].Key())
+				assert.Equal(t, k1, r.hs[1].Key())
 				require.NoError(t, txn.Commit())
 				return
 			}
-			require.ErrorIs(t, err, tc.wantErr)
-			assert.Nil(t, hs)
+			require.ErrorIs(t, r.err, tc.wantErr)
+			assert.Nil(t, r.hs)
 			for _, k := range [][]byte{k1, k2} {
 				h, err := other.TryLock(k, recordlock.Options{})
 				require.NoError(t, err, "%s is free: the failed call keeps nothing", k)
@@ -167,26 +149,21 @@ func TestTxnLockAllOneTimeout(t *testing.T) {
 // With a zero Timeout and a ctx deadline, LockAll's budget on the Locker's clock is the time left
 // until that deadline when the call started, not DefaultTimeout.
 func TestTxnLockAllBudgetFromCtxDeadline(t *testing.T) {
-	db := openDB(t)
-	clk, l := manual(t, db)
-	other := newLocker(t, db, recordlock.WithClock(clk))
+	_, clk, l, other := lockerPair(t)
 	h, err := other.Lock(context.Background(), []byte("b"), recordlock.Options{Lease: recordlock.MaxLease})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	txn := l.Begin()
 	defer txn.Rollback()
-	res := make(chan error, 1)
-	go func() {
-		hs, err := txn.LockAll(ctx, recordlock.Options{}, []byte("a"), []byte("b"))
-		assert.Nil(t, hs)
-		res <- err
-	}()
+	res := lockAllAsync(ctx, txn, recordlock.Options{}, []byte("a"), []byte("b"))
 	waitQueued(t, l, []byte("b"), 1)
 	clk.Advance(recordlock.DefaultTimeout + time.Second)
 	require.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, []byte("b")), "LockAll still waits past DefaultTimeout")
 	clk.Advance(15 * time.Second) // 46 s: past the ctx deadline's 45 s, on the Locker's clock
-	require.ErrorIs(t, await(t, res, "LockAll"), recordlock.ErrTimeout)
+	r := await(t, res, "LockAll")
+	require.ErrorIs(t, r.err, recordlock.ErrTimeout)
+	assert.Nil(t, r.hs)
 	a, err := other.TryLock([]byte("a"), recordlock.Options{})
 	require.NoError(t, err, "the failed call released a")
 	assert.True(t, a.Release())
@@ -196,9 +173,7 @@ func TestTxnLockAllBudgetFromCtxDeadline(t *testing.T) {
 
 // LockAll is all or nothing when ctx is cancelled mid-call, and when it is handed bad input.
 func TestTxnLockAllAllOrNothing(t *testing.T) {
-	db := openDB(t)
-	clk, l := manual(t, db)
-	other := newLocker(t, db, recordlock.WithClock(clk))
+	_, clk, l, other := lockerPair(t)
 	ctx := context.Background()
 
 	t.Run("cancelled", func(t *testing.T) {
@@ -209,14 +184,10 @@ func TestTxnLockAllAllOrNothing(t *testing.T) {
 		pre, err := txn.Lock(ctx, []byte("pre"), recordlock.Options{})
 		require.NoError(t, err)
 		cctx, cancel := context.WithCancel(ctx)
-		res := make(chan error, 1)
-		go func() {
-			_, err := txn.LockAll(cctx, recordlock.Options{}, []byte("z"), []byte("m"), []byte("a"), []byte("pre"))
-			res <- err
-		}()
+		res := lockAllAsync(cctx, txn, recordlock.Options{}, []byte("z"), []byte("m"), []byte("a"), []byte("pre"))
 		waitQueued(t, l, []byte("m"), 1)
 		cancel()
-		require.ErrorIs(t, await(t, res, "LockAll"), context.Canceled)
+		require.ErrorIs(t, await(t, res, "LockAll").err, context.Canceled)
 		for _, k := range []string{"a", "z"} {
 			h, err := other.TryLock([]byte(k), recordlock.Options{})
 			require.NoError(t, err, "%s is free", k)
@@ -270,9 +241,7 @@ func TestTxnLockAllAllOrNothing(t *testing.T) {
 // (1 min) and b (200 ms), another Locker holds c; LockAll(Hold, a, b, c) waits for c, b lapses,
 // c is released. The call fails on b without upgrading a, so Rollback still releases a.
 func TestTxnLockAllHoldFailureLeavesEarlierLocksUnchanged(t *testing.T) {
-	db := openDB(t)
-	clk, l := manual(t, db)
-	other := newLocker(t, db, recordlock.WithClock(clk))
+	_, clk, l, other := lockerPair(t)
 	ctx := context.Background()
 	c, err := other.Lock(ctx, []byte("c"), recordlock.Options{Lease: time.Minute})
 	require.NoError(t, err)
@@ -285,17 +254,14 @@ func TestTxnLockAllHoldFailureLeavesEarlierLocksUnchanged(t *testing.T) {
 	require.NoError(t, err)
 	expiresAt, version := a.ExpiresAt(), a.HolderVersionCandidate(0)
 
-	res := make(chan error, 1)
-	go func() {
-		hs, err := txn.LockAll(ctx, recordlock.Options{Hold: true}, []byte("a"), []byte("b"), []byte("c"))
-		assert.Nil(t, hs)
-		res <- err
-	}()
+	res := lockAllAsync(ctx, txn, recordlock.Options{Hold: true}, []byte("a"), []byte("b"), []byte("c"))
 	waitQueued(t, l, []byte("c"), 1)
 	clk.Advance(200 * time.Millisecond)
 	require.True(t, b.IsLeaseExpired())
 	require.True(t, c.Release())
-	require.ErrorIs(t, await(t, res, "LockAll"), recordlock.ErrLeaseExpired)
+	r := await(t, res, "LockAll")
+	require.ErrorIs(t, r.err, recordlock.ErrLeaseExpired)
+	assert.Nil(t, r.hs)
 
 	assert.False(t, a.Hold(), "a is not upgraded")
 	assert.Equal(t, expiresAt, a.ExpiresAt(), "a keeps its lease")
@@ -341,9 +307,7 @@ func TestTxnLockAllFailsOnLockEndedDuringWait(t *testing.T) {
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			db := openDB(t)
-			clk, l := manual(t, db)
-			other := newLocker(t, db, recordlock.WithClock(clk))
+			_, clk, l, other := lockerPair(t)
 			ctx := context.Background()
 			b, err := other.Lock(ctx, []byte("b"), recordlock.Options{Lease: time.Minute})
 			require.NoError(t, err)
@@ -355,18 +319,15 @@ func TestTxnLockAllFailsOnLockEndedDuringWait(t *testing.T) {
 				pre, err = txn.Lock(ctx, []byte("a"), recordlock.Options{Lease: 200 * time.Millisecond})
 				require.NoError(t, err)
 			}
-			res := make(chan error, 1)
-			go func() {
-				hs, err := txn.LockAll(ctx, recordlock.Options{Lease: 200 * time.Millisecond}, []byte("a"), []byte("b"))
-				assert.Nil(t, hs)
-				res <- err
-			}()
+			res := lockAllAsync(ctx, txn, recordlock.Options{Lease: 200 * time.Millisecond}, []byte("a"), []byte("b"))
 			waitQueued(t, l, []byte("b"), 1)
 			tc.end(t, clk, pre)
 			rival, err := other.TryLock([]byte("a"), recordlock.Options{})
 			require.NoError(t, err, "a passed on while the call waited")
 			require.True(t, b.Release())
-			require.ErrorIs(t, await(t, res, "LockAll"), tc.wantErr)
+			r := await(t, res, "LockAll")
+			require.ErrorIs(t, r.err, tc.wantErr)
+			assert.Nil(t, r.hs)
 
 			b2, err := other.TryLock([]byte("b"), recordlock.Options{})
 			require.NoError(t, err, "the failed call released b")

@@ -125,9 +125,7 @@ func TestSavePointErrors(t *testing.T) {
 // The Txn's locks are kept by a rollback to a savepoint, those taken after the mark too, and they
 // still protect and fence the writes that are left.
 func TestSavePointKeepsLocks(t *testing.T) {
-	db := openDB(t)
-	clk, l := manual(t, db)
-	other := newLocker(t, db, recordlock.WithClock(clk))
+	db, _, l, other := lockerPair(t)
 	ctx := context.Background()
 	txn := l.Begin()
 	defer txn.Rollback()

@@ -20,9 +20,7 @@ import (
 // A shared request for a key the Txn holds in either mode returns the handle it has, without
 // touching the table (a writer queued for the key does not hold it up); the mode stays.
 func TestTxnSharedReentry(t *testing.T) {
-	db := openDB(t)
-	clk, l := manual(t, db)
-	other := newLocker(t, db, recordlock.WithClock(clk))
+	_, _, l, other := lockerPair(t)
 	ctx := context.Background()
 	txn := l.Begin()
 	defer txn.Rollback()
@@ -50,9 +48,7 @@ func TestTxnSharedReentry(t *testing.T) {
 	assert.True(t, s.Shared())
 
 	txn.Rollback()
-	r := await(t, ws, "the lock")
-	require.NoError(t, r.err)
-	require.True(t, r.h.Release())
+	require.True(t, granted(t, ws, "the lock").Release())
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
@@ -94,9 +90,7 @@ func TestTxnWriteUnderSharedLockRefused(t *testing.T) {
 // A sole sharer upgrades at once, even with requests queued for the key: the same handle becomes
 // exclusive and keeps its lease and AcquiredAt, and the queued requests keep waiting.
 func TestTxnUpgradeOfSoleSharerIsImmediate(t *testing.T) {
-	db := openDB(t)
-	clk, l := manual(t, db)
-	other := newLocker(t, db, recordlock.WithClock(clk))
+	db, clk, l, other := lockerPair(t)
 	ctx := context.Background()
 	key := []byte("k")
 	txn := l.Begin()
@@ -121,12 +115,8 @@ func TestTxnUpgradeOfSoleSharerIsImmediate(t *testing.T) {
 	require.NoError(t, txn.Commit())
 	assert.Equal(t, "v", string(dbGet(t, db, "k")))
 
-	xr := await(t, x, "the lock")
-	require.NoError(t, xr.err)
-	require.True(t, xr.h.Release())
-	sr := await(t, s, "the lock")
-	require.NoError(t, sr.err)
-	require.True(t, sr.h.Release())
+	require.True(t, granted(t, x, "the lock").Release())
+	require.True(t, granted(t, s, "the lock").Release())
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
@@ -134,14 +124,10 @@ func TestTxnUpgradeOfSoleSharerIsImmediate(t *testing.T) {
 // it; while it waits it counts in Stats.Waiting and in the key's Waiters, and the release of the
 // last other share grants it directly.
 func TestTxnUpgradeWaitsForOtherSharers(t *testing.T) {
-	db := openDB(t)
-	clk, l := manual(t, db)
-	other := newLocker(t, db, recordlock.WithClock(clk))
+	_, clk, l, other := lockerPair(t)
 	ctx := context.Background()
 	key := []byte("k")
-	txn, err := l.BeginTx(recordlock.TxnOptions{Name: "upgrader"})
-	require.NoError(t, err)
-	defer txn.Rollback()
+	txn := txnNamed(t, l, "upgrader")
 	h, err := txn.Lock(ctx, key, shared)
 	require.NoError(t, err)
 	o1, err := other.TryLock(key, shared)
@@ -154,7 +140,9 @@ func TestTxnUpgradeWaitsForOtherSharers(t *testing.T) {
 	up := txnLockAsync(txn, key, wait)
 	waitQueued(t, l, key, 2)
 	waitingCount(t, l, 2)
-	for _, info := range collectLocks(l) {
+	sharers := collectLocks(l)
+	require.Len(t, sharers, 3, "one entry per share")
+	for _, info := range sharers {
 		assert.Equal(t, 2, info.Waiters, "the upgrade is one of the key's waiters")
 		assert.True(t, info.Shared)
 	}
@@ -175,9 +163,7 @@ func TestTxnUpgradeWaitsForOtherSharers(t *testing.T) {
 	assert.Equal(t, 1, l.Stats().Held)
 
 	require.NoError(t, txn.Commit())
-	xr := await(t, x, "the lock")
-	require.NoError(t, xr.err)
-	require.True(t, xr.h.Release())
+	require.True(t, granted(t, x, "the lock").Release())
 	assert.Equal(t, 0, l.Stats().Waiting)
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
@@ -187,9 +173,7 @@ func TestTxnUpgradeWaitsForOtherSharers(t *testing.T) {
 func TestTxnFailedUpgradeLeavesShareUnchanged(t *testing.T) {
 	for _, how := range []string{"timeout", "cancel"} {
 		t.Run(how, func(t *testing.T) {
-			db := openDB(t)
-			clk, l := manual(t, db)
-			other := newLocker(t, db, recordlock.WithClock(clk))
+			_, clk, l, other := lockerPair(t)
 			ctx := context.Background()
 			key := []byte("k")
 			txn := l.Begin()
@@ -239,9 +223,7 @@ func TestTxnFailedUpgradeLeavesShareUnchanged(t *testing.T) {
 func TestTxnUpgradeFailsWhenShareEnds(t *testing.T) {
 	for _, how := range []string{"lapse", "revoke", "release", "close"} {
 		t.Run(how, func(t *testing.T) {
-			db := openDB(t)
-			clk, l := manual(t, db)
-			other := newLocker(t, db, recordlock.WithClock(clk))
+			_, clk, l, other := lockerPair(t)
 			ctx := context.Background()
 			key := []byte("k")
 			txn := l.Begin()
@@ -327,9 +309,7 @@ func TestTwoUpgradersOneDeadlock(t *testing.T) {
 // upgrade it made is undone (the handle is shared again, lease unchanged) and the keys it took
 // are released.
 func TestTxnLockAllUpgradesAndUndoes(t *testing.T) {
-	db := openDB(t)
-	clk, l := manual(t, db)
-	other := newLocker(t, db, recordlock.WithClock(clk))
+	_, clk, l, other := lockerPair(t)
 	ctx := context.Background()
 
 	t.Run("success", func(t *testing.T) {
@@ -357,26 +337,20 @@ func TestTxnLockAllUpgradesAndUndoes(t *testing.T) {
 		require.NoError(t, err)
 		expires := a.ExpiresAt()
 		clk.Advance(time.Millisecond)
-		res := make(chan error, 1)
-		go func() {
-			_, err := txn.LockAll(ctx, recordlock.Options{Timeout: time.Second}, []byte("a"), []byte("b"), []byte("c"))
-			res <- err
-		}()
+		res := lockAllAsync(ctx, txn, recordlock.Options{Timeout: time.Second}, []byte("a"), []byte("b"), []byte("c"))
 		waitQueued(t, l, []byte("c"), 1)
 		assert.False(t, a.Shared(), "a, before c, was upgraded")
 		// A reader queued behind a's upgrade is served once the upgrade is undone.
 		reader := lockAsync(ctx, other, []byte("a"), sharedWait)
 		waitQueued(t, l, []byte("a"), 1)
 		clk.Advance(time.Second)
-		require.ErrorIs(t, await(t, res, "LockAll"), recordlock.ErrTimeout)
+		require.ErrorIs(t, await(t, res, "LockAll").err, recordlock.ErrTimeout)
 
 		assert.True(t, a.Shared(), "a's upgrade was undone")
 		assert.False(t, a.IsExpired())
 		assert.Equal(t, expires, a.ExpiresAt(), "with its lease unchanged")
 		assert.True(t, c.Shared())
-		rr := await(t, reader, "the lock")
-		require.NoError(t, rr.err)
-		require.True(t, rr.h.Release())
+		require.True(t, granted(t, reader, "the lock").Release())
 		b, err := other.TryLock([]byte("b"), recordlock.Options{})
 		require.NoError(t, err, "the key LockAll took was released")
 		require.True(t, b.Release())
@@ -390,8 +364,7 @@ func TestTxnLockAllUpgradesAndUndoes(t *testing.T) {
 func TestTxnSharedHoldOutlivesTxn(t *testing.T) {
 	db := openDB(t)
 	_, l := manual(t, db)
-	txn, err := l.BeginTx(recordlock.TxnOptions{Name: "reader"})
-	require.NoError(t, err)
+	txn := txnNamed(t, l, "reader")
 	h, err := txn.Lock(context.Background(), []byte("k"), recordlock.Options{Shared: true, Hold: true})
 	require.NoError(t, err)
 	require.NoError(t, txn.Commit())
@@ -455,9 +428,7 @@ func TestWaitsReportModes(t *testing.T) {
 	_, l := manual(t, db)
 	ctx := context.Background()
 	key := []byte("k")
-	up, err := l.BeginTx(recordlock.TxnOptions{Name: "upgrader"})
-	require.NoError(t, err)
-	defer up.Rollback()
+	up := txnNamed(t, l, "upgrader")
 	h, err := up.Lock(ctx, key, shared)
 	require.NoError(t, err)
 	other, err := l.TryLock(key, shared)
@@ -479,11 +450,7 @@ func TestWaitsReportModes(t *testing.T) {
 	require.NoError(t, await(t, u, "the lock").err)
 	assert.False(t, h.Shared())
 	up.Rollback()
-	xr := await(t, x, "the lock")
-	require.NoError(t, xr.err)
-	require.True(t, xr.h.Release())
-	sr := await(t, s, "the lock")
-	require.NoError(t, sr.err)
-	require.True(t, sr.h.Release())
+	require.True(t, granted(t, x, "the lock").Release())
+	require.True(t, granted(t, s, "the lock").Release())
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }

@@ -14,9 +14,7 @@ import (
 
 // Re-entrancy returns the same handle without touching the table; upgrade keeps AcquiredAt.
 func TestTxnReentrantLock(t *testing.T) {
-	db := openDB(t)
-	clk, l := manual(t, db)
-	other := newLocker(t, db, recordlock.WithClock(clk))
+	_, clk, l, other := lockerPair(t)
 	ctx := context.Background()
 	key := []byte("k")
 
@@ -29,7 +27,7 @@ func TestTxnReentrantLock(t *testing.T) {
 	// Another Locker queues for the key. If the Txn went back to the table it would queue behind
 	// that waiter, or wait for itself, and time out on the guard instead of returning at once.
 	waiter := lockAsync(context.Background(), other, []byte("k"), recordlock.Options{Timeout: time.Minute})
-	time.Sleep(10 * time.Millisecond)
+	waitQueued(t, l, key, 1)
 	reentryCtx, cancel := context.WithTimeout(ctx, guard)
 	defer cancel()
 	again, err := txn.Lock(reentryCtx, key, recordlock.Options{Lease: time.Second})

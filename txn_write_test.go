@@ -14,9 +14,7 @@ import (
 
 // Plain writes to unlocked keys are never blocked by locks.
 func TestTxnPlainWritesNotBlockedByLocks(t *testing.T) {
-	db := openDB(t)
-	clk, l := manual(t, db)
-	other := newLocker(t, db, recordlock.WithClock(clk))
+	db, _, l, other := lockerPair(t)
 	ctx := context.Background()
 
 	held, err := other.Lock(ctx, []byte("a"), recordlock.Options{Lease: time.Minute})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"reflect"
 	"slices"
@@ -55,8 +56,6 @@ type waitDoc struct {
 	Waited         int64  `json:"waited"`
 }
 
-func stringsReader(s string) *strings.Reader { return strings.NewReader(s) }
-
 // lowerCamel is the JSON name the package doc gives a Go field: its first letter in lower case (every
 // field of Stats, LockInfo and WaitInfo starts with one capital, and initialisms inside stay).
 func lowerCamel(name string) string { return string(unicode.ToLower(rune(name[0]))) + name[1:] }
@@ -71,14 +70,7 @@ func fieldNames(v any) []string {
 	return names
 }
 
-func keysOf(m map[string]any) []string {
-	var keys []string
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
+func keysOf(m map[string]any) []string { return slices.Sorted(maps.Keys(m)) }
 
 // The JSON names every field of Stats, LockInfo and WaitInfo and nothing else, with durations in
 // integer nanoseconds, times in RFC 3339, scopes by name and exact values for a known table.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,7 +98,7 @@ func getJSON(t testing.TB, h http.Handler, target string) document {
 	require.Equal(t, http.StatusOK, code, body)
 	require.Equal(t, "application/json; charset=utf-8", hdr.Get("Content-Type"))
 	var doc document
-	dec := json.NewDecoder(stringsReader(body))
+	dec := json.NewDecoder(strings.NewReader(body))
 	dec.DisallowUnknownFields()
 	require.NoError(t, dec.Decode(&doc))
 	return doc

@@ -12,7 +12,7 @@ import (
 	"runtime/debug"
 	"strings"
 
-	"github.com/linxGnu/grocksdb"
+	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 func main() {
@@ -51,10 +51,7 @@ func rocksdbVersion() (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(dir)
-	opts := grocksdb.NewDefaultOptions()
-	opts.SetCreateIfMissing(true)
-	db, err := grocksdb.OpenDb(opts, dir)
-	opts.Destroy()
+	db, err := tempdb.OpenAt(dir)
 	if err != nil {
 		return "", err
 	}
