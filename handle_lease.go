@@ -1,6 +1,10 @@
 package recordlock
 
-import "time"
+import (
+	"time"
+
+	"github.com/recordlock/recordlock/internal/locktable"
+)
 
 // Moving a live lease's deadline: joining a cluster round, holding the local key through a round
 // request, UpgradeToHold and Renew.
@@ -19,49 +23,41 @@ func (h *Handle) JoinClusterRound(tsR Timestamp, lease time.Duration, mintedMono
 
 // join is JoinClusterRound that also records the round's fencing token.
 func (h *Handle) join(round Round, lease time.Duration) bool {
-	sh := h.shard()
-	sh.mu.Lock()
-	defer sh.unlockAndRunHooks()
-	if h.dead() || h.settle(sh) || lease > h.askedLease() {
+	hd := &h.hold
+	hd.Lock()
+	defer hd.Unlock()
+	if hd.Dead() || hd.Settle() || lease > hd.AskedLease() {
 		return false
 	}
-	now := h.l.clock.Mono()
+	now := hd.Tenant().Clock().Mono()
 	if lease-(now-round.MintedMono) <= 0 {
 		return false
 	}
-	c := h.getCold()
-	c.tsR, c.hasTsR, c.token = round.TsR, true, round.Token
-	c.roundEnd = round.MintedMono + lease
-	c.roundExpiresAt = int64(round.TsR) + int64(lease)
-	c.hook = round.Release
-	h.acquiredAt = round.TsR
-	h.clearFlags(flagHasVersion)
-	h.setFlags(flagCluster)
-	h.expiresAt = c.roundExpiresAt
-	h.moveDeadline(sh, round.MintedMono+lease)
-	sh.watch(h) // the release hook must fire at the round's deadline
+	c := hd.Cold()
+	c.TsR, c.HasTsR, c.Token = int64(round.TsR), true, round.Token
+	c.RoundEnd = round.MintedMono + lease
+	c.RoundExpiresAt = int64(round.TsR) + int64(lease)
+	c.Hook = round.Release
+	hd.SetAcquiredAt(int64(round.TsR))
+	hd.ClearFlags(flagHasVersion)
+	hd.SetFlags(flagCluster)
+	hd.SetExpiresAt(c.RoundExpiresAt)
+	hd.MoveDeadline(round.MintedMono + lease)
+	hd.Watch() // the release hook must fire at the round's deadline
 	return true
 }
 
 // holdThrough moves a live holder's deadline to deadline, for the Locker to keep the local key
 // while a cluster round is requested. It reports false, changing nothing, when h is dead.
 func (h *Handle) holdThrough(deadline time.Duration) bool {
-	sh := h.shard()
-	sh.mu.Lock()
-	defer sh.unlockAndRunHooks()
-	if h.dead() || h.settle(sh) {
+	hd := &h.hold
+	hd.Lock()
+	defer hd.Unlock()
+	if hd.Dead() || hd.Settle() {
 		return false
 	}
-	h.moveDeadline(sh, deadline)
+	hd.MoveDeadline(deadline)
 	return true
-}
-
-// moveDeadline sets a live holder's lease deadline and moves its timer, if it has one.
-func (h *Handle) moveDeadline(sh *shard, deadline time.Duration) {
-	h.deadline.Store(int64(deadline))
-	if h.heapIdx >= 0 {
-		sh.reschedule(h)
-	}
 }
 
 // UpgradeToHold makes the lock outlive its Txn, with a new lease from now (0 means
@@ -85,14 +81,14 @@ func (h *Handle) Renew(lease time.Duration) error {
 }
 
 // leaseState is what extend changes on a handle, kept so that a LockAll that fails can undo
-// the upgrades it made (undo).
+// the Hold extensions it made (undo).
 type leaseState struct {
 	h         *Handle
 	deadline  time.Duration
 	expiresAt int64
-	asked     time.Duration // askedLease
-	flags     handleFlags   // flagHold and flagHasVersion as they were
-	lastVer   Timestamp
+	asked     time.Duration // AskedLease
+	flags     uint32        // flagHold and flagHasVersion as they were
+	lastVer   int64
 }
 
 // extend is Renew, and with hold UpgradeToHold. On success it returns the state it replaced.
@@ -101,29 +97,31 @@ func (h *Handle) extend(lease time.Duration, hold bool) (leaseState, error) {
 	if err != nil {
 		return leaseState{}, err
 	}
-	sh := h.shard()
-	sh.mu.Lock()
-	defer sh.unlockAndRunHooks()
-	if err := h.deadErr(sh); err != nil {
-		return leaseState{}, err
+	hd := &h.hold
+	hd.Lock()
+	defer hd.Unlock()
+	if err := hd.DeadErr(); err != nil {
+		return leaseState{}, deadError(err)
 	}
-	was := leaseState{h: h, deadline: h.dueAt(), expiresAt: h.expiresAt, asked: h.askedLease(), flags: h.flags() & (flagHold | flagHasVersion)}
-	if h.cold != nil {
-		was.lastVer = h.cold.lastVer
+	was := leaseState{h: h, deadline: hd.Deadline(), expiresAt: hd.ExpiresAt(), asked: hd.AskedLease(), flags: hd.Flags() & (flagHold | flagHasVersion)}
+	c := hd.ColdIfAny()
+	if c != nil {
+		was.lastVer = c.LastVer
 	}
-	wall, now := readClock(h.l.clock)
+	wall, now := locktable.ReadClock(hd.Tenant().Clock())
 	deadline := now + lease
-	if c := h.cold; h.flags()&flagCluster != 0 && c.roundEnd <= deadline {
+	if hd.Flags()&flagCluster != 0 && c.RoundEnd <= deadline {
 		// Clamped to the round: its deadline and its ExpiresAt, wall(tsR)+lease, even after an
-		// earlier upgrade or renewal had shortened both.
-		deadline, h.expiresAt = c.roundEnd, c.roundExpiresAt
+		// earlier extension had shortened both.
+		deadline = c.RoundEnd
+		hd.SetExpiresAt(c.RoundExpiresAt)
 	} else {
-		h.expiresAt = wall + int64(lease)
+		hd.SetExpiresAt(wall + int64(lease))
 	}
-	h.moveDeadline(sh, deadline)
-	h.setAskedLease(lease)
+	hd.MoveDeadline(deadline)
+	hd.SetAskedLease(lease)
 	if hold {
-		h.setFlags(flagHold)
+		hd.SetFlags(flagHold)
 		h.nextVersion()
 	}
 	return was, nil
@@ -131,34 +129,27 @@ func (h *Handle) extend(lease time.Duration, hold bool) (leaseState, error) {
 
 // undo puts back the lease (and the lease asked for), ExpiresAt, Hold flag and version counter
 // that extend replaced. A deadline put back that has already passed ends the lease now, as it
-// would have without the upgrade.
+// would have without the extension.
 func (s leaseState) undo() {
-	h := s.h
-	sh := h.shard()
-	sh.mu.Lock()
-	h.expiresAt = s.expiresAt
-	h.setAskedLease(s.asked)
-	h.state.Store(h.flags()&^(flagHold|flagHasVersion) | s.flags)
-	if h.cold != nil {
-		h.cold.lastVer = s.lastVer
+	hd := &s.h.hold
+	hd.Lock()
+	hd.SetExpiresAt(s.expiresAt)
+	hd.SetAskedLease(s.asked)
+	hd.ReplaceFlags(flagHold|flagHasVersion, s.flags)
+	if c := hd.ColdIfAny(); c != nil {
+		c.LastVer = s.lastVer
 	}
-	h.moveDeadline(sh, s.deadline)
-	if h.flags()&flagHeld != 0 {
-		h.settle(sh)
+	hd.MoveDeadline(s.deadline)
+	if hd.Flags()&flagHeld != 0 {
+		hd.Settle()
 	}
-	sh.unlockAndRunHooks()
+	hd.Unlock()
 }
 
-// deadErr is nil while h authorizes writes, else the error that says why not.
-func (h *Handle) deadErr(sh *shard) error {
-	f := h.flags()
-	switch {
-	case f&flagExpired != 0:
-		return ErrLeaseExpired
-	case f&flagReleased != 0:
+// deadError is the API's error for a dead hold's locktable.ErrReleased or ErrLeaseExpired.
+func deadError(err error) error {
+	if err == locktable.ErrReleased {
 		return ErrReleased
-	case h.settle(sh):
-		return ErrLeaseExpired
 	}
-	return nil
+	return ErrLeaseExpired
 }

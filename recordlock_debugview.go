@@ -1,6 +1,9 @@
 package recordlock
 
-import "github.com/recordlock/recordlock/internal/debugview"
+import (
+	"github.com/recordlock/recordlock/internal/debugview"
+	"github.com/recordlock/recordlock/internal/locktable"
+)
 
 func init() { debugview.WaitsAndHolders = (*Locker).waitsAndHolders }
 
@@ -10,8 +13,9 @@ func init() { debugview.WaitsAndHolders = (*Locker).waitsAndHolders }
 func (l *Locker) waitsAndHolders() ([]WaitInfo, []LockInfo) {
 	var waits []WaitInfo
 	var holders []LockInfo
-	for i := range l.tab.shards {
-		waits, holders = l.tab.shards[i].appendWaits(waits, holders, true)
+	for i := range locktable.ShardCount {
+		l.tab.VisitWaits(i, func(q locktable.QueuedRequest) { waits = append(waits, waitInfo(q)) },
+			func(h *locktable.Hold) { holders = append(holders, lockInfo(h)) })
 	}
 	return waits, holders
 }

@@ -138,7 +138,7 @@ func TestConcurrentCommitsShareOneWrite(t *testing.T) {
 		assert.Equal(t, fmt.Sprint("v", i), string(DBGet(t, db, fmt.Sprint("k", i))))
 	}
 	assert.Zero(t, g.queued())
-	assert.True(t, g.l.tab.empty(), "every lock was released")
+	assert.True(t, g.l.tab.Empty(), "every lock was released")
 }
 
 // A group write that fails fails every Txn it carries: none is told its write landed. RocksDB
@@ -169,7 +169,7 @@ func TestGroupWriteFailureFailsEveryTxnInIt(t *testing.T) {
 		assert.Contains(t, err.Error(), "recordlock: commit: Invalid argument", name)
 	}
 	assert.Equal(t, []int{1, 3}, g.writes())
-	assert.True(t, g.l.tab.empty(), "every lock was released")
+	assert.True(t, g.l.tab.Empty(), "every lock was released")
 }
 
 // A group write carries only Txns with the write options of its leader, the oldest queued: the

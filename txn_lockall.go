@@ -113,7 +113,7 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 			u.undo()
 		}
 		for _, h := range madeExclusive {
-			h.shard().downgrade(h)
+			h.hold.Downgrade()
 		}
 		for _, h := range taken {
 			h.Release()
@@ -215,7 +215,7 @@ func (c *lockAllCall) upgrade(h *Handle) error {
 	if err != nil {
 		return err
 	}
-	return h.shard().upgrade(c.ctx, h, left)
+	return c.t.l.fromTable(h, h.hold.Upgrade(c.ctx, left))
 }
 
 // left is what is left of the call's Timeout, or ErrTimeout once it has run out.

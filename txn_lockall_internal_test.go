@@ -18,14 +18,13 @@ type handleState struct {
 	asked     time.Duration // the lease a round may not exceed
 	hold      bool
 	candidate Timestamp
-	flags     handleFlags
+	flags     uint32
 }
 
 func stateOf(h *Handle) handleState {
-	sh := h.shard()
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	return handleState{due: h.dueAt(), expiresAt: h.expiresAt, asked: h.askedLease(), hold: h.Hold(), candidate: h.candidate(0),
+	h.hold.Lock()
+	defer h.hold.Unlock()
+	return handleState{due: h.hold.Deadline(), expiresAt: h.hold.ExpiresAt(), asked: h.hold.AskedLease(), hold: h.Hold(), candidate: h.candidate(0),
 		flags: h.flags() & (flagHold | flagHasVersion)}
 }
 

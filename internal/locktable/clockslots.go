@@ -1,4 +1,4 @@
-package recordlock
+package locktable
 
 import "sync"
 
@@ -19,7 +19,7 @@ type clockSlot struct {
 
 // openClock returns the slot of c among the clocks of this table's open Lockers, taking a
 // reference that closeClock gives back. A slot newly taken gets a scheduler in every shard.
-func (t *table) openClock(c Clock) int {
+func (t *Table) openClock(c Clock) int {
 	t.clocks.mu.Lock()
 	defer t.clocks.mu.Unlock()
 	free := -1
@@ -50,7 +50,7 @@ func (t *table) openClock(c Clock) int {
 // and drops the clock's schedulers, so that Lockers that come and go with clocks of their own
 // leave nothing behind. The closing Locker has nothing scheduled any more: Close released its
 // handles and failed its waiters first, and the table grants nothing to a closed Locker.
-func (t *table) closeClock(id int) {
+func (t *Table) closeClock(id int) {
 	t.clocks.mu.Lock()
 	defer t.clocks.mu.Unlock()
 	t.clocks.slots[id].refs--

@@ -1,4 +1,4 @@
-package recordlock
+package locktable
 
 import (
 	"context"
@@ -7,8 +7,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 // signallingClock is a ManualClock that reports, once armed, the next time a Lock reads it.
@@ -17,8 +15,8 @@ type signallingClock struct {
 	read chan struct{} // when set, closed and cleared at the next reading
 }
 
-func (c *signallingClock) nowMono() (int64, time.Duration) {
-	wall, mono := c.ManualClock.nowMono()
+func (c *signallingClock) NowMono() (int64, time.Duration) {
+	wall, mono := c.ManualClock.NowMono()
 	if c.read != nil {
 		close(c.read)
 		c.read = nil
@@ -28,7 +26,7 @@ func (c *signallingClock) nowMono() (int64, time.Duration) {
 
 // stallAfterReading runs lock in a goroutine that reads the clock and then queues for the mutex of
 // key's shard, which the test holds while the clock moves on by stall.
-func stallAfterReading(t *testing.T, l *Locker, clk *signallingClock, key []byte, stall time.Duration, lock func()) {
+func stallAfterReading(t *testing.T, l *testLocker, clk *signallingClock, key []byte, stall time.Duration, lock func()) {
 	t.Helper()
 	sh := l.tab.shard(l.tab.hash(0, key))
 	read := make(chan struct{})
@@ -43,13 +41,13 @@ func stallAfterReading(t *testing.T, l *Locker, clk *signallingClock, key []byte
 // A deadline is measured from the clock reading it is stored with, and its timer fires no later
 // than the deadline, however long the Lock queued for the shard mutex after reading the clock.
 func TestTimersFireByDeadlineDespiteMutexWait(t *testing.T) {
-	db := tempdb.New(t)
+	tab := newTestTable(t)
 	key := []byte("k")
 
 	t.Run("lease", func(t *testing.T) {
 		clk := &signallingClock{ManualClock: NewManualClock(time.Unix(1, 0))}
-		l := newTestLocker(t, db, clk)
-		got := make(chan *Handle, 1)
+		l := newTestLocker(t, tab, clk)
+		got := make(chan *Hold, 1)
 		stallAfterReading(t, l, clk, key, 500*time.Millisecond, func() {
 			h, err := l.TryLock(key, Options{Lease: time.Second})
 			assert.NoError(t, err)
@@ -65,7 +63,7 @@ func TestTimersFireByDeadlineDespiteMutexWait(t *testing.T) {
 
 	t.Run("wait", func(t *testing.T) {
 		clk := &signallingClock{ManualClock: NewManualClock(time.Unix(1, 0))}
-		l := newTestLocker(t, db, clk)
+		l := newTestLocker(t, tab, clk)
 		holder, err := l.TryLock(key, Options{})
 		require.NoError(t, err)
 		got := make(chan error, 1)
@@ -83,11 +81,11 @@ func TestTimersFireByDeadlineDespiteMutexWait(t *testing.T) {
 // Once a scheduler's heap outgrows the storage inside the shard, that storage keeps no pointer to
 // a handle: an idle shard pins no dead handle, and so no closed Locker.
 func TestSchedulerKeepsNoStaleHandles(t *testing.T) {
-	db := tempdb.New(t)
-	l := newTestLocker(t, db, NewManualClock(time.Unix(1, 0)))
+	tab := newTestTable(t)
+	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
 	keys := keysInShard(l, 3)
 	sh := l.tab.shard(l.tab.hash(0, keys[0]))
-	var hs []*Handle
+	var hs []*Hold
 	for _, k := range keys {
 		h, err := l.TryLock(k, Options{})
 		require.NoError(t, err)
@@ -99,13 +97,13 @@ func TestSchedulerKeepsNoStaleHandles(t *testing.T) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	assert.Empty(t, sh.firstSched.heap)
-	assert.Equal(t, [2]*Handle{}, sh.firstSched.own, "the shard's own heap storage points to no handle")
+	assert.Equal(t, [2]*Hold{}, sh.firstSched.own, "the shard's own heap storage points to no handle")
 }
 
 func TestSchedulerRearmsForEarlierDeadline(t *testing.T) {
-	db := tempdb.New(t)
+	tab := newTestTable(t)
 	clk := NewManualClock(time.Unix(1, 0))
-	l := newTestLocker(t, db, clk)
+	l := newTestLocker(t, tab, clk)
 	keys := keysInShard(l, 2)
 	late, early := keys[0], keys[1]
 	sh := l.tab.shard(l.tab.hash(0, late))

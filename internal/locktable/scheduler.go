@@ -1,4 +1,4 @@
-package recordlock
+package locktable
 
 import "time"
 
@@ -16,7 +16,7 @@ type scheduler struct {
 	heap    deadlineHeap
 	timer   Timer
 	armedAt time.Duration
-	own     [2]*Handle // the heap's first storage, in the shard's own cache lines
+	own     [2]*Hold // the heap's first storage, in the shard's own cache lines
 
 	clock Clock  // nil while the clock slot is free
 	gen   uint64 // identifies the current timer; a stale callback sees a newer one and returns
@@ -68,10 +68,10 @@ func (sh *shard) scheduler(id int) *scheduler {
 
 // schedule puts h on its clock's heap at h.dueAt(): its lease end, or its wait's timeout while
 // it waits. Only a handle of an open Locker is scheduled, whose clock has its scheduler.
-func (sh *shard) schedule(h *Handle) {
-	s := sh.scheduler(h.tenant().clockID)
+func (sh *shard) schedule(h *Hold) {
+	s := sh.scheduler(h.ten.clockID)
 	if s == nil {
-		sh.tab.logFault(h.tenant(), "a deadline on a clock no open Locker uses")
+		sh.tab.logFault(h.ten, "a deadline on a clock no open Locker uses")
 		return
 	}
 	if s.heap == nil {
@@ -87,24 +87,24 @@ func (sh *shard) schedule(h *Handle) {
 }
 
 // unschedule takes h off its heap, if it is on one.
-func (sh *shard) unschedule(h *Handle) {
+func (sh *shard) unschedule(h *Hold) {
 	if h.heapIdx < 0 {
 		return
 	}
-	if s := sh.scheduler(h.tenant().clockID); s != nil {
+	if s := sh.scheduler(h.ten.clockID); s != nil {
 		s.remove(h)
 	}
 	h.heapIdx = -1
 }
 
 // reschedule moves h, which is on its heap, to its new dueAt.
-func (sh *shard) reschedule(h *Handle) {
+func (sh *shard) reschedule(h *Hold) {
 	sh.unschedule(h)
 	sh.schedule(h)
 }
 
 // remove unschedules h; it is a no-op for a handle that is not scheduled here.
-func (s *scheduler) remove(h *Handle) {
+func (s *scheduler) remove(h *Hold) {
 	i := int(h.heapIdx)
 	if i < 0 || i >= len(s.heap) || s.heap[i] != h {
 		return
@@ -156,5 +156,5 @@ func (sh *shard) fire(s *scheduler, gen uint64) {
 	if len(s.heap) > 0 {
 		s.armFor(sh, s.heap[0].dueAt())
 	}
-	sh.unlockAndRunHooks()
+	sh.unlockAndRunDeferred()
 }

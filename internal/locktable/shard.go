@@ -1,4 +1,4 @@
-package recordlock
+package locktable
 
 import (
 	"context"
@@ -40,7 +40,7 @@ type shardState struct {
 	held     int
 	// tab is the table the shard is part of: a grant mints AcquiredAt from its database's
 	// timestamps.
-	tab        *table
+	tab        *Table
 	moreScheds []*scheduler // slot 1 and up; nil where the slot is free
 	// ownEntries are the entries a shard uses first: a shard with a key or two at a time keeps
 	// them in its own cache lines rather than in small objects that neighbour other shards'.
@@ -50,7 +50,7 @@ type shardState struct {
 }
 
 // init makes the shard part of t and its own entries spare, before the table is used.
-func (sh *shard) init(t *table) {
+func (sh *shard) init(t *Table) {
 	sh.tab = t
 	for i := range sh.ownEntries {
 		e := &sh.ownEntries[i]
@@ -58,19 +58,24 @@ func (sh *shard) init(t *table) {
 	}
 }
 
-func (sh *shard) lookup(h *Handle) *keyEntry { return sh.index.find(h.hash, h.cf, h.key()) }
+func (sh *shard) lookup(h *Hold) *keyEntry { return sh.index.find(h.hash, h.cf, h.key()) }
 
-// acquire takes h's key, or with wait queues for it until it is granted, the timeout passes, ctx
-// is done or h's Locker closes; a grant that raced with Close returns errGrantedAfterClose with
-// the key held. With ctxBounds (the caller gave no Timeout), a deadline of ctx replaces the
-// timeout (waitBound). It returns the Mono reading the attempt started at, from which the lease
-// and the wait are measured.
-func (sh *shard) acquire(ctx context.Context, h *Handle, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
-	c := h.tenant()
+// Acquire takes h's key for a lease of lease, or with wait queues for it until it is granted,
+// timeout passes on the tenant's clock, ctx is done or the tenant closes. With ctxBounds (the
+// caller gave no timeout of its own), a deadline of ctx replaces timeout (WaitBound). It returns
+// the Mono reading the attempt started at, from which the lease and the wait are measured. On
+// failure it returns ErrClosed, ErrLocked (the key is busy and !wait), ErrTimeout, ctx's error or
+// a *DeadlockError, and h holds nothing and waits for nothing, except that a grant that raced
+// with the tenant's close returns ErrGrantedAfterClose with the key held, for the caller to
+// release.
+func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
+	h.hash = h.ten.tab.hash(h.cf, h.key())
+	sh := h.shard()
+	c := h.ten
 	// Read before the mutex, which keeps the read out of the critical section every Lock and
 	// Release of the shard queues behind. The lease is measured from this reading, so it can only
 	// be shorter for the time spent waiting for the mutex, and timers are armed from a fresh one.
-	wall, mono := readClock(c.clock)
+	wall, mono := ReadClock(c.clock)
 	sh.mu.Lock()
 	if c.closed.Load() {
 		sh.mu.Unlock()
@@ -88,27 +93,27 @@ func (sh *shard) acquire(ctx context.Context, h *Handle, lease, timeout time.Dur
 	case e.admits(h, c, mono):
 		sh.grant(e, h, wall, mono, lease, e.head != nil)
 	case !wait:
-		sh.unlockAndRunHooks()
+		sh.unlockAndRunDeferred()
 		return 0, ErrLocked
 	default:
-		return mono, sh.wait(ctx, e, h, lease, mono+waitBound(ctx, timeout, ctxBounds), mono)
+		return mono, sh.wait(ctx, e, h, lease, mono+WaitBound(ctx, timeout, ctxBounds), mono)
 	}
-	sh.unlockAndRunHooks()
+	sh.unlockAndRunDeferred()
 	return mono, nil
 }
 
 // settleHolders settles the lapsed holders of e that a request for h, made at mono on c's clock,
 // must get past: an exclusive holder, or for an exclusive request the sharers, until one is
 // live. It reports whether it ended a lease just now (the entry may have left the table).
-func (sh *shard) settleHolders(e *keyEntry, h *Handle, c *tenant, mono time.Duration) bool {
+func (sh *shard) settleHolders(e *keyEntry, h *Hold, c *Tenant, mono time.Duration) bool {
 	if e.shares == 0 {
-		return e.holder.settleFor(sh, c, mono)
+		return e.holder.endIfLapsed(sh, c, mono)
 	}
-	if h.flags()&flagShared != 0 {
+	if h.flags()&FlagShared != 0 {
 		return false // a shared request joins sharers whatever their leases
 	}
 	settled := false
-	for e.shares > 0 && e.lastSharer().settleFor(sh, c, mono) {
+	for e.shares > 0 && e.lastSharer().endIfLapsed(sh, c, mono) {
 		settled = true
 	}
 	return settled
@@ -117,19 +122,19 @@ func (sh *shard) settleHolders(e *keyEntry, h *Handle, c *tenant, mono time.Dura
 // grant makes h a holder of e and starts its lease at the given readings of h's clock (wall in
 // Unix nanoseconds). The deadline goes on a timer only if watch, that is when a request is
 // queued behind it (see watch); a sharer's deadline that is not notes that e has one unwatched.
-func (sh *shard) grant(e *keyEntry, h *Handle, wall int64, mono, lease time.Duration, watch bool) {
+func (sh *shard) grant(e *keyEntry, h *Hold, wall int64, mono, lease time.Duration, watch bool) {
 	f := h.flags()
-	if f&flagShared == 0 {
+	if f&FlagShared == 0 {
 		e.holder = h
 	} else {
 		f = e.addSharer(h, f)
 		e.unwatched = e.unwatched || !watch
 	}
 	h.e = e
-	h.acquiredAt = sh.tab.db.stamps.mint(wall)
+	h.acquiredAt = sh.tab.stamps.Mint(wall)
 	h.expiresAt = wall + int64(lease)
 	h.deadline.Store(int64(mono + lease))
-	h.state.Store(f | flagHeld)
+	h.state.Store(f | FlagHeld)
 	sh.acquired++
 	sh.held++
 	if watch {
@@ -141,8 +146,8 @@ func (sh *shard) grant(e *keyEntry, h *Handle, wall int64, mono, lease time.Dura
 // observe the lease ending: a waiter queues for its key, Done is called, or a release hook is set.
 // Until then nothing can tell a lapse settled at the deadline from one settled when the handle or
 // its key is next looked at (docs/DESIGN.md §7), so an uncontended lock costs no scheduling.
-func (sh *shard) watch(h *Handle) {
-	if h.heapIdx < 0 && h.flags()&flagExpired == 0 {
+func (sh *shard) watch(h *Hold) {
+	if h.heapIdx < 0 && h.flags()&FlagExpired == 0 {
 		sh.schedule(h)
 	}
 }
@@ -166,19 +171,19 @@ func (sh *shard) watchHolders(e *keyEntry) {
 
 // giveBack ends h's hold of its key, setting the flags in set with the same store, and serves
 // the key's queue.
-func (sh *shard) giveBack(h *Handle, set handleFlags) {
+func (sh *shard) giveBack(h *Hold, set uint32) {
 	e := h.e
 	f := h.flags()
-	if f&flagShared != 0 {
+	if f&FlagShared != 0 {
 		sh.giveBackShare(h, e, f, set)
 		return
 	}
 	if e == nil || e.holder != h {
-		h.setFlags(set)
-		sh.tab.logFault(h.tenant(), "a handle gave back a key it did not hold")
+		h.SetFlags(set)
+		sh.tab.logFault(h.ten, "a handle gave back a key it did not hold")
 		return
 	}
-	h.state.Store(f&^flagHeld | set)
+	h.state.Store(f&^FlagHeld | set)
 	h.e = nil // the entry may be reused once the key leaves the table
 	e.holder = nil
 	sh.held--
@@ -187,13 +192,13 @@ func (sh *shard) giveBack(h *Handle, set handleFlags) {
 
 // giveBackShare is giveBack of a sharer, whose flags are f. An upgrade waiting on the share
 // fails.
-func (sh *shard) giveBackShare(h *Handle, e *keyEntry, f, set handleFlags) {
+func (sh *shard) giveBackShare(h *Hold, e *keyEntry, f, set uint32) {
 	if e == nil || e.placeOf(h) < 0 {
-		h.setFlags(set)
-		sh.tab.logFault(h.tenant(), "a handle gave back a share it did not hold")
+		h.SetFlags(set)
+		sh.tab.logFault(h.ten, "a handle gave back a share it did not hold")
 		return
 	}
-	h.state.Store(f&^flagHeld | set)
+	h.state.Store(f&^FlagHeld | set)
 	h.e = nil
 	e.removeSharer(h)
 	if w := e.upgradeOf(h); w != nil {
@@ -205,24 +210,24 @@ func (sh *shard) giveBackShare(h *Handle, e *keyEntry, f, set handleFlags) {
 
 // expire ends h's lease: it stops authorizing writes at once, and the key passes on now or, when
 // h is inside Fence, as soon as the commit returns.
-func (sh *shard) expire(h *Handle) {
-	if h.flags()&flagExpired != 0 {
+func (sh *shard) expire(h *Hold) {
+	if h.flags()&FlagExpired != 0 {
 		return
 	}
-	h.setFlags(flagExpired)
+	h.SetFlags(FlagExpired)
 	sh.unschedule(h)
 	h.closeDone()
-	if h.flags()&flagHeld == 0 {
+	if h.flags()&FlagHeld == 0 {
 		return
 	}
 	sh.counts.lapsed++
 	sh.noteLapse(h)
-	if h.flags()&flagFencing != 0 {
-		h.setFlags(flagPassOnAfterFence)
+	if h.flags()&FlagFencing != 0 {
+		h.SetFlags(FlagPassOnAfterFence)
 		return
 	}
 	sh.giveBack(h, 0)
-	sh.queueHook(h)
+	sh.deferHook(h)
 }
 
 // unqueueGranted takes w, about to be granted its key at mono (a reading of its Locker's clock),
@@ -236,21 +241,21 @@ func (sh *shard) unqueueGranted(e *keyEntry, w *waiter, mono time.Duration) {
 
 // evict fails c's queued waiters with ErrClosed and appends the handles of c holding a key here
 // to held.
-func (sh *shard) evict(c *tenant, held []*Handle) []*Handle {
+func (sh *shard) evict(c *Tenant, held []*Hold) []*Hold {
 	// Collect first: failing a waiter can pass its key on or take its entry out of the index.
 	var entries []*keyEntry
 	sh.index.all(func(e *keyEntry) { entries = append(entries, e) })
-	var holders []*Handle
+	var holders []*Hold
 	for _, e := range entries {
 		holders = e.appendHolders(holders[:0])
 		for _, h := range holders {
-			if h.tenant() == c {
+			if h.ten == c {
 				held = append(held, h)
 			}
 		}
 		var mine []*waiter
 		for w := e.head; w != nil; w = w.next {
-			if w.h.tenant() == c {
+			if w.h.ten == c {
 				mine = append(mine, w)
 			}
 		}
@@ -261,4 +266,20 @@ func (sh *shard) evict(c *tenant, held []*Handle) []*Handle {
 		}
 	}
 	return held
+}
+
+// Unbounded is the timeout of a wait that only its ctx bounds: no clock reaches it (about 146
+// years), and its sum with any Mono reading still fits a time.Duration.
+const Unbounded = time.Duration(1 << 62)
+
+// WaitBound is the timeout, on the tenant's clock, of a wait for a busy key: timeout, or with
+// ctxBounds (the caller gave no timeout of its own) and a ctx deadline, Unbounded: that deadline,
+// on the real clock, ends the wait.
+func WaitBound(ctx context.Context, timeout time.Duration, ctxBounds bool) time.Duration {
+	if ctxBounds {
+		if _, ok := ctx.Deadline(); ok {
+			return Unbounded
+		}
+	}
+	return timeout
 }

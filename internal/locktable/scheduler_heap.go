@@ -1,11 +1,11 @@
-package recordlock
+package locktable
 
 // deadlineHeap is a binary min-heap of handles by dueAt, each knowing its index. It is written
 // out rather than built on container/heap: an uncontended Lock and Release each touch it once,
 // and the interface calls and boxing of container/heap cost as much as the work itself.
-type deadlineHeap []*Handle
+type deadlineHeap []*Hold
 
-func (d *deadlineHeap) push(h *Handle) {
+func (d *deadlineHeap) push(h *Hold) {
 	*d = append(*d, h)
 	d.up(len(*d)-1, h)
 }
@@ -28,7 +28,7 @@ func (d *deadlineHeap) removeAt(i int) {
 }
 
 // up places h, due to go at index i or above it, moving its ancestors down.
-func (d deadlineHeap) up(i int, h *Handle) {
+func (d deadlineHeap) up(i int, h *Hold) {
 	at := h.dueAt()
 	for i > 0 {
 		p := (i - 1) / 2
@@ -46,7 +46,7 @@ func (d deadlineHeap) up(i int, h *Handle) {
 
 // down places h, due to go at index i or below it, moving its descendants up. It reports whether
 // h moved.
-func (d deadlineHeap) down(i int, h *Handle) bool {
+func (d deadlineHeap) down(i int, h *Hold) bool {
 	at := h.dueAt()
 	start := i
 	for {

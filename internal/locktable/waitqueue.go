@@ -1,8 +1,7 @@
-package recordlock
+package locktable
 
 import (
 	"context"
-	"errors"
 	"time"
 )
 
@@ -23,13 +22,13 @@ const (
 // waiter is a Lock call, or an upgrade, queued for a busy key. It exists only while the call
 // waits. Its fields are guarded by the shard mutex.
 type waiter struct {
-	h          *Handle // the handle it becomes when granted; for an upgrade, a stand-in
+	h          *Hold // the handle it becomes when granted; for an upgrade, a stand-in
 	next, prev *waiter
 	since      time.Duration // Mono of h's clock when it queued
 	lease      time.Duration // the lease h gets when granted
 	wake       chan struct{} // one buffered slot: a wake-up is never lost and never blocks
 	// upgrade is the shared handle an upgrade request makes exclusive; nil for a Lock call.
-	upgrade *Handle
+	upgrade *Hold
 	// exAhead is the nearest exclusive request (or upgrade) that was queued ahead of this one
 	// when it queued, or one that has left the queue since (see exclusiveAhead).
 	exAhead *waiter
@@ -57,19 +56,15 @@ func (w *waiter) finish(s waitState) {
 
 // pastBargeWindow reports whether w, the oldest waiter of a free key, has waited bargeWindow, so
 // that the key goes to it rather than to a newcomer. mono is a reading of c's clock.
-func (w *waiter) pastBargeWindow(c *tenant, mono time.Duration) bool {
+func (w *waiter) pastBargeWindow(c *Tenant, mono time.Duration) bool {
 	return w.h.monoFor(c, mono)-w.since >= bargeWindow
 }
 
-// errGrantedAfterClose is what wait reports when the key was handed to h but h's Locker closed
-// meanwhile: the caller gives the key back and fails with ErrClosed. It never reaches the user.
-var errGrantedAfterClose = errors.New("recordlock: key granted after Close")
-
 // wait queues h for e's key and blocks until it is granted, the timeout passes at deadline, ctx is
-// done or the Locker closes (errGrantedAfterClose when a grant raced with that). A Txn's wait is
+// done or the Locker closes (ErrGrantedAfterClose when a grant raced with that). A Txn's wait is
 // first checked for a deadlock. It is called with mu held and returns with it released.
-func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Handle, lease, deadline, mono time.Duration) error {
-	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&flagShared != 0}
+func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Hold, lease, deadline, mono time.Duration) error {
+	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&FlagShared != 0}
 	sh.enqueue(e, w)
 	return sh.sleep(ctx, e, w, deadline)
 }
@@ -79,7 +74,7 @@ func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Handle, lease, deadli
 // is first checked for a deadlock. It is called with mu held and returns with it released.
 func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline time.Duration) error {
 	h := w.h
-	c := h.tenant()
+	c := h.ten
 	h.w, h.e = w, e
 	h.deadline.Store(int64(deadline)) // the wait's timeout until the key is granted
 	sh.schedule(h)
@@ -87,7 +82,7 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 	if h.owner == nil {
 		sh.countWaiting(w)
 	}
-	sh.unlockAndRunHooks()
+	sh.unlockAndRunDeferred()
 	if h.owner != nil {
 		if err := sh.tab.graph.enter(sh, h); err != nil {
 			return err
@@ -107,36 +102,36 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 		sh.mu.Lock()
 		switch w.state {
 		case waitGranted:
-			sh.unlockAndRunHooks()
+			sh.unlockAndRunDeferred()
 			if c.closed.Load() {
-				return errGrantedAfterClose
+				return ErrGrantedAfterClose
 			}
 			return nil
 		case waitTimedOut:
-			sh.unlockAndRunHooks()
+			sh.unlockAndRunDeferred()
 			return ErrTimeout
 		case waitClosed:
-			sh.unlockAndRunHooks()
+			sh.unlockAndRunDeferred()
 			return ErrClosed
 		case waitShareEnded:
 			err := ErrReleased
-			if w.upgrade.flags()&flagExpired != 0 {
+			if w.upgrade.flags()&FlagExpired != 0 {
 				err = ErrLeaseExpired
 			}
-			sh.unlockAndRunHooks()
+			sh.unlockAndRunDeferred()
 			return err
 		case waitWoken:
 			if c.closed.Load() {
 				sh.abandon(w, waitClosed)
-				sh.unlockAndRunHooks()
+				sh.unlockAndRunDeferred()
 				return ErrClosed
 			}
 			if e.holder == nil {
-				wall, now := readClock(c.clock)
+				wall, now := ReadClock(c.clock)
 				sh.unqueueGranted(e, w, now)
 				h.w = nil
 				sh.grant(e, h, wall, now, w.lease, e.head != nil)
-				sh.unlockAndRunHooks()
+				sh.unlockAndRunDeferred()
 				return nil
 			}
 			// A newcomer took the key first; stay at the head of the queue.
@@ -145,7 +140,7 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 		}
 		if err := ctx.Err(); err != nil {
 			sh.abandon(w, waitCancelled)
-			sh.unlockAndRunHooks()
+			sh.unlockAndRunDeferred()
 			return err
 		}
 		sh.mu.Unlock()
@@ -222,7 +217,7 @@ func (e *keyEntry) queued() int {
 }
 
 // upgradeOf returns the upgrade queued for sharer h, or nil.
-func (e *keyEntry) upgradeOf(h *Handle) *waiter {
+func (e *keyEntry) upgradeOf(h *Hold) *waiter {
 	for w := e.head; w != nil && w.upgrade != nil; w = w.next {
 		if w.upgrade == h {
 			return w

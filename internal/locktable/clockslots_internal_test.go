@@ -1,4 +1,4 @@
-package recordlock
+package locktable
 
 import (
 	"context"
@@ -7,8 +7,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 // Close fails a woken waiter of its Locker, and the key then passes over the Locker's other
@@ -16,18 +14,17 @@ import (
 // after Close and its clock's schedulers, once dropped, stay dropped. A Locker that takes over the
 // clock slot runs its timers on its own clock.
 func TestClosedLockersClockStaysDropped(t *testing.T) {
-	db := tempdb.New(t)
+	tab := newTestTable(t)
 	start := time.Unix(1, 0)
-	keep := newTestLocker(t, db, NewManualClock(start)) // slot 0 for the whole test
-	tab := keep.tab
+	keep := newTestLocker(t, tab, NewManualClock(start)) // slot 0 for the whole test
 	key := []byte("k")
 	held, err := keep.TryLock(key, Options{})
 	require.NoError(t, err)
 
 	deadClock := NewManualClock(start)
-	l, err := New(db, WithClock(deadClock))
+	l, err := newLocker(tab, deadClock)
 	require.NoError(t, err)
-	require.Equal(t, 1, l.clockID)
+	require.Equal(t, 1, l.ten.clockID)
 	const n = 3
 	var res []<-chan lockResult
 	for i := range n {
@@ -47,8 +44,8 @@ func TestClosedLockersClockStaysDropped(t *testing.T) {
 
 	// A new Locker takes over slot 1; its wait times out by its own clock.
 	clk := NewManualClock(start)
-	next := newTestLocker(t, db, clk)
-	require.Equal(t, 1, next.clockID)
+	next := newTestLocker(t, tab, clk)
+	require.Equal(t, 1, next.ten.clockID)
 	blocker, err := keep.TryLock(key, Options{})
 	require.NoError(t, err)
 	got := lockAsync(context.Background(), next, key, Options{Timeout: time.Second})
@@ -61,10 +58,9 @@ func TestClosedLockersClockStaysDropped(t *testing.T) {
 // Lockers that come and go with clocks of their own leave no clock slot or scheduler behind, and
 // a Locker that takes over a freed slot gets working lease timers on its own clock.
 func TestClockSlotsReusedWhenLockersClose(t *testing.T) {
-	db := tempdb.New(t)
+	tab := newTestTable(t)
 	start := time.Unix(1, 0)
-	keep := newTestLocker(t, db, NewManualClock(start)) // slot 0 for the whole test
-	tab := keep.tab
+	keep := newTestLocker(t, tab, NewManualClock(start)) // slot 0 for the whole test
 	key := []byte("k")
 	schedulersOf := func(id int) int {
 		n := 0
@@ -79,19 +75,19 @@ func TestClockSlotsReusedWhenLockersClose(t *testing.T) {
 		return n
 	}
 
-	var released *Handle
+	var released *Hold
 	for round := range 20 {
 		clk := NewManualClock(start)
-		l, err := New(db, WithClock(clk))
+		l, err := newLocker(tab, clk)
 		require.NoError(t, err)
-		require.Equal(t, 1, l.clockID, "round %d: the freed slot is reused", round)
+		require.Equal(t, 1, l.ten.clockID, "round %d: the freed slot is reused", round)
 		h, err := l.TryLock(key, Options{Lease: time.Second})
 		require.NoError(t, err)
-		require.Equal(t, shardCount, schedulersOf(1), "round %d: every shard has the clock's scheduler", round)
+		require.Equal(t, ShardCount, schedulersOf(1), "round %d: every shard has the clock's scheduler", round)
 		if round%2 == 0 {
 			h.Done()                 // watched: armed on this round's clock
 			clk.Advance(time.Second) // the lease lapses by the timer of this round's clock
-			require.NotZero(t, h.flags()&flagExpired, "round %d: the lease timer on the reused slot fired", round)
+			require.NotZero(t, h.flags()&FlagExpired, "round %d: the lease timer on the reused slot fired", round)
 		} else {
 			released = h
 		}
@@ -103,22 +99,22 @@ func TestClockSlotsReusedWhenLockersClose(t *testing.T) {
 	tab.clocks.mu.Unlock()
 
 	// A handle of a closed Locker touches no scheduler, so it cannot bring one back.
-	released.RevokeLease()
-	assert.Error(t, released.Fence(func() error { return nil }))
+	released.Revoke()
+	assert.Error(t, fence(released, func() error { return nil }))
 	assert.Zero(t, schedulersOf(1))
 
 	// The first slot is reset in place and taken over the same way.
-	other, err := New(db, WithClock(NewManualClock(start)))
+	other, err := newLocker(tab, NewManualClock(start))
 	require.NoError(t, err)
 	defer other.Close()
 	require.NoError(t, keep.Close())
 	assert.Zero(t, schedulersOf(0))
 	clk := NewManualClock(start)
-	l := newTestLocker(t, db, clk)
-	require.Equal(t, 0, l.clockID)
+	l := newTestLocker(t, tab, clk)
+	require.Equal(t, 0, l.ten.clockID)
 	h, err := l.TryLock(key, Options{Lease: time.Second})
 	require.NoError(t, err)
 	h.Done() // watched: armed
 	clk.Advance(time.Second)
-	assert.NotZero(t, h.flags()&flagExpired, "the lease timer on the reset first slot fired")
+	assert.NotZero(t, h.flags()&FlagExpired, "the lease timer on the reset first slot fired")
 }

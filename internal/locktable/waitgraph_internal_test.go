@@ -1,4 +1,4 @@
-package recordlock
+package locktable
 
 import (
 	"context"
@@ -8,12 +8,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 // graphWaiting is the number of Txns in l's wait-for graph.
-func graphWaiting(l *Locker) int {
+func graphWaiting(l *testLocker) int {
 	g := &l.tab.graph
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -21,7 +19,7 @@ func graphWaiting(l *Locker) int {
 }
 
 // edgesRead is the number of edges every search of l's wait-for graph has read so far.
-func edgesRead(l *Locker) uint64 {
+func edgesRead(l *testLocker) uint64 {
 	g := &l.tab.graph
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -39,7 +37,7 @@ func newConvoy(capacity int) *convoy { return &convoy{errs: make(chan error, cap
 
 // join starts txn's Lock of key, which must wait, and returns once txn is in the wait-for graph,
 // which then holds inGraph Txns.
-func (c *convoy) join(t testing.TB, l *Locker, txn *Txn, key []byte, inGraph int) {
+func (c *convoy) join(t testing.TB, l *testLocker, txn *Txn, key []byte, inGraph int) {
 	t.Helper()
 	c.n++
 	go func() {
@@ -74,8 +72,8 @@ func TestWaitCheckCostDoesNotGrowWithQueue(t *testing.T) {
 		{name: "holder waits behind a queue", holderWaits: true, edges: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			db := tempdb.New(t)
-			l := newTestLocker(t, db, NewManualClock(time.Unix(1, 0)))
+			tab := newTestTable(t)
+			l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
 			ctx := context.Background()
 			hot, other := []byte("hot"), []byte("other")
 			holder := l.Begin()
@@ -119,7 +117,7 @@ func TestWaitCheckCostDoesNotGrowWithQueue(t *testing.T) {
 				holder.Rollback()
 			}
 			hotQueue.finish(t)
-			assert.True(t, l.tab.empty())
+			assert.True(t, l.tab.Empty())
 		})
 	}
 }
@@ -129,8 +127,8 @@ func TestWaitCheckCostDoesNotGrowWithQueue(t *testing.T) {
 func BenchmarkWaitGraphSearch(b *testing.B) {
 	for _, n := range []int{1, 64, 512} {
 		b.Run(fmt.Sprintf("queued=%d", n), func(b *testing.B) {
-			db := tempdb.New(b)
-			l := newTestLocker(b, db, NewManualClock(time.Unix(1, 0)))
+			tab := newTestTable(b)
+			l := newTestLocker(b, tab, NewManualClock(time.Unix(1, 0)))
 			hot := []byte("hot")
 			holder := l.Begin()
 			_, err := holder.Lock(context.Background(), hot, Options{})

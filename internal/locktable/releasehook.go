@@ -1,4 +1,4 @@
-package recordlock
+package locktable
 
 import (
 	"fmt"
@@ -11,8 +11,8 @@ import (
 // hookWarnInterval is how often one kind of release-hook failure is logged per Locker.
 const hookWarnInterval = 60 * time.Second
 
-// runHook calls a release hook; a panic or error never escapes, it is logged at a limited rate.
-func (c *tenant) runHook(fn func() error) {
+// RunHook calls a release hook; a panic or error never escapes, it is logged at a limited rate.
+func (c *Tenant) RunHook(fn func() error) {
 	defer func() {
 		if p := recover(); p != nil {
 			c.tab.hookFailures.Add(1)
@@ -27,7 +27,7 @@ func (c *tenant) runHook(fn func() error) {
 
 // warnHook logs one line per kind of failure per hookWarnInterval of this Locker's clock. It is
 // rate-limited rather than latched so that a fault that persists keeps being reported.
-func (c *tenant) warnHook(kind string, err error) {
+func (c *Tenant) warnHook(kind string, err error) {
 	now := c.clock.Mono()
 	c.warnMu.Lock()
 	last, seen := c.lastWarn[kind]

@@ -1,4 +1,4 @@
-package recordlock
+package locktable
 
 // The holders of a key (docs/DESIGN.md §15.1): one exclusive handle, or any number of shared ones.
 // holder is set exactly while the key is held, so a free key is one comparison in either mode. A
@@ -15,12 +15,12 @@ const (
 )
 
 // sharePos is the place recorded in h's state word.
-func (h *Handle) sharePos() int { return int(h.flags() >> sharePosShift) }
+func (h *Hold) sharePos() int { return int(h.flags() >> sharePosShift) }
 
 // setSharePos records place p in h's state word, with the shard mutex held.
-func (h *Handle) setSharePos(p int) {
+func (h *Hold) setSharePos(p int) {
 	p = min(p, sharePosFar)
-	h.state.Store(h.flags()&flagBits | handleFlags(p)<<sharePosShift)
+	h.state.Store(h.flags()&flagBits | uint32(p)<<sharePosShift)
 }
 
 // heldExclusively reports whether an exclusive handle holds the key.
@@ -28,7 +28,7 @@ func (e *keyEntry) heldExclusively() bool { return e.holder != nil && e.shares =
 
 // addSharer makes h, whose flags are f, one of the key's sharers, which is free or held shared.
 // It returns f with h's place in it, for the caller to store.
-func (e *keyEntry) addSharer(h *Handle, f handleFlags) handleFlags {
+func (e *keyEntry) addSharer(h *Hold, f uint32) uint32 {
 	p := 0
 	if e.holder == nil {
 		e.holder = h
@@ -37,11 +37,11 @@ func (e *keyEntry) addSharer(h *Handle, f handleFlags) handleFlags {
 		p = min(len(e.sharers), sharePosFar)
 	}
 	e.shares++
-	return f&flagBits | handleFlags(p)<<sharePosShift
+	return f&flagBits | uint32(p)<<sharePosShift
 }
 
 // placeOf returns h's place among the key's sharers, or -1 when h is not one of them.
-func (e *keyEntry) placeOf(h *Handle) int {
+func (e *keyEntry) placeOf(h *Hold) int {
 	switch p := h.sharePos(); {
 	case p == 0:
 		if e.holder == h {
@@ -64,7 +64,7 @@ func (e *keyEntry) placeOf(h *Handle) int {
 // removeSharer takes h, one of the key's sharers, out of them: the last sharer moves into its
 // place, so the holder slot stays filled while any sharer is left. The last share to go readies
 // the entry for exclusive use or reuse.
-func (e *keyEntry) removeSharer(h *Handle) {
+func (e *keyEntry) removeSharer(h *Hold) {
 	p := e.placeOf(h)
 	if p < 0 {
 		return
@@ -95,7 +95,7 @@ func (e *keyEntry) removeSharer(h *Handle) {
 
 // lastSharer is the sharer that giving back a share moves last: the one an exclusive request
 // looks at first when it settles lapsed sharers.
-func (e *keyEntry) lastSharer() *Handle {
+func (e *keyEntry) lastSharer() *Hold {
 	if n := len(e.sharers); n > 0 {
 		return e.sharers[n-1]
 	}
@@ -103,7 +103,7 @@ func (e *keyEntry) lastSharer() *Handle {
 }
 
 // appendHolders appends every holder of the key to out.
-func (e *keyEntry) appendHolders(out []*Handle) []*Handle {
+func (e *keyEntry) appendHolders(out []*Hold) []*Hold {
 	if e.holder == nil {
 		return out
 	}

@@ -1,4 +1,4 @@
-package recordlock
+package locktable
 
 import "bytes"
 
@@ -132,7 +132,7 @@ func (t *entryTable) all(f func(*keyEntry)) {
 // are kept as keylock_holders.go describes.
 type keyEntry struct {
 	hash        uint64
-	holder      *Handle // the exclusive holder or one sharer; nil exactly while the key is free
+	holder      *Hold // the exclusive holder or one sharer; nil exactly while the key is free
 	head, tail  *waiter
 	nextSpare   *keyEntry
 	shares      int32 // holders in shared mode, holder included; 0 while held exclusively or free
@@ -140,7 +140,7 @@ type keyEntry struct {
 	// unwatched is set when a sharer was granted with nothing queued, so its deadline may be off
 	// the scheduler; the next request to queue watches every holder.
 	unwatched bool
-	sharers   []*Handle // the sharers other than holder, each knowing its place (sharePos)
+	sharers   []*Hold // the sharers other than holder, each knowing its place (sharePos)
 }
 
 // record is the entry's column family and key, as held by its holder or, while the key is free,

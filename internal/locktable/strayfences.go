@@ -1,4 +1,4 @@
-package recordlock
+package locktable
 
 import "sync"
 

@@ -1,4 +1,4 @@
-package recordlock
+package locktable
 
 import (
 	"testing"
@@ -7,8 +7,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 // The padding of the table and its shards does what keylock.go says: every shard starts on a
@@ -16,7 +14,7 @@ import (
 // closer than falseSharingRange, and the fields an uncontended Lock and Release touch sit in the
 // cache lines shardState's comment names.
 func TestShardLayout(t *testing.T) {
-	var tab table
+	var tab Table
 	off := func(p unsafe.Pointer) uintptr { return uintptr(p) - uintptr(unsafe.Pointer(&tab)) }
 	sh := &tab.shards[0]
 	assert.Zero(t, off(unsafe.Pointer(sh))%falseSharingRange, "shards start on a boundary")
@@ -36,13 +34,13 @@ func TestShardLayout(t *testing.T) {
 }
 
 func TestShardTableShrinksOnceKeysLeave(t *testing.T) {
-	db := tempdb.New(t)
+	tab := newTestTable(t)
 	clk := NewManualClock(time.Unix(1, 0))
-	l := newTestLocker(t, db, clk)
+	l := newTestLocker(t, tab, clk)
 	keys := keysInShard(l, shrinkAfter+10)
 	sh := l.tab.shard(l.tab.hash(0, keys[0]))
 
-	handles := make([]*Handle, 0, len(keys))
+	handles := make([]*Hold, 0, len(keys))
 	for _, k := range keys {
 		h, err := l.TryLock(k, Options{})
 		require.NoError(t, err)

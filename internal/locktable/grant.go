@@ -1,4 +1,4 @@
-package recordlock
+package locktable
 
 import "time"
 
@@ -13,8 +13,8 @@ const bargeWindow = time.Millisecond
 // once (docs/DESIGN.md §15.2): a shared one if nothing is queued and the key is free or held
 // shared; an exclusive one if the key is free and nothing is queued, or its oldest waiter was
 // woken for it less than bargeWindow ago.
-func (e *keyEntry) admits(h *Handle, c *tenant, mono time.Duration) bool {
-	if h.flags()&flagShared != 0 {
+func (e *keyEntry) admits(h *Hold, c *Tenant, mono time.Duration) bool {
+	if h.flags()&FlagShared != 0 {
 		return e.head == nil && (e.holder == nil || e.shares > 0)
 	}
 	return e.holder == nil && (e.head == nil || !e.head.pastBargeWindow(c, mono))
@@ -35,7 +35,7 @@ func (sh *shard) serve(e *keyEntry) {
 			}
 			return
 		}
-		c := w.h.tenant()
+		c := w.h.ten
 		if c.closed.Load() {
 			sh.drop(w, waitClosed)
 			continue
@@ -44,16 +44,16 @@ func (sh *shard) serve(e *keyEntry) {
 		case w.upgrade != nil:
 			up := w.upgrade
 			switch {
-			case up.dead():
+			case up.Dead():
 				sh.drop(w, waitShareEnded) // its share ended inside a Fence and is still held
 				continue
-			case e.shares != 1 || up.lapsed():
+			case e.shares != 1 || up.Lapsed():
 				return // other shares are left, or its own lapse is about to fail it
 			}
 			sh.dequeue(e, w)
 			sh.unschedule(w.h)
 			e.shares = 0
-			up.clearFlags(flagShared) // not a new grant: Acquired and Contended do not count it
+			up.ClearFlags(FlagShared) // not a new grant: Acquired and Contended do not count it
 			w.finish(waitGranted)
 			return
 		case w.shared:
@@ -65,7 +65,7 @@ func (sh *shard) serve(e *keyEntry) {
 			if e.holder != nil {
 				return
 			}
-			wall, mono := readClock(c.clock)
+			wall, mono := ReadClock(c.clock)
 			if w.pastBargeWindow(c, mono) {
 				sh.unqueueGranted(e, w, mono)
 				sh.grant(e, w.h, wall, mono, w.lease, e.head != nil)
@@ -88,12 +88,12 @@ func (sh *shard) grantShared(e *keyEntry) {
 		end = end.next
 	}
 	for w := e.head; w != end; w = e.head {
-		c := w.h.tenant()
+		c := w.h.ten
 		if c.closed.Load() {
 			sh.drop(w, waitClosed)
 			continue
 		}
-		wall, mono := readClock(c.clock)
+		wall, mono := ReadClock(c.clock)
 		sh.unqueueGranted(e, w, mono)
 		sh.grant(e, w.h, wall, mono, w.lease, end != nil)
 		w.finish(waitGranted)

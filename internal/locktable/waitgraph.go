@@ -1,4 +1,4 @@
-package recordlock
+package locktable
 
 import (
 	"bytes"
@@ -21,11 +21,11 @@ import (
 // and is checked then.
 type waitGraph struct {
 	mu      sync.Mutex // taken before any shard mutex, never under one
-	waiting map[*Txn]*Handle
+	waiting map[Owner]*Hold
 
 	// The search's scratch space, reused by the next search; guarded by mu.
-	parent      map[*Txn]*Txn
-	stack, next []*Txn
+	parent      map[Owner]Owner
+	stack, next []Owner
 	// edgesRead counts the edges every search so far has read; guarded by mu. Tests bound the
 	// cost of a search with it.
 	edgesRead uint64
@@ -34,49 +34,39 @@ type waitGraph struct {
 	skipped uint64
 }
 
-// enter records that h's Txn waits with h, which is queued in sh, unless that would close a
-// cycle: then h's waiter is taken out of the queue and the error names the cycle.
-func (g *waitGraph) enter(sh *shard, h *Handle) error {
-	err, waiters, holderAge := g.check(sh, h)
-	if err != nil {
-		h.tenant().logDeadlock(h, err, waiters, holderAge) // outside every mutex: the logger is the user's
-		return err
-	}
-	return nil
-}
-
-// check is enter under the graph's mutex. For a deadlock it also returns, for the debug record,
-// how many other calls were queued for h's key and how long its holder (the first, when it is
-// held shared) had held it.
-func (g *waitGraph) check(sh *shard, h *Handle) (err *DeadlockError, waiters int, holderAge time.Duration) {
+// enter records that h's owner waits with h, which is queued in sh, unless that would close a
+// cycle: then h's waiter is taken out of the queue and the error names the cycle, with, for the
+// debug record, how many other requests were queued for h's key and how long its holder (the
+// first, when it is held shared) had held it.
+func (g *waitGraph) enter(sh *shard, h *Hold) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.waiting == nil {
-		g.waiting = map[*Txn]*Handle{}
+		g.waiting = map[Owner]*Hold{}
 	}
 	g.waiting[h.owner] = h
 	cycle := g.cycleThrough(h.owner)
 	if cycle == nil {
-		return nil, 0, 0
+		return nil
 	}
 	delete(g.waiting, h.owner)
 	sh.mu.Lock()
 	w := h.w
 	if w == nil { // granted, timed out or closed since: the wait loop reports it
 		sh.mu.Unlock()
-		return nil, 0, 0
+		return nil
 	}
-	waiters = h.e.queued() - 1 // w is still queued
+	err := &DeadlockError{Cycle: cycle, Waiters: h.e.queued() - 1} // w is still queued
 	if hd := h.e.holder; hd != nil {
-		holderAge = time.Duration(h.tenant().clock.Now().UnixNano() - int64(hd.acquiredAt))
+		err.HolderAge = time.Duration(h.ten.clock.Now().UnixNano() - hd.acquiredAt)
 	}
 	sh.abandon(w, waitDeadlock)
-	sh.unlockAndRunHooks()
-	return &DeadlockError{Cycle: cycle}, waiters, holderAge
+	sh.unlockAndRunDeferred()
+	return err
 }
 
 // leave records that h's Txn no longer waits.
-func (g *waitGraph) leave(h *Handle) {
+func (g *waitGraph) leave(h *Hold) {
 	g.mu.Lock()
 	if g.waiting[h.owner] == h {
 		delete(g.waiting, h.owner)
@@ -95,7 +85,7 @@ func (g *waitGraph) leave(h *Handle) {
 // and the search reads one edge per holder instead of one per request queued. A shared request
 // conflicts with no holder of a record held shared, which is why it needs the edge to the
 // exclusive request it queued behind; that one waits for the rest.
-func (g *waitGraph) blockers(t *Txn, h *Handle, out []*Txn) []*Txn {
+func (g *waitGraph) blockers(t Owner, h *Hold, out []Owner) []Owner {
 	sh := h.shard()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -103,7 +93,7 @@ func (g *waitGraph) blockers(t *Txn, h *Handle, out []*Txn) []*Txn {
 		return out
 	}
 	w, e := h.w, h.e
-	add := func(o *Txn) {
+	add := func(o Owner) {
 		if o != nil && o != t {
 			out = append(out, o)
 		}
@@ -130,9 +120,9 @@ func (g *waitGraph) blockers(t *Txn, h *Handle, out []*Txn) []*Txn {
 
 // cycleThrough returns the cycle of waits from start back to start, or nil. It searches depth
 // first from start over the Txns that are waiting; every step reads one shard under its mutex.
-func (g *waitGraph) cycleThrough(start *Txn) []DeadlockWait {
+func (g *waitGraph) cycleThrough(start Owner) []Wait {
 	if g.parent == nil {
-		g.parent = map[*Txn]*Txn{}
+		g.parent = map[Owner]Owner{}
 	}
 	defer g.resetSearch()
 	parent := g.parent
@@ -183,16 +173,16 @@ func (g *waitGraph) resetSearch() {
 
 // describe lists the cycle that ends with last waiting for the start of the search, from the
 // start.
-func (g *waitGraph) describe(parent map[*Txn]*Txn, last *Txn) []DeadlockWait {
-	var path []*Txn
+func (g *waitGraph) describe(parent map[Owner]Owner, last Owner) []Wait {
+	var path []Owner
 	for t := last; t != nil; t = parent[t] {
 		path = append(path, t)
 	}
-	cycle := make([]DeadlockWait, 0, len(path))
+	cycle := make([]Wait, 0, len(path))
 	for i := len(path) - 1; i >= 0; i-- {
 		t := path[i]
 		h := g.waiting[t]
-		cycle = append(cycle, DeadlockWait{Txn: t.Name(), ColumnFamilyID: h.cf, Key: bytes.Clone(h.key())})
+		cycle = append(cycle, Wait{Owner: t, CF: h.cf, Key: bytes.Clone(h.key())})
 	}
 	return cycle
 }

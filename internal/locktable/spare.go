@@ -1,4 +1,4 @@
-package recordlock
+package locktable
 
 // Spare entries: a shard reuses the entries of keys that left the table, so that keys coming
 // and going do not allocate, and lets them go once it is idle.

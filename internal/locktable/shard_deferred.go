@@ -1,4 +1,4 @@
-package recordlock
+package locktable
 
 // Release hooks and debug records are collected under the shard mutex and run once it is
 // released: never while a table lock is held.
@@ -6,18 +6,18 @@ package recordlock
 // pendingHook is a release hook, or a debug record (note), to run once the shard mutex is
 // released.
 type pendingHook struct {
-	h    *Handle
+	h    *Hold
 	fn   func() error
 	note func()
 }
 
-// queueHook moves h's release hook, if any, to the list run after mu is released.
-func (sh *shard) queueHook(h *Handle) {
-	if h.cold == nil || h.cold.hook == nil {
+// deferHook moves h's release hook, if any, to the list run after mu is released.
+func (sh *shard) deferHook(h *Hold) {
+	if h.cold == nil || h.cold.Hook == nil {
 		return
 	}
-	sh.hooks = append(sh.hooks, pendingHook{h: h, fn: h.cold.hook})
-	h.cold.hook = nil
+	sh.hooks = append(sh.hooks, pendingHook{h: h, fn: h.cold.Hook})
+	h.cold.Hook = nil
 }
 
 // drainHooks hands the release hooks collected under mu to the caller, to run once mu is released.
@@ -35,12 +35,12 @@ func runHooks(hs []pendingHook) {
 			p.note()
 			continue
 		}
-		p.h.tenant().runHook(p.fn)
+		p.h.ten.RunHook(p.fn)
 	}
 }
 
-// unlockAndRunHooks releases mu and then runs the hooks collected while it was held.
-func (sh *shard) unlockAndRunHooks() {
+// unlockAndRunDeferred releases mu and then runs the hooks collected while it was held.
+func (sh *shard) unlockAndRunDeferred() {
 	hs := sh.drainHooks()
 	sh.mu.Unlock()
 	runHooks(hs)

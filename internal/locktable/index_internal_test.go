@@ -1,4 +1,4 @@
-package recordlock
+package locktable
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 
 // tableEntry makes an entry for key whose hash is hash, as a held key has.
 func tableEntry(hash uint64, key string) *keyEntry {
-	h := &Handle{}
+	h := &Hold{}
 	h.setKey([]byte(key))
 	return &keyEntry{hash: hash, holder: h}
 }

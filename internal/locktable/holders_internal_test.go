@@ -1,4 +1,4 @@
-package recordlock
+package locktable
 
 import (
 	"context"
@@ -8,14 +8,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 // joinShared starts txn's shared Lock of key, which must wait, in a goroutine of the convoy that
 // rolls txn back once it returns, and returns once txn is in the wait-for graph, which then holds
 // inGraph Txns.
-func (c *convoy) joinShared(t testing.TB, l *Locker, txn *Txn, key []byte, inGraph int) {
+func (c *convoy) joinShared(t testing.TB, l *testLocker, txn *Txn, key []byte, inGraph int) {
 	t.Helper()
 	c.n++
 	go func() {
@@ -42,9 +40,9 @@ func TestSharedWaitCheckCostDoesNotGrowWithQueue(t *testing.T) {
 		{name: "held shared", shared: true, edges: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			db := tempdb.New(t)
+			tab := newTestTable(t)
 			clk := NewManualClock(time.Unix(1, 0))
-			l := newTestLocker(t, db, clk)
+			l := newTestLocker(t, tab, clk)
 			ctx := context.Background()
 			hot := []byte("hot")
 			holder := l.Begin()
@@ -91,7 +89,7 @@ func TestSharedWaitCheckCostDoesNotGrowWithQueue(t *testing.T) {
 			holder.Rollback()
 			writers.finish(t)
 			readers.finish(t)
-			assert.True(t, l.tab.empty())
+			assert.True(t, l.tab.Empty())
 		})
 	}
 }
@@ -99,17 +97,17 @@ func TestSharedWaitCheckCostDoesNotGrowWithQueue(t *testing.T) {
 // A sharer's place is found from its state word whatever the number of sharers, and from a scan
 // only past the places the word can record; giving back any share keeps every other place right.
 func TestSharerPlaces(t *testing.T) {
-	db := tempdb.New(t)
-	l := newTestLocker(t, db, NewManualClock(time.Unix(1, 0)))
-	mk := func() *Handle {
-		h := l.newHandle(lockRequest{key: []byte("k")}, flagShared)
+	tab := newTestTable(t)
+	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+	mk := func() *Hold {
+		h := l.newHold([]byte("k"), Options{Shared: true}, nil)
 		return h
 	}
 	var e keyEntry
-	hs := make([]*Handle, 6)
+	hs := make([]*Hold, 6)
 	for i := range hs {
 		hs[i] = mk()
-		hs[i].state.Store(e.addSharer(hs[i], hs[i].flags()) | flagHeld)
+		hs[i].state.Store(e.addSharer(hs[i], hs[i].flags()) | FlagHeld)
 	}
 	require.Equal(t, int32(6), e.shares)
 	check := func() {
@@ -118,8 +116,8 @@ func TestSharerPlaces(t *testing.T) {
 			p := e.placeOf(h)
 			require.GreaterOrEqual(t, p, 0)
 			require.Equal(t, p, h.sharePos())
-			require.NotZero(t, h.flags()&flagShared, "the flags survive the place")
-			require.NotZero(t, h.flags()&flagHeld)
+			require.NotZero(t, h.flags()&FlagShared, "the flags survive the place")
+			require.NotZero(t, h.flags()&FlagHeld)
 		}
 	}
 	check()
@@ -138,10 +136,10 @@ func TestSharerPlaces(t *testing.T) {
 	var far keyEntry
 	far.holder = mk()
 	far.shares = 1
-	far.sharers = make([]*Handle, sharePosFar-2, sharePosFar+4)
+	far.sharers = make([]*Hold, sharePosFar-2, sharePosFar+4)
 	for range 4 {
 		h := mk()
-		h.state.Store(far.addSharer(h, h.flags()) | flagHeld)
+		h.state.Store(far.addSharer(h, h.flags()) | FlagHeld)
 		assert.LessOrEqual(t, h.sharePos(), sharePosFar)
 	}
 	for _, h := range far.sharers[sharePosFar-2:] {

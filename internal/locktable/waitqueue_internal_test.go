@@ -1,4 +1,4 @@
-package recordlock
+package locktable
 
 import (
 	"context"
@@ -7,14 +7,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 func TestTableEmptyAfterWaitersGiveUp(t *testing.T) {
-	db := tempdb.New(t)
+	tab := newTestTable(t)
 	clk := NewManualClock(time.Unix(1, 0))
-	l := newTestLocker(t, db, clk)
+	l := newTestLocker(t, tab, clk)
 	key := []byte("k")
 	h, err := l.TryLock(key, Options{})
 	require.NoError(t, err)
@@ -35,18 +33,18 @@ func TestTableEmptyAfterWaitersGiveUp(t *testing.T) {
 
 	assert.Equal(t, 0, ProbeQueuedWaiters(l, key))
 	assert.Equal(t, 1, heapLen(l, key), "only the holder's lease is left")
-	assert.False(t, l.tab.empty())
+	assert.False(t, l.tab.Empty())
 	require.True(t, h.Release())
-	assert.True(t, l.tab.empty())
+	assert.True(t, l.tab.Empty())
 	assert.True(t, ProbeTableEmpty(l))
 }
 
 // A newcomer may take a released key ahead of the woken oldest waiter only while that waiter has
 // waited less than bargeWindow; past it, the waiter is handed the key directly.
 func TestBargingWindow(t *testing.T) {
-	db := tempdb.New(t)
+	tab := newTestTable(t)
 	clk := NewManualClock(time.Unix(1, 0))
-	l := newTestLocker(t, db, clk)
+	l := newTestLocker(t, tab, clk)
 	key := []byte("k")
 	queue := func() <-chan lockResult {
 		c := lockAsync(context.Background(), l, key, Options{Timeout: time.Minute})
@@ -96,10 +94,10 @@ func TestBargingWindow(t *testing.T) {
 }
 
 func TestCloseAbandonsEveryWaiterWhenOneIsHandedTheKey(t *testing.T) {
-	db := tempdb.New(t)
+	tab := newTestTable(t)
 	clk := NewManualClock(time.Unix(1, 0))
-	a := newTestLocker(t, db, clk)
-	b := newTestLocker(t, db, clk)
+	a := newTestLocker(t, tab, clk)
+	b := newTestLocker(t, tab, clk)
 	key := []byte("k")
 	hb, err := b.TryLock(key, Options{})
 	require.NoError(t, err)
@@ -118,7 +116,7 @@ func TestCloseAbandonsEveryWaiterWhenOneIsHandedTheKey(t *testing.T) {
 	for _, c := range res {
 		require.ErrorIs(t, Await(t, c, "the closed Locker's waiter's return").err, ErrClosed)
 	}
-	assert.True(t, b.tab.empty())
+	assert.True(t, b.tab.Empty())
 	h, err := b.TryLock(key, Options{})
 	require.NoError(t, err)
 	require.True(t, h.Release())
