@@ -55,6 +55,11 @@ func (c *systemClock) Now() time.Time                            { return lockta
 func (c *systemClock) Mono() time.Duration                       { return locktable.System.Mono() }
 func (c *systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
+// monoAfter is the Mono reading d after mono, saturated at the ends of time.Duration
+// (locktable.MonoAfter): every deadline on a Locker's clock (a lease end, a wait's timeout,
+// LockAll's budget, a round) is such a sum, and its d may be as long as a ctx deadline is far.
+func monoAfter(mono, d time.Duration) time.Duration { return locktable.MonoAfter(mono, d) }
+
 // untilDeadline returns the time left until d, a ctx deadline. A ctx deadline is a reading of
 // the real clock whatever clock the Locker runs on, so it is measured here, with time.Until.
 func untilDeadline(d time.Time) time.Duration { return time.Until(d) }
@@ -106,7 +111,7 @@ func (c *ManualClock) AfterFunc(d time.Duration, f func()) Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seq++
-	t := &manualTimer{c: c, due: c.mono + max(d, 0), seq: c.seq, f: f}
+	t := &manualTimer{c: c, due: monoAfter(c.mono, max(d, 0)), seq: c.seq, f: f}
 	c.timers = append(c.timers, t)
 	return t
 }

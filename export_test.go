@@ -2,6 +2,7 @@ package recordlock
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/linxGnu/grocksdb"
 	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock/internal/locktable"
 )
 
 // The helper file of the white-box tests, and what the black-box tests of package
@@ -41,6 +44,20 @@ func ProbeDeadlines(l *Locker) int { return l.tab.Deadlines() }
 // ProbeSameShard reports whether two keys share a shard (and so a mutex and a timer) in l's table.
 func ProbeSameShard(l *Locker, a, b []byte) bool {
 	return l.tab.ShardOf(0, a) == l.tab.ShardOf(0, b)
+}
+
+// KeyPerShard returns one key for each shard of l's table, each beginning with prefix, so that a
+// test can reach every shard's timer.
+func KeyPerShard(l *Locker, prefix string) [][]byte {
+	keys := make([][]byte, locktable.ShardCount)
+	for i, found := 0, 0; found < locktable.ShardCount; i++ {
+		k := fmt.Appendf(nil, "%s%d", prefix, i)
+		if s := l.tab.ShardOf(0, k); keys[s] == nil {
+			keys[s] = k
+			found++
+		}
+	}
+	return keys
 }
 
 // ProbeTimers counts the timers of c that are armed and have not run.

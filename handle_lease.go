@@ -29,20 +29,20 @@ func (h *Handle) join(round Round, lease time.Duration) bool {
 	if hd.Dead() || hd.Settle() || lease > hd.AskedLease() {
 		return false
 	}
-	now := hd.Tenant().Clock().Mono()
-	if lease-(now-round.MintedMono) <= 0 {
+	end := monoAfter(round.MintedMono, lease)
+	if end <= hd.Tenant().Clock().Mono() {
 		return false
 	}
 	c := hd.Cold()
 	c.TsR, c.HasTsR, c.Token = int64(round.TsR), true, round.Token
-	c.RoundEnd = round.MintedMono + lease
+	c.RoundEnd = end
 	c.RoundExpiresAt = int64(round.TsR) + int64(lease)
 	c.Hook = round.Release
 	hd.SetAcquiredAt(int64(round.TsR))
 	hd.ClearFlags(flagHasVersion)
 	hd.SetFlags(flagCluster)
 	hd.SetExpiresAt(c.RoundExpiresAt)
-	hd.MoveDeadline(round.MintedMono + lease)
+	hd.MoveDeadline(c.RoundEnd)
 	hd.Watch() // the release hook must fire at the round's deadline
 	return true
 }
@@ -109,7 +109,7 @@ func (h *Handle) extend(lease time.Duration, hold bool) (leaseState, error) {
 		was.lastVer = c.LastVer
 	}
 	wall, now := locktable.ReadClock(hd.Tenant().Clock())
-	deadline := now + lease
+	deadline := monoAfter(now, lease)
 	if hd.Flags()&flagCluster != 0 && c.RoundEnd <= deadline {
 		// Clamped to the round: its deadline and its ExpiresAt, wall(tsR)+lease, even after an
 		// earlier extension had shortened both.

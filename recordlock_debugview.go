@@ -15,7 +15,7 @@ func (l *Locker) waitsAndHolders() ([]WaitInfo, []LockInfo) {
 	var holders []LockInfo
 	for i := range locktable.ShardCount {
 		l.tab.VisitWaits(i, func(q locktable.QueuedRequest) { waits = append(waits, waitInfo(q)) },
-			func(h *locktable.Hold) { holders = append(holders, lockInfo(h)) })
+			func(h *locktable.Hold, waiters int) { holders = append(holders, lockInfo(h, waiters)) })
 	}
 	return waits, holders
 }

@@ -74,7 +74,7 @@ func (l *Locker) Locks() iter.Seq[LockInfo] {
 		var batch []LockInfo
 		for i := range locktable.ShardCount {
 			batch = batch[:0]
-			l.tab.VisitHolders(i, func(h *locktable.Hold) { batch = append(batch, lockInfo(h)) })
+			l.tab.VisitHolders(i, func(h *locktable.Hold, waiters int) { batch = append(batch, lockInfo(h, waiters)) })
 			for _, info := range batch {
 				if !yield(info) {
 					return
@@ -84,8 +84,9 @@ func (l *Locker) Locks() iter.Seq[LockInfo] {
 	}
 }
 
-// lockInfo describes h, the holder of its key, with the shard mutex held.
-func lockInfo(h *locktable.Hold) LockInfo {
+// lockInfo describes h, the holder of its key, for which waiters requests are queued, with the
+// shard mutex held.
+func lockInfo(h *locktable.Hold, waiters int) LockInfo {
 	f := h.Flags()
 	info := LockInfo{
 		Key:            bytes.Clone(h.Key()),
@@ -96,7 +97,7 @@ func lockInfo(h *locktable.Hold) LockInfo {
 		AcquiredAt:     Timestamp(h.AcquiredAt()),
 		ExpiresAt:      time.Unix(0, h.ExpiresAt()),
 		Remaining:      max(0, h.Deadline()-h.Tenant().Clock().Mono()),
-		Waiters:        h.Waiters(),
+		Waiters:        waiters,
 	}
 	if f&flagCluster != 0 {
 		info.Scope = ScopeCluster

@@ -1,6 +1,7 @@
 package locktable
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -86,3 +87,22 @@ func (c *SystemClock) NowMono() (int64, time.Duration) {
 }
 
 func (c *SystemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+// MonoAfter is the Mono reading d after mono, saturated at the ends of time.Duration. Every
+// deadline on a tenant's clock (a lease end, a wait's timeout) is such a sum, and its d may be as
+// long as a ctx deadline is far: a year-9999 deadline, or context.WithTimeout(ctx,
+// math.MaxInt64), means "never", not a sum wrapped into the past, which would top its shard's
+// deadline heap, arm the timer centuries ahead and so stop every other lease end and timeout of
+// the shard (docs/DESIGN.md §7). The sum is taken first and tested for wrapping (its sign differs
+// from both operands' only then), which costs the uncontended lock, whose lease end is such a sum,
+// an add and one branch.
+func MonoAfter(mono, d time.Duration) time.Duration {
+	s := mono + d
+	if (mono^s)&(d^s) < 0 {
+		if d > 0 {
+			return math.MaxInt64
+		}
+		return math.MinInt64
+	}
+	return s
+}

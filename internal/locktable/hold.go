@@ -190,14 +190,6 @@ func (h *Hold) Cold() *Cold {
 // ColdIfAny returns h's cold part, or nil if it has none, with the shard mutex held.
 func (h *Hold) ColdIfAny() *Cold { return h.cold }
 
-// Waiters is how many requests are queued for h's key, with the shard mutex held.
-func (h *Hold) Waiters() int {
-	if h.e == nil {
-		return 0
-	}
-	return h.e.queued()
-}
-
 func (h *Hold) shard() *shard { return h.ten.tab.shard(h.hash) }
 
 // Lock takes the mutex of h's shard.

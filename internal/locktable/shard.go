@@ -96,7 +96,7 @@ func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, 
 		sh.unlockAndRunDeferred()
 		return 0, ErrLocked
 	default:
-		return mono, sh.wait(ctx, e, h, lease, mono+WaitBound(ctx, timeout, ctxBounds), mono)
+		return mono, sh.wait(ctx, e, h, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
 	}
 	sh.unlockAndRunDeferred()
 	return mono, nil
@@ -133,7 +133,7 @@ func (sh *shard) grant(e *keyEntry, h *Hold, wall int64, mono, lease time.Durati
 	h.e = e
 	h.acquiredAt = sh.tab.stamps.Mint(wall)
 	h.expiresAt = wall + int64(lease)
-	h.deadline.Store(int64(mono + lease))
+	h.deadline.Store(int64(MonoAfter(mono, lease)))
 	h.state.Store(f | FlagHeld)
 	sh.acquired++
 	sh.held++

@@ -17,6 +17,9 @@ type shardCounts struct {
 	waiting                                                           int
 	contended, timeouts, canceled, deadlocks, lapsed, revoked, fenced uint64
 	waitTime                                                          time.Duration
+	// visited counts the holders and queued requests VisitHolders and VisitWaits have read; tests
+	// bound their cost per key with it.
+	visited uint64
 }
 
 // Counts sums the table's figures. Each shard is read under its mutex, which it holds only to
@@ -49,22 +52,41 @@ func (t *Table) Counts() Counts {
 func (h *Hold) AddFenced() { h.shard().counts.fenced++ }
 
 // VisitHolders calls f, under the mutex of shard i (0 <= i < ShardCount), on every holder of a
-// key in that shard. A holder whose lease lapsed unwatched is settled first, as any look at its key
-// settles it, and not visited. f may read the hold but must not call into the table.
-func (t *Table) VisitHolders(i int, f func(*Hold)) {
+// key in that shard, with the number of requests queued for its key. A holder whose lease lapsed
+// unwatched is settled first, as any look at its key settles it, and not visited. f may read the
+// hold but must not call into the table. A key with s holders and q requests queued costs
+// O(s + q): its queue is counted once, not once per holder.
+func (t *Table) VisitHolders(i int, f func(h *Hold, waiters int)) {
 	sh := &t.shards[i]
 	sh.mu.Lock()
 	defer sh.unlockAndRunDeferred()
 	if sh.held == 0 {
 		return
 	}
-	var holders []*Hold // collected first: settling can take an entry out of the index
-	sh.index.all(func(e *keyEntry) { holders = e.appendHolders(holders) })
-	for _, h := range holders {
-		if h.flags()&FlagFencing == 0 && h.settle(sh) {
+	var entries []*keyEntry // collected first: settling can take an entry out of the index
+	sh.index.all(func(e *keyEntry) {
+		if e.holder != nil {
+			entries = append(entries, e)
+		}
+	})
+	var holders []*Hold
+	for _, e := range entries {
+		holders = e.appendHolders(holders[:0])
+		live := holders[:0]
+		for _, h := range holders {
+			if h.flags()&FlagFencing == 0 && h.settle(sh) {
+				continue
+			}
+			live = append(live, h)
+		}
+		if len(live) == 0 {
 			continue
 		}
-		f(h)
+		waiters := e.queued()
+		sh.counts.visited += uint64(len(holders) + waiters)
+		for _, h := range live {
+			f(h, waiters)
+		}
 	}
 }
 
@@ -78,9 +100,10 @@ type QueuedRequest struct {
 
 // VisitWaits calls wait, under the mutex of shard i, on every request queued in that shard, oldest
 // first per key, and, unless holder is nil, holder on each holder of each key with a request
-// queued, read in the same visit so that a wait and what it waits for agree. It settles nothing:
-// the holder of a key with a request queued has its deadline on a timer, which settles it.
-func (t *Table) VisitWaits(i int, wait func(QueuedRequest), holder func(*Hold)) {
+// queued, with their number, read in the same visit so that a wait and what it waits for agree. It
+// settles nothing: the holder of a key with a request queued has its deadline on a timer, which
+// settles it.
+func (t *Table) VisitWaits(i int, wait func(QueuedRequest), holder func(h *Hold, waiters int)) {
 	sh := &t.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -88,16 +111,20 @@ func (t *Table) VisitWaits(i int, wait func(QueuedRequest), holder func(*Hold)) 
 		if e.head == nil {
 			return
 		}
+		waiters := 0
 		for w := e.head; w != nil; w = w.next {
+			waiters++
 			h := w.h
 			shared, upgrade := w.mode()
 			wait(QueuedRequest{Hold: h, Waited: max(0, h.ten.clock.Mono()-w.since), Shared: shared, Upgrade: upgrade})
 		}
+		sh.counts.visited += uint64(waiters)
 		if holder != nil && e.holder != nil {
-			holder(e.holder)
+			holder(e.holder, waiters)
 			for _, s := range e.sharers {
-				holder(s)
+				holder(s, waiters)
 			}
+			sh.counts.visited += uint64(1 + len(e.sharers))
 		}
 	})
 }

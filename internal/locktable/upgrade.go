@@ -44,7 +44,7 @@ func (sh *shard) upgrade(ctx context.Context, h *Hold, timeout time.Duration) er
 	stand := &Hold{ten: h.ten, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, hash: h.hash, cf: h.cf, owner: h.owner}
 	w := &waiter{h: stand, since: mono, wake: make(chan struct{}, 1), upgrade: h}
 	sh.enqueueUpgrade(e, w)
-	err := sh.sleep(ctx, e, w, mono+timeout)
+	err := sh.sleep(ctx, e, w, MonoAfter(mono, timeout))
 	if err == ErrGrantedAfterClose {
 		err = ErrClosed // Close releases h
 	}
