@@ -12,7 +12,7 @@ import (
 // JoinClusterRound re-anchors the handle to a granted cluster round. It returns false, changing
 // nothing, if the handle no longer authorizes writes, if the round's lease, measured from
 // mintedMono on this handle's clock, is already over, or if lease is longer than the lease the
-// handle was locked with (or last renewed or upgraded to, as asked, before any clamp): a round
+// handle was locked with (or last renewed or extended to with UpgradeToHold, as asked, before any clamp): a round
 // never grants more than the lock asked for. Otherwise AcquiredAt and ClusterTsR become
 // tsR, the version counter restarts, the deadline becomes exactly mintedMono+lease, ExpiresAt
 // becomes tsR+lease, and onRelease becomes the release hook. The Locker calls it for a lock of

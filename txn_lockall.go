@@ -107,9 +107,9 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 		}
 	}
 	var taken, madeExclusive []*Handle
-	var upgraded []leaseState
+	var extended []leaseState // the Hold extensions made, to undo
 	fail := func(err error) ([]*Handle, error) {
-		for _, u := range upgraded {
+		for _, u := range extended {
 			u.undo()
 		}
 		for _, h := range madeExclusive {
@@ -142,13 +142,13 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 		taken = append(taken, h)
 	}
 	// A lease that lapsed, or a lock released by another goroutine, while the call waited for a
-	// later key fails the call. Checked before the Hold upgrades, so that this failure leaves
+	// later key fails the call. Checked before the Hold extensions, so that this failure leaves
 	// nothing to undo, and again after them, which take time.
 	if err := allLive(reentrant, taken); err != nil {
 		return fail(err)
 	}
 	if opts.Hold && len(reentrant) > 0 {
-		if hook := t.l.hooks.beforeUpgrade; hook != nil {
+		if hook := t.l.hooks.beforeHoldExtension; hook != nil {
 			hook()
 		}
 		for _, h := range reentrant {
@@ -156,7 +156,7 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 			if err != nil {
 				return fail(cmp.Or(allLive([]*Handle{h}), err)) // it died since the check
 			}
-			upgraded = append(upgraded, u)
+			extended = append(extended, u)
 		}
 		if err := allLive(reentrant, taken); err != nil {
 			return fail(err)

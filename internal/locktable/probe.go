@@ -32,8 +32,8 @@ func (t *Table) Deadlines() int {
 
 // Queued counts the requests fully queued for the record (cf, key), and of them those woken to
 // take it. A request counts once it is fully queued: its timers armed and, for an owner's, its
-// deadlock check done (as Counts.Waiting counts it), so that a test that goes on to close a
-// cycle is the one whose check finds it.
+// deadlock check done (as Counts.Waiting counts it) and no check again pending or running
+// (recheckBehind), so that a test that goes on to close a cycle is the one whose check finds it.
 func (t *Table) Queued(cf uint32, key []byte) (queued, woken int) {
 	hash := t.hash(cf, key)
 	sh := t.shard(hash)
@@ -44,7 +44,7 @@ func (t *Table) Queued(cf uint32, key []byte) (queued, woken int) {
 		return 0, 0
 	}
 	for w := e.head; w != nil; w = w.next {
-		if !w.counted {
+		if !w.counted || w.recheck || w.checking {
 			continue
 		}
 		queued++

@@ -69,9 +69,9 @@ func (sh *shard) lookup(h *Hold) *keyEntry { return sh.index.find(h.hash, h.cf, 
 // with the tenant's close returns ErrGrantedAfterClose with the key held, for the caller to
 // release.
 func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
-	h.hash = h.ten.tab.hash(h.cf, h.key())
-	sh := h.shard()
 	c := h.ten
+	h.hash = c.tab.hash(h.cf, h.key())
+	sh := c.tab.shard(h.hash)
 	// Read before the mutex, which keeps the read out of the critical section every Lock and
 	// Release of the shard queues behind. The lease is measured from this reading, so it can only
 	// be shorter for the time spent waiting for the mutex, and timers are armed from a fresh one.

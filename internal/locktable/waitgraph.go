@@ -100,15 +100,23 @@ func (g *waitGraph) blockers(t Owner, h *Hold, out []Owner) []Owner {
 			out = append(out, o)
 		}
 	}
+	// A holder whose lease has passed holds nothing any more, though nobody may have settled it
+	// yet: its timer, armed as the request queued, passes the key on.
+	now := h.ten.clock.Mono()
+	addHolder := func(x *Hold) {
+		if !x.lapsedAt(x.monoFor(h.ten, now)) {
+			add(x.owner)
+		}
+	}
 	switch {
 	case e.holder == nil:
 	case !w.shared:
-		add(e.holder.owner)
+		addHolder(e.holder)
 		for _, s := range e.sharers {
-			add(s.owner)
+			addHolder(s)
 		}
 	case e.heldExclusively():
-		add(e.holder.owner)
+		addHolder(e.holder)
 	}
 	if w.shared {
 		x, skipped := e.exclusiveAhead(w)

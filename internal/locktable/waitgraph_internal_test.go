@@ -157,3 +157,50 @@ func BenchmarkWaitGraphSearch(b *testing.B) {
 		})
 	}
 }
+
+// A holder whose lease has passed is no edge of the wait-for graph, though nobody has settled it
+// yet: its key passes on at its deadline. Here o3's share of k1 lapsed unwatched while o3 waits
+// to upgrade k0, which o1 shares. o1's exclusive request for k1 must wait for o2, the live sharer,
+// and not fail with a deadlock through o3's lapsed share.
+func TestLapsedHolderIsNoWaitForEdge(t *testing.T) {
+	tab := newTestTable(t)
+	clk := NewManualClock(time.Unix(1, 0))
+	l := newTestLocker(t, tab, clk)
+	ctx := context.Background()
+	k0, k1 := []byte("k0"), []byte("k1")
+	o1, o2, o3 := l.Begin(), l.Begin(), l.Begin()
+	o1.name, o2.name, o3.name = "o1", "o2", "o3"
+	_, err := o3.Lock(ctx, k1, Options{Shared: true, Lease: 10 * time.Millisecond})
+	require.NoError(t, err)
+	_, err = o2.Lock(ctx, k1, Options{Shared: true}) // the last sharer: a request settles back to it
+	require.NoError(t, err)
+	_, err = o1.Lock(ctx, k0, Options{Shared: true})
+	require.NoError(t, err)
+	_, err = o3.Lock(ctx, k0, Options{Shared: true})
+	require.NoError(t, err)
+	upgrade := make(chan error, 1)
+	go func() {
+		_, err := o3.Lock(ctx, k0, Options{Timeout: time.Hour}) // waits for o1's share
+		upgrade <- err
+	}()
+	require.Eventually(t, func() bool { return graphWaiting(l) == 1 }, 10*time.Second, 100*time.Microsecond)
+	clk.Advance(10 * time.Millisecond) // o3's share of k1 lapses; nothing watches it
+
+	got := make(chan error, 1)
+	go func() {
+		_, err := o1.Lock(ctx, k1, Options{Timeout: time.Hour})
+		got <- err
+	}()
+	WaitQueued(t, l, k1, 1)
+	select {
+	case err := <-got:
+		t.Fatalf("o1's request returned %v: only o2, which does not wait, holds k1", err)
+	default:
+	}
+	o2.Rollback()
+	clk.Advance(0) // o3's lapsed share, watched since o1 queued, falls due: o1 gets k1
+	require.NoError(t, Await(t, got, "o1's grant"))
+	o1.Rollback() // o3's upgrade goes through
+	require.NoError(t, Await(t, upgrade, "o3's upgrade"))
+	o3.Rollback()
+}

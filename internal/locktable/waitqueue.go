@@ -36,9 +36,10 @@ type waiter struct {
 	shared  bool // a shared request
 	counted bool // counted in Stats.Waiting
 	left    bool // no longer in the queue
-	// recheck asks the waiting Txn to look for a cycle through it again: its edge to the
-	// exclusive request ahead moved to another waiting Txn (recheckBehind).
-	recheck bool
+	// recheck asks the waiting owner to look for a cycle through it again: its edge to the
+	// exclusive request ahead moved to another waiting owner (recheckBehind). checking is set
+	// while that search runs, so that the table's probes do not count the wait as settled.
+	recheck, checking bool
 }
 
 // mode reports what w asks for: a shared lock, or the upgrade of a shared lock its Txn holds.
@@ -147,13 +148,16 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 			return err
 		}
 		recheck := w.recheck
-		w.recheck = false
+		w.recheck, w.checking = false, recheck
 		sh.mu.Unlock()
 		if recheck {
 			// Checked as a new wait is: the graph's mutex orders this search after the change.
 			if err := sh.tab.graph.enter(sh, h); err != nil {
 				return err
 			}
+			sh.mu.Lock()
+			w.checking = false
+			sh.mu.Unlock()
 		}
 	}
 }
