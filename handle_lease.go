@@ -15,8 +15,9 @@ import (
 // handle was locked with (or last renewed or extended to with UpgradeToHold, as asked, before any clamp): a round
 // never grants more than the lock asked for. Otherwise AcquiredAt and ClusterTsR become
 // tsR, the version counter restarts, the deadline becomes exactly mintedMono+lease, ExpiresAt
-// becomes tsR+lease, and onRelease becomes the release hook. The Locker calls it for a lock of
-// cluster scope; see Writing a coordinator in the package documentation.
+// becomes tsR+lease, and onRelease becomes the release hook. The Locker joins a lock of cluster
+// scope to its round the same way, through join, which also records the round's fencing token;
+// see Writing a coordinator in the package documentation.
 func (h *Handle) JoinClusterRound(tsR Timestamp, lease time.Duration, mintedMono time.Duration, onRelease func() error) bool {
 	return h.join(Round{TsR: tsR, MintedMono: mintedMono, Release: onRelease}, lease)
 }

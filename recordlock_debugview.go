@@ -5,7 +5,9 @@ import (
 	"github.com/recordlock/recordlock/internal/locktable"
 )
 
-func init() { debugview.WaitsAndHolders = (*Locker).waitsAndHolders }
+func init() {
+	debugview.Lend(debugview.Source[*Locker, WaitInfo, LockInfo]((*Locker).waitsAndHolders))
+}
 
 // waitsAndHolders returns every request queued now in l's database and a LockInfo for the
 // holder of each key with a request queued, visiting each shard once, for package httpdebug.

@@ -25,7 +25,7 @@ func (sh *shard) noteLapse(h *Hold) {
 		waiters = h.e.queued()
 	}
 	age := time.Duration(c.clock.Now().UnixNano() - int64(h.acquiredAt))
-	sh.hooks = append(sh.hooks, pendingHook{h: h, note: func() {
+	sh.deferred = append(sh.deferred, deferredCall{h: h, note: func() {
 		c.log.Debug("recordlock: lease lapsed with its key held", "db", sh.tab.path, "key", key,
 			"cf", cf, "holder_age", age, "waiters", waiters)
 	}})

@@ -45,8 +45,8 @@ type shardState struct {
 	// ownEntries are the entries a shard uses first: a shard with a key or two at a time keeps
 	// them in its own cache lines rather than in small objects that neighbour other shards'.
 	ownEntries [2]keyEntry
-	hooks      []pendingHook // release hooks and debug records to run once mu is released
-	counts     shardCounts   // what only contended and failing calls count
+	deferred   []deferredCall // release hooks and debug records to run once mu is released
+	counts     shardCounts    // what only contended and failing calls count
 }
 
 // init makes the shard part of t and its own entries spare, before the table is used.

@@ -3,9 +3,9 @@ package locktable
 // Release hooks and debug records are collected under the shard mutex and run once it is
 // released: never while a table lock is held.
 
-// pendingHook is a release hook, or a debug record (note), to run once the shard mutex is
+// deferredCall is a release hook (fn), or a debug record (note), to run once the shard mutex is
 // released.
-type pendingHook struct {
+type deferredCall struct {
 	h    *Hold
 	fn   func() error
 	note func()
@@ -16,20 +16,20 @@ func (sh *shard) deferHook(h *Hold) {
 	if h.cold == nil || h.cold.Hook == nil {
 		return
 	}
-	sh.hooks = append(sh.hooks, pendingHook{h: h, fn: h.cold.Hook})
+	sh.deferred = append(sh.deferred, deferredCall{h: h, fn: h.cold.Hook})
 	h.cold.Hook = nil
 }
 
-// drainHooks hands the release hooks collected under mu to the caller, to run once mu is released.
-func (sh *shard) drainHooks() []pendingHook {
-	hs := sh.hooks
+// drainDeferred hands the calls deferred under mu to the caller, to run once mu is released.
+func (sh *shard) drainDeferred() []deferredCall {
+	hs := sh.deferred
 	if hs != nil { // most critical sections queue no hook: no store, no write barrier
-		sh.hooks = nil
+		sh.deferred = nil
 	}
 	return hs
 }
 
-func runHooks(hs []pendingHook) {
+func runDeferred(hs []deferredCall) {
 	for _, p := range hs {
 		if p.note != nil {
 			p.note()
@@ -39,9 +39,9 @@ func runHooks(hs []pendingHook) {
 	}
 }
 
-// unlockAndRunDeferred releases mu and then runs the hooks collected while it was held.
+// unlockAndRunDeferred releases mu and then runs the calls deferred while it was held.
 func (sh *shard) unlockAndRunDeferred() {
-	hs := sh.drainHooks()
+	hs := sh.drainDeferred()
 	sh.mu.Unlock()
-	runHooks(hs)
+	runDeferred(hs)
 }
