@@ -102,8 +102,10 @@ type modelRun struct {
 	// ended are the requests the model ended in this step, with how each must have ended: nil
 	// for a grant, else the error.
 	ended map[*mReq]error
-	// victims are the requests the table failed with a DeadlockError in this step.
-	victims []*mReq
+	// victims are the requests the table failed with a DeadlockError in this step; deadlocks
+	// counts them over the run.
+	victims   []*mReq
+	deadlocks int
 }
 
 func newModelRun(t *testing.T, rt *rapid.T) *modelRun {
@@ -195,16 +197,21 @@ func (m *modelRun) stepLock(rt *rapid.T) {
 	if o != 0 && m.waiting(o) {
 		rt.Skip("an owner waits for one key at a time")
 	}
+	if held := m.heldBy(o, k); held != nil && (shared || !held.shared || !wait) {
+		rt.Skip("a re-entrant request does not reach the table")
+	}
+	m.lock(rt, o, k, shared, wait, lease, timeout)
+}
+
+// lock is a lock request of owner o (0: none) for key k, or by an owner that holds the key
+// shared an exclusive request, which upgrades its hold; it returns the request.
+func (m *modelRun) lock(rt *rapid.T, o, k int, shared, wait bool, lease, timeout time.Duration) *mReq {
 	var owner Owner
 	if o != 0 {
 		owner = m.owners[o]
 	}
 	if held := m.heldBy(o, k); held != nil {
-		if shared || !held.shared || !wait {
-			rt.Skip("a re-entrant request does not reach the table")
-		}
-		m.upgrade(rt, held, timeout)
-		return
+		return m.upgrade(rt, held, timeout)
 	}
 	h := m.l.newHold(m.key(k), Options{Shared: shared}, owner)
 	h.SetAskedLease(lease)
@@ -221,7 +228,7 @@ func (m *modelRun) stepLock(rt *rapid.T) {
 			rt.Fatalf("TryLock of %v: got %v, the model admits it: %v", r, err, admitted)
 		}
 		m.settle(rt)
-		return
+		return r
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel, r.done = cancel, make(chan error, 1)
@@ -236,10 +243,11 @@ func (m *modelRun) stepLock(rt *rapid.T) {
 		m.queues[k] = append(m.queues[k], r)
 	}
 	m.settle(rt)
+	return r
 }
 
 // upgrade asks to make held, a shared hold of its owner, exclusive.
-func (m *modelRun) upgrade(rt *rapid.T, held *mHold, timeout time.Duration) {
+func (m *modelRun) upgrade(rt *rapid.T, held *mHold, timeout time.Duration) *mReq {
 	m.seq++
 	r := &mReq{id: m.seq, owner: held.owner, key: held.key, up: held, deadline: m.now + timeout, h: held.h}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -257,6 +265,7 @@ func (m *modelRun) upgrade(rt *rapid.T, held *mHold, timeout time.Duration) {
 		m.queues[k] = slices.Insert(m.queues[k], at, r)
 	}
 	m.settle(rt)
+	return r
 }
 
 // admits is the grant rule for a newcomer (docs/DESIGN.md §15.2), on a settled table.
@@ -357,7 +366,11 @@ func (m *modelRun) stepCancel(rt *rapid.T) {
 	if len(rs) == 0 {
 		rt.Skip("nothing is queued")
 	}
-	r := rapid.SampledFrom(rs).Draw(rt, "request")
+	m.cancel(rt, rapid.SampledFrom(rs).Draw(rt, "request"))
+}
+
+// cancel cancels the ctx of r, a queued request.
+func (m *modelRun) cancel(rt *rapid.T, r *mReq) {
 	r.cancel()
 	m.dequeue(r, context.Canceled)
 	m.settle(rt)
@@ -458,6 +471,7 @@ func (m *modelRun) settle(rt *rapid.T) {
 			}
 			m.checkNamesCycle(rt, r, dl)
 			modelDeadlocks.Add(1)
+			m.deadlocks++
 			m.victims = append(m.victims, r)
 		}
 	}
@@ -660,4 +674,30 @@ func describeCycle(dl *DeadlockError) string {
 		parts = append(parts, fmt.Sprintf("%s waits for %s", w.Owner.Name(), w.Key))
 	}
 	return strings.Join(parts, " → ")
+}
+
+// The model's graph check catches the deadlock that a shared request's moved edge closes
+// (docs/DESIGN.md §13), replayed through the model's own steps: k1 is held exclusively by o1 with
+// o2's exclusive request and then o3's shared one queued; k0 is held shared by o3 with o4's
+// exclusive request, a request of no owner (exclusive) and o1's shared one queued. o1's edge goes
+// to the request of no owner, which ends the path. When that request is cancelled, o1's edge moves
+// to o4 and closes o1 → o4 → o3 → o1 (and o1 → o4 → o3 → o2 → o1): without the recheck of a moved
+// edge, the cycle persists and the model names it.
+func TestModelCatchesCycleOfMovedEdge(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		m := newModelRun(t, rt)
+		defer m.finish(rt)
+		const lease, timeout = time.Second, time.Second
+		m.lock(rt, 1, 1, false, true, lease, timeout)
+		m.lock(rt, 3, 0, true, true, lease, timeout)
+		m.lock(rt, 4, 0, false, true, lease, timeout)
+		outside := m.lock(rt, 0, 0, false, true, lease, timeout)
+		m.lock(rt, 1, 0, true, true, lease, timeout)
+		m.lock(rt, 2, 1, false, true, lease, timeout)
+		m.lock(rt, 3, 1, true, true, lease, timeout) // no cycle: o1's edge ends at the outside request
+		m.cancel(rt, outside)                        // settle fails here if the moved edge is not checked
+		if m.deadlocks != 1 {
+			rt.Fatalf("%d deadlocks reported, not the one of o1's moved edge: %s", m.deadlocks, m.describe())
+		}
+	})
 }
