@@ -47,10 +47,6 @@ func (t *Table) Counts() Counts {
 	return s
 }
 
-// AddFenced counts a fence refused outside the table (a commit that found a lease ended before
-// it fenced).
-func (h *Hold) AddFenced() { h.shard().counts.fenced++ }
-
 // VisitHolders calls f, under the mutex of shard i (0 <= i < ShardCount), on every holder of a
 // key in that shard, with the number of requests queued for its key. A holder whose lease lapsed
 // unwatched is settled first, as any look at its key settles it, and not visited. f may read the
