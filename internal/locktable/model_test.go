@@ -2,6 +2,7 @@ package locktable
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -29,7 +30,22 @@ import (
 // modelSteps counts the steps every run of the model check took, for its log.
 var modelSteps, modelDeadlocks atomic.Int64
 
+// modelChecks and modelStepsEach are how many sequences, of up to how many steps, TestModel runs
+// unless -rapid.checks or -rapid.steps say otherwise: more than rapid's defaults, whose short
+// sequences seldom queue enough requests to close a cycle.
+const modelChecks, modelStepsEach = "200", "100"
+
 func TestModel(t *testing.T) {
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for name, v := range map[string]string{"rapid.checks": modelChecks, "rapid.steps": modelStepsEach} {
+		if !set[name] {
+			if err := flag.Set(name, v); err != nil {
+				t.Fatal(err)
+			}
+			defer flag.Set(name, flag.Lookup(name).DefValue)
+		}
+	}
 	rapid.Check(t, func(rt *rapid.T) { newModelRun(t, rt).run(rt) })
 	t.Logf("%d steps, %d deadlocks reported", modelSteps.Load(), modelDeadlocks.Load())
 }
