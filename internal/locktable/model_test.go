@@ -27,7 +27,8 @@ import (
 // is queued with its deadlock check done. Leases and timeouts end a few nanoseconds apart, so
 // that no two deadlines coincide and the clock steps exactly onto each.
 
-// modelSteps counts the steps every run of the model check took, for its log.
+// modelSteps and modelDeadlocks count the steps TestModel took and the deadlocks the table
+// reported in them, for its log.
 var modelSteps, modelDeadlocks atomic.Int64
 
 // modelChecks and modelStepsEach are how many sequences, of up to how many steps, TestModel runs
@@ -46,6 +47,8 @@ func TestModel(t *testing.T) {
 			defer flag.Set(name, flag.Lookup(name).DefValue)
 		}
 	}
+	modelSteps.Store(0)
+	modelDeadlocks.Store(0)
 	rapid.Check(t, func(rt *rapid.T) { newModelRun(t, rt).run(rt) })
 	t.Logf("%d steps, %d deadlocks reported", modelSteps.Load(), modelDeadlocks.Load())
 }
