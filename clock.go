@@ -1,6 +1,7 @@
 package recordlock
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,6 +90,22 @@ func (c *systemClock) nowMono() (int64, time.Duration) {
 
 func (c *systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
+// monoAfter is the Mono reading d after mono, saturated at the ends of time.Duration. Every
+// deadline on a Locker's clock (a lease end, a wait's timeout, LockAll's budget, a round) is such
+// a sum, and its d may be as long as a ctx deadline is far: a year-9999 deadline, or
+// context.WithTimeout(ctx, math.MaxInt64), means "never", not a sum wrapped into the past, which
+// would top its shard's deadline heap, arm the timer centuries ahead and so stop every other
+// lease end and timeout of the shard (docs/DESIGN.md §7).
+func monoAfter(mono, d time.Duration) time.Duration {
+	switch {
+	case d > 0 && mono > math.MaxInt64-d:
+		return math.MaxInt64
+	case d < 0 && mono < math.MinInt64-d:
+		return math.MinInt64
+	}
+	return mono + d
+}
+
 // untilDeadline returns the time left until d, a ctx deadline. A ctx deadline is a reading of
 // the real clock whatever clock the Locker runs on, so it is measured here, with time.Until.
 func untilDeadline(d time.Time) time.Duration { return time.Until(d) }
@@ -140,7 +157,7 @@ func (c *ManualClock) AfterFunc(d time.Duration, f func()) Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seq++
-	t := &manualTimer{c: c, due: c.mono + max(d, 0), seq: c.seq, f: f}
+	t := &manualTimer{c: c, due: monoAfter(c.mono, max(d, 0)), seq: c.seq, f: f}
 	c.timers = append(c.timers, t)
 	return t
 }

@@ -2,6 +2,7 @@ package recordlock
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -72,6 +73,20 @@ func ProbeDeadlines(l *Locker) int {
 // ProbeSameShard reports whether two keys share a shard (and so a mutex and a timer) in l's table.
 func ProbeSameShard(l *Locker, a, b []byte) bool {
 	return l.tab.shard(l.tab.hash(0, a)) == l.tab.shard(l.tab.hash(0, b))
+}
+
+// KeyPerShard returns one key for each shard of l's table, each beginning with prefix, so that a
+// test can reach every shard's timer.
+func KeyPerShard(l *Locker, prefix string) [][]byte {
+	keys := make([][]byte, shardCount)
+	for i, found := 0, 0; found < shardCount; i++ {
+		k := fmt.Appendf(nil, "%s%d", prefix, i)
+		if s := l.tab.hash(0, k) & (shardCount - 1); keys[s] == nil {
+			keys[s] = k
+			found++
+		}
+	}
+	return keys
 }
 
 // ProbeTimers counts the timers of c that are armed and have not run.

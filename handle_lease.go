@@ -25,20 +25,20 @@ func (h *Handle) join(round Round, lease time.Duration) bool {
 	if h.dead() || h.settle(sh) || lease > h.askedLease() {
 		return false
 	}
-	now := h.l.clock.Mono()
-	if lease-(now-round.MintedMono) <= 0 {
+	end := monoAfter(round.MintedMono, lease)
+	if end <= h.l.clock.Mono() {
 		return false
 	}
 	c := h.getCold()
 	c.tsR, c.hasTsR, c.token = round.TsR, true, round.Token
-	c.roundEnd = round.MintedMono + lease
+	c.roundEnd = end
 	c.roundExpiresAt = int64(round.TsR) + int64(lease)
 	c.hook = round.Release
 	h.acquiredAt = round.TsR
 	h.clearFlags(flagHasVersion)
 	h.setFlags(flagCluster)
 	h.expiresAt = c.roundExpiresAt
-	h.moveDeadline(sh, round.MintedMono+lease)
+	h.moveDeadline(sh, c.roundEnd)
 	sh.watch(h) // the release hook must fire at the round's deadline
 	return true
 }
@@ -112,7 +112,7 @@ func (h *Handle) extend(lease time.Duration, hold bool) (leaseState, error) {
 		was.lastVer = h.cold.lastVer
 	}
 	wall, now := readClock(h.l.clock)
-	deadline := now + lease
+	deadline := monoAfter(now, lease)
 	if c := h.cold; h.flags()&flagCluster != 0 && c.roundEnd <= deadline {
 		// Clamped to the round: its deadline and its ExpiresAt, wall(tsR)+lease, even after an
 		// earlier upgrade or renewal had shortened both.

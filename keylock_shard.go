@@ -91,7 +91,7 @@ func (sh *shard) acquire(ctx context.Context, h *Handle, lease, timeout time.Dur
 		sh.unlockAndRunHooks()
 		return 0, ErrLocked
 	default:
-		return mono, sh.wait(ctx, e, h, lease, mono+waitBound(ctx, timeout, ctxBounds), mono)
+		return mono, sh.wait(ctx, e, h, lease, monoAfter(mono, waitBound(ctx, timeout, ctxBounds)), mono)
 	}
 	sh.unlockAndRunHooks()
 	return mono, nil
@@ -128,7 +128,7 @@ func (sh *shard) grant(e *keyEntry, h *Handle, wall int64, mono, lease time.Dura
 	h.e = e
 	h.acquiredAt = sh.tab.db.stamps.mint(wall)
 	h.expiresAt = wall + int64(lease)
-	h.deadline.Store(int64(mono + lease))
+	h.deadline.Store(int64(monoAfter(mono, lease)))
 	h.state.Store(f | flagHeld)
 	sh.acquired++
 	sh.held++

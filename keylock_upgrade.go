@@ -39,7 +39,7 @@ func (sh *shard) upgrade(ctx context.Context, h *Handle, timeout time.Duration) 
 	stand := &Handle{l: h.l, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, hash: h.hash, cf: h.cf, owner: h.owner}
 	w := &waiter{h: stand, since: mono, wake: make(chan struct{}, 1), upgrade: h}
 	sh.enqueueUpgrade(e, w)
-	err := sh.sleep(ctx, e, w, mono+timeout)
+	err := sh.sleep(ctx, e, w, monoAfter(mono, timeout))
 	if err == errGrantedAfterClose {
 		err = ErrClosed // Close releases h
 	}

@@ -13,7 +13,8 @@ import (
 // joinCluster obtains a round for h's key from coord with what is left of the wait, and joins
 // it. On any failure the local key goes back. Close calls off a request in flight.
 func (l *Locker) joinCluster(ctx context.Context, h *Handle, coord Coordinator, r Resolved, start time.Duration) error {
-	remaining := start + r.Timeout - l.clock.Mono()
+	waitEnd := monoAfter(start, r.Timeout)
+	remaining := waitEnd - l.clock.Mono()
 	if remaining <= 0 {
 		h.Release()
 		return ErrTimeout
@@ -21,7 +22,7 @@ func (l *Locker) joinCluster(ctx context.Context, h *Handle, coord Coordinator, 
 	// The local key must outlast the wait: if its lease lapsed while Acquire ran, another Lock of
 	// this node could take the key and ask the cluster for it at the same time. No round granted
 	// within the wait ends after start+Timeout+Lease; joining it sets the real deadline.
-	if !h.holdThrough(start + r.Timeout + r.Lease) {
+	if !h.holdThrough(monoAfter(waitEnd, r.Lease)) {
 		return l.closedOr(ErrTimeout)
 	}
 	cctx, cancel := context.WithCancelCause(ctx)

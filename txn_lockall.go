@@ -77,7 +77,7 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 			budget = left
 		}
 	}
-	c := lockAllCall{t: t, cf: cf, ctx: ctx, opts: opts, end: t.l.clock.Mono() + budget}
+	c := lockAllCall{t: t, cf: cf, ctx: ctx, opts: opts, end: monoAfter(t.l.clock.Mono(), budget)}
 
 	// order lists the positions of keys sorted by key; equal keys are adjacent, the first of
 	// each run stands for the run.
