@@ -37,6 +37,9 @@ type waiter struct {
 	shared  bool // a shared request
 	counted bool // counted in Stats.Waiting
 	left    bool // no longer in the queue
+	// recheck asks the waiting Txn to look for a cycle through it again: its edge to the
+	// exclusive request ahead moved to another waiting Txn (recheckBehind).
+	recheck bool
 }
 
 // mode reports what w asks for: a shared lock, or the upgrade of a shared lock its Txn holds.
@@ -148,7 +151,15 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 			sh.unlockAndRunHooks()
 			return err
 		}
+		recheck := w.recheck
+		w.recheck = false
 		sh.mu.Unlock()
+		if recheck {
+			// Checked as a new wait is: the graph's mutex orders this search after the change.
+			if err := sh.tab.graph.enter(sh, h); err != nil {
+				return err
+			}
+		}
 	}
 }
 
@@ -254,6 +265,30 @@ func (sh *shard) dequeue(e *keyEntry, w *waiter) {
 	}
 }
 
+// recheckBehind is called when an exclusive request or upgrade leaves e's queue without being
+// granted; behind is the request that was queued right behind it. The shared requests after it, up
+// to the next exclusive one, waited for it; their edge now moves to the nearest exclusive request
+// further ahead. If that one is a Txn's, it is waiting, and the moved edge may keep alive a cycle
+// that ran through the request that left (a deadlock's victim, whose departure was to break it)
+// or close a new one (docs/DESIGN.md §13). So each of those Txns is woken to check its wait again.
+func (sh *shard) recheckBehind(e *keyEntry, behind *waiter) {
+	for behind != nil && behind.upgrade != nil {
+		behind = behind.next
+	}
+	if behind == nil || !behind.shared {
+		return
+	}
+	if x, _ := e.exclusiveAhead(behind); x == nil || x.h.owner == nil {
+		return // the edge now goes to no request, or to one outside any Txn
+	}
+	for s := behind; s != nil && s.shared; s = s.next {
+		if s.h.owner != nil && !s.recheck {
+			s.recheck = true
+			s.signal()
+		}
+	}
+}
+
 // countWaiting counts w, queued with its timers armed, in Stats.Waiting.
 func (sh *shard) countWaiting(w *waiter) {
 	w.counted = true
@@ -271,7 +306,11 @@ func (sh *shard) abandon(w *waiter, outcome waitState) {
 // drop takes w out of the queue with the given outcome, without serving the queue.
 func (sh *shard) drop(w *waiter, outcome waitState) {
 	e := w.h.e
+	behind := w.next
 	sh.dequeue(e, w)
+	if !w.shared {
+		sh.recheckBehind(e, behind)
+	}
 	w.h.e = nil
 	sh.unschedule(w.h)
 	w.finish(outcome)

@@ -1,0 +1,224 @@
+package recordlock_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/recordlock/recordlock"
+)
+
+// RocksDB's DeadlockStress (utilities/transactions/transaction_test.cc) with mixed modes, dense:
+// every Txn locks every key, in an order of its own, one lock in four exclusive, with leases and
+// timeouts of a minute, so that only deadlock detection can end a cycle in the test's time.
+// Invariants: a key never has a writer beside another holder; every failure is a deadlock; and
+// no cycle persists among waiting Txns (docs/DESIGN.md §13), which an oracle checks whenever
+// progress stops: it builds the wait-for graph from Locks() and Waits() and names the cycle it
+// finds, rather than letting a missed one show only as a slow test.
+func TestDeadlockStressDenseMixedModes(t *testing.T) {
+	db := openDB(t)
+	l := newLocker(t, db)
+	const keys, workers, commitsEach = 20, 10, 8
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var readers, writers [keys]atomic.Int32
+	var progress, grants, deadlocks, violations atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{}) // every worker starts at once, so that their Txns overlap
+	for w := range workers {
+		wg.Go(func() {
+			<-start
+			r := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
+			for attempt, commits := 0, 0; commits < commitsEach && ctx.Err() == nil; attempt++ {
+				txn, err := l.BeginTx(recordlock.TxnOptions{Name: fmt.Sprintf("w%d-%d", w, attempt)})
+				if !assert.NoError(t, err) {
+					return
+				}
+				held := map[int]bool{} // key → held exclusively
+				ok := true
+				for _, k := range r.Perm(keys) {
+					excl := r.IntN(4) == 0
+					opts := recordlock.Options{Shared: !excl, Lease: time.Minute, Timeout: time.Minute}
+					_, err := txn.Lock(ctx, fmt.Appendf(nil, "key%03d", k), opts)
+					progress.Add(1)
+					if err != nil {
+						if ctx.Err() == nil && !assert.ErrorIs(t, err, recordlock.ErrDeadlock) {
+							violations.Add(1)
+						}
+						deadlocks.Add(1)
+						ok = false
+						break
+					}
+					grants.Add(1)
+					held[k] = excl
+					if excl {
+						if writers[k].Add(1) != 1 || readers[k].Load() != 0 {
+							violations.Add(1)
+						}
+					} else if readers[k].Add(1); writers[k].Load() != 0 {
+						violations.Add(1)
+					}
+				}
+				for k, excl := range held {
+					if excl {
+						writers[k].Add(-1)
+					} else {
+						readers[k].Add(-1)
+					}
+				}
+				if ok {
+					assert.NoError(t, txn.Commit())
+					commits++
+				} else {
+					txn.Rollback()
+				}
+				progress.Add(1)
+			}
+		})
+	}
+	close(start)
+	oracleDone := make(chan struct{})
+	go func() {
+		defer close(oracleDone)
+		if cycle := watchForStuckCycle(ctx, l, &progress); cycle != "" {
+			t.Errorf("no cycle may persist among waiting Txns, yet one did for %v with no progress: %s", stuckFor, cycle)
+			stop() // end the workers' waits now rather than at their one-minute timeouts
+		}
+	}()
+	wg.Wait()
+	stop()
+	<-oracleDone
+	t.Logf("%d grants checked, %d deadlocks", grants.Load(), deadlocks.Load())
+	assert.Zero(t, violations.Load(), "a key had a writer beside another holder, or a failure was not a deadlock")
+	assert.Positive(t, deadlocks.Load(), "no deadlock happened: the stress exercised nothing")
+	assert.True(t, recordlock.ProbeTableEmpty(l))
+}
+
+// stuckFor is how long a cycle must stay in the wait-for graph, with no lock call returning
+// meanwhile, before the oracle calls it missed. A cycle is legitimately present only between a
+// Txn's queueing and its check, a moment; a missed one stays until a lease or timeout ends it.
+const stuckFor = time.Second
+
+// watchForStuckCycle polls progress until ctx is done. Whenever it stops moving, it reads the
+// wait-for graph from l; a cycle that is still there after stuckFor of no progress is returned,
+// described, and "" once ctx is done.
+func watchForStuckCycle(ctx context.Context, l *recordlock.Locker, progress *atomic.Int64) string {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	last, since := progress.Load(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-tick.C:
+		}
+		if p := progress.Load(); p != last {
+			last, since = p, time.Now()
+			continue
+		}
+		if time.Since(since) < 100*time.Millisecond {
+			continue
+		}
+		cycle := waitForCycle(collectLocks(l), collectWaits(l))
+		if cycle == "" || progress.Load() != last {
+			continue
+		}
+		if time.Since(since) >= stuckFor {
+			return cycle
+		}
+	}
+}
+
+// waitForCycle builds the wait-for graph of Txns from a reading of Locks and Waits and returns a
+// cycle of it, described as "owner waits for key → owner ...", or "". A request waits for every
+// holder of its key whose mode conflicts with it (an upgrade's own share does not count) and for
+// every conflicting request queued ahead of it: every one for an exclusive request, the exclusive
+// ones for a shared request. Waits lists each key's requests oldest first.
+func waitForCycle(locks []recordlock.LockInfo, waits []recordlock.WaitInfo) string {
+	type request struct {
+		owner  string
+		shared bool
+	}
+	holders := map[string][]request{}
+	for _, h := range locks {
+		k := string(h.Key)
+		holders[k] = append(holders[k], request{h.Owner, h.Shared})
+	}
+	edges := map[string][]string{}
+	waitsOn := map[string]string{}
+	queued := map[string][]request{}
+	for _, w := range waits {
+		k := string(w.Key)
+		shared := w.Shared && !w.Upgrade
+		if w.Owner == "" { // a wait outside any Txn ends by its timeout: no edge
+			queued[k] = append(queued[k], request{"", shared})
+			continue
+		}
+		conflicts := func(o request) bool { return o.owner != w.Owner && (!shared || !o.shared) }
+		for _, o := range holders[k] {
+			if conflicts(o) && o.owner != "" {
+				edges[w.Owner] = append(edges[w.Owner], o.owner)
+			}
+		}
+		if !w.Upgrade {
+			for _, o := range queued[k] {
+				if conflicts(o) && o.owner != "" {
+					edges[w.Owner] = append(edges[w.Owner], o.owner)
+				}
+			}
+		}
+		queued[k] = append(queued[k], request{w.Owner, shared})
+		waitsOn[w.Owner] = k
+	}
+	// Depth-first search with colours: a grey node reached again closes a cycle.
+	const white, grey, black = 0, 1, 2
+	colour := map[string]int{}
+	var path []string
+	var visit func(o string) []string
+	visit = func(o string) []string {
+		colour[o] = grey
+		path = append(path, o)
+		for _, next := range edges[o] {
+			switch colour[next] {
+			case grey:
+				return slices.Clone(path[slices.Index(path, next):])
+			case white:
+				if _, waiting := waitsOn[next]; waiting {
+					if c := visit(next); c != nil {
+						return c
+					}
+				}
+			}
+		}
+		path = path[:len(path)-1]
+		colour[o] = black
+		return nil
+	}
+	owners := make([]string, 0, len(waitsOn))
+	for o := range waitsOn {
+		owners = append(owners, o)
+	}
+	slices.Sort(owners)
+	for _, o := range owners {
+		if o == "" || colour[o] != white {
+			continue
+		}
+		if c := visit(o); c != nil {
+			var b strings.Builder
+			for _, x := range c {
+				fmt.Fprintf(&b, "%s waits for %s → ", x, waitsOn[x])
+			}
+			b.WriteString(c[0])
+			return b.String()
+		}
+	}
+	return ""
+}
