@@ -56,6 +56,9 @@ type shardCounts struct {
 	waiting                                                           int
 	contended, timeouts, canceled, deadlocks, lapsed, revoked, fenced uint64
 	waitTime                                                          time.Duration
+	// visited counts the holders and queued requests Locks and Waits have read; tests bound
+	// their cost per key with it.
+	visited uint64
 }
 
 // Stats returns the figures of the Locker's database, summed over every shard. Each shard is read
@@ -111,19 +114,39 @@ func (sh *shard) appendLocks(out []LockInfo) []LockInfo {
 	if sh.held == 0 {
 		return out
 	}
-	var holders []*Handle // collected first: settling can take an entry out of the index
-	sh.index.all(func(e *keyEntry) { holders = e.appendHolders(holders) })
-	for _, h := range holders {
-		if h.flags()&flagFencing == 0 && h.settle(sh) {
+	var entries []*keyEntry // collected first: settling can take an entry out of the index
+	sh.index.all(func(e *keyEntry) {
+		if e.holder != nil {
+			entries = append(entries, e)
+		}
+	})
+	var holders []*Handle
+	for _, e := range entries {
+		holders = e.appendHolders(holders[:0])
+		live := holders[:0]
+		for _, h := range holders {
+			if h.flags()&flagFencing == 0 && h.settle(sh) {
+				continue
+			}
+			live = append(live, h)
+		}
+		if len(live) == 0 {
 			continue
 		}
-		out = append(out, h.lockInfo())
+		// The queue is counted once per key, not once per holder: a key with s sharers and q
+		// requests queued costs O(s + q).
+		waiters := e.queued()
+		sh.counts.visited += uint64(len(holders) + waiters)
+		for _, h := range live {
+			out = append(out, h.lockInfo(waiters))
+		}
 	}
 	return out
 }
 
-// lockInfo describes h, the holder of its key, with the shard mutex held.
-func (h *Handle) lockInfo() LockInfo {
+// lockInfo describes h, the holder of its key, for which waiters requests are queued, with the
+// shard mutex held.
+func (h *Handle) lockInfo(waiters int) LockInfo {
 	info := LockInfo{
 		Key:            bytes.Clone(h.key()),
 		ColumnFamilyID: h.cf,
@@ -140,6 +163,6 @@ func (h *Handle) lockInfo() LockInfo {
 	if h.cold != nil {
 		info.Token = h.cold.token
 	}
-	info.Waiters = h.e.queued()
+	info.Waiters = waiters
 	return info
 }

@@ -49,7 +49,9 @@ func (sh *shard) appendWaits(waits []WaitInfo, holders []LockInfo, withHolders b
 		if e.head == nil {
 			return
 		}
+		waiters := 0
 		for w := e.head; w != nil; w = w.next {
+			waiters++
 			h := w.h
 			info := WaitInfo{
 				Key:            bytes.Clone(h.key()),
@@ -62,11 +64,13 @@ func (sh *shard) appendWaits(waits []WaitInfo, holders []LockInfo, withHolders b
 			}
 			waits = append(waits, info)
 		}
+		sh.counts.visited += uint64(waiters)
 		if withHolders && e.holder != nil {
-			holders = append(holders, e.holder.lockInfo())
+			holders = append(holders, e.holder.lockInfo(waiters))
 			for _, s := range e.sharers {
-				holders = append(holders, s.lockInfo())
+				holders = append(holders, s.lockInfo(waiters))
 			}
+			sh.counts.visited += uint64(1 + len(e.sharers))
 		}
 	})
 	return waits, holders
