@@ -10,10 +10,13 @@ import (
 )
 
 // graph is the wait-for graph of one database laid out for SVG: a node per owner (a Txn, by
-// its name) and, outside any Txn, a node per holder and per waiter, named by its key; an edge
-// from each waiter to each holder of the key it waits for, labelled with the key. A wait whose
-// key has no holder listed (the key is being handed over, or its holder was left out) points to
-// a node of the key itself. Owners that neither wait nor are waited for are not drawn.
+// its name) and, outside any Txn, a node per holder and per waiter, named by its key; one edge
+// per wait, labelled with the key, to the first holder of the key it waits for, and, when the key
+// has other holders (sharers), a count of them in the label. So the page grows with holders plus
+// waits, never with their product: 1,000 sharers and 1,000 requests queued behind them draw 1,000
+// edges, not a million. A wait whose key has no holder listed (the key is being handed over, or
+// its holder was left out) points to a node of the key itself. Owners that neither wait nor are
+// waited for are not drawn.
 //
 // The layout is layered: a node that waits for nobody is in layer 0, at the right; a waiter is
 // one layer left of the furthest of the nodes it waits for, so edges run left to right except
@@ -83,6 +86,7 @@ func buildGraph(locks []recordlock.LockInfo, waits []recordlock.WaitInfo) graph 
 		from, to  int
 		key       string // as keyText gives it
 		described string // as describeKey gives it
+		others    int    // holders of the key other than the one drawn, that it also waits for
 	}
 	var edges []pending
 	for i, w := range waits {
@@ -95,22 +99,31 @@ func buildGraph(locks []recordlock.LockInfo, waits []recordlock.WaitInfo) graph 
 			from = node("waiter\x00"+strconv.Itoa(i), graphNode{Label: key, Kind: "waiter", Sub: "waiting, outside any Txn",
 				Title: "a Lock outside any Txn, waiting for " + described, name: "a Lock outside any Txn"})
 		}
+		first, others := -1, 0
 		for _, j := range holders[r] {
+			// A Txn upgrading its own share waits for the other sharers only.
+			if o := locks[j].Owner; o == "" || w.Owner == "" || o != w.Owner {
+				if first < 0 {
+					first = j
+				} else {
+					others++
+				}
+			}
+		}
+		if first >= 0 {
 			to := 0
-			if owner := locks[j].Owner; owner != "" {
+			if owner := locks[first].Owner; owner != "" {
 				to = txn(owner)
 			} else {
-				to = node("holder\x00"+strconv.Itoa(j), graphNode{Label: key, Kind: "holder", Sub: "holding, outside any Txn",
+				to = node("holder\x00"+strconv.Itoa(first), graphNode{Label: key, Kind: "holder", Sub: "holding, outside any Txn",
 					Title: "a lock outside any Txn, holding " + described, name: "a lock outside any Txn"})
 			}
-			if to != from { // a Txn upgrading its own share waits for the other sharers only
-				edges = append(edges, pending{from, to, key, described})
-			}
+			edges = append(edges, pending{from, to, key, described, others})
 		}
 		if len(holders[r]) == 0 {
 			to := node("key\x00"+strconv.FormatUint(uint64(r.cf), 10)+"\x00"+r.key, graphNode{Label: key, Kind: "key", Sub: "holder not listed",
 				Title: described + ", whose holder is not listed or is being handed over", name: "no listed holder"})
-			edges = append(edges, pending{from, to, key, described})
+			edges = append(edges, pending{from, to, key, described, 0})
 		}
 	}
 	for _, e := range edges {
@@ -121,7 +134,7 @@ func buildGraph(locks []recordlock.LockInfo, waits []recordlock.WaitInfo) graph 
 	parallel := map[[2]int]int{}
 	for _, e := range edges {
 		pair := [2]int{e.from, e.to}
-		g.Edges = append(g.Edges, edgeBetween(g.Nodes[e.from], g.Nodes[e.to], parallel[pair], e.key, e.described))
+		g.Edges = append(g.Edges, edgeBetween(g.Nodes[e.from], g.Nodes[e.to], parallel[pair], e.key, e.described, e.others))
 		parallel[pair]++
 	}
 	return g
@@ -201,8 +214,9 @@ func (g *graph) layout() {
 
 // edgeBetween draws the k-th edge from a to b as a cubic curve: from a's right side to b's left
 // side when b is to the right, else (a cycle) bowing out to the right of both, from side to side.
-// key is the key waited for, as keyText gives it, and described as describeKey gives it.
-func edgeBetween(a, b graphNode, k int, key, described string) graphEdge {
+// key is the key waited for, as keyText gives it, and described as describeKey gives it; others
+// counts the key's other holders, which a waits for as well.
+func edgeBetween(a, b graphNode, k int, key, described string, others int) graphEdge {
 	off := float64(k * parallelGap)
 	x0, y0 := float64(a.X+nodeWidth), float64(a.Y+nodeHeight/2)+off
 	var x3, y3, x1, x2 float64
@@ -218,12 +232,17 @@ func edgeBetween(a, b graphNode, k int, key, described string) graphEdge {
 	// The curve's midpoint, B(1/2), carries the label.
 	lx := (x0 + 3*x1 + 3*x2 + x3) / 8
 	ly := (y0 + 3*y1 + 3*y2 + y3) / 8
+	label, whom := shorten(key, edgeRunes), b.name
+	if others > 0 {
+		label = shorten(key, edgeRunes-len(strconv.Itoa(others))-2) + " +" + strconv.Itoa(others)
+		whom = fmt.Sprintf("%s and %d other holders", b.name, others)
+	}
 	return graphEdge{
 		Path:   fmt.Sprintf("M%.0f,%.0f C%.0f,%.0f %.0f,%.0f %.0f,%.0f", x0, y0, x1, y1, x2, y2, x3, y3),
 		LabelX: int(lx),
 		LabelY: int(ly) - 4,
-		Label:  shorten(key, edgeRunes),
-		Title:  shorten(a.name+" waits for "+b.name+" on "+described, titleRunes),
+		Label:  label,
+		Title:  shorten(a.name+" waits for "+whom+" on "+described, titleRunes),
 	}
 }
 

@@ -1,6 +1,7 @@
 package httpdebug
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -94,4 +95,24 @@ func indexOf(t testing.TB, g graph, kind, label string) int {
 	}
 	t.Fatalf("no %s node %q", kind, label)
 	return -1
+}
+
+// One edge per wait, however many holders its key has: 1,000 sharers of a key and 1,000
+// requests queued for it draw 1,000 edges, each to the first sharer with a count of the others,
+// not the 1,000,000 of an edge per pair.
+func TestGraphOneEdgePerWait(t *testing.T) {
+	const sharers, waits = 1000, 1000
+	var locks []recordlock.LockInfo
+	for i := range sharers {
+		locks = append(locks, recordlock.LockInfo{Key: []byte("hot"), Owner: fmt.Sprintf("reader%d", i), Shared: true})
+	}
+	var ws []recordlock.WaitInfo
+	for i := range waits {
+		ws = append(ws, wait("hot", fmt.Sprintf("writer%d", i)))
+	}
+	g := buildGraph(locks, ws)
+	require.Len(t, g.Edges, waits)
+	assert.Equal(t, "hot +999", g.Edges[0].Label)
+	assert.Equal(t, "Txn writer0 waits for Txn reader0 and 999 other holders on key hot", g.Edges[0].Title)
+	assert.Equal(t, map[string]int{"txn": waits + 1}, kinds(g), "only the sharer drawn is a node")
 }

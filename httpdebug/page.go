@@ -1,6 +1,7 @@
 package httpdebug
 
 import (
+	"fmt"
 	"html/template"
 	"io"
 	"strconv"
@@ -115,6 +116,7 @@ func viewDatabase(i int, d database) databaseView {
 		}
 		owners[lockRecord(l)] = append(owners[lockRecord(l)], owner)
 	}
+	waitsForText := map[record]string{} // per record, not per wait: its holders are listed once
 	for _, w := range d.waits {
 		mode := "exclusive"
 		switch {
@@ -123,9 +125,11 @@ func viewDatabase(i int, d database) databaseView {
 		case w.Shared:
 			mode = "shared"
 		}
-		waitsFor := strings.Join(owners[waitRecord(w)], ", ")
-		if waitsFor == "" {
-			waitsFor = "(holder not listed)"
+		r := waitRecord(w)
+		waitsFor, ok := waitsForText[r]
+		if !ok {
+			waitsFor = holdersText(owners[r])
+			waitsForText[r] = waitsFor
 		}
 		dv.Waits = append(dv.Waits, waitRow{
 			Key: viewKey(w.Key), CF: w.ColumnFamilyID, Mode: mode, Owner: ownerText(w.Owner),
@@ -133,6 +137,21 @@ func viewDatabase(i int, d database) databaseView {
 		})
 	}
 	return dv
+}
+
+// shownHolders is how many holders a row of the waits table names; the rest are counted, so that
+// a row stays short however many sharers its key has.
+const shownHolders = 3
+
+// holdersText names the holders of a record a wait waits for, as the waits table shows them.
+func holdersText(owners []string) string {
+	switch {
+	case len(owners) == 0:
+		return "(holder not listed)"
+	case len(owners) > shownHolders:
+		return fmt.Sprintf("%s and %d more", strings.Join(owners[:shownHolders], ", "), len(owners)-shownHolders)
+	}
+	return strings.Join(owners, ", ")
 }
 
 func viewKey(key []byte) keyView {
