@@ -245,3 +245,41 @@ func BenchmarkStatsMillionHeld(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLocksSharersAndQueue is one pass of Locks() over a key with 1,000 sharers and 1,000
+// requests queued for it: the read a debug page refresh or an OpenTelemetry collection makes,
+// all of it under that key's shard mutex.
+func BenchmarkLocksSharersAndQueue(b *testing.B) {
+	const sharers, queued = 1000, 1000
+	clk := recordlock.NewManualClock(time.Unix(1_700_000_000, 0))
+	l := newLocker(b, openDB(b), recordlock.WithClock(clk))
+	key := []byte("hot")
+	for range sharers {
+		if _, err := l.Lock(context.Background(), key, recordlock.Options{Shared: true, Lease: time.Minute}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	errs := make(chan error, queued)
+	for range queued {
+		go func() {
+			_, err := l.Lock(context.Background(), key, recordlock.Options{Timeout: time.Minute})
+			errs <- err
+		}()
+	}
+	waitQueued(b, l, key, queued)
+	b.ReportAllocs()
+	for b.Loop() {
+		n := 0
+		for range l.Locks() {
+			n++
+		}
+		if n != sharers {
+			b.Fatalf("Locks yielded %d", n)
+		}
+	}
+	b.StopTimer()
+	_ = l.Close() // fails the waiters, which would wait on the ManualClock forever
+	for range queued {
+		<-errs
+	}
+}

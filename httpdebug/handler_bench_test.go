@@ -60,3 +60,43 @@ func BenchmarkRenderMillionKeys(b *testing.B) {
 	require.NoError(b, l.Close()) // fails the waiter, which would otherwise wait on the ManualClock forever
 	require.ErrorIs(b, done(b, waits), recordlock.ErrClosed)
 }
+
+// One render of the page for a key with 1,000 sharers and 1,000 requests queued for it, the
+// most of each the page shows by default: it draws one edge per wait, not one per pair.
+func BenchmarkRenderSharersAndQueue(b *testing.B) {
+	const sharers, queued = 1000, 1000
+	db, _ := openDB(b)
+	_, l := manual(b, db)
+	key := []byte("hot")
+	for range sharers {
+		if _, err := l.Lock(b.Context(), key, recordlock.Options{Shared: true, Lease: time.Minute}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	errs := make(chan error, queued)
+	for range queued {
+		go func() {
+			_, err := l.Lock(b.Context(), key, recordlock.Options{Timeout: time.Minute})
+			errs <- err
+		}()
+	}
+	require.Eventually(b, func() bool { return countWaits(l) == queued }, 30*time.Second, time.Millisecond)
+	h := httpdebug.Handler(map[string]*recordlock.Locker{"db": l})
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	b.ReportAllocs()
+	var size int
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			b.Fatal(rec.Code)
+		}
+		size = rec.Body.Len()
+	}
+	b.ReportMetric(float64(size), "page-bytes")
+	b.StopTimer()
+	require.NoError(b, l.Close()) // fails the waiters, which would wait on the ManualClock forever
+	for range queued {
+		<-errs
+	}
+}
