@@ -16,9 +16,11 @@ import (
 // A Txn enters the graph after its waiter is queued, and entering and the search for a cycle
 // through it happen under one mutex. So of two Txns that start waiting for each other at the same
 // instant, the second to enter finds the cycle and the first does not: exactly one fails. An edge
-// into a Txn appears only when it takes a record, and then it is not waiting (a wait ends, under
-// the shard mutex, when its record is granted), so no cycle runs through it until it waits again
-// and is checked then.
+// into a Txn appears when it takes a record, and then it is not waiting (a wait ends, under the
+// shard mutex, when its record is granted), so no cycle runs through it until it waits again and
+// is checked then; or when a shared request's edge moves past an exclusive request that left the
+// queue ungranted to the next one ahead, which may be waiting: that request is woken to enter
+// again (recheckBehind), so a move that closes or keeps a cycle is checked as a new wait is.
 type waitGraph struct {
 	mu      sync.Mutex // taken before any shard mutex, never under one
 	waiting map[*Txn]*Handle
