@@ -30,7 +30,8 @@ func (c *convoy) joinShared(t testing.TB, l *Locker, txn *Txn, key []byte, inGra
 // The check of a shared request's wait reads a constant number of edges however many readers are
 // queued: each reader behind a writer reads its edge to that writer (and to an exclusive holder),
 // and the writer's edges to the holders. Writers that gave up between the readers are skipped
-// without the cost growing either.
+// without the cost growing either; the reader whose edge a quitter's departure moved checks again,
+// at the same cost.
 func TestSharedWaitCheckCostDoesNotGrowWithQueue(t *testing.T) {
 	const queued = 256
 	for _, tc := range []struct {
@@ -70,10 +71,15 @@ func TestSharedWaitCheckCostDoesNotGrowWithQueue(t *testing.T) {
 					before := edgesRead(l)
 					readers.joinShared(t, l, l.Begin(), hot, 3+i) // its nearest writer is the quitter
 					perCheck = append(perCheck, edgesRead(l)-before)
+					beforeQuit := edgesRead(l)
 					clk.Advance(time.Second)
 					require.ErrorIs(t, <-res, ErrTimeout)
 					require.Eventually(t, func() bool { return graphWaiting(l) == 2+i },
 						10*time.Second, 100*time.Microsecond)
+					// The reader's edge moved past the quitter to the first writer, a waiting Txn:
+					// it checks again, at the cost of a check.
+					require.Eventually(t, func() bool { return edgesRead(l)-beforeQuit == tc.edges },
+						10*time.Second, 100*time.Microsecond, "the reader behind the quitter checks again")
 					continue
 				}
 				before := edgesRead(l)

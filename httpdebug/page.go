@@ -231,7 +231,7 @@ svg text { font: 12px system-ui, sans-serif; }
 {{range .Edges}}<g class="edge"><title>{{.Title}}</title><path d="{{.Path}}" marker-end="url(#arrow-{{$db.Index}})"/><text x="{{.LabelX}}" y="{{.LabelY}}" text-anchor="middle">{{.Label}}</text></g>
 {{end}}{{range .Nodes}}<g class="node {{.Kind}}"><title>{{.Title}}</title><rect x="{{.X}}" y="{{.Y}}" width="{{$db.Graph.NodeWidth}}" height="{{$db.Graph.NodeHeight}}" rx="6"/><text class="label" x="{{.X}}" y="{{.Y}}" dx="8" dy="16">{{.Label}}</text><text class="sub" x="{{.X}}" y="{{.Y}}" dx="8" dy="31">{{.Sub}}</text></g>
 {{end}}</svg></div>
-<p class="note">An arrow runs from a waiter to a holder it waits for. Holders nobody waits for are not drawn.</p>
+<p class="note">An arrow runs from a waiter to a holder it waits for; “+N” on it counts the other holders it waits for too. Holders nobody waits for are not drawn.</p>
 {{else}}<p class="empty">Nobody waits.</p>{{end}}{{end}}
 
 <h3>Holders</h3>
