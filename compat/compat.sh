@@ -16,6 +16,7 @@ RELEASE=trixie  # the Debian release whose RocksDB is tested
 ROCKSDB=9.10    # the RocksDB of that release: its library package is librocksdb$ROCKSDB
 GROCKSDB=v1.9.8 # the grocksdb release for that RocksDB
 GO=${GO:-go}
+export GOWORK=off # each module alone, with its go.compat.mod: -modfile does not work in a workspace
 
 cd "$(dirname "$0")/.."
 TOP=$PWD
