@@ -11,9 +11,11 @@ import (
 
 // graph is the wait-for graph of one database laid out for SVG: a node per owner (a Txn, by
 // its name) and, outside any Txn, a node per holder and per waiter, named by its key; an edge
-// from each waiter to each holder of the key it waits for, labelled with the key. A wait whose
-// key has no holder listed (the key is being handed over, or its holder was left out) points to
-// a node of the key itself. Owners that neither wait nor are waited for are not drawn.
+// from each waiter to each holder of the key it waits for, labelled with the key. A shared
+// request queued behind an exclusive one waits for that request instead (docs/DESIGN.md §15.5),
+// and its edge goes there, so the graph shows the queue's order. A wait whose key has no holder
+// listed (the key is being handed over, or its holder was left out) points to a node of the key
+// itself. Owners that neither wait nor are waited for are not drawn.
 //
 // The layout is layered: a node that waits for nobody is in layer 0, at the right; a waiter is
 // one layer left of the furthest of the nodes it waits for, so edges run left to right except
@@ -85,6 +87,9 @@ func buildGraph(locks []recordlock.LockInfo, waits []recordlock.WaitInfo) graph 
 		described string // as describeKey gives it
 	}
 	var edges []pending
+	// The nearest exclusive request listed so far for each record: waits come in queue order
+	// per record, so it is the one a shared request listed next queued behind.
+	exclusiveAhead := map[record]int{}
 	for i, w := range waits {
 		r, key := waitRecord(w), keyText(w.Key)
 		described := describeKey(w.ColumnFamilyID, key)
@@ -94,6 +99,14 @@ func buildGraph(locks []recordlock.LockInfo, waits []recordlock.WaitInfo) graph 
 		} else {
 			from = node("waiter\x00"+strconv.Itoa(i), graphNode{Label: key, Kind: "waiter", Sub: "waiting, outside any Txn",
 				Title: "a Lock outside any Txn, waiting for " + described, name: "a Lock outside any Txn"})
+		}
+		if !w.Shared {
+			exclusiveAhead[r] = from
+		} else if ahead, ok := exclusiveAhead[r]; ok {
+			if ahead != from {
+				edges = append(edges, pending{from, ahead, key, described})
+			}
+			continue
 		}
 		for _, j := range holders[r] {
 			to := 0
