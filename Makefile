@@ -20,7 +20,7 @@ FUZZTIME    ?= 60s
 FUZZCI      ?= 20000x
 BENCHCOUNT  ?= 6
 
-.PHONY: deps browser-deps demo cluster-demo test check bench fuzz compat
+.PHONY: deps browser-deps demo cluster-demo test check install-check bench fuzz compat
 
 deps:
 	@if [ ! -f /usr/include/rocksdb/c.h ]; then \
@@ -83,6 +83,11 @@ check: deps
 		echo "== $$m"; \
 		(cd $$m && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./... && $(GO) mod tidy -diff); \
 	done
+
+# The README's Install, followed in empty modules: examples/basic and examples/cluster copied
+# out of the repository, built against this clone through a replace, and run.
+install-check: deps
+	GO=$(GO) ./.ci/install-check.sh
 
 # The root package and etcdcoord tested against Debian 13's RocksDB 9.10 with grocksdb v1.9.8,
 # which compat/compat.sh downloads into .compat/ (nothing is installed).
