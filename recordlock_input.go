@@ -2,6 +2,8 @@ package recordlock
 
 import "fmt"
 
+// The errors of input a call refuses before it locks or stages anything: keys and contexts.
+
 // Each invalid key gets an error that says which rule it broke; all of them match ErrInvalidKey.
 var (
 	errNilKey   = fmt.Errorf("%w; got a nil key", ErrInvalidKey)
