@@ -91,11 +91,14 @@ func run(endpoint string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%s: %s of %s: token %d, %d etcd requests\n", a.name, what, key, h.Token(), a.requests.Load()-before)
+		sent := a.requests.Load() - before
+		fmt.Printf("%s: %s of %s: token %d, %d etcd requests\n", a.name, what, key, h.Token(), sent)
+		h.Release()
 		if i == 0 {
 			tokens = append(tokens, h.Token())
+		} else if sent != 0 {
+			return fmt.Errorf("the repeat lock sent %d etcd requests", sent)
 		}
-		h.Release()
 	}
 
 	// Hand-offs: each node asks while the previous holder still holds the key, and gets it as
