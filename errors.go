@@ -48,10 +48,15 @@ type OptionError struct {
 	Field  string // the option's name, e.g. "Lease"
 	Value  any    // the rejected value
 	Reason string // what the value must be, e.g. "must be at least 100ms"
+	txn    bool   // Field is one of TxnOptions, not of Options
 }
 
 func (e *OptionError) Error() string {
-	return fmt.Sprintf("recordlock: lock option %s %s, got %v", e.Field, e.Reason, e.Value)
+	kind := "lock option"
+	if e.txn {
+		kind = "txn option"
+	}
+	return fmt.Sprintf("recordlock: %s %s %s, got %v", kind, e.Field, e.Reason, e.Value)
 }
 
 // Is makes errors.Is(err, ErrInvalidOptions) true for every *OptionError.

@@ -86,7 +86,7 @@ func (l *Locker) BeginTx(opts TxnOptions) (*Txn, error) {
 	mode := writeDefault
 	switch {
 	case opts.Sync && opts.DisableWAL:
-		return nil, &OptionError{Field: "DisableWAL", Value: true, Reason: "cannot be combined with Sync"}
+		return nil, &OptionError{Field: "DisableWAL", Value: true, Reason: "cannot be combined with Sync", txn: true}
 	case opts.Sync:
 		mode = writeSync
 	case opts.DisableWAL:
@@ -151,6 +151,9 @@ func (t *Txn) LockCF(ctx context.Context, cf *grocksdb.ColumnFamilyHandle, key [
 func (t *Txn) lock(ctx context.Context, cf uint32, key []byte, opts Options) (*Handle, error) {
 	if err := t.usable(); err != nil {
 		return nil, err
+	}
+	if ctx == nil {
+		return nil, errNilContext
 	}
 	if cur, ok := t.locks.latest(cf, key); ok {
 		if h, err := t.relock(ctx, cur.h, key, opts); h != nil || err != nil {
@@ -246,7 +249,7 @@ func (t *Txn) get(cf *grocksdb.ColumnFamilyHandle, key []byte) ([]byte, error) {
 		return nil, err
 	}
 	if len(key) == 0 {
-		return nil, ErrInvalidKey
+		return nil, invalidKey(key)
 	}
 	cfID, err := t.l.columnFamily(cf)
 	if err != nil {

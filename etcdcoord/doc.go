@@ -3,27 +3,43 @@
 //
 // A node makes one coordinator over its etcd client and gives it to the Lockers of its database
 // with Locker.SetCoordinator, which every Locker of the database sees, or with
-// recordlock.WithCoordinator:
+// recordlock.WithCoordinator. ExampleNew runs a node on an embedded etcd; in a function of
+// your own:
 //
-//	l, err := recordlock.New(db)
-//	if err != nil {
-//		return err
-//	}
-//	defer l.Close()
-//	// New fails with ErrNameTaken while another live node has the name.
-//	coord, err := etcdcoord.New(cli, "node-a", etcdcoord.WithTimestamp(l.Timestamp), etcdcoord.WithLogger(logger))
-//	if err != nil {
-//		return err
-//	}
-//	defer coord.Close() // hands every delegation back at once
-//	l.SetCoordinator(coord)
+//	// lockOrder writes order/42 to the node's RocksDB, db, under a cluster-scoped lock.
+//	func lockOrder(ctx context.Context, db *grocksdb.DB, endpoints []string) error {
+//		cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+//		if err != nil {
+//			return err
+//		}
+//		defer cli.Close()
+//		l, err := recordlock.New(db)
+//		if err != nil {
+//			return err
+//		}
+//		defer l.Close()
+//		// New fails with ErrNameTaken while another live node has the name.
+//		coord, err := etcdcoord.New(cli, "node-a", etcdcoord.WithTimestamp(l.Timestamp), etcdcoord.WithLogger(slog.Default()))
+//		if err != nil {
+//			return err
+//		}
+//		defer coord.Close() // hands every delegation back at once
+//		l.SetCoordinator(coord)
 //
-//	h, err := l.Lock(ctx, []byte("order/42"), recordlock.Options{Lease: 10 * time.Second})
-//	if err != nil {
-//		return err // ErrTimeout: another node held it; ErrClusterUnavailable: etcd could not be reached
+//		h, err := l.Lock(ctx, []byte("order/42"), recordlock.Options{Lease: 10 * time.Second})
+//		if err != nil {
+//			return err // ErrTimeout: another node held it; ErrClusterUnavailable: etcd could not be reached
+//		}
+//		defer h.Release()
+//		wo := grocksdb.NewDefaultWriteOptions()
+//		defer wo.Destroy()
+//		return h.Fence(func() error { return db.Put(wo, []byte("order/42"), []byte("placed")) }) // lands only while the lease is live
 //	}
-//	defer h.Release()
-//	err = h.Fence(func() error { return db.Write(wo, batch) }) // lands only while the lease is live
+//
+// The package is tested with etcd v3.6.16, server and client: require the client at that
+// version before go mod tidy picks the newest (go get go.etcd.io/etcd/client/v3@v3.6.16, and
+// go.etcd.io/etcd/server/v3@v3.6.16 to embed a server). Command examples/cluster of the
+// repository runs three nodes.
 //
 // # What it protects
 //
