@@ -143,11 +143,19 @@ func (c *Coordinator) Acquire(ctx context.Context, key []byte, lease time.Durati
 			c.withdraw(a)
 		}
 	}()
+	var minted time.Duration
+	refreshed := false // the lease was refreshed to cover minted+lease: admit on that reading
 	for {
 		if ctx.Err() != nil {
 			return recordlock.Round{}, waitErr(ctx, "wait for the key")
 		}
-		minted := c.cfg.clock.Mono() // before any request of this attempt
+		// A refresh measures the lease from when it was sent, after minted; a fresh reading
+		// could ask for more than it covered, and refresh again, without end.
+		if !refreshed {
+			minted = c.cfg.clock.Mono() // before any request of this attempt
+		}
+		renewed := refreshed
+		refreshed = false
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
@@ -185,11 +193,18 @@ func (c *Coordinator) Acquire(ctx context.Context, key []byte, lease time.Durati
 			return round, nil
 		}
 		c.mu.Unlock()
+		if d != nil && renewed {
+			// Every delegation is on the node's current lease, which the refresh made cover
+			// minted+lease: not fitting now means the lease was lost and a new one granted.
+			// Look again on a fresh reading rather than refresh twice in a row.
+			continue
+		}
 		sess, err := c.session(ctx, minted+lease)
 		if err != nil {
 			return recordlock.Round{}, err
 		}
 		if d != nil {
+			refreshed = true
 			continue // the lease was refreshed (or lost, and the delegation with it): look again
 		}
 		if a == nil {

@@ -13,7 +13,7 @@ const (
 	// DefaultPrefix is where delegation and recall keys live in etcd.
 	DefaultPrefix = "/recordlock/"
 	// DefaultTTL is the TTL of the node's etcd lease. A dead node stops blocking others within
-	// about this long; a lock's Lease must be shorter than TTL minus the skew margin.
+	// about this long; a lock's Lease may be at most the TTL less the skew margin.
 	DefaultTTL = 60 * time.Second
 	// DefaultSkew is how much longer etcd keeps the lease than this node trusts it, to absorb the
 	// difference between this node's clock and the etcd leader's.
