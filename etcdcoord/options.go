@@ -41,6 +41,7 @@ type config struct {
 	linger   time.Duration
 	reqLimit time.Duration
 	log      *slog.Logger
+	watchLag func() // runs before the watch applies each batch of events; tests set it
 }
 
 type prefixOption string
@@ -107,6 +108,10 @@ func (o loggerOption) apply(c *config) { c.log = o.l }
 // WithLogger sets where failed hand-backs, withdrawals, watch restarts and lost delegations are
 // reported. The default, and what nil means, is slog.Default().
 func WithLogger(l *slog.Logger) Option { return loggerOption{l} }
+
+type watchLagOption func()
+
+func (o watchLagOption) apply(c *config) { c.watchLag = o }
 
 // clockStamps mints timestamps from a clock's wall reading, strictly increasing.
 type clockStamps struct {

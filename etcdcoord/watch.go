@@ -56,6 +56,9 @@ func (c *Coordinator) follow(rev int64) (bool, error) {
 			c.setWatching(true)
 			continue
 		}
+		if c.cfg.watchLag != nil {
+			c.cfg.watchLag()
+		}
 		c.mu.Lock()
 		for _, ev := range resp.Events {
 			c.applyLocked(ev.Type, ev.Kv)
