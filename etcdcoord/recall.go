@@ -245,14 +245,31 @@ func (c *Coordinator) handedBackLocked(k string, d *delegation) {
 	d.end()
 }
 
-// goneLocked follows the end of d's key in etcd: expected if this node was handing it back,
-// a loss otherwise. Called with c.mu held.
+// goneLocked follows the end of d's key in etcd: expected if this node was handing it back or
+// no longer trusted the lease it was on, a loss otherwise. Called with c.mu held.
 func (c *Coordinator) goneLocked(k string, d *delegation, why string) {
-	if d.handingBack {
+	switch {
+	case d.handingBack:
 		c.handedBackLocked(k, d)
-	} else {
+	case c.cfg.clock.Mono() >= d.sess.validUntil:
+		c.expiredLocked(k, d)
+	default:
 		c.loseLocked(k, d, why)
 	}
+}
+
+// expiredLocked forgets a delegation whose key etcd deleted with the node's lease after the
+// node stopped trusting that lease: no admission from it outlived that trust, so this is how an
+// idle node's delegations end, not a loss. Called with c.mu held.
+func (c *Coordinator) expiredLocked(k string, d *delegation) {
+	if c.delegs[k] == d {
+		delete(c.delegs, k)
+	}
+	d.recalled = true
+	revokes := d.takeAll() // every deadline has passed; revoking waits for a Fence still running
+	d.end()
+	c.stats.Expired++
+	c.revokeLocked(revokes)
 }
 
 // loseLocked forgets a delegation that etcd no longer has and revokes every admission from it

@@ -106,3 +106,40 @@ func heapInUse() int64 {
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
 }
+
+// An idle node's etcd lease expires with every delegation on it, as the package doc says it
+// should: that is counted as Expired, not Lost, nothing is logged, and another node takes each
+// key at once.
+func TestIdleExpiryIsNoLoss(t *testing.T) {
+	e := startEtcd(t)
+	var logs syncBuffer
+	a := newNode(t, e, "a", nodeConfig{opts: []etcdcoord.Option{
+		etcdcoord.WithTTL(2 * time.Second), etcdcoord.WithSkew(500 * time.Millisecond),
+		etcdcoord.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),
+	}})
+	b := newNode(t, e, "b", nodeConfig{})
+	ctx := context.Background()
+	keys := []string{"k1", "k2", "k3"}
+	for _, k := range keys {
+		h, err := a.l.Lock(ctx, []byte(k), cluster(time.Second, 10*time.Second))
+		require.NoError(t, err)
+		require.True(t, h.Release())
+	}
+	require.Equal(t, len(keys), a.coord.Stats().Delegations)
+
+	// A makes no request from now on: etcd lets its lease go, and A's watch sees each key deleted.
+	require.Eventually(t, func() bool { return a.coord.Stats().Delegations == 0 }, 10*time.Second, 10*time.Millisecond)
+	s := a.coord.Stats()
+	assert.Zero(t, s.Lost, "an idle node's expiry counted as a loss")
+	assert.Equal(t, uint64(len(keys)), s.Expired)
+	assert.NotContains(t, logs.String(), "level=WARN", "an idle node's expiry logged a warning")
+	for _, k := range keys {
+		h, err := b.l.Lock(ctx, []byte(k), cluster(time.Second, time.Second))
+		require.NoError(t, err, "B takes %s without waiting", k)
+		require.True(t, h.Release())
+	}
+	h, err := a.l.Lock(ctx, []byte("k1"), cluster(time.Second, 10*time.Second))
+	require.NoError(t, err, "A locks again on a new lease")
+	require.True(t, h.Release())
+	assert.Zero(t, a.coord.Stats().Lost)
+}
