@@ -243,20 +243,23 @@ func (c *Coordinator) recallValue(a *ask, sess *session) string {
 	return a.value
 }
 
-// recallLease returns the lease a recall value names.
-func recallLease(value string) (clientv3.LeaseID, bool) {
+// recallLease returns the node and the lease a recall value names.
+func recallLease(value string) (string, clientv3.LeaseID, bool) {
 	parts := strings.Split(value, "\x00")
 	if len(parts) != 3 {
-		return 0, false
+		return "", 0, false
 	}
 	id, err := strconv.ParseInt(parts[1], 16, 64)
-	return clientv3.LeaseID(id), err == nil
+	return parts[0], clientv3.LeaseID(id), err == nil
 }
 
-// mine reports whether a recall value was written by this node, or a delegation's value
-// names it.
-func (c *Coordinator) mine(value []byte) bool {
-	return len(value) > len(c.node) && value[len(c.node)] == 0 && string(value[:len(c.node)]) == c.node
+// mineLocked reports whether a recall value was written by this node on its current lease, or
+// a delegation's value names this node and lease. The lease tells apart two coordinators of
+// one name, which New refuses but an operator who deletes the prefix, names included, lets in:
+// each must see the other's recalls. Called with c.mu held.
+func (c *Coordinator) mineLocked(value []byte) bool {
+	node, lease, ok := recallLease(string(value))
+	return ok && node == c.node && c.sess != nil && lease == c.sess.id
 }
 
 // awaitWatch waits for the watch to be established. A wait that runs out is

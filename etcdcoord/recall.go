@@ -147,7 +147,7 @@ func (c *Coordinator) handOff(k string, d *delegation) {
 	c.mu.Lock()
 	r, ok := c.recalls[k]
 	c.mu.Unlock()
-	lease, valid := recallLease(r.value)
+	_, lease, valid := recallLease(r.value)
 	if !ok || !valid {
 		c.handBack([]string{k}, []*delegation{d})
 		return
@@ -223,7 +223,7 @@ func (c *Coordinator) giveBack(ks []string, ds []*delegation, txn func(ctx conte
 func (c *Coordinator) adoptLocked(k string, rev int64, value []byte) {
 	d := newDelegation(uint64(rev), c.sess)
 	d.lastEnd = c.cfg.clock.Mono() // kept for the linger period if nobody uses it
-	if c.mine(value) {
+	if c.mineLocked(value) {
 		d.honored = string(value)
 	}
 	c.delegs[k] = d

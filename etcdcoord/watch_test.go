@@ -8,6 +8,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/etcdcoord"
 )
 
 // A delegation that disappears from etcd revokes its admissions at once, live ones too, and the
@@ -80,4 +83,22 @@ func TestHandoffsOpenNoWatch(t *testing.T) {
 		recalls += n.coord.Stats().RecallsReceived
 	}
 	assert.Equal(t, uint64(handoffs), recalls)
+}
+
+// With the etcd server stopped, the node stops admitting from its delegations at once, not when
+// the lease it trusts runs out: the client would retry its watch in place, so the node takes a
+// lost connection for a broken watch.
+func TestStoppedEtcdStopsAdmissions(t *testing.T) {
+	e := startEtcd(t)
+	n := newNode(t, e, "a", nodeConfig{opts: []etcdcoord.Option{etcdcoord.WithRequestTimeout(300 * time.Millisecond)}})
+	ctx := context.Background()
+	h, err := n.l.Lock(ctx, []byte("k"), cluster(time.Second, 10*time.Second))
+	require.NoError(t, err)
+	require.True(t, h.Release())
+
+	e.stop()
+	require.Eventually(t, func() bool { return n.coord.Stats().WatchRestarts > 0 }, 5*time.Second, 5*time.Millisecond,
+		"the node did not take the lost connection for a broken watch")
+	_, err = n.l.TryLock([]byte("k"), cluster(time.Second, 100*time.Millisecond))
+	require.ErrorIs(t, err, recordlock.ErrClusterUnavailable, "admitted from a delegation while etcd was down")
 }
