@@ -185,7 +185,8 @@ func (c *Coordinator) handBack(ks []string, ds []*delegation) {
 }
 
 // giveBack runs txn, which deletes or hands over the delegations' keys, retrying until it
-// succeeds, the lease they live on is gone, or the coordinator closes; then forgets them.
+// succeeds, the lease they live on is gone, or the coordinator or its client closes; then
+// forgets them.
 func (c *Coordinator) giveBack(ks []string, ds []*delegation, txn func(ctx context.Context) error) {
 	c.mu.Lock()
 	for _, d := range ds {
@@ -201,6 +202,10 @@ func (c *Coordinator) giveBack(ks []string, ds []*delegation, txn func(ctx conte
 		}
 		if c.ctx.Err() != nil {
 			return // Close revokes the lease, which hands everything back
+		}
+		if c.cli.Ctx().Err() != nil {
+			c.log.Warn("etcdcoord: the etcd client is closed; the keys lapse with the node's lease", "keys", len(ks), "err", err)
+			break
 		}
 		c.log.Warn("etcdcoord: hand-back failed; retrying", "keys", len(ks), "attempt", attempt+1, "err", err)
 		c.mu.Lock()
@@ -290,7 +295,7 @@ func (c *Coordinator) loseLocked(k string, d *delegation, why string) {
 // withdraw deletes a recall key this node wrote, or may have written, after the call that
 // wrote it gave up, so that nodes queued behind it are not held up. It compares the call's own
 // value, so it never deletes a later recall, and retries until etcd confirms, the lease the key
-// lives on is gone, or the coordinator closes.
+// lives on is gone, or the coordinator or its client closes.
 func (c *Coordinator) withdraw(a *ask) {
 	rkey, value := c.rkey(a.k), a.value
 	c.mu.Lock()
@@ -304,8 +309,8 @@ func (c *Coordinator) withdraw(a *ask) {
 				Then(clientv3.OpDelete(rkey)).
 				Commit()
 			cancel()
-			if err == nil || c.ctx.Err() != nil {
-				return
+			if err == nil || c.ctx.Err() != nil || c.cli.Ctx().Err() != nil {
+				return // a closed client sends nothing more: the key lapses with the lease
 			}
 			c.log.Warn("etcdcoord: withdrawing a recall failed; retrying", "key", a.k, "attempt", attempt+1, "err", err)
 			c.mu.Lock()

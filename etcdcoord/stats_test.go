@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -142,4 +143,29 @@ func TestIdleExpiryIsNoLoss(t *testing.T) {
 	require.NoError(t, err, "A locks again on a new lease")
 	require.True(t, h.Release())
 	assert.Zero(t, a.coord.Stats().Lost)
+}
+
+// Once the node's etcd client is closed, nothing it could send reaches etcd: a hand-back that
+// fails for that reason is given up with one warning, not retried and logged until Close.
+func TestClosedClientStopsHandBackRetries(t *testing.T) {
+	e := startEtcd(t)
+	var logs syncBuffer
+	a := newNode(t, e, "a", nodeConfig{opts: []etcdcoord.Option{
+		etcdcoord.WithTTL(2 * time.Second), etcdcoord.WithSkew(500 * time.Millisecond),
+		etcdcoord.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),
+	}})
+	b := newNode(t, e, "b", nodeConfig{})
+	ctx := context.Background()
+	ha, err := a.l.Lock(ctx, []byte("k"), cluster(time.Second, 10*time.Second))
+	require.NoError(t, err)
+	got := lockAsync(b, "k", cluster(time.Second, 10*time.Second))
+	require.Eventually(t, func() bool { return a.coord.Stats().RecallsReceived == 1 }, 10*time.Second, time.Millisecond)
+
+	require.NoError(t, a.cli.Close())
+	ha.Release() // A's hand-back can no longer be sent
+	r := <-got
+	require.NoError(t, r.err, "B is admitted once A's lease expires")
+	require.True(t, r.h.Release())
+	time.Sleep(6 * time.Second) // room for retries: on a closed client each fails within about 3 s
+	assert.LessOrEqual(t, strings.Count(logs.String(), "level=WARN"), 1, "warnings after the client closed:\n%s", logs.String())
 }
