@@ -95,6 +95,7 @@ func (c *Coordinator) coldOutcomeLocked(ctx context.Context, a *ask, sess *sessi
 	}
 	// Another node holds the key, or another node's recall is ahead of this call.
 	a.contended = true
+	c.contended[a.k] = minted
 	return coldResult{waitFrom: resp.Header.Revision}, nil
 }
 
@@ -118,7 +119,7 @@ func (c *Coordinator) createdLocked(k string, sess *session, rev int64, minted, 
 			// its watch could say so: end its admissions, as the watch would have.
 			c.goneLocked(k, d, "replaced in etcd by a later delegation")
 		}
-		d = newDelegation(uint64(rev), sess)
+		d = newDelegation(k, uint64(rev), sess)
 		c.delegs[k] = d
 	}
 	if d.recalled {

@@ -9,6 +9,7 @@ import (
 // delegation is this node's right to admit holders of one key, backed by a key in etcd on the
 // node's lease. Its fields are guarded by Coordinator.mu, except gone, which is closed once.
 type delegation struct {
+	k           string   // the record key
 	token       uint64   // the revision that granted it to this node: the fencing token of its rounds
 	sess        *session // the lease it lives on
 	honored     string   // the recall value of this node's call that it was handed over for
@@ -27,8 +28,8 @@ type delegation struct {
 	gone chan struct{} // closed when the delegation is handed back or lost
 }
 
-func newDelegation(token uint64, sess *session) *delegation {
-	return &delegation{token: token, sess: sess, gone: make(chan struct{})}
+func newDelegation(k string, token uint64, sess *session) *delegation {
+	return &delegation{k: k, token: token, sess: sess, gone: make(chan struct{})}
 }
 
 // admission is one granted round.
@@ -55,12 +56,13 @@ func (c *Coordinator) admitLocked(d *delegation, minted, lease time.Duration, re
 	return recordlock.Round{TsR: c.cfg.stamp(), MintedMono: minted, Token: d.token, Release: a.release}, evicted
 }
 
-// release ends the admission (not the delegation). It never fails.
+// release ends the admission. If it was the last live one of a contended key, it hands the
+// delegation back too (handBackContended). It never fails.
 func (a *admission) release() error {
 	c := a.c
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if a.released {
+		c.mu.Unlock()
 		return nil
 	}
 	a.released = true
@@ -71,6 +73,17 @@ func (a *admission) release() error {
 	if d.wake != nil {
 		close(d.wake)
 		d.wake = nil
+	}
+	now := c.cfg.clock.Mono()
+	eager := !d.recalled && !d.live() && c.contendedLocked(d.k, now)
+	var revokes []func()
+	if eager {
+		d.recalled = true
+		revokes = d.takeAll()
+	}
+	c.mu.Unlock()
+	if eager {
+		c.handBackContended(d, revokes, now < a.deadline)
 	}
 	return nil
 }

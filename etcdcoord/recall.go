@@ -17,6 +17,7 @@ func (c *Coordinator) recallLocked(k string, d *delegation) {
 	}
 	d.recalled = true
 	c.stats.RecallsReceived++
+	c.contended[k] = c.cfg.clock.Mono()
 	bound := d.sess.validUntil
 	c.wg.Add(1)
 	go c.handOver(k, d, bound)
@@ -111,6 +112,7 @@ func (c *Coordinator) revokeLocked(revokes []func()) {
 // a node that locks many distinct keys must not keep them all in etcd. Called with c.mu held.
 func (c *Coordinator) sweepLocked(now time.Duration) {
 	c.lastSweep = now
+	c.pruneContendedLocked(now)
 	var ks []string
 	var ds []*delegation
 	for k, d := range c.delegs {
@@ -226,7 +228,7 @@ func (c *Coordinator) giveBack(ks []string, ds []*delegation, txn func(ctx conte
 // not know: one another node handed over, or one whose creating Txn's reply did not arrive.
 // Called with c.mu held.
 func (c *Coordinator) adoptLocked(k string, rev int64, value []byte) {
-	d := newDelegation(uint64(rev), c.sess)
+	d := newDelegation(k, uint64(rev), c.sess)
 	d.lastEnd = c.cfg.clock.Mono() // kept for the linger period if nobody uses it
 	if c.mineLocked(value) {
 		d.honored = string(value)

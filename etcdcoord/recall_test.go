@@ -98,3 +98,41 @@ func TestFencedCommitDelaysHandBack(t *testing.T) {
 	require.NoError(t, r.err)
 	require.True(t, r.h.Release())
 }
+
+// Nodes that take turns on a key stop recalling it: once a recall has shown that another node
+// wants the key, a node hands it back when its last holder releases it, so the next node's Lock
+// is the one Txn that creates the delegation, and its Release the one that deletes it. A key no
+// other node wants stays delegated, and its repeat locks make no request.
+func TestContendedKeyIsHandedBackOnRelease(t *testing.T) {
+	e := startEtcd(t)
+	nodes := []*node{newNode(t, e, "a", nodeConfig{}), newNode(t, e, "b", nodeConfig{})}
+	ctx := context.Background()
+	opts := cluster(time.Second, 10*time.Second)
+	lockRelease := func(n *node, key string) {
+		h, err := n.l.Lock(ctx, []byte(key), opts)
+		require.NoError(t, err)
+		require.True(t, h.Release())
+	}
+	lockRelease(nodes[0], "k")
+	lockRelease(nodes[1], "k") // recalls the key from A
+	recalls := nodes[1].coord.Stats().RecallsSent
+	for i := range 6 {
+		n := nodes[i%2]
+		before := n.reqs.snapshot()
+		h, err := n.l.Lock(ctx, []byte("k"), opts)
+		require.NoError(t, err)
+		assert.Equal(t, map[string]int{txnMethod: 1}, n.reqs.since(before), "lock %d by %s", i, n.name)
+		before = n.reqs.snapshot()
+		require.True(t, h.Release())
+		assert.Equal(t, map[string]int{txnMethod: 1}, n.reqs.since(before), "release %d by %s", i, n.name)
+		assert.Zero(t, n.coord.Stats().Delegations, "%s kept the key after release %d", n.name, i)
+	}
+	assert.Equal(t, recalls, nodes[1].coord.Stats().RecallsSent, "no more recalls")
+	assert.Zero(t, nodes[0].coord.Stats().RecallsSent, "no more recalls")
+
+	lockRelease(nodes[0], "other")
+	before := nodes[0].reqs.snapshot()
+	lockRelease(nodes[0], "other")
+	assert.Empty(t, nodes[0].reqs.since(before), "a repeat lock of a key no other node wants")
+	assert.Equal(t, 1, nodes[0].coord.Stats().Delegations)
+}

@@ -1,0 +1,62 @@
+package etcdcoord
+
+import (
+	"time"
+)
+
+// A key that nodes take turns on is handed back to etcd as soon as this node's last holder
+// releases it, as etcd's own Mutex deletes its key on Unlock: the next node's Lock then creates
+// the delegation in one Txn, instead of recalling it and waiting for this node to hand it over,
+// two round trips and two watch deliveries. A key no other node wants stays delegated, so that
+// repeat locks make no request.
+
+// contendedLocked reports whether another node wanted or held key k within the linger period:
+// this node sent or received a recall of it, and since then another node's delegation of it
+// came and went on the watch. Called with c.mu held.
+func (c *Coordinator) contendedLocked(k string, now time.Duration) bool {
+	at, ok := c.contended[k]
+	return ok && now-at < c.cfg.linger
+}
+
+// usedElsewhereLocked records that the watch saw another node's delegation of k, if k is
+// known to be contended: nodes that take turns without recalls keep it so. Called with c.mu
+// held.
+func (c *Coordinator) usedElsewhereLocked(k string) {
+	if _, ok := c.contended[k]; ok {
+		c.contended[k] = c.cfg.clock.Mono()
+	}
+}
+
+// pruneContendedLocked forgets the keys no other node has wanted for the linger period, so
+// that the map holds only recently contended keys. Called with c.mu held.
+func (c *Coordinator) pruneContendedLocked(now time.Duration) {
+	for k, at := range c.contended {
+		if now-at >= c.cfg.linger {
+			delete(c.contended, k)
+		}
+	}
+}
+
+// handBackContended hands d back after its last holder released it: it revokes the released
+// admissions first, so that a write staged before Release is fenced, as a recall does. A
+// Release waits for etcd to confirm, within the request timeout, so that a Lock the caller
+// makes on another node next finds the key free; an expiry, which the Locker's timer may be
+// running, does not wait. The hand-back is retried in the background if it fails.
+func (c *Coordinator) handBackContended(d *delegation, revokes []func(), wait bool) {
+	c.background(func() {
+		for _, revoke := range revokes {
+			revoke()
+		}
+		c.handBack([]string{d.k}, []*delegation{d})
+	})
+	if !wait {
+		return
+	}
+	t := time.NewTimer(c.cfg.reqLimit)
+	defer t.Stop()
+	select {
+	case <-d.gone:
+	case <-t.C:
+	case <-c.ctx.Done():
+	}
+}
