@@ -170,4 +170,3 @@ func reportSideBySide(b *testing.B, coordLock, mutexLock, coordCycle, mutexCycle
 		}
 	}
 }
-

@@ -102,4 +102,3 @@ func BenchmarkEtcdMutex(b *testing.B) {
 		}
 	}
 }
-
