@@ -43,12 +43,18 @@ func (c *Coordinator) pruneContendedLocked(now time.Duration) {
 // makes on another node next finds the key free; an expiry, which the Locker's timer may be
 // running, does not wait. The hand-back is retried in the background if it fails.
 func (c *Coordinator) handBackContended(d *delegation, revokes []func(), wait bool) {
-	c.background(func() {
+	started := c.background(func() {
 		for _, revoke := range revokes {
 			revoke()
 		}
 		c.handBack([]string{d.k}, []*delegation{d})
 	})
+	if !started { // Close revokes the lease, which hands the key back; the revocations are ours
+		for _, revoke := range revokes {
+			revoke()
+		}
+		return
+	}
 	if !wait {
 		return
 	}

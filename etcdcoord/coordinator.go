@@ -256,23 +256,24 @@ func (c *Coordinator) await(ctx context.Context, ch <-chan struct{}) error {
 }
 
 // background runs f in a goroutine that Close waits for; after Close it does nothing, since
-// revoking the lease removes every key of this node.
-func (c *Coordinator) background(f func()) {
+// revoking the lease removes every key of this node, and reports false.
+func (c *Coordinator) background(f func()) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.backgroundLocked(f)
+	return c.backgroundLocked(f)
 }
 
 // backgroundLocked is background called with c.mu held.
-func (c *Coordinator) backgroundLocked(f func()) {
+func (c *Coordinator) backgroundLocked(f func()) bool {
 	if c.closed {
-		return
+		return false
 	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		f()
 	}()
+	return true
 }
 
 // sleep backs off before a retry of a background request; false once the coordinator closes.

@@ -64,6 +64,13 @@
 // Askers are served in turn: while one node's recall is pending, no other node creates the
 // delegation.
 //
+// A key that another node wanted or held within the linger period (a recall was sent or
+// received, and since then the watch has seen another node's delegation of it) is handed back
+// as soon as this node's last holder releases it, as etcd's Mutex deletes its key on Unlock:
+// the released admissions are revoked first, as a recall would, and Release waits for etcd to
+// confirm, within the request timeout. Nodes that take turns on a key then pay one Txn per Lock
+// and one per Release, with no recall. A key no other node wants stays delegated.
+//
 // A delegation keeps the admissions it may have to revoke: the live one and at most
 // RetainedPerKey released ones whose lease has not ended. When one more released admission
 // would be kept, the oldest is revoked at once, so memory does not grow with the lock rate.

@@ -12,12 +12,15 @@ import (
 // recallLocked starts handing d back after another node asked for it: no more admissions, and
 // handOver returns it once every admission is revoked. Called with c.mu held.
 func (c *Coordinator) recallLocked(k string, d *delegation) {
-	if d.recalled || c.closed {
+	if c.closed {
+		return
+	}
+	c.contended[k] = c.cfg.clock.Mono()
+	if d.recalled {
 		return
 	}
 	d.recalled = true
 	c.stats.RecallsReceived++
-	c.contended[k] = c.cfg.clock.Mono()
 	bound := d.sess.validUntil
 	c.wg.Add(1)
 	go c.handOver(k, d, bound)

@@ -10,8 +10,8 @@ type Stats struct {
 	// RecallsSent counts recall keys this node wrote; RecallsReceived, recalls of its
 	// delegations by other nodes.
 	RecallsSent, RecallsReceived uint64
-	// HandBacks counts delegations handed back to etcd: recalled, idle, given up, or held when
-	// Close revoked the node's lease.
+	// HandBacks counts delegations handed back to etcd: recalled, released while another node
+	// wants the key, idle, given up, or held when Close revoked the node's lease.
 	HandBacks uint64
 	// Lost counts delegations that disappeared from etcd while this node still trusted the
 	// lease they were on: deleted, or the lease revoked or expired earlier than this node
