@@ -74,17 +74,19 @@ func (a *admission) release() error {
 		close(d.wake)
 		d.wake = nil
 	}
+	if d.recalled || d.live() || len(c.contended) == 0 { // the repeat path reads no clock here
+		c.mu.Unlock()
+		return nil
+	}
 	now := c.cfg.clock.Mono()
-	eager := !d.recalled && !d.live() && c.contendedLocked(d.k, now)
-	var revokes []func()
-	if eager {
-		d.recalled = true
-		revokes = d.takeAll()
+	if !c.contendedLocked(d.k, now) {
+		c.mu.Unlock()
+		return nil
 	}
+	d.recalled = true
+	revokes := d.takeAll()
 	c.mu.Unlock()
-	if eager {
-		c.handBackContended(d, revokes, now < a.deadline)
-	}
+	c.handBackContended(d, revokes, now < a.deadline)
 	return nil
 }
 
