@@ -10,12 +10,28 @@ import (
 // two round trips and two watch deliveries. A key no other node wants stays delegated, so that
 // repeat locks make no request.
 
-// contendedLocked reports whether another node wanted or held key k within the linger period:
-// this node sent or received a recall of it, and since then another node's delegation of it
-// came and went on the watch. Called with c.mu held.
+// contention is what this node knows of a key's other users.
+type contention struct {
+	remote time.Duration // Mono when another node last wanted or held the key
+	local  time.Duration // Mono when a lock of this node last waited for its own hand-back; 0: never
+}
+
+// contendedLocked reports whether k should be handed back on release: another node wanted or
+// held it within the linger period (this node sent or received a recall of it, and since then
+// another node's delegation of it came and went on the watch), and no lock of this node has had
+// to wait for such a hand-back within that period. Locks of one node that follow one another,
+// as its goroutines queue for the key, keep the delegation then, as a key no other node wants.
+// Called with c.mu held.
 func (c *Coordinator) contendedLocked(k string, now time.Duration) bool {
-	at, ok := c.contended[k]
-	return ok && now-at < c.cfg.linger
+	ct, ok := c.contended[k]
+	return ok && now-ct.remote < c.cfg.linger && (ct.local == 0 || now-ct.local >= c.cfg.linger)
+}
+
+// wantedElsewhereLocked records that another node wants or holds k now. Called with c.mu held.
+func (c *Coordinator) wantedElsewhereLocked(k string, now time.Duration) {
+	ct := c.contended[k]
+	ct.remote = now
+	c.contended[k] = ct
 }
 
 // usedElsewhereLocked records that the watch saw another node's delegation of k, if k is
@@ -23,15 +39,25 @@ func (c *Coordinator) contendedLocked(k string, now time.Duration) bool {
 // held.
 func (c *Coordinator) usedElsewhereLocked(k string) {
 	if _, ok := c.contended[k]; ok {
-		c.contended[k] = c.cfg.clock.Mono()
+		c.wantedElsewhereLocked(k, c.cfg.clock.Mono())
 	}
 }
 
-// pruneContendedLocked forgets the keys no other node has wanted for the linger period, so
-// that the map holds only recently contended keys. Called with c.mu held.
+// wantedHereLocked records that a lock of this node found d being handed back on release: this
+// node wants the key again at once, so it keeps its next delegation of it. Called with c.mu
+// held.
+func (c *Coordinator) wantedHereLocked(d *delegation, now time.Duration) {
+	if ct, ok := c.contended[d.k]; ok && d.releasedBack {
+		ct.local = now
+		c.contended[d.k] = ct
+	}
+}
+
+// pruneContendedLocked forgets the keys no node has contended for the linger period, so that
+// the map holds only recently contended keys. Called with c.mu held.
 func (c *Coordinator) pruneContendedLocked(now time.Duration) {
-	for k, at := range c.contended {
-		if now-at >= c.cfg.linger {
+	for k, ct := range c.contended {
+		if now-ct.remote >= c.cfg.linger && now-ct.local >= c.cfg.linger {
 			delete(c.contended, k)
 		}
 	}

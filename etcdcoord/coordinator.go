@@ -38,15 +38,15 @@ type Coordinator struct {
 	mu        sync.Mutex // guards everything below
 	closed    bool
 	sess      *session
-	watching  bool                     // the watch is established and the state below is caught up
-	up        chan struct{}            // closed when watching becomes true; replaced when it breaks
-	seen      int64                    // the latest revision the watch applied: every change up to it is reflected here
-	delegs    map[string]*delegation   // by key
-	recalls   map[string]recall        // key → another node's pending recall
-	waiters   map[string][]*waiter     // key → Acquire calls waiting for its etcd keys to change
-	contended map[string]time.Duration // key → Mono when another node last wanted or held it
-	lastSweep time.Duration            // Mono of the last look for idle delegations
-	stats     Stats                    // counters; Delegations and Retained are computed by Stats
+	watching  bool                   // the watch is established and the state below is caught up
+	up        chan struct{}          // closed when watching becomes true; replaced when it breaks
+	seen      int64                  // the latest revision the watch applied: every change up to it is reflected here
+	delegs    map[string]*delegation // by key
+	recalls   map[string]recall      // key → another node's pending recall
+	waiters   map[string][]*waiter   // key → Acquire calls waiting for its etcd keys to change
+	contended map[string]contention  // keys other nodes want: handed back on release
+	lastSweep time.Duration          // Mono of the last look for idle delegations
+	stats     Stats                  // counters; Delegations and Retained are computed by Stats
 }
 
 // New returns a Coordinator for the node named node over client. It grants the node's etcd
@@ -107,7 +107,7 @@ func New(client *clientv3.Client, node string, opts ...Option) (*Coordinator, er
 		delegs:    map[string]*delegation{},
 		recalls:   map[string]recall{},
 		waiters:   map[string][]*waiter{},
-		contended: map[string]time.Duration{},
+		contended: map[string]contention{},
 	}
 	rctx, cancel := context.WithTimeout(ctx, cfg.reqLimit)
 	_, err := c.session(rctx, 0)
@@ -175,6 +175,7 @@ func (c *Coordinator) Acquire(ctx context.Context, key []byte, lease time.Durati
 			continue
 		case d == nil:
 		case d.recalled:
+			c.wantedHereLocked(d, minted)
 			gone := d.gone
 			c.mu.Unlock()
 			if err := c.await(ctx, gone); err != nil {

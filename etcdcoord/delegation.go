@@ -9,13 +9,14 @@ import (
 // delegation is this node's right to admit holders of one key, backed by a key in etcd on the
 // node's lease. Its fields are guarded by Coordinator.mu, except gone, which is closed once.
 type delegation struct {
-	k           string   // the record key
-	token       uint64   // the revision that granted it to this node: the fencing token of its rounds
-	sess        *session // the lease it lives on
-	honored     string   // the recall value of this node's call that it was handed over for
-	recalled    bool     // admits no more: asked back, lost, idle or closing
-	handingBack bool     // this node is deleting or handing over its key in etcd
-	ended       bool
+	k            string   // the record key
+	token        uint64   // the revision that granted it to this node: the fencing token of its rounds
+	sess         *session // the lease it lives on
+	honored      string   // the recall value of this node's call that it was handed over for
+	recalled     bool     // admits no more: asked back, lost, idle or closing
+	handingBack  bool     // this node is deleting or handing over its key in etcd
+	releasedBack bool     // handed back because its last holder released it (contention.go)
+	ended        bool
 
 	// kept are the admissions a recall may have to revoke, oldest first: every live one, and
 	// at most RetainedPerKey released ones whose lease has not ended. A local key is held by
@@ -84,6 +85,7 @@ func (a *admission) release() error {
 		return nil
 	}
 	d.recalled = true
+	d.releasedBack = true
 	revokes := d.takeAll()
 	c.mu.Unlock()
 	c.handBackContended(d, revokes, now < a.deadline)

@@ -15,7 +15,7 @@ func (c *Coordinator) recallLocked(k string, d *delegation) {
 	if c.closed {
 		return
 	}
-	c.contended[k] = c.cfg.clock.Mono()
+	c.wantedElsewhereLocked(k, c.cfg.clock.Mono())
 	if d.recalled {
 		return
 	}

@@ -2,6 +2,7 @@ package etcdcoord_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,4 +136,51 @@ func TestContendedKeyIsHandedBackOnRelease(t *testing.T) {
 	lockRelease(nodes[0], "other")
 	assert.Empty(t, nodes[0].reqs.since(before), "a repeat lock of a key no other node wants")
 	assert.Equal(t, 1, nodes[0].coord.Stats().Delegations)
+}
+
+// A node whose own next lock has to wait for the hand-back its release started keeps its next
+// delegation of the key: its goroutines queue for the key, and each would otherwise pay two
+// Txns where a repeat lock pays none.
+func TestLocalDemandKeepsContendedKey(t *testing.T) {
+	e := startEtcd(t)
+	a, b := newNode(t, e, "a", nodeConfig{}), newNode(t, e, "b", nodeConfig{})
+	ctx := context.Background()
+	opts := cluster(time.Second, 10*time.Second)
+	for _, n := range []*node{a, b} { // B recalls the key from A: both know it is contended
+		h, err := n.l.Lock(ctx, []byte("k"), opts)
+		require.NoError(t, err)
+		require.True(t, h.Release())
+	}
+	h, err := a.l.Lock(ctx, []byte("k"), opts)
+	require.NoError(t, err)
+
+	sent, proceed := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool
+	a.reqs.setHook(func(ctx context.Context, method string, req any, invoke func() error) error {
+		if method == txnMethod && held.CompareAndSwap(false, true) { // the hand-back on release
+			close(sent)
+			<-proceed
+		}
+		return invoke()
+	})
+	released := make(chan bool, 1)
+	go func() { released <- h.Release() }()
+	<-sent
+	next := lockAsync(a, "k", opts)
+	time.Sleep(200 * time.Millisecond) // the next lock reaches the delegation being handed back
+	require.False(t, admitted(next), "admitted from a delegation being handed back")
+	close(proceed)
+	require.True(t, <-released)
+	r := <-next
+	require.NoError(t, r.err)
+	assert.Greater(t, r.h.Token(), h.Token(), "admitted from a new delegation")
+
+	before := a.reqs.snapshot()
+	require.True(t, r.h.Release())
+	assert.Empty(t, a.reqs.since(before), "the release handed the key back")
+	assert.Equal(t, 1, a.coord.Stats().Delegations)
+	h, err = a.l.Lock(ctx, []byte("k"), opts)
+	require.NoError(t, err)
+	require.True(t, h.Release())
+	assert.Empty(t, a.reqs.since(before), "a repeat lock made a request")
 }
