@@ -6,8 +6,8 @@ import (
 
 // A key that nodes take turns on is handed back to etcd as soon as this node's last holder
 // releases it, as etcd's own Mutex deletes its key on Unlock: the next node's Lock then creates
-// the delegation in one Txn, instead of recalling it and waiting for this node to hand it over,
-// two round trips and two watch deliveries. A key no other node wants stays delegated, so that
+// the delegation in one Txn, instead of recalling it and waiting for this node to hand it over:
+// two Txns and two watch deliveries. A key no other node wants stays delegated, so that
 // repeat locks make no request.
 
 // contention is what this node knows of a key's other users.
@@ -57,7 +57,7 @@ func (c *Coordinator) wantedHereLocked(d *delegation, now time.Duration) {
 // the map holds only recently contended keys. Called with c.mu held.
 func (c *Coordinator) pruneContendedLocked(now time.Duration) {
 	for k, ct := range c.contended {
-		if now-ct.remote >= c.cfg.linger && now-ct.local >= c.cfg.linger {
+		if now-ct.remote >= c.cfg.linger && (ct.local == 0 || now-ct.local >= c.cfg.linger) {
 			delete(c.contended, k)
 		}
 	}
