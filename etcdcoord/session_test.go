@@ -38,6 +38,12 @@ func TestLongestLeaseIsAdmittedOnEveryPath(t *testing.T) {
 		return h.Token(), sent
 	}
 
+	for _, n := range []*node{a, b} { // each node's watch is established: its requests are not the lock's
+		h, err := n.l.Lock(ctx, []byte("warm-up"), cluster(time.Second, 10*time.Second))
+		require.NoError(t, err)
+		require.True(t, h.Release())
+	}
+
 	coldToken, sent := lockCounted(a, "cold lock")
 	assert.Equal(t, 1, sent[txnMethod], "cold lock: the Txn that creates the delegation")
 	assert.LessOrEqual(t, sent[keepAliveMethod], 1, "cold lock: lease refreshes")
