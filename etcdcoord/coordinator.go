@@ -196,9 +196,10 @@ func (c *Coordinator) Acquire(ctx context.Context, key []byte, lease time.Durati
 		c.mu.Unlock()
 		if d != nil && renewed {
 			// Every delegation is on the node's current lease, which the refresh made cover
-			// minted+lease: not fitting now means the lease was lost and a new one granted.
-			// Look again on a fresh reading rather than refresh twice in a row.
-			continue
+			// minted+lease. Should that ever not hold, fail rather than refresh twice in a row:
+			// that is the bound on an Acquire's refreshes.
+			return recordlock.Round{}, fmt.Errorf("%w: etcdcoord: the refreshed lease does not cover the round",
+				recordlock.ErrClusterUnavailable)
 		}
 		sess, err := c.session(ctx, minted+lease)
 		if err != nil {
