@@ -69,7 +69,9 @@
 // as soon as this node's last holder releases it, as etcd's Mutex deletes its key on Unlock:
 // the released admissions are revoked first, as a recall would, and Release waits for etcd to
 // confirm, within the request timeout. Nodes that take turns on a key then pay one Txn per Lock
-// and one per Release, with no recall. A key no other node wants stays delegated.
+// and one per Release, with no recall. A key no other node wants stays delegated, and so does
+// one that this node wanted again while such a hand-back was in flight, for the linger period:
+// its goroutines that queue for the key then pass it on without a request.
 //
 // A delegation keeps the admissions it may have to revoke: the live one and at most
 // RetainedPerKey released ones whose lease has not ended. When one more released admission
@@ -92,9 +94,9 @@
 // happen only while that watch is established; when it breaks, the node reads the prefix afresh
 // before admitting again. The watch breaks when etcd ends it, and when the client's connection
 // to etcd stops being ready (with several endpoints, to every member): the client would retry
-// the watch in place, and the node would go on admitting while blind to recalls. Every request and the watch require a leader, so a member
-// cut off from the quorum fails fast instead of hanging, and the node stops admitting from its
-// delegations until its watch is back.
+// the watch in place, and the node would go on admitting while blind to recalls. Every request
+// and the watch require a leader, so a member cut off from the quorum fails fast instead of
+// hanging, and the node stops admitting from its delegations until its watch is back.
 //
 // A delegation that disappears from etcd while the node still trusts the lease it is on
 // (deleted, its lease revoked, or replaced by a later delegation this node's own Txn created)
