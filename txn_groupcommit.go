@@ -1,6 +1,7 @@
 package recordlock
 
 import (
+	"runtime"
 	"sync"
 
 	"github.com/linxGnu/grocksdb"
@@ -11,43 +12,45 @@ import (
 // RocksDB's own bound on a write group (max_write_batch_group_size_bytes).
 const maxGroupBytes = 1 << 20
 
-// commitQueue writes the batches of a Locker's Txns that commit at the same time as one RocksDB
-// write (docs/DESIGN.md §5.4). One write is in flight at a time; the Txns that reach Commit while
-// it is park as goroutines, and when it returns the first of them writes all of them that use
-// the same write options in one batch. Each stays inside its own fences until its batch has
-// landed, so each still lands only while its leases are live. Left to RocksDB, every concurrent
-// commit would hold an OS thread in RocksDB's write queue, spinning and yielding while the
-// group's leader writes, and every Txn would pay for a write-ahead-log append of its own.
+// commitQueue lets as many RocksDB writes of a Locker's Txns be in flight at once as there are
+// Ps (GOMAXPROCS), and writes the batches of the Txns that commit while they all are as groups,
+// one RocksDB write each (docs/DESIGN.md §5.4). A Txn that finds a slot free writes at once; one
+// that finds none parks its goroutine, and when a write returns the first parked Txn leads the
+// next: it writes itself and every parked Txn that it can merge with. Each stays inside its own
+// fences until its batch has landed, so each still lands only while its leases are live.
+// Left to RocksDB, every further concurrent commit would hold an OS thread in RocksDB's write
+// queue, spinning and yielding while the group's leader writes, and would pay for a
+// write-ahead-log append of its own.
 type commitQueue struct {
 	mu      sync.Mutex
-	writing bool            // a write is in flight, or a waiter was told to lead the next one
-	waiting []*commitWaiter // the Txns queued behind it, in arrival order; the head leads next
-	// group is the group being written. One write is in flight at a time, so one slice serves
-	// every group; its leader empties it before it hands the lead on.
-	group []*commitWaiter
+	writers int             // writes in flight, counting a waiter told to lead the next one
+	waiting []*commitWaiter // the Txns parked, in arrival order; the head leads next
 }
 
-// commitWaiter is a Txn queued in a commitQueue. Waiters are reused: each is sent to exactly
+// commitWaiter is a Txn parked in a commitQueue. Waiters are reused: each is sent to exactly
 // once, so once it has received, nothing refers to it but its Txn's goroutine.
 type commitWaiter struct {
 	t    *Txn
 	wake chan struct{} // receives once: the waiter leads the next write, or its batch was written
 	lead bool          // set before wake when the waiter is to lead
 	err  error         // the result of the write that carried its batch, set before wake
+	// group is the group the waiter leads, kept with the waiter so that its backing array is
+	// reused; it is emptied before the lead passes on.
+	group []*commitWaiter
 }
 
 var waiters = sync.Pool{New: func() any { return &commitWaiter{wake: make(chan struct{}, 1)} }}
 
-// write writes t's staged writes: alone when no other write is in flight, else in a group
-// write led by the first Txn queued behind that write.
+// write writes t's staged writes: at once while fewer writes than Ps are in flight, else parked
+// until a write returns, then in a group write led by the first Txn parked. An error from
+// RocksDB matches ErrCommitAmbiguous.
 func (q *commitQueue) write(t *Txn) error {
 	q.mu.Lock()
-	if !q.writing {
-		q.writing = true
+	if q.writers < t.l.maxWriters() {
+		q.writers++
 		q.mu.Unlock()
-		err := writeAlone(t)
-		q.next()
-		return err
+		defer q.next() // also if the write panics: later commits must not wait for it
+		return writeAlone(t)
 	}
 	w := waiters.Get().(*commitWaiter)
 	w.t = t
@@ -55,51 +58,77 @@ func (q *commitQueue) write(t *Txn) error {
 	q.mu.Unlock()
 	<-w.wake
 	if w.lead {
-		group := q.takeGroup(w)
-		writeGroup(group)
-		for _, m := range group[1:] {
-			m.wake <- struct{}{}
-		}
-		clear(group) // the group's Txns must not stay reachable
-		q.next()
+		q.lead(w)
 	}
 	err := w.err
-	*w = commitWaiter{wake: w.wake}
+	*w = commitWaiter{wake: w.wake, group: w.group}
 	waiters.Put(w)
 	return err
 }
 
-// takeGroup removes lead, the head of the queue, from the queue, and after it every waiter with
-// the same write options while the batches taken besides lead's stay under maxGroupBytes, and
-// returns them with lead first. The waiters left keep their order. It scans the queue only until
-// the bound is reached, so forming a group costs one step per waiter it takes or passes over.
+// lead writes the group w takes from the queue, wakes its other members with the result and
+// passes the lead on. A panic in the write wakes them too, with an ambiguous error, before it
+// goes on up w's goroutine.
+func (q *commitQueue) lead(w *commitWaiter) {
+	group := q.takeGroup(w)
+	defer func() {
+		if r := recover(); r != nil {
+			for _, m := range group {
+				m.err = errWritePanicked
+			}
+			q.wakeAndPassOn(group)
+			panic(r)
+		}
+	}()
+	writeGroup(group)
+	q.wakeAndPassOn(group)
+}
+
+// wakeAndPassOn wakes group's members besides its leader, forgets them, and passes the lead on.
+func (q *commitQueue) wakeAndPassOn(group []*commitWaiter) {
+	lead := group[0]
+	for _, m := range group[1:] {
+		m.wake <- struct{}{}
+	}
+	clear(group) // the group's Txns must not stay reachable
+	lead.group = group[:0]
+	q.next()
+}
+
+// takeGroup removes lead, the head of the queue, from the queue, and after it every waiter that
+// can share its write, while the batches taken besides lead's stay under maxGroupBytes, and
+// returns them with lead first. A waiter shares lead's write when both use the same write options
+// and both batches are mergeable. The waiters left keep their order. It scans the queue only
+// until the bound is reached, so forming a group costs one step per waiter it takes or passes
+// over.
 func (q *commitQueue) takeGroup(lead *commitWaiter) []*commitWaiter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	group := append(q.group[:0], lead)
+	group := append(lead.group[:0], lead)
 	rest := q.waiting[:0]
 	size, i := 0, 1
-	for ; i < len(q.waiting) && size < maxGroupBytes; i++ {
-		if w := q.waiting[i]; w.t.mode == lead.t.mode {
-			size += w.t.stagedBytes()
-			group = append(group, w)
-		} else {
-			rest = append(rest, w)
+	if lead.t.mergeable() {
+		for ; i < len(q.waiting) && size < maxGroupBytes; i++ {
+			if w := q.waiting[i]; w.t.mode == lead.t.mode && w.t.mergeable() {
+				size += w.t.stagedBytes()
+				group = append(group, w)
+			} else {
+				rest = append(rest, w)
+			}
 		}
 	}
 	rest = append(rest, q.waiting[i:]...)
 	clear(q.waiting[len(rest):]) // the taken waiters must not stay reachable
 	q.waiting = rest
-	q.group = group
 	return group
 }
 
-// next ends the write in flight: the first waiter, if any, leads the next one.
+// next ends a write: the first waiter, if any, leads the next one in its place.
 func (q *commitQueue) next() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.waiting) == 0 {
-		q.writing = false
+		q.writers--
 		return
 	}
 	w := q.waiting[0]
@@ -108,10 +137,9 @@ func (q *commitQueue) next() {
 }
 
 // writeGroup writes the staged writes of group, every member with the write options of the
-// first, as one RocksDB write, and sets each member's err to its result. A failed write fails
-// every member: RocksDB's write errors are the database's (an I/O error, or a column family it
-// does not have, after which it refuses every write), not one batch's, and a batch it fails may
-// have been applied in part, so no member can be told that its write did not land.
+// first, as one RocksDB write, and sets each member's err to its result. Every member's batch is
+// mergeable (takeGroup), so no member's batch can make RocksDB fail the others'; a failed write
+// (an I/O error, a database stopped by an earlier error) fails every member, ambiguously.
 func writeGroup(group []*commitWaiter) {
 	lead := group[0].t
 	if len(group) == 1 {
@@ -126,7 +154,7 @@ func writeGroup(group []*commitWaiter) {
 	for _, m := range group {
 		m.t.addTo(wb)
 	}
-	err := lead.l.db.Write(lead.mode.options(), wb)
+	err := ambiguous(lead.l.db.Write(lead.mode.options(), wb))
 	for _, m := range group {
 		m.err = err
 	}
@@ -137,5 +165,30 @@ func writeAlone(t *Txn) error {
 	if hook := t.l.hooks.groupWrite; hook != nil {
 		hook(1)
 	}
-	return t.write()
+	return ambiguous(t.write())
+}
+
+// maxWriters is how many RocksDB writes of the Locker's Txns may be in flight at once: as many
+// as there are Ps, each of which can run one, unless a test set the number.
+func (l *Locker) maxWriters() int {
+	if n := l.hooks.writers; n > 0 {
+		return n
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// mergeable reports whether t's batch may share a RocksDB write with other Txns' batches: when
+// it writes only the default column family. RocksDB applies a batch naming a column family it
+// does not have (dropped while the Txn was open, or of another database) in part, logs it whole
+// and then refuses every write, so it would turn the outcome of every batch merged with it into a
+// failure that reopening the database undoes. The default family cannot be dropped; any other
+// can be, between any check and the write, so a batch writing one is written alone, and its
+// outcome, whatever it is, stays its own.
+func (t *Txn) mergeable() bool {
+	for _, w := range t.writes.items {
+		if w.cfID != 0 {
+			return false
+		}
+	}
+	return true
 }
