@@ -12,28 +12,33 @@ import (
 // RocksDB's own bound on a write group (max_write_batch_group_size_bytes).
 const maxGroupBytes = 1 << 20
 
-// commitQueue lets as many RocksDB writes of a Locker's Txns be in flight at once as there are
-// Ps (GOMAXPROCS), and writes the batches of the Txns that commit while they all are as groups,
-// one RocksDB write each (docs/DESIGN.md §5.4). A Txn that finds a slot free writes at once; one
-// that finds none parks its goroutine, and when a write returns the first parked Txn leads the
-// next: it writes itself and every parked Txn that it can merge with. Each stays inside its own
-// fences until its batch has landed, so each still lands only while its leases are live.
-// Left to RocksDB, every further concurrent commit would hold an OS thread in RocksDB's write
-// queue, spinning and yielding while the group's leader writes, and would pay for a
-// write-ahead-log append of its own.
+// commitQueue decides when a Locker's Txns write their batches to RocksDB (docs/DESIGN.md
+// §5.4). A Txn that finds nobody parked and fewer writes in flight than there are Ps
+// (GOMAXPROCS) writes at once: it is a lock holder whose successors wait for its commit, and
+// RocksDB groups concurrent writers itself. A Txn that finds every P writing, or others parked,
+// parks its goroutine; once no write is in flight the first parked Txn leads the next write,
+// which carries its batch and the batch of every parked Txn it can merge with. A batch that
+// cannot be merged (Txn.mergeable) is written alone and with no other write of the Locker in
+// flight. Each Txn stays inside its own fences until its batch has landed, so each still lands
+// only while its leases are live. Left to RocksDB, every commit beyond the Ps would hold an OS
+// thread in RocksDB's write queue, spinning and yielding while the group's leader writes, and
+// would pay for a write-ahead-log append of its own.
 type commitQueue struct {
-	mu      sync.Mutex
-	writers int             // writes in flight, counting a waiter told to lead the next one
-	waiting []*commitWaiter // the Txns parked, in arrival order; the head leads next
+	mu        sync.Mutex
+	writers   int             // writes in flight, counting a waiter told to lead one
+	exclusive bool            // the write in flight is an unmergeable batch's, the only one
+	limit     int             // how many Txns may write at once: Locker.maxWriters, read at the first commit
+	waiting   []*commitWaiter // the Txns parked, in arrival order; the head leads next
 }
 
 // commitWaiter is a Txn parked in a commitQueue. Waiters are reused: each is sent to exactly
 // once, so once it has received, nothing refers to it but its Txn's goroutine.
 type commitWaiter struct {
-	t    *Txn
-	wake chan struct{} // receives once: the waiter leads the next write, or its batch was written
-	lead bool          // set before wake when the waiter is to lead
-	err  error         // the result of the write that carried its batch, set before wake
+	t      *Txn
+	wake   chan struct{} // receives once: the waiter leads the next write, or its batch was written
+	lead   bool          // set before wake when the waiter is to lead
+	merges bool          // t.mergeable(), read once when it queues
+	err    error         // the result of the write that carried its batch, set before wake
 	// group is the group the waiter leads, kept with the waiter so that its backing array is
 	// reused; it is emptied before the lead passes on.
 	group []*commitWaiter
@@ -41,19 +46,23 @@ type commitWaiter struct {
 
 var waiters = sync.Pool{New: func() any { return &commitWaiter{wake: make(chan struct{}, 1)} }}
 
-// write writes t's staged writes: at once while fewer writes than Ps are in flight, else parked
-// until a write returns, then in a group write led by the first Txn parked. An error from
-// RocksDB matches ErrCommitAmbiguous.
+// write writes t's staged writes: at once while fewer than limit writes are in flight and no Txn
+// is parked, else parked until no write is in flight and then in a group write led by the first
+// Txn parked. An error from RocksDB matches ErrCommitAmbiguous.
 func (q *commitQueue) write(t *Txn) error {
+	merges := t.mergeable()
 	q.mu.Lock()
-	if q.writers < t.l.maxWriters() {
-		q.writers++
+	if q.limit == 0 {
+		q.limit = t.l.maxWriters()
+	}
+	if len(q.waiting) == 0 && q.canStart(merges) {
+		q.start(merges)
 		q.mu.Unlock()
-		defer q.next() // also if the write panics: later commits must not wait for it
+		defer q.done(!merges) // also if the write panics: later commits must not wait for it
 		return writeAlone(t)
 	}
 	w := waiters.Get().(*commitWaiter)
-	w.t = t
+	w.t, w.merges = t, merges
 	q.waiting = append(q.waiting, w)
 	q.mu.Unlock()
 	<-w.wake
@@ -66,9 +75,46 @@ func (q *commitQueue) write(t *Txn) error {
 	return err
 }
 
+// canStart reports whether a Txn that finds nobody parked may write at once: a mergeable batch
+// while fewer than limit writes are in flight and none of them is exclusive, an unmergeable one
+// when none is. q.mu is held.
+func (q *commitQueue) canStart(merges bool) bool {
+	if merges {
+		return !q.exclusive && q.writers < q.limit
+	}
+	return q.writers == 0
+}
+
+// start counts a write that begins. q.mu is held.
+func (q *commitQueue) start(merges bool) {
+	q.writers++
+	q.exclusive = !merges
+}
+
+// done ends a write. The last write in flight to end tells the first parked Txn, if any, to lead
+// the next one: a group write goes to RocksDB with no other write of the Locker beside it, so
+// that two groups never wait for each other inside RocksDB.
+func (q *commitQueue) done(exclusive bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.writers--
+	if exclusive {
+		q.exclusive = false
+	}
+	if q.writers > 0 || len(q.waiting) == 0 {
+		return
+	}
+	w := q.waiting[0]
+	q.waiting[0] = nil
+	q.waiting = q.waiting[1:]
+	q.start(w.merges)
+	w.lead = true
+	w.wake <- struct{}{}
+}
+
 // lead writes the group w takes from the queue, wakes its other members with the result and
-// passes the lead on. A panic in the write wakes them too, with an ambiguous error, before it
-// goes on up w's goroutine.
+// ends the write. A panic in the write wakes them too, with an ambiguous error, before it goes on
+// up w's goroutine.
 func (q *commitQueue) lead(w *commitWaiter) {
 	group := q.takeGroup(w)
 	defer func() {
@@ -76,64 +122,51 @@ func (q *commitQueue) lead(w *commitWaiter) {
 			for _, m := range group {
 				m.err = errWritePanicked
 			}
-			q.wakeAndPassOn(group)
+			q.wakeAndEnd(group)
 			panic(r)
 		}
 	}()
 	writeGroup(group)
-	q.wakeAndPassOn(group)
+	q.wakeAndEnd(group)
 }
 
-// wakeAndPassOn wakes group's members besides its leader, forgets them, and passes the lead on.
-func (q *commitQueue) wakeAndPassOn(group []*commitWaiter) {
+// wakeAndEnd wakes group's members besides its leader, forgets them, and ends the write.
+func (q *commitQueue) wakeAndEnd(group []*commitWaiter) {
 	lead := group[0]
 	for _, m := range group[1:] {
 		m.wake <- struct{}{}
 	}
 	clear(group) // the group's Txns must not stay reachable
 	lead.group = group[:0]
-	q.next()
+	q.done(!lead.merges)
 }
 
-// takeGroup removes lead, the head of the queue, from the queue, and after it every waiter that
-// can share its write, while the batches taken besides lead's stay under maxGroupBytes, and
-// returns them with lead first. A waiter shares lead's write when both use the same write options
-// and both batches are mergeable. The waiters left keep their order. It scans the queue only
-// until the bound is reached, so forming a group costs one step per waiter it takes or passes
-// over.
+// takeGroup returns lead, a waiter told to lead, followed by every parked waiter that can share
+// its write, which it removes from the queue, while the batches taken besides lead's stay under
+// maxGroupBytes. A waiter shares lead's write when both batches are mergeable and use the same
+// write options. The waiters left keep their order. It scans the queue only until the bound is
+// reached, so forming a group costs one step per waiter it takes or passes over.
 func (q *commitQueue) takeGroup(lead *commitWaiter) []*commitWaiter {
+	group := append(lead.group[:0], lead)
+	if !lead.merges {
+		return group
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	group := append(lead.group[:0], lead)
 	rest := q.waiting[:0]
-	size, i := 0, 1
-	if lead.t.mergeable() {
-		for ; i < len(q.waiting) && size < maxGroupBytes; i++ {
-			if w := q.waiting[i]; w.t.mode == lead.t.mode && w.t.mergeable() {
-				size += w.t.stagedBytes()
-				group = append(group, w)
-			} else {
-				rest = append(rest, w)
-			}
+	size, i := 0, 0
+	for ; i < len(q.waiting) && size < maxGroupBytes; i++ {
+		if w := q.waiting[i]; w.merges && w.t.mode == lead.t.mode {
+			size += w.t.stagedBytes()
+			group = append(group, w)
+		} else {
+			rest = append(rest, w)
 		}
 	}
 	rest = append(rest, q.waiting[i:]...)
 	clear(q.waiting[len(rest):]) // the taken waiters must not stay reachable
 	q.waiting = rest
 	return group
-}
-
-// next ends a write: the first waiter, if any, leads the next one in its place.
-func (q *commitQueue) next() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.waiting) == 0 {
-		q.writers--
-		return
-	}
-	w := q.waiting[0]
-	w.lead = true
-	w.wake <- struct{}{}
 }
 
 // writeGroup writes the staged writes of group, every member with the write options of the
@@ -168,8 +201,8 @@ func writeAlone(t *Txn) error {
 	return ambiguous(t.write())
 }
 
-// maxWriters is how many RocksDB writes of the Locker's Txns may be in flight at once: as many
-// as there are Ps, each of which can run one, unless a test set the number.
+// maxWriters is how many Txns of the Locker may write to RocksDB at once before the next one
+// parks: as many as there are Ps, each of which can run one, unless a test set the number.
 func (l *Locker) maxWriters() int {
 	if n := l.hooks.writers; n > 0 {
 		return n
