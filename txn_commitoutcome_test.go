@@ -90,6 +90,17 @@ func TestCommitOutcomeTrueBesideDroppedFamily(t *testing.T) {
 			defer db.Close()
 			check("after a reopen:", db)
 			require.Error(t, errs[innocents], "the doomed Txn cannot have landed whole")
+			var landed, ambiguous int
+			for _, err := range errs {
+				switch {
+				case err == nil:
+					landed++
+				case errors.Is(err, recordlock.ErrCommitAmbiguous):
+					ambiguous++
+				}
+			}
+			t.Logf("%d Txns checked: %d told they landed, %d told the outcome is unknown, %d told nothing landed",
+				len(errs), landed, ambiguous, len(errs)-landed-ambiguous)
 		})
 	}
 }

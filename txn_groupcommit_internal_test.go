@@ -241,3 +241,49 @@ func TestQueuedCommitStaysFenced(t *testing.T) {
 	assert.Equal(t, "queued", string(DBGet(t, db, "k")), "the successor reads the queued commit's write")
 	assert.True(t, got.h.Release())
 }
+
+// A Txn that finds fewer writes in flight than the limit, and nobody parked, writes at once
+// beside them; one that finds the limit reached parks, and the parked Txns are written as one
+// group only once no other write of the Locker is in flight.
+func TestCommitWritesAtOnceBelowTheLimit(t *testing.T) {
+	db := tempdb.New(t)
+	var l *Locker
+	held, gate := make(chan struct{}, 2), make(chan struct{})
+	var mu sync.Mutex
+	var sizes, beside []int // per write: how many Txns it carried, and the writes in flight then
+	l, err := New(db, testHooksOption{testHooks{writers: 2, groupWrite: func(n int) {
+		l.commits.mu.Lock()
+		inFlight := l.commits.writers
+		l.commits.mu.Unlock()
+		mu.Lock()
+		sizes, beside = append(sizes, n), append(beside, inFlight)
+		nth := len(sizes)
+		mu.Unlock()
+		if nth <= 2 {
+			held <- struct{}{}
+			<-gate
+		}
+	}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	g := &groupWrites{l: l}
+	commit := func(key string) <-chan error { return g.commit(t, TxnOptions{}, key, "v") }
+
+	first := commit("first")
+	Await(t, held, "the first write")
+	second := commit("second") // one write in flight, limit two: it writes at once
+	Await(t, held, "the second write, beside the first")
+	var parked []<-chan error
+	for i := range 3 {
+		parked = append(parked, commit(fmt.Sprint("parked", i)))
+		require.Eventually(t, func() bool { return g.queued() == i+1 }, txnTestGuard, 200*time.Microsecond)
+	}
+	close(gate)
+	for _, done := range append([]<-chan error{first, second}, parked...) {
+		require.NoError(t, Await(t, done, "Commit"))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []int{1, 1, 3}, sizes, "two writes at once, then the parked three in one")
+	assert.Equal(t, []int{1, 2, 1}, beside, "the group write had no other write beside it")
+}
