@@ -42,7 +42,6 @@ type testHooks struct {
 	inFence       func()      // Txn.Commit calls it inside the fences, just before the batch is written
 	beforeUpgrade func()      // Txn.LockAll with Hold calls it once every key is live, before its upgrades
 	groupWrite    func(n int) // Txn.Commit calls it before each RocksDB write, with how many Txns it writes
-	writers       int         // how many RocksDB writes of Txns may be in flight at once; 0: GOMAXPROCS
 }
 
 type testHooksOption struct{ h testHooks }

@@ -1,7 +1,6 @@
 package recordlock
 
 import (
-	"runtime"
 	"sync"
 
 	"github.com/linxGnu/grocksdb"
@@ -13,21 +12,21 @@ import (
 const maxGroupBytes = 1 << 20
 
 // commitQueue decides when a Locker's Txns write their batches to RocksDB (docs/DESIGN.md
-// §5.4). A Txn that finds nobody parked and fewer writes in flight than there are Ps
-// (GOMAXPROCS) writes at once: it is a lock holder whose successors wait for its commit, and
-// RocksDB groups concurrent writers itself. A Txn that finds every P writing, or others parked,
-// parks its goroutine; once no write is in flight the first parked Txn leads the next write,
-// which carries its batch and the batch of every parked Txn it can merge with. A batch that
-// cannot be merged (Txn.mergeable) is written alone and with no other write of the Locker in
-// flight. Each Txn stays inside its own fences until its batch has landed, so each still lands
-// only while its leases are live. Left to RocksDB, every commit beyond the Ps would hold an OS
-// thread in RocksDB's write queue, spinning and yielding while the group's leader writes, and
-// would pay for a write-ahead-log append of its own.
+// §5.4). A Txn that finds no write of the queue in flight and nobody parked writes at once. One
+// that finds a write in flight parks its goroutine, unless another Txn waits for a key it holds:
+// then it writes at once beside the queue (a bypass), since its successors wait for its commit
+// and RocksDB groups concurrent writers itself. When the queue's write returns, the first parked
+// Txn leads the next: it writes its batch and the batch of every parked Txn it can merge with as
+// one. A batch that cannot be merged (Txn.mergeable) never bypasses, is written alone, and with
+// no other write of the Locker in flight. Each Txn stays inside its own fences until its batch
+// has landed, so each still lands only while its leases are live. Left to RocksDB, every
+// concurrent commit would hold an OS thread in RocksDB's write queue, spinning and yielding
+// while the group's leader writes, and would pay for a write-ahead-log append of its own.
 type commitQueue struct {
 	mu        sync.Mutex
-	writers   int             // writes in flight, counting a waiter told to lead one
-	exclusive bool            // the write in flight is an unmergeable batch's, the only one
-	limit     int             // how many Txns may write at once: Locker.maxWriters, read at the first commit
+	writing   bool            // the queue's write is in flight, or a waiter was told to lead it
+	exclusive bool            // that write is an unmergeable batch's, and nothing else may run
+	bypasses  int             // writes of waited-on Txns in flight beside the queue
 	waiting   []*commitWaiter // the Txns parked, in arrival order; the head leads next
 }
 
@@ -46,19 +45,28 @@ type commitWaiter struct {
 
 var waiters = sync.Pool{New: func() any { return &commitWaiter{wake: make(chan struct{}, 1)} }}
 
-// write writes t's staged writes: at once while fewer than limit writes are in flight and no Txn
-// is parked, else parked until no write is in flight and then in a group write led by the first
+// write writes t's staged writes: at once when the queue is idle or another Txn waits for a key t
+// holds, else parked until the queue's write returns and then in a group write led by the first
 // Txn parked. An error from RocksDB matches ErrCommitAmbiguous.
 func (q *commitQueue) write(t *Txn) error {
 	merges := t.mergeable()
 	q.mu.Lock()
-	if q.limit == 0 {
-		q.limit = t.l.maxWriters()
+	if !q.canStart(merges) && merges && !q.exclusive {
+		// Only now, on the contended path, ask the table whether t is waited on.
+		q.mu.Unlock()
+		waitedOn := t.waitedOn()
+		q.mu.Lock()
+		if !q.canStart(merges) && waitedOn && !q.exclusive {
+			q.bypasses++
+			q.mu.Unlock()
+			defer q.done(writeBypass) // also if the write panics
+			return writeAlone(t)
+		}
 	}
-	if len(q.waiting) == 0 && q.canStart(merges) {
+	if q.canStart(merges) {
 		q.start(merges)
 		q.mu.Unlock()
-		defer q.done(!merges) // also if the write panics: later commits must not wait for it
+		defer q.done(writeQueued) // also if the write panics: later commits must not wait for it
 		return writeAlone(t)
 	}
 	w := waiters.Get().(*commitWaiter)
@@ -75,33 +83,41 @@ func (q *commitQueue) write(t *Txn) error {
 	return err
 }
 
-// canStart reports whether a Txn that finds nobody parked may write at once: a mergeable batch
-// while fewer than limit writes are in flight and none of them is exclusive, an unmergeable one
-// when none is. q.mu is held.
+// canStart reports whether the queue's next write may begin now, for a mergeable batch or not:
+// nobody parked ahead, no queue write in flight, and for an unmergeable batch no bypass either.
+// q.mu is held.
 func (q *commitQueue) canStart(merges bool) bool {
-	if merges {
-		return !q.exclusive && q.writers < q.limit
-	}
-	return q.writers == 0
+	return len(q.waiting) == 0 && q.canLead(merges)
 }
 
-// start counts a write that begins. q.mu is held.
+// canLead is canStart for the head of the queue. q.mu is held.
+func (q *commitQueue) canLead(merges bool) bool {
+	return !q.writing && (merges || q.bypasses == 0)
+}
+
+// start marks the queue's write as begun. q.mu is held.
 func (q *commitQueue) start(merges bool) {
-	q.writers++
+	q.writing = true
 	q.exclusive = !merges
 }
 
-// done ends a write. The last write in flight to end tells the first parked Txn, if any, to lead
-// the next one: a group write goes to RocksDB with no other write of the Locker beside it, so
-// that two groups never wait for each other inside RocksDB.
-func (q *commitQueue) done(exclusive bool) {
+// Which write done ends.
+const (
+	writeQueued = false
+	writeBypass = true
+)
+
+// done ends a write, the queue's or a bypass, then tells the first parked Txn, if it may now
+// start, to lead the next write.
+func (q *commitQueue) done(bypass bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.writers--
-	if exclusive {
-		q.exclusive = false
+	if bypass {
+		q.bypasses--
+	} else {
+		q.writing, q.exclusive = false, false
 	}
-	if q.writers > 0 || len(q.waiting) == 0 {
+	if len(q.waiting) == 0 || !q.canLead(q.waiting[0].merges) {
 		return
 	}
 	w := q.waiting[0]
@@ -138,7 +154,7 @@ func (q *commitQueue) wakeAndEnd(group []*commitWaiter) {
 	}
 	clear(group) // the group's Txns must not stay reachable
 	lead.group = group[:0]
-	q.done(!lead.merges)
+	q.done(writeQueued)
 }
 
 // takeGroup returns lead, a waiter told to lead, followed by every parked waiter that can share
@@ -201,13 +217,23 @@ func writeAlone(t *Txn) error {
 	return ambiguous(t.write())
 }
 
-// maxWriters is how many Txns of the Locker may write to RocksDB at once before the next one
-// parks: as many as there are Ps, each of which can run one, unless a test set the number.
-func (l *Locker) maxWriters() int {
-	if n := l.hooks.writers; n > 0 {
-		return n
+// waitedOn reports whether a request is queued for a key t holds: some Txn or Lock waits for
+// t's commit to end.
+func (t *Txn) waitedOn() bool {
+	for _, x := range t.locks.items {
+		if x.h.waitedOn() {
+			return true
+		}
 	}
-	return runtime.GOMAXPROCS(0)
+	return false
+}
+
+// waitedOn reports whether a request is queued for the key h holds or waits for.
+func (h *Handle) waitedOn() bool {
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return h.e != nil && h.e.head != nil // the entry's wait queue: requests only, not holders
 }
 
 // mergeable reports whether t's batch may share a RocksDB write with other Txns' batches: when

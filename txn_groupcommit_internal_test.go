@@ -15,9 +15,8 @@ import (
 	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
-// groupWrites is a Locker whose commit queue lets one write be in flight at a time and reports
-// each RocksDB write it makes, and whose first write can be held in flight so that the tests can
-// queue commits behind it.
+// groupWrites is a Locker whose commit queue reports each RocksDB write it makes, and whose first
+// write can be held in flight so that the tests can queue commits behind it.
 type groupWrites struct {
 	l     *Locker
 	clk   *ManualClock
@@ -39,7 +38,7 @@ func newGroupWrites(t *testing.T, db *grocksdb.DB) *groupWrites {
 		held: make(chan struct{}),
 		gate: make(chan struct{}),
 	}
-	l, err := New(db, WithClock(g.clk), testHooksOption{testHooks{writers: 1, groupWrite: func(n int) {
+	l, err := New(db, WithClock(g.clk), testHooksOption{testHooks{groupWrite: func(n int) {
 		g.mu.Lock()
 		g.sizes = append(g.sizes, n)
 		nth := len(g.sizes)
@@ -242,48 +241,30 @@ func TestQueuedCommitStaysFenced(t *testing.T) {
 	assert.True(t, got.h.Release())
 }
 
-// A Txn that finds fewer writes in flight than the limit, and nobody parked, writes at once
-// beside them; one that finds the limit reached parks, and the parked Txns are written as one
-// group only once no other write of the Locker is in flight.
-func TestCommitWritesAtOnceBelowTheLimit(t *testing.T) {
+// A Txn that holds a key another request waits for does not park behind the write in flight:
+// it writes at once, beside it. A Txn nobody waits for parks as before.
+func TestWaitedOnCommitWritesAtOnce(t *testing.T) {
 	db := tempdb.New(t)
-	var l *Locker
-	held, gate := make(chan struct{}, 2), make(chan struct{})
-	var mu sync.Mutex
-	var sizes, beside []int // per write: how many Txns it carried, and the writes in flight then
-	l, err := New(db, testHooksOption{testHooks{writers: 2, groupWrite: func(n int) {
-		l.commits.mu.Lock()
-		inFlight := l.commits.writers
-		l.commits.mu.Unlock()
-		mu.Lock()
-		sizes, beside = append(sizes, n), append(beside, inFlight)
-		nth := len(sizes)
-		mu.Unlock()
-		if nth <= 2 {
-			held <- struct{}{}
-			<-gate
-		}
-	}}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Close() })
-	g := &groupWrites{l: l}
-	commit := func(key string) <-chan error { return g.commit(t, TxnOptions{}, key, "v") }
+	g := newGroupWrites(t, db)
+	ctx := context.Background()
+	first := g.holdFirst(t, "first", "v")
 
-	first := commit("first")
-	Await(t, held, "the first write")
-	second := commit("second") // one write in flight, limit two: it writes at once
-	Await(t, held, "the second write, beside the first")
-	var parked []<-chan error
-	for i := range 3 {
-		parked = append(parked, commit(fmt.Sprint("parked", i)))
-		require.Eventually(t, func() bool { return g.queued() == i+1 }, txnTestGuard, 200*time.Microsecond)
-	}
-	close(gate)
-	for _, done := range append([]<-chan error{first, second}, parked...) {
-		require.NoError(t, Await(t, done, "Commit"))
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	assert.Equal(t, []int{1, 1, 3}, sizes, "two writes at once, then the parked three in one")
-	assert.Equal(t, []int{1, 2, 1}, beside, "the group write had no other write beside it")
+	holder := g.l.Begin()
+	defer holder.Rollback()
+	_, err := holder.Lock(ctx, []byte("hot"), Options{Lease: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, holder.Put([]byte("hot"), []byte("v")))
+	successor := lockAsync(ctx, g.l, []byte("hot"), Options{Timeout: time.Minute})
+	WaitQueued(t, g.l, []byte("hot"), 1)
+	require.NoError(t, holder.Commit(), "the waited-on commit writes while the first write is held")
+	assert.Equal(t, "v", string(DBGet(t, db, "hot")))
+	got := Await(t, successor, "the successor's grant")
+	require.NoError(t, got.err)
+	assert.True(t, got.h.Release())
+
+	parked := g.queue(t, TxnOptions{}, "cold", "v", 1) // nobody waits for it: it parks
+	g.release()
+	require.NoError(t, Await(t, first, "Commit"))
+	require.NoError(t, Await(t, parked, "the parked Commit"))
+	assert.Equal(t, []int{1, 1, 1}, g.writes())
 }
