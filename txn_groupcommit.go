@@ -51,12 +51,12 @@ var waiters = sync.Pool{New: func() any { return &commitWaiter{wake: make(chan s
 func (q *commitQueue) write(t *Txn) error {
 	merges := t.mergeable()
 	q.mu.Lock()
-	if !q.canStart(merges) && merges && !q.exclusive {
+	if merges && !q.canStart(merges) && q.canBypass() {
 		// Only now, on the contended path, ask the table whether t is waited on.
 		q.mu.Unlock()
 		waitedOn := t.waitedOn()
 		q.mu.Lock()
-		if !q.canStart(merges) && waitedOn && !q.exclusive {
+		if waitedOn && !q.canStart(merges) && q.canBypass() {
 			q.bypasses++
 			q.mu.Unlock()
 			defer q.done(writeBypass) // also if the write panics
@@ -93,6 +93,13 @@ func (q *commitQueue) canStart(merges bool) bool {
 // canLead is canStart for the head of the queue. q.mu is held.
 func (q *commitQueue) canLead(merges bool) bool {
 	return !q.writing && (merges || q.bypasses == 0)
+}
+
+// canBypass reports whether a mergeable batch may be written beside the queue: no unmergeable
+// batch is being written, nor waits at the head of the queue for the bypasses to end (new ones
+// would keep it waiting). q.mu is held.
+func (q *commitQueue) canBypass() bool {
+	return !q.exclusive && (len(q.waiting) == 0 || q.waiting[0].merges)
 }
 
 // start marks the queue's write as begun. q.mu is held.

@@ -268,3 +268,84 @@ func TestWaitedOnCommitWritesAtOnce(t *testing.T) {
 	require.NoError(t, Await(t, parked, "the parked Commit"))
 	assert.Equal(t, []int{1, 1, 1}, g.writes())
 }
+
+// An unmergeable batch writes with nothing beside it: parked at the head of the queue, it waits
+// for the bypass in flight to end, and a waited-on commit arriving then parks behind it instead
+// of bypassing, so bypasses cannot keep it waiting.
+func TestUnmergeableBatchWaitsForBypasses(t *testing.T) {
+	db, cfs := tempdb.NewCF(t, "other")
+	ctx := context.Background()
+	var mu sync.Mutex
+	var sizes []int
+	held := make(chan int)
+	gates := []chan struct{}{make(chan struct{}), make(chan struct{})} // writes 1 and 2 wait on these
+	l, err := New(db, testHooksOption{testHooks{groupWrite: func(n int) {
+		mu.Lock()
+		sizes = append(sizes, n)
+		nth := len(sizes)
+		mu.Unlock()
+		if nth <= len(gates) {
+			held <- nth
+			<-gates[nth-1]
+		}
+	}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	g := &groupWrites{l: l}
+	// waitedOn returns a Txn that has staged a write to key while another Lock waits for it.
+	waitedOn := func(key string) (*Txn, <-chan lockResult) {
+		txn := l.Begin()
+		t.Cleanup(txn.Rollback)
+		_, err := txn.Lock(ctx, []byte(key), Options{Lease: time.Minute})
+		require.NoError(t, err)
+		require.NoError(t, txn.Put([]byte(key), []byte("v")))
+		successor := lockAsync(ctx, l, []byte(key), Options{Timeout: time.Minute})
+		WaitQueued(t, l, []byte(key), 1)
+		return txn, successor
+	}
+	commitAsync := func(txn *Txn) <-chan error {
+		done := make(chan error, 1)
+		go func() { done <- txn.Commit() }()
+		return done
+	}
+
+	first := g.commit(t, TxnOptions{}, "first", "v")
+	require.Equal(t, 1, Await(t, held, "the queue's write"))
+	bypasser, succ1 := waitedOn("hot1")
+	bypass := commitAsync(bypasser)
+	require.Equal(t, 2, Await(t, held, "the bypass, beside the queue's write"))
+	close(gates[0])
+	require.NoError(t, Await(t, first, "the queue's write"))
+
+	other := l.Begin()
+	defer other.Rollback()
+	_, err = other.LockCF(ctx, cfs[0], []byte("k"), Options{Lease: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, other.PutCF(cfs[0], []byte("k"), []byte("v")))
+	unmergeable := commitAsync(other)
+	require.Eventually(t, func() bool { return g.queued() == 1 }, txnTestGuard, 200*time.Microsecond,
+		"the unmergeable batch parks while a bypass is in flight")
+	late, succ2 := waitedOn("hot2")
+	lateDone := commitAsync(late)
+	require.Eventually(t, func() bool { return g.queued() == 2 }, txnTestGuard, 200*time.Microsecond,
+		"a waited-on commit parks behind the unmergeable batch")
+
+	close(gates[1])
+	for _, done := range []<-chan error{bypass, unmergeable, lateDone} {
+		require.NoError(t, Await(t, done, "Commit"))
+	}
+	for _, succ := range []<-chan lockResult{succ1, succ2} {
+		got := Await(t, succ, "the successor's grant")
+		require.NoError(t, got.err)
+		assert.True(t, got.h.Release())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []int{1, 1, 1, 1}, sizes)
+	ro := grocksdb.NewDefaultReadOptions()
+	defer ro.Destroy()
+	v, err := db.GetCF(ro, cfs[0], []byte("k"))
+	require.NoError(t, err)
+	defer v.Free()
+	assert.Equal(t, "v", string(v.Data()), "the unmergeable batch landed")
+}
