@@ -24,6 +24,7 @@ type groupWrites struct {
 	sizes []int // how many Txns each write carried, in the order written
 	held  chan struct{}
 	gate  chan struct{}
+	open  sync.Once // closes gate once
 	// panicAt is the write (1 for the first) whose hook panics just before RocksDB is called;
 	// 0 for none. Set before the first commit.
 	panicAt int
@@ -58,6 +59,7 @@ func newGroupWrites(t *testing.T, db *grocksdb.DB) *groupWrites {
 	}}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
+	t.Cleanup(g.release) // before Close: a test that failed early must not leave the write held
 	g.l = l
 	return g
 }
@@ -125,7 +127,7 @@ func (g *groupWrites) queued() int {
 	return len(q.waiting)
 }
 
-func (g *groupWrites) release() { close(g.gate) }
+func (g *groupWrites) release() { g.open.Do(func() { close(g.gate) }) }
 
 func (g *groupWrites) writes() []int {
 	g.mu.Lock()
@@ -249,14 +251,15 @@ func TestWaitedOnCommitWritesAtOnce(t *testing.T) {
 	ctx := context.Background()
 	first := g.holdFirst(t, "first", "v")
 
-	holder := g.l.Begin()
-	defer holder.Rollback()
+	holder := g.l.Begin() // no deferred Rollback: it would wait for a Commit held in its fence
 	_, err := holder.Lock(ctx, []byte("hot"), Options{Lease: time.Minute})
 	require.NoError(t, err)
 	require.NoError(t, holder.Put([]byte("hot"), []byte("v")))
 	successor := lockAsync(ctx, g.l, []byte("hot"), Options{Timeout: time.Minute})
 	WaitQueued(t, g.l, []byte("hot"), 1)
-	require.NoError(t, holder.Commit(), "the waited-on commit writes while the first write is held")
+	done := make(chan error, 1)
+	go func() { done <- holder.Commit() }()
+	require.NoError(t, Await(t, done, "the waited-on Commit, while the first write is held"))
 	assert.Equal(t, "v", string(DBGet(t, db, "hot")))
 	got := Await(t, successor, "the successor's grant")
 	require.NoError(t, got.err)
@@ -277,7 +280,7 @@ func TestUnmergeableBatchWaitsForBypasses(t *testing.T) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	var sizes []int
-	held := make(chan int)
+	held := make(chan int, 2)
 	gates := []chan struct{}{make(chan struct{}), make(chan struct{})} // writes 1 and 2 wait on these
 	l, err := New(db, testHooksOption{testHooks{groupWrite: func(n int) {
 		mu.Lock()
@@ -291,11 +294,13 @@ func TestUnmergeableBatchWaitsForBypasses(t *testing.T) {
 	}}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
+	var opened [2]sync.Once
+	open := func(i int) { opened[i].Do(func() { close(gates[i]) }) }
+	t.Cleanup(func() { open(0); open(1) }) // before Close: a failed test must not leave writes held
 	g := &groupWrites{l: l}
 	// waitedOn returns a Txn that has staged a write to key while another Lock waits for it.
 	waitedOn := func(key string) (*Txn, <-chan lockResult) {
-		txn := l.Begin()
-		t.Cleanup(txn.Rollback)
+		txn := l.Begin() // no Rollback on failure: it would wait for a Commit held in its fence
 		_, err := txn.Lock(ctx, []byte(key), Options{Lease: time.Minute})
 		require.NoError(t, err)
 		require.NoError(t, txn.Put([]byte(key), []byte("v")))
@@ -314,11 +319,10 @@ func TestUnmergeableBatchWaitsForBypasses(t *testing.T) {
 	bypasser, succ1 := waitedOn("hot1")
 	bypass := commitAsync(bypasser)
 	require.Equal(t, 2, Await(t, held, "the bypass, beside the queue's write"))
-	close(gates[0])
+	open(0)
 	require.NoError(t, Await(t, first, "the queue's write"))
 
 	other := l.Begin()
-	defer other.Rollback()
 	_, err = other.LockCF(ctx, cfs[0], []byte("k"), Options{Lease: time.Minute})
 	require.NoError(t, err)
 	require.NoError(t, other.PutCF(cfs[0], []byte("k"), []byte("v")))
@@ -330,7 +334,7 @@ func TestUnmergeableBatchWaitsForBypasses(t *testing.T) {
 	require.Eventually(t, func() bool { return g.queued() == 2 }, txnTestGuard, 200*time.Microsecond,
 		"a waited-on commit parks behind the unmergeable batch")
 
-	close(gates[1])
+	open(1)
 	for _, done := range []<-chan error{bypass, unmergeable, lateDone} {
 		require.NoError(t, Await(t, done, "Commit"))
 	}
