@@ -38,6 +38,9 @@ var (
 	ErrNotLocked = errors.New("recordlock: key not locked by this transaction")
 	// ErrNoSavePoint: RollbackToSavePoint found no savepoint to roll back to; nothing changed.
 	ErrNoSavePoint = errors.New("recordlock: no savepoint")
+	// ErrCommitAmbiguous: RocksDB failed the Commit's write after it may have logged or applied
+	// some or all of the batch, now or once the database is reopened, so read before retrying.
+	ErrCommitAmbiguous = errors.New("recordlock: commit outcome unknown: the batch may have landed")
 )
 
 // maxKeyLen is the longest key a lock takes; a Handle stores the length in 32 bits.
