@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/etcdcoord"
 )
 
 // A recall does not take the key from a live holder: B's request waits while A works, A's
@@ -167,7 +168,10 @@ func TestLocalDemandKeepsContendedKey(t *testing.T) {
 	go func() { released <- h.Release() }()
 	<-sent
 	next := lockAsync(a, "k", opts)
-	time.Sleep(200 * time.Millisecond) // the next lock reaches the delegation being handed back
+	// The next lock reaches the delegation being handed back (not a sleep: a slow host would let
+	// the hand-back finish first, and the lock would find no delegation at all).
+	require.Eventually(t, func() bool { return etcdcoord.WantedHere(a.coord, "k") }, 10*time.Second, time.Millisecond,
+		"the next lock never found the delegation being handed back")
 	require.False(t, admitted(next), "admitted from a delegation being handed back")
 	close(proceed)
 	require.True(t, <-released)

@@ -33,10 +33,10 @@ func waitRecord(i recordlock.WaitInfo) record { return record{i.ColumnFamilyID, 
 var waitsAndHolders = debugview.WaitsAndHolders.(func(*recordlock.Locker) ([]recordlock.WaitInfo, []recordlock.LockInfo))
 
 // read copies what the page shows of l's database. Past the limit it keeps the longest waits
-// (in the order they are queued, which the wait-for graph draws), then the holders of the keys those wait for, read in the same visit of each shard as the
-// waits, so that the wait-for graph is whole; other holders fill the rest in the order Locks
-// yields them, and Locks stops as soon as the rows are full, having copied no more than the
-// shards it visited. Stats is read last, and the holders left out are Stats.Held less those
+// (in the order they are queued, which the wait-for graph draws), then the holders of the keys
+// those wait for, read in the same visit of each shard as the waits, so that the wait-for graph
+// is whole; other holders fill the rest in the order Locks yields them, and Locks stops as soon
+// as the rows are full, having copied no more than the shards it visited. Stats is read last, and the holders left out are Stats.Held less those
 // shown: under churn, an estimate.
 func read(name string, l *recordlock.Locker, limit int) database {
 	d := database{name: name}

@@ -137,24 +137,41 @@ func run(endpoint string) error {
 	}
 	fmt.Printf("fencing tokens across node-a, node-b, node-c: %v, strictly increasing\n", tokens)
 
-	// node-c holds the key's delegation: closing it hands the key back at once.
+	// A key that nodes take turns on goes back to etcd when its holder releases it, so node-c
+	// no longer holds order/42. A key no other node has wanted stays delegated to the node that
+	// locked it: closing that node hands it back at once, rather than at the end of its lease.
+	idle := []byte("order/43")
+	h, err := c.locker.Lock(ctx, idle, opts)
+	if err != nil {
+		return err
+	}
+	h.Release()
+	if n := c.coord.Stats().Delegations; n != 1 {
+		return fmt.Errorf("%s holds %d delegations before it closes, not the one of %s", c.name, n, idle)
+	}
 	start := time.Now()
 	if err := c.close(); err != nil {
 		return err
 	}
-	h, err := a.locker.Lock(ctx, key, opts)
+	h, err = a.locker.Lock(ctx, idle, opts)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%s closed: %s got %s %v later, token %d\n", c.name, a.name, key, time.Since(start).Round(time.Millisecond), h.Token())
+	took := time.Since(start)
+	fmt.Printf("%s, holding the delegation of %s, closed: %s got it %v later, token %d\n",
+		c.name, idle, a.name, took.Round(time.Millisecond), h.Token())
 	h.Release()
+	if took >= ttl {
+		return fmt.Errorf("%s waited %v for the key of a closed node: it was not handed back", a.name, took)
+	}
 
 	return cutOff(ctx, a, b)
 }
 
 // cutOff shows a node that loses etcd while it holds a lock: its client is closed with no hand
 // back. The lock's lease lapses on its own node, and the other node gets the key once etcd
-// expires the cut-off node's lease, within the TTL.
+// expires the cut-off node's lease: within the TTL of its last refresh, and so (etcd checks
+// expiries every half second or so) about the TTL after the cut.
 func cutOff(ctx context.Context, a, b *node) error {
 	key := []byte("order/7")
 	stuck, err := b.locker.Lock(ctx, key, recordlock.Options{Lease: time.Second})
@@ -177,13 +194,13 @@ func cutOff(ctx context.Context, a, b *node) error {
 	defer h.Release()
 	select {
 	case d := <-lapsed:
-		fmt.Printf("%s's lock lapsed after %v; %s got %s after %v, within the TTL of %v\n",
+		fmt.Printf("%s's lock lapsed after %v; %s got %s after %v, once etcd expired the node's lease (TTL %v)\n",
 			b.name, d.Round(time.Millisecond), a.name, key, took.Round(time.Millisecond), ttl)
 	default:
 		return fmt.Errorf("%s got %s while the cut-off node's lock was still live", a.name, key)
 	}
 	if took > ttl+time.Second {
-		return fmt.Errorf("%s waited %v for a cut-off node's key, longer than the TTL", a.name, took)
+		return fmt.Errorf("%s waited %v for a cut-off node's key, over a second longer than the TTL", a.name, took)
 	}
 	return nil
 }
