@@ -81,6 +81,10 @@ func (t *Txn) scan(cf *grocksdb.ColumnFamilyHandle, r Range, fn func(key, value 
 		if more {
 			key = it.Key().Data() // memory of the iterator's: no Free needed, none allowed
 			more = r.below(key)
+		} else if err := it.Err(); err != nil {
+			// Before the staged writes left: without the database's keys between them, they are
+			// not the range.
+			return fmt.Errorf("recordlock: scan: %w", err)
 		}
 		if !more && len(staged) == 0 {
 			break
@@ -106,9 +110,6 @@ func (t *Txn) scan(cf *grocksdb.ColumnFamilyHandle, r Range, fn func(key, value 
 		if err := t.usable(); err != nil {
 			return err
 		}
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("recordlock: scan: %w", err)
 	}
 	return nil
 }

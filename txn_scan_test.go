@@ -294,4 +294,11 @@ func TestScanUnderLapsedLock(t *testing.T) {
 	_, err = txn.Lock(ctx, []byte("b"), long)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a=a", "c=c"}, scanned(t, txn, nil, recordlock.Range{}))
+
+	// A revoked lease ends protection as a lapsed one does.
+	revoked, err := txn.Lock(ctx, []byte("d"), long)
+	require.NoError(t, err)
+	revoked.RevokeLease()
+	require.ErrorIs(t, txn.Scan(rng("c", "e"), count), recordlock.ErrLeaseExpired)
+	assert.Zero(t, calls)
 }
