@@ -158,7 +158,7 @@ func TestScanWhileFnWrites(t *testing.T) {
 }
 
 // A non-nil error from fn stops the scan at once and comes back as is; so does a Commit inside
-// fn, which ends the Txn: the scan stops with ErrTxnDone.
+// fn, which ends the Txn (the scan stops with ErrTxnDone), and the Locker's Close (ErrClosed).
 func TestScanStops(t *testing.T) {
 	db := openDB(t)
 	_, l := manual(t, db)
@@ -188,6 +188,17 @@ func TestScanStops(t *testing.T) {
 		return txn.Commit()
 	})
 	require.ErrorIs(t, err, recordlock.ErrTxnDone)
+	assert.Equal(t, 1, calls)
+
+	// So does the Locker's Close: the scan stops with ErrClosed.
+	open := l.Begin()
+	defer open.Rollback()
+	calls = 0
+	err = open.Scan(recordlock.Range{}, func(key, value []byte) error {
+		calls++
+		return l.Close()
+	})
+	require.ErrorIs(t, err, recordlock.ErrClosed)
 	assert.Equal(t, 1, calls)
 }
 
