@@ -3,6 +3,7 @@ package recordlock_test
 import (
 	"bytes"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -33,6 +34,15 @@ func FuzzScan(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11})
 	f.Add([]byte{2, 0, 4, 1, 5, 3, 6, 9, 3, 2, 7, 0, 7, 20, 4, 4, 5, 6, 7, 8, 0xff, 0xfe})
 	f.Add([]byte{4, 2, 3, 3, 6, 5, 7, 2, 1, 9, 4, 4, 4, 1, 1, 5, 0, 5, 1, 7, 19, 20})
+	// A long program without a Commit, mostly staged writes, so that the Txn stages more writes
+	// than its write list scans before it keeps a map of them.
+	var long []byte
+	rnd := rand.New(rand.NewPCG(29, 15))
+	for range 150 {
+		op := []byte{0, 1, 2, 2, 2, 3, 3, 4, 5}[rnd.IntN(9)]
+		long = append(long, op, byte(rnd.IntN(256)), byte(rnd.IntN(256)), byte(rnd.IntN(256)))
+	}
+	f.Add(long)
 	db := openDB(f)
 	wo := grocksdb.NewDefaultWriteOptions()
 	defer wo.Destroy()
