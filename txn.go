@@ -46,6 +46,7 @@ type Txn struct {
 	// (a 16-byte key and an 8-byte value) a Txn fits the 256-byte size class.
 	spare  [24]byte
 	spareN uint8 // how much of spare is taken
+	scans  uint8 // how many Scans of this Txn are running (fn may scan again); see Txn.scan
 	done   bool
 	// unlockedWrites and mode are TxnOptions.AllowUnlockedWrites and the write options of
 	// Commit; both are fixed when the Txn begins.
