@@ -5,8 +5,13 @@
 
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
-# Every Go module in the repository: the core at the root and each integration in its folder.
-MODULES     := $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*'))
+# Every Go module in the repository: the core at the root, each integration and examples/cluster
+# in its folder. go.work lists them all, so that go doc, go test and editors work across modules
+# from anywhere in the clone; `make check` fails when it does not.
+MODULES     := $(sort $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*' -not -path './.compat/*')))
+# Every target builds, tests and checks each module alone, with its own go.mod, as a user's build
+# of it does; go.work would select versions across all the modules instead.
+export GOWORK = off
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 FUZZTIME    ?= 60s
 # How much `make test` (and so CI) fuzzes each target; `make fuzz` uses FUZZTIME. A count, not a
@@ -15,7 +20,7 @@ FUZZTIME    ?= 60s
 FUZZCI      ?= 20000x
 BENCHCOUNT  ?= 6
 
-.PHONY: deps browser-deps demo test check bench fuzz compat
+.PHONY: deps browser-deps demo cluster-demo test check install-check bench fuzz compat
 
 deps:
 	@if [ ! -f /usr/include/rocksdb/c.h ]; then \
@@ -32,6 +37,10 @@ browser-deps:
 
 demo: deps
 	$(GO) run ./examples/counter
+
+# Three nodes on an embedded etcd: examples/cluster, a module of its own (it needs etcd).
+cluster-demo: deps
+	cd examples/cluster && $(GO) run .
 
 test: deps browser-deps
 	@set -e; for m in $(MODULES); do \
@@ -60,14 +69,25 @@ bench: deps
 		-test.benchmem -test.count $(BENCHCOUNT) -test.timeout 30m; } | tee bench.out | \
 		../bin/benchtable -svg ../docs/p10-hot-record-queue.svg
 
-# gofmt over the repository, then go vet, staticcheck and a go.mod/go.sum check (go mod tidy
-# -diff: a stale go.sum fails here, not on a user's machine) in every module.
+# gofmt over the repository, go.work against the modules, then go vet, staticcheck and a
+# go.mod/go.sum check (go mod tidy -diff: a stale go.sum fails here, not on a user's machine) in
+# every module.
 check: deps
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt -l found unformatted files:"; echo "$$out"; exit 1; fi
+	@listed=$$($(GO) work edit -json go.work | sed -n 's/.*"DiskPath": "\(.*\)".*/\1/p' | LC_ALL=C sort); \
+	if [ "$$listed" != "$$(printf '%s\n' $(MODULES))" ]; then \
+		echo "go.work does not list every module: run go work use -r . (and drop what it lists that is gone)"; \
+		echo "listed:"; echo "$$listed"; echo "modules:"; printf '%s\n' $(MODULES); exit 1; \
+	fi
 	@set -e; for m in $(MODULES); do \
 		echo "== $$m"; \
 		(cd $$m && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./... && $(GO) mod tidy -diff); \
 	done
+
+# The README's Install, followed in empty modules: examples/basic and examples/cluster copied
+# out of the repository, built against this clone through a replace, and run.
+install-check: deps
+	GO=$(GO) ./.ci/install-check.sh
 
 # The root package and etcdcoord tested against Debian 13's RocksDB 9.10 with grocksdb v1.9.8,
 # which compat/compat.sh downloads into .compat/ (nothing is installed).

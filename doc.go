@@ -31,6 +31,9 @@
 // [Txn.SetSavePoint] marks the writes staged so far, and [Txn.RollbackToSavePoint] discards the
 // ones staged since the most recent mark; the Txn keeps its locks.
 //
+// [Txn.Scan] reads the keys of a [Range] (or of a [Prefix]) in order, with the Txn's staged writes
+// merged over the database's latest values, as [Txn.Get] reads one key.
+//
 // # Leases
 //
 // Every lock is a lease. Its deadline runs on the monotonic reading of the Locker's [Clock], so a

@@ -65,6 +65,8 @@ func TestDocNamesEveryError(t *testing.T) {
 		"Txn.PutCF":               cf,
 		"Txn.DeleteCF":            {"ErrInvalidOptions", "PutCF"},
 		"Txn.RollbackToSavePoint": {"ErrNoSavePoint", "ErrTxnDone", "ErrClosed"},
+		"Txn.Scan":                {"ErrLeaseExpired", "ErrInvalidKey", "ErrTxnDone", "ErrClosed", "RocksDB error", "error from fn"},
+		"Txn.ScanCF":              cf,
 	}
 
 	got := map[string]string{} // every exported function or method returning an error: its doc

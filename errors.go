@@ -38,6 +38,9 @@ var (
 	ErrNotLocked = errors.New("recordlock: key not locked by this transaction")
 	// ErrNoSavePoint: RollbackToSavePoint found no savepoint to roll back to; nothing changed.
 	ErrNoSavePoint = errors.New("recordlock: no savepoint")
+	// ErrCommitAmbiguous: RocksDB failed the Commit's write after it may have logged or applied
+	// some or all of the batch, now or once the database is reopened, so read before retrying.
+	ErrCommitAmbiguous = errors.New("recordlock: commit outcome unknown: the batch may have landed")
 )
 
 // maxKeyLen is the longest key a lock takes; a Handle stores the length in 32 bits.
@@ -48,10 +51,15 @@ type OptionError struct {
 	Field  string // the option's name, e.g. "Lease"
 	Value  any    // the rejected value
 	Reason string // what the value must be, e.g. "must be at least 100ms"
+	txn    bool   // Field is one of TxnOptions, not of Options
 }
 
 func (e *OptionError) Error() string {
-	return fmt.Sprintf("recordlock: lock option %s %s, got %v", e.Field, e.Reason, e.Value)
+	kind := "lock option"
+	if e.txn {
+		kind = "txn option"
+	}
+	return fmt.Sprintf("recordlock: %s %s %s, got %v", kind, e.Field, e.Reason, e.Value)
 }
 
 // Is makes errors.Is(err, ErrInvalidOptions) true for every *OptionError.

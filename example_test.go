@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -12,16 +13,27 @@ import (
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/recordlock/recordlock"
-	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
-// exampleDB opens a throwaway RocksDB; the returned func closes and removes it.
+// exampleDB opens a throwaway RocksDB in a new temporary directory; the returned func closes it
+// and removes the directory.
 func exampleDB() (*grocksdb.DB, func()) {
-	db, closeDB, err := tempdb.Open("recordlock-example-")
+	dir, err := os.MkdirTemp("", "recordlock-example-")
 	if err != nil {
 		panic(err)
 	}
-	return db, closeDB
+	opts := grocksdb.NewDefaultOptions()
+	defer opts.Destroy()
+	opts.SetCreateIfMissing(true)
+	db, err := grocksdb.OpenDb(opts, dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		panic(err)
+	}
+	return db, func() {
+		db.Close()
+		_ = os.RemoveAll(dir)
+	}
 }
 
 func ExampleLocker_Lock() {

@@ -1,7 +1,9 @@
 package recordlock
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"sync"
 	"time"
@@ -122,4 +124,14 @@ func (l *Locker) fromTable(h *Handle, err error) error {
 		return de
 	}
 	return err
+}
+
+// logDeadlock writes a debug record of a deadlock found for h's request, with waiters the number of
+// Lock calls queued for h's key and holderAge how long its holder had held it.
+func (l *Locker) logDeadlock(h *Handle, err *DeadlockError, waiters int, holderAge time.Duration) {
+	if !l.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	l.log.Debug("recordlock: deadlock", "db", l.path, "key", string(h.key()), "cf", h.hold.CF(),
+		"holder_age", holderAge, "waiters", waiters, "cycle", err.Error())
 }

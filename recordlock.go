@@ -101,8 +101,10 @@ func (l *Locker) Timestamp() Timestamp {
 // started. The caller may reuse key once Lock returns.
 //
 // On failure Lock returns a nil handle and leaves nothing locked or queued. The error is:
-//   - an *OptionError matching ErrInvalidOptions for invalid opts, ErrInvalidKey for a nil, empty
-//     or too long key, and ErrClosed once the Locker is closed, before anything is locked;
+//   - an *OptionError matching ErrInvalidOptions for invalid opts, an error matching
+//     ErrInvalidOptions for a nil ctx, one matching ErrInvalidKey for a nil, empty or too long key
+//     (its message says which), and ErrClosed once the Locker is closed, before anything is
+//     locked;
 //   - ErrTimeout once opts.Timeout has passed on the Locker's clock, or when the coordinator did
 //     not grant a round within it;
 //   - an error matching ctx's error once ctx is done (at once if it already is);
@@ -167,7 +169,7 @@ func (l *Locker) check(key []byte, opts Options) (Resolved, error) {
 		return r, err
 	}
 	if len(key) == 0 || len(key) > maxKeyLen {
-		return r, ErrInvalidKey
+		return r, invalidKey(key)
 	}
 	if l.ten.Closed() {
 		return r, ErrClosed
@@ -189,6 +191,9 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 		e = &fresh
 	}
 	r := &e.r
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

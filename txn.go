@@ -47,6 +47,7 @@ type Txn struct {
 	// (a 16-byte key and an 8-byte value) a Txn fits the 256-byte size class.
 	spare  [24]byte
 	spareN uint8 // how much of spare is taken
+	scans  uint8 // how many Scans of this Txn are running (fn may scan again); see Txn.scan
 	done   bool
 	// unlockedWrites and mode are TxnOptions.AllowUnlockedWrites and the write options of
 	// Commit; both are fixed when the Txn begins.
@@ -87,7 +88,7 @@ func (l *Locker) BeginTx(opts TxnOptions) (*Txn, error) {
 	mode := writeDefault
 	switch {
 	case opts.Sync && opts.DisableWAL:
-		return nil, &OptionError{Field: "DisableWAL", Value: true, Reason: "cannot be combined with Sync"}
+		return nil, &OptionError{Field: "DisableWAL", Value: true, Reason: "cannot be combined with Sync", txn: true}
 	case opts.Sync:
 		mode = writeSync
 	case opts.DisableWAL:
@@ -152,6 +153,9 @@ func (t *Txn) LockCF(ctx context.Context, cf *grocksdb.ColumnFamilyHandle, key [
 func (t *Txn) lock(ctx context.Context, cf uint32, key []byte, opts Options) (*Handle, error) {
 	if err := t.usable(); err != nil {
 		return nil, err
+	}
+	if ctx == nil {
+		return nil, errNilContext
 	}
 	if cur, ok := t.locks.latest(cf, key); ok {
 		if h, err := t.relock(ctx, cur.h, key, opts); h != nil || err != nil {
@@ -247,7 +251,7 @@ func (t *Txn) get(cf *grocksdb.ColumnFamilyHandle, key []byte) ([]byte, error) {
 		return nil, err
 	}
 	if len(key) == 0 {
-		return nil, ErrInvalidKey
+		return nil, invalidKey(key)
 	}
 	cfID, err := t.l.columnFamily(cf)
 	if err != nil {

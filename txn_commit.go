@@ -25,10 +25,15 @@ import (
 // order: no lease is found ended after the check, and no key passes to a successor, until the
 // write has returned. With nothing staged Commit checks the same way and writes nothing, so a
 // read-only Txn learns whether its reads stayed protected to the end. Txns of one Locker that
-// commit at the same time share one RocksDB write (docs/DESIGN.md §5.4): each waits for it inside
-// its fences, and a failed write fails each of them. After the Locker's Close it
-// writes nothing and returns ErrClosed; on a Txn that already ended it returns ErrTxnDone; a
-// failed RocksDB write is returned wrapped. Whatever it returns, the Txn has ended.
+// commit at the same time may share one RocksDB write (docs/DESIGN.md §5.4), each waiting for it
+// inside its fences; only batches that write nothing but the default column family are merged.
+//
+// The outcome is the Txn's own. nil means the whole batch landed. An error matching
+// ErrCommitAmbiguous, which every failed RocksDB write is (it wraps RocksDB's error), means some
+// or all of the batch may have landed, now or once the database is reopened: read before you
+// retry. Any other error means nothing of the batch landed: ErrLeaseExpired as above; after the
+// Locker's Close, ErrClosed (no write of a Txn lands after Close has returned, with or without
+// locks); on a Txn that already ended, ErrTxnDone. Whatever it returns, the Txn has ended.
 func (t *Txn) Commit() error {
 	if err := t.usable(); err != nil {
 		if errors.Is(err, ErrClosed) {
@@ -38,9 +43,25 @@ func (t *Txn) Commit() error {
 	}
 	defer t.end()
 	var buf [4]*Handle
+	hs := t.checked(buf[:0])
+	if len(hs) == 0 {
+		return t.unfencedWrite()
+	}
 	// No separate lease check first: each Fence refuses with ErrLeaseExpired before anything
 	// inside it runs, and the write is innermost, so one ended lease writes nothing.
-	return fenced(t.checked(buf[:0]), t.fencedWrite)
+	return fenced(hs, t.fencedWrite)
+}
+
+// unfencedWrite is what Commit runs when it checks no handle (its writes are all plain writes
+// of TxnOptions.AllowUnlockedWrites, or it has none). No key it holds keeps Close waiting, so it
+// registers with the Locker's stray fences, which Close waits for: no write of a Txn lands after
+// its Locker's Close has returned.
+func (t *Txn) unfencedWrite() error {
+	if !t.l.ten.EnterStray() {
+		return ErrClosed
+	}
+	defer t.l.ten.LeaveStray()
+	return t.fencedWrite()
 }
 
 // fencedWrite is what Commit runs inside the fences: the write of the staged writes.
@@ -55,10 +76,23 @@ func (t *Txn) fencedWrite() error {
 	if len(t.writes.items) == 0 {
 		return nil
 	}
-	if err := t.l.commits.write(t); err != nil {
-		return fmt.Errorf("recordlock: commit: %w", err)
+	return t.l.commits.write(t)
+}
+
+// errWritePanicked is what the Txns of a group write get when the write panicked in the
+// goroutine of the group's leader: none can know whether RocksDB wrote the group.
+var errWritePanicked = fmt.Errorf("%w: the group write panicked", ErrCommitAmbiguous)
+
+// ambiguous wraps an error of a RocksDB write so that it matches ErrCommitAmbiguous. RocksDB's C
+// API gives a failed write's status as a message only, and the same message can come from a
+// write refused before its batch was logged or from one whose batch the log holds (a column
+// family missing at the memtable, an I/O error on the log's sync), so no RocksDB write error
+// can be read as "nothing landed".
+func ambiguous(err error) error {
+	if err == nil {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("%w: %w", ErrCommitAmbiguous, err)
 }
 
 // write writes the staged writes atomically: a single one directly, several as one WriteBatch.

@@ -11,76 +11,175 @@ import (
 // RocksDB's own bound on a write group (max_write_batch_group_size_bytes).
 const maxGroupBytes = 1 << 20
 
-// commitQueue writes the batches of a Locker's Txns that commit at the same time as one RocksDB
-// write (docs/DESIGN.md §5.4). One write is in flight at a time; the Txns that reach Commit while
-// it is park as goroutines, and when it returns the first of them writes all of them that use
-// the same write options in one batch. Each stays inside its own fences until its batch has
-// landed, so each still lands only while its leases are live. Left to RocksDB, every concurrent
-// commit would hold an OS thread in RocksDB's write queue, spinning and yielding while the
-// group's leader writes, and every Txn would pay for a write-ahead-log append of its own.
+// commitQueue decides when a Locker's Txns write their batches to RocksDB (docs/DESIGN.md
+// §5.4). A Txn that finds no write of the queue in flight and nobody parked writes at once. One
+// that finds a write in flight parks its goroutine, unless another Txn waits for a key it holds:
+// then it writes at once beside the queue (a bypass), since its successors wait for its commit
+// and RocksDB groups concurrent writers itself. When the queue's write returns, the first parked
+// Txn leads the next: it writes its batch and the batch of every parked Txn it can merge with as
+// one. A batch that cannot be merged (Txn.mergeable) never bypasses, is written alone, and with
+// no other write of the Locker in flight. Each Txn stays inside its own fences until its batch
+// has landed, so each still lands only while its leases are live. Left to RocksDB, every
+// concurrent commit would hold an OS thread in RocksDB's write queue, spinning and yielding
+// while the group's leader writes, and would pay for a write-ahead-log append of its own.
 type commitQueue struct {
-	mu      sync.Mutex
-	writing bool            // a write is in flight, or a waiter was told to lead the next one
-	waiting []*commitWaiter // the Txns queued behind it, in arrival order; the head leads next
-	// group is the group being written. One write is in flight at a time, so one slice serves
-	// every group; its leader empties it before it hands the lead on.
-	group []*commitWaiter
+	mu        sync.Mutex
+	writing   bool            // the queue's write is in flight, or a waiter was told to lead it
+	exclusive bool            // that write is an unmergeable batch's, and nothing else may run
+	bypasses  int             // writes of waited-on Txns in flight beside the queue
+	waiting   []*commitWaiter // the Txns parked, in arrival order; the head leads next
 }
 
-// commitWaiter is a Txn queued in a commitQueue. Waiters are reused: each is sent to exactly
+// commitWaiter is a Txn parked in a commitQueue. Waiters are reused: each is sent to exactly
 // once, so once it has received, nothing refers to it but its Txn's goroutine.
 type commitWaiter struct {
-	t    *Txn
-	wake chan struct{} // receives once: the waiter leads the next write, or its batch was written
-	lead bool          // set before wake when the waiter is to lead
-	err  error         // the result of the write that carried its batch, set before wake
+	t      *Txn
+	wake   chan struct{} // receives once: the waiter leads the next write, or its batch was written
+	lead   bool          // set before wake when the waiter is to lead
+	merges bool          // t.mergeable(), read once when it queues
+	err    error         // the result of the write that carried its batch, set before wake
+	// group is the group the waiter leads, kept with the waiter so that its backing array is
+	// reused; it is emptied before the lead passes on.
+	group []*commitWaiter
 }
 
 var waiters = sync.Pool{New: func() any { return &commitWaiter{wake: make(chan struct{}, 1)} }}
 
-// write writes t's staged writes: alone when no other write is in flight, else in a group
-// write led by the first Txn queued behind that write.
+// write writes t's staged writes: at once when the queue is idle or another Txn waits for a key t
+// holds, else parked until the queue's write returns and then in a group write led by the first
+// Txn parked. An error from RocksDB matches ErrCommitAmbiguous.
 func (q *commitQueue) write(t *Txn) error {
+	merges := t.mergeable()
 	q.mu.Lock()
-	if !q.writing {
-		q.writing = true
+	if merges && !q.canStart(merges) && q.canBypass() {
+		// Only now, on the contended path, ask the table whether t is waited on.
 		q.mu.Unlock()
-		err := writeAlone(t)
-		q.next()
-		return err
+		waitedOn := t.waitedOn()
+		q.mu.Lock()
+		if waitedOn && !q.canStart(merges) && q.canBypass() {
+			q.bypasses++
+			q.mu.Unlock()
+			defer q.done(writeBypass) // also if the write panics
+			return writeAlone(t)
+		}
+	}
+	if q.canStart(merges) {
+		q.start(merges)
+		q.mu.Unlock()
+		defer q.done(writeQueued) // also if the write panics: later commits must not wait for it
+		return writeAlone(t)
 	}
 	w := waiters.Get().(*commitWaiter)
-	w.t = t
+	w.t, w.merges = t, merges
 	q.waiting = append(q.waiting, w)
 	q.mu.Unlock()
 	<-w.wake
 	if w.lead {
-		group := q.takeGroup(w)
-		writeGroup(group)
-		for _, m := range group[1:] {
-			m.wake <- struct{}{}
-		}
-		clear(group) // the group's Txns must not stay reachable
-		q.next()
+		q.lead(w)
 	}
 	err := w.err
-	*w = commitWaiter{wake: w.wake}
+	*w = commitWaiter{wake: w.wake, group: w.group}
 	waiters.Put(w)
 	return err
 }
 
-// takeGroup removes lead, the head of the queue, from the queue, and after it every waiter with
-// the same write options while the batches taken besides lead's stay under maxGroupBytes, and
-// returns them with lead first. The waiters left keep their order. It scans the queue only until
-// the bound is reached, so forming a group costs one step per waiter it takes or passes over.
-func (q *commitQueue) takeGroup(lead *commitWaiter) []*commitWaiter {
+// canStart reports whether the queue's next write may begin now, for a mergeable batch or not:
+// nobody parked ahead, no queue write in flight, and for an unmergeable batch no bypass either.
+// q.mu is held.
+func (q *commitQueue) canStart(merges bool) bool {
+	return len(q.waiting) == 0 && q.canLead(merges)
+}
+
+// canLead is canStart for the head of the queue. q.mu is held.
+func (q *commitQueue) canLead(merges bool) bool {
+	return !q.writing && (merges || q.bypasses == 0)
+}
+
+// canBypass reports whether a mergeable batch may be written beside the queue: no unmergeable
+// batch is being written, nor waits at the head of the queue for the bypasses to end (new ones
+// would keep it waiting). q.mu is held.
+func (q *commitQueue) canBypass() bool {
+	return !q.exclusive && (len(q.waiting) == 0 || q.waiting[0].merges)
+}
+
+// start marks the queue's write as begun. q.mu is held.
+func (q *commitQueue) start(merges bool) {
+	q.writing = true
+	q.exclusive = !merges
+}
+
+// Which write done ends.
+const (
+	writeQueued = false
+	writeBypass = true
+)
+
+// done ends a write, the queue's or a bypass, then tells the first parked Txn, if it may now
+// start, to lead the next write.
+func (q *commitQueue) done(bypass bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	group := append(q.group[:0], lead)
+	if bypass {
+		q.bypasses--
+	} else {
+		q.writing, q.exclusive = false, false
+	}
+	if len(q.waiting) == 0 || !q.canLead(q.waiting[0].merges) {
+		return
+	}
+	w := q.waiting[0]
+	q.waiting[0] = nil
+	q.waiting = q.waiting[1:]
+	q.start(w.merges)
+	w.lead = true
+	w.wake <- struct{}{}
+}
+
+// lead writes the group w takes from the queue, wakes its other members with the result and
+// ends the write. A panic in the write wakes them too, with an ambiguous error, before it goes on
+// up w's goroutine.
+func (q *commitQueue) lead(w *commitWaiter) {
+	group := q.takeGroup(w)
+	defer func() {
+		if r := recover(); r != nil {
+			for _, m := range group {
+				m.err = errWritePanicked
+			}
+			q.wakeAndEnd(group)
+			panic(r)
+		}
+	}()
+	writeGroup(group)
+	q.wakeAndEnd(group)
+}
+
+// wakeAndEnd wakes group's members besides its leader, forgets them, and ends the write.
+func (q *commitQueue) wakeAndEnd(group []*commitWaiter) {
+	lead := group[0]
+	for _, m := range group[1:] {
+		m.wake <- struct{}{}
+	}
+	clear(group) // the group's Txns must not stay reachable
+	lead.group = group[:0]
+	q.done(writeQueued)
+}
+
+// takeGroup returns lead, a waiter told to lead, followed by every parked waiter that can share
+// its write, which it removes from the queue, while the batches taken besides lead's stay under
+// maxGroupBytes. A waiter shares lead's write when both batches are mergeable and use the same
+// write options. The waiters left keep their order. It scans the queue only until the bound is
+// reached, so forming a group costs one step per waiter it takes or passes over.
+func (q *commitQueue) takeGroup(lead *commitWaiter) []*commitWaiter {
+	group := append(lead.group[:0], lead)
+	if !lead.merges {
+		return group
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	rest := q.waiting[:0]
-	size, i := 0, 1
+	size, i := 0, 0
 	for ; i < len(q.waiting) && size < maxGroupBytes; i++ {
-		if w := q.waiting[i]; w.t.mode == lead.t.mode {
+		if w := q.waiting[i]; w.merges && w.t.mode == lead.t.mode {
 			size += w.t.stagedBytes()
 			group = append(group, w)
 		} else {
@@ -90,28 +189,13 @@ func (q *commitQueue) takeGroup(lead *commitWaiter) []*commitWaiter {
 	rest = append(rest, q.waiting[i:]...)
 	clear(q.waiting[len(rest):]) // the taken waiters must not stay reachable
 	q.waiting = rest
-	q.group = group
 	return group
 }
 
-// next ends the write in flight: the first waiter, if any, leads the next one.
-func (q *commitQueue) next() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.waiting) == 0 {
-		q.writing = false
-		return
-	}
-	w := q.waiting[0]
-	w.lead = true
-	w.wake <- struct{}{}
-}
-
 // writeGroup writes the staged writes of group, every member with the write options of the
-// first, as one RocksDB write, and sets each member's err to its result. A failed write fails
-// every member: RocksDB's write errors are the database's (an I/O error, or a column family it
-// does not have, after which it refuses every write), not one batch's, and a batch it fails may
-// have been applied in part, so no member can be told that its write did not land.
+// first, as one RocksDB write, and sets each member's err to its result. Every member's batch is
+// mergeable (takeGroup), so no member's batch can make RocksDB fail the others'; a failed write
+// (an I/O error, a database stopped by an earlier error) fails every member, ambiguously.
 func writeGroup(group []*commitWaiter) {
 	lead := group[0].t
 	if len(group) == 1 {
@@ -126,7 +210,7 @@ func writeGroup(group []*commitWaiter) {
 	for _, m := range group {
 		m.t.addTo(wb)
 	}
-	err := lead.l.db.Write(lead.mode.options(), wb)
+	err := ambiguous(lead.l.db.Write(lead.mode.options(), wb))
 	for _, m := range group {
 		m.err = err
 	}
@@ -137,5 +221,35 @@ func writeAlone(t *Txn) error {
 	if hook := t.l.hooks.groupWrite; hook != nil {
 		hook(1)
 	}
-	return t.write()
+	return ambiguous(t.write())
+}
+
+// waitedOn reports whether a request is queued for a key t holds: some Txn or Lock waits for
+// t's commit to end.
+func (t *Txn) waitedOn() bool {
+	for _, x := range t.locks.items {
+		if x.h.waitedOn() {
+			return true
+		}
+	}
+	return false
+}
+
+// waitedOn reports whether a request is queued for the key h holds or waits for.
+func (h *Handle) waitedOn() bool { return h.hold.WaitedOn() }
+
+// mergeable reports whether t's batch may share a RocksDB write with other Txns' batches: when
+// it writes only the default column family. RocksDB applies a batch naming a column family it
+// does not have (dropped while the Txn was open, or of another database) in part, logs it whole
+// and then refuses every write, so it would turn the outcome of every batch merged with it into a
+// failure that reopening the database undoes. The default family cannot be dropped; any other
+// can be, between any check and the write, so a batch writing one is written alone, and its
+// outcome, whatever it is, stays its own.
+func (t *Txn) mergeable() bool {
+	for _, w := range t.writes.items {
+		if w.cfID != 0 {
+			return false
+		}
+	}
+	return true
 }

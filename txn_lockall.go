@@ -61,8 +61,11 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 	}
 	for _, k := range keys {
 		if len(k) == 0 {
-			return nil, ErrInvalidKey
+			return nil, invalidKey(k)
 		}
+	}
+	if ctx == nil {
+		return nil, errNilContext
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -52,7 +52,9 @@ func (t *Txn) RollbackToSavePoint() error {
 	}
 	sp.protected = sp.protected[:m.protected]
 	t.writes.truncate(m.writes)
-	t.spareN = m.spareN // the bytes of the discarded writes may be reused
+	if t.scans == 0 { // a running Scan may still refer to the discarded writes' bytes
+		t.spareN = m.spareN // the bytes of the discarded writes may be reused
+	}
 	return nil
 }
 

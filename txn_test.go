@@ -365,6 +365,7 @@ func TestBeginTxOptions(t *testing.T) {
 	var oe *recordlock.OptionError
 	require.ErrorAs(t, err, &oe)
 	assert.Equal(t, "DisableWAL", oe.Field)
+	assert.EqualError(t, err, "recordlock: txn option DisableWAL cannot be combined with Sync, got true")
 
 	for _, opts := range []recordlock.TxnOptions{
 		{},

@@ -54,7 +54,7 @@ func (t *Txn) stage(cf *grocksdb.ColumnFamilyHandle, key, value []byte, del bool
 		return err
 	}
 	if len(key) == 0 {
-		return ErrInvalidKey
+		return invalidKey(key)
 	}
 	cfID, err := t.l.columnFamily(cf)
 	if err != nil {

@@ -95,6 +95,7 @@ func (c *Coordinator) coldOutcomeLocked(ctx context.Context, a *ask, sess *sessi
 	}
 	// Another node holds the key, or another node's recall is ahead of this call.
 	a.contended = true
+	c.wantedElsewhereLocked(a.k, minted)
 	return coldResult{waitFrom: resp.Header.Revision}, nil
 }
 
@@ -105,13 +106,20 @@ func (c *Coordinator) createdLocked(k string, sess *session, rev int64, minted, 
 		return coldResult{} // Close or a lost lease hands it back; look again
 	}
 	d := c.delegs[k]
-	if d == nil || d.token != uint64(rev) {
-		if c.seen >= rev {
-			// The watch reported the creation, adopted it, and saw it end before this reply
-			// was read: it was handed on or lost. Look again.
-			return coldResult{}
+	switch {
+	case d != nil && d.token == uint64(rev): // the watch adopted it before this reply was read
+	case c.seen >= rev || (d != nil && d.token > uint64(rev)):
+		// The watch reported the creation, adopted it, and saw it end before this reply was
+		// read, or a later Txn of this node has replaced it: it was handed on or lost. Look
+		// again.
+		return coldResult{}
+	default:
+		if d != nil {
+			// etcd created the key anew, so the delegation this node knew was deleted before
+			// its watch could say so: end its admissions, as the watch would have.
+			c.goneLocked(k, d, "replaced in etcd by a later delegation")
 		}
-		d = newDelegation(uint64(rev), sess)
+		d = newDelegation(k, uint64(rev), sess)
 		c.delegs[k] = d
 	}
 	if d.recalled {

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +44,7 @@ type Coordinator struct {
 	delegs    map[string]*delegation // by key
 	recalls   map[string]recall      // key → another node's pending recall
 	waiters   map[string][]*waiter   // key → Acquire calls waiting for its etcd keys to change
+	contended map[string]contention  // keys other nodes want: handed back on release
 	lastSweep time.Duration          // Mono of the last look for idle delegations
 	stats     Stats                  // counters; Delegations and Retained are computed by Stats
 }
@@ -95,19 +94,20 @@ func New(client *clientv3.Client, node string, opts ...Option) (*Coordinator, er
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	c := &Coordinator{
-		cli:      client,
-		node:     node,
-		cfg:      cfg,
-		log:      cfg.log.With("node", node),
-		ttlSec:   ttlSec,
-		maxLease: maxLease,
-		ctx:      ctx,
-		stop:     stop,
-		sessLock: make(chan struct{}, 1),
-		up:       make(chan struct{}),
-		delegs:   map[string]*delegation{},
-		recalls:  map[string]recall{},
-		waiters:  map[string][]*waiter{},
+		cli:       client,
+		node:      node,
+		cfg:       cfg,
+		log:       cfg.log.With("node", node),
+		ttlSec:    ttlSec,
+		maxLease:  maxLease,
+		ctx:       ctx,
+		stop:      stop,
+		sessLock:  make(chan struct{}, 1),
+		up:        make(chan struct{}),
+		delegs:    map[string]*delegation{},
+		recalls:   map[string]recall{},
+		waiters:   map[string][]*waiter{},
+		contended: map[string]contention{},
 	}
 	rctx, cancel := context.WithTimeout(ctx, cfg.reqLimit)
 	_, err := c.session(rctx, 0)
@@ -143,11 +143,19 @@ func (c *Coordinator) Acquire(ctx context.Context, key []byte, lease time.Durati
 			c.withdraw(a)
 		}
 	}()
+	var minted time.Duration
+	refreshed := false // the lease was refreshed to cover minted+lease: admit on that reading
 	for {
 		if ctx.Err() != nil {
 			return recordlock.Round{}, waitErr(ctx, "wait for the key")
 		}
-		minted := c.cfg.clock.Mono() // before any request of this attempt
+		// A refresh measures the lease from when it was sent, after minted; a fresh reading
+		// could ask for more than it covered, and refresh again, without end.
+		if !refreshed {
+			minted = c.cfg.clock.Mono() // before any request of this attempt
+		}
+		renewed := refreshed
+		refreshed = false
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
@@ -167,6 +175,7 @@ func (c *Coordinator) Acquire(ctx context.Context, key []byte, lease time.Durati
 			continue
 		case d == nil:
 		case d.recalled:
+			c.wantedHereLocked(d, minted)
 			gone := d.gone
 			c.mu.Unlock()
 			if err := c.await(ctx, gone); err != nil {
@@ -185,11 +194,19 @@ func (c *Coordinator) Acquire(ctx context.Context, key []byte, lease time.Durati
 			return round, nil
 		}
 		c.mu.Unlock()
+		if d != nil && renewed {
+			// Every delegation is on the node's current lease, which the refresh made cover
+			// minted+lease. Should that ever not hold, fail rather than refresh twice in a row:
+			// that is the bound on an Acquire's refreshes.
+			return recordlock.Round{}, fmt.Errorf("%w: etcdcoord: the refreshed lease does not cover the round",
+				recordlock.ErrClusterUnavailable)
+		}
 		sess, err := c.session(ctx, minted+lease)
 		if err != nil {
 			return recordlock.Round{}, err
 		}
 		if d != nil {
+			refreshed = true
 			continue // the lease was refreshed (or lost, and the delegation with it): look again
 		}
 		if a == nil {
@@ -208,40 +225,6 @@ func (c *Coordinator) Acquire(ctx context.Context, key []byte, lease time.Durati
 			return r.round, nil
 		}
 	}
-}
-
-// ask is one Acquire call's recall of a key: its value in etcd is unique to the call, so that
-// withdrawing it never deletes a later call's recall.
-type ask struct {
-	k         string
-	value     string
-	in        bool // the recall key may be in etcd: withdraw it when the call ends
-	contended bool // etcd answered that another node holds the key or is ahead in turn
-}
-
-// recallValue returns the call's recall value, minting it on first use: the node's name, the
-// lease a holder may hand the delegation over on, and a number unique to the call.
-func (c *Coordinator) recallValue(a *ask, sess *session) string {
-	if a.value == "" {
-		a.value = c.node + "\x00" + strconv.FormatInt(int64(sess.id), 16) + "\x00" + strconv.FormatUint(c.seq.Add(1), 36)
-	}
-	return a.value
-}
-
-// recallLease returns the lease a recall value names.
-func recallLease(value string) (clientv3.LeaseID, bool) {
-	parts := strings.Split(value, "\x00")
-	if len(parts) != 3 {
-		return 0, false
-	}
-	id, err := strconv.ParseInt(parts[1], 16, 64)
-	return clientv3.LeaseID(id), err == nil
-}
-
-// mine reports whether a recall value was written by this node, or a delegation's value
-// names it.
-func (c *Coordinator) mine(value []byte) bool {
-	return len(value) > len(c.node) && value[len(c.node)] == 0 && string(value[:len(c.node)]) == c.node
 }
 
 // awaitWatch waits for the watch to be established. A wait that runs out is
@@ -275,23 +258,24 @@ func (c *Coordinator) await(ctx context.Context, ch <-chan struct{}) error {
 }
 
 // background runs f in a goroutine that Close waits for; after Close it does nothing, since
-// revoking the lease removes every key of this node.
-func (c *Coordinator) background(f func()) {
+// revoking the lease removes every key of this node, and reports false.
+func (c *Coordinator) background(f func()) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.backgroundLocked(f)
+	return c.backgroundLocked(f)
 }
 
 // backgroundLocked is background called with c.mu held.
-func (c *Coordinator) backgroundLocked(f func()) {
+func (c *Coordinator) backgroundLocked(f func()) bool {
 	if c.closed {
-		return
+		return false
 	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		f()
 	}()
+	return true
 }
 
 // sleep backs off before a retry of a background request; false once the coordinator closes.

@@ -333,12 +333,14 @@ func TestCloseHandsBackDelegations(t *testing.T) {
 // deletions its lease revocation makes are its own, so nothing is logged, Lost stays zero, and
 // another node is admitted to every key at once. The race it guards against (the watch seeing
 // those deletions before it stops) is not certain in one round, so several nodes close in turn.
+// Each round's checking node closes too, so that no node finds a key held by another and the
+// keys stay delegated until Close, as keys no other node wants do.
 func TestCleanCloseIsNoLoss(t *testing.T) {
 	e := startEtcd(t)
-	b := newNode(t, e, "b", nodeConfig{})
 	ctx := context.Background()
 	keys := []string{"k0", "k1", "k2"}
 	for round := range 5 {
+		b := newNode(t, e, fmt.Sprintf("b%d", round), nodeConfig{})
 		var logs syncBuffer
 		a := newNode(t, e, fmt.Sprintf("a%d", round), nodeConfig{opts: []etcdcoord.Option{
 			etcdcoord.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),
@@ -362,6 +364,7 @@ func TestCleanCloseIsNoLoss(t *testing.T) {
 			require.NoError(t, err, "round %d key %s", round, k)
 			require.True(t, h.Release())
 		}
+		require.NoError(t, b.coord.Close())
 	}
 }
 

@@ -9,12 +9,14 @@ import (
 // delegation is this node's right to admit holders of one key, backed by a key in etcd on the
 // node's lease. Its fields are guarded by Coordinator.mu, except gone, which is closed once.
 type delegation struct {
-	token       uint64   // the revision that granted it to this node: the fencing token of its rounds
-	sess        *session // the lease it lives on
-	honored     string   // the recall value of this node's call that it was handed over for
-	recalled    bool     // admits no more: asked back, lost, idle or closing
-	handingBack bool     // this node is deleting or handing over its key in etcd
-	ended       bool
+	k            string   // the record key
+	token        uint64   // the revision that granted it to this node: the fencing token of its rounds
+	sess         *session // the lease it lives on
+	honored      string   // the recall value of this node's call that it was handed over for
+	recalled     bool     // admits no more: asked back, lost, idle or closing
+	handingBack  bool     // this node is deleting or handing over its key in etcd
+	releasedBack bool     // handed back because its last holder released it (contention.go)
+	ended        bool
 
 	// kept are the admissions a recall may have to revoke, oldest first: every live one, and
 	// at most RetainedPerKey released ones whose lease has not ended. A local key is held by
@@ -27,8 +29,8 @@ type delegation struct {
 	gone chan struct{} // closed when the delegation is handed back or lost
 }
 
-func newDelegation(token uint64, sess *session) *delegation {
-	return &delegation{token: token, sess: sess, gone: make(chan struct{})}
+func newDelegation(k string, token uint64, sess *session) *delegation {
+	return &delegation{k: k, token: token, sess: sess, gone: make(chan struct{})}
 }
 
 // admission is one granted round.
@@ -55,12 +57,13 @@ func (c *Coordinator) admitLocked(d *delegation, minted, lease time.Duration, re
 	return recordlock.Round{TsR: c.cfg.stamp(), MintedMono: minted, Token: d.token, Release: a.release}, evicted
 }
 
-// release ends the admission (not the delegation). It never fails.
+// release ends the admission. If it was the last live one of a contended key, it hands the
+// delegation back too (handBackContended). It never fails.
 func (a *admission) release() error {
 	c := a.c
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if a.released {
+		c.mu.Unlock()
 		return nil
 	}
 	a.released = true
@@ -72,6 +75,20 @@ func (a *admission) release() error {
 		close(d.wake)
 		d.wake = nil
 	}
+	if d.recalled || d.live() || len(c.contended) == 0 { // the repeat path reads no clock here
+		c.mu.Unlock()
+		return nil
+	}
+	now := c.cfg.clock.Mono()
+	if !c.contendedLocked(d.k, now) {
+		c.mu.Unlock()
+		return nil
+	}
+	d.recalled = true
+	d.releasedBack = true
+	revokes := d.takeAll()
+	c.mu.Unlock()
+	c.handBackContended(d, revokes, now < a.deadline)
 	return nil
 }
 

@@ -3,27 +3,43 @@
 //
 // A node makes one coordinator over its etcd client and gives it to the Lockers of its database
 // with Locker.SetCoordinator, which every Locker of the database sees, or with
-// recordlock.WithCoordinator:
+// recordlock.WithCoordinator. ExampleNew runs a node on an embedded etcd; in a function of
+// your own:
 //
-//	l, err := recordlock.New(db)
-//	if err != nil {
-//		return err
-//	}
-//	defer l.Close()
-//	// New fails with ErrNameTaken while another live node has the name.
-//	coord, err := etcdcoord.New(cli, "node-a", etcdcoord.WithTimestamp(l.Timestamp), etcdcoord.WithLogger(logger))
-//	if err != nil {
-//		return err
-//	}
-//	defer coord.Close() // hands every delegation back at once
-//	l.SetCoordinator(coord)
+//	// lockOrder writes order/42 to the node's RocksDB, db, under a cluster-scoped lock.
+//	func lockOrder(ctx context.Context, db *grocksdb.DB, endpoints []string) error {
+//		cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+//		if err != nil {
+//			return err
+//		}
+//		defer cli.Close()
+//		l, err := recordlock.New(db)
+//		if err != nil {
+//			return err
+//		}
+//		defer l.Close()
+//		// New fails with ErrNameTaken while another live node has the name.
+//		coord, err := etcdcoord.New(cli, "node-a", etcdcoord.WithTimestamp(l.Timestamp), etcdcoord.WithLogger(slog.Default()))
+//		if err != nil {
+//			return err
+//		}
+//		defer coord.Close() // hands every delegation back at once
+//		l.SetCoordinator(coord)
 //
-//	h, err := l.Lock(ctx, []byte("order/42"), recordlock.Options{Lease: 10 * time.Second})
-//	if err != nil {
-//		return err // ErrTimeout: another node held it; ErrClusterUnavailable: etcd could not be reached
+//		h, err := l.Lock(ctx, []byte("order/42"), recordlock.Options{Lease: 10 * time.Second})
+//		if err != nil {
+//			return err // ErrTimeout: another node held it; ErrClusterUnavailable: etcd could not be reached
+//		}
+//		defer h.Release()
+//		wo := grocksdb.NewDefaultWriteOptions()
+//		defer wo.Destroy()
+//		return h.Fence(func() error { return db.Put(wo, []byte("order/42"), []byte("placed")) }) // lands only while the lease is live
 //	}
-//	defer h.Release()
-//	err = h.Fence(func() error { return db.Write(wo, batch) }) // lands only while the lease is live
+//
+// The package is tested with etcd v3.6.16, server and client: require the client at that
+// version before go mod tidy picks the newest (go get go.etcd.io/etcd/client/v3@v3.6.16, and
+// go.etcd.io/etcd/server/v3@v3.6.16 to embed a server). Command examples/cluster of the
+// repository runs three nodes.
 //
 // # What it protects
 //
@@ -42,7 +58,9 @@
 // skew margin. While the node holds a live, un-recalled delegation with at least the requested
 // lease left, Acquire admits with no etcd request at all; a cold key costs one Txn. The lease is
 // refreshed on demand, when an admission would outlive what the node trusts of it, so an idle
-// node makes no requests and its lease, with every delegation on it, simply expires. A delegation
+// node makes no requests and its lease, with every delegation on it, simply expires: that is
+// counted in Stats.Expired, not as a loss, and not logged. An Acquire never refreshes the lease
+// twice in a row: each refresh is followed by an admission, a cold Txn or a wait. A delegation
 // that no admission has used for the linger period is handed back by a later Acquire.
 //
 // # Recall
@@ -61,6 +79,15 @@
 // recall key is then withdrawn, with retries until etcd confirms or the node's lease is gone.
 // Askers are served in turn: while one node's recall is pending, no other node creates the
 // delegation.
+//
+// A key that another node wanted or held within the linger period (a recall was sent or
+// received, and since then the watch has seen another node's delegation of it) is handed back
+// as soon as this node's last holder releases it, as etcd's Mutex deletes its key on Unlock:
+// the released admissions are revoked first, as a recall would, and Release waits for etcd to
+// confirm, within the request timeout. Nodes that take turns on a key then pay one Txn per Lock
+// and one per Release, with no recall. A key no other node wants stays delegated, and so does
+// one that this node wanted again while such a hand-back was in flight, for the linger period:
+// its goroutines that queue for the key then pass it on without a request.
 //
 // A delegation keeps the admissions it may have to revoke: the live one and at most
 // RetainedPerKey released ones whose lease has not ended. When one more released admission
@@ -81,10 +108,17 @@
 //
 // Each node follows every key under the prefix with one watch. Admissions from a delegation
 // happen only while that watch is established; when it breaks, the node reads the prefix afresh
-// before admitting again. A delegation that disappears from etcd (deleted, or its lease revoked
-// by the cluster) has its admissions revoked at once. Every request and the watch require a
-// leader, so a member cut off from the quorum fails fast instead of hanging, and the node stops
-// admitting from its delegations until its watch is back.
+// before admitting again. The watch breaks when etcd ends it, and when the client's connection
+// to etcd stops being ready (with several endpoints, to every member): the client would retry
+// the watch in place, and the node would go on admitting while blind to recalls. Every request
+// and the watch require a leader, so a member cut off from the quorum fails fast instead of
+// hanging, and the node stops admitting from its delegations until its watch is back.
+//
+// A delegation that disappears from etcd while the node still trusts the lease it is on
+// (deleted, its lease revoked, or replaced by a later delegation this node's own Txn created)
+// has its admissions revoked at once, counts in Stats.Lost and is logged. One that disappears
+// with the lease after the node stopped trusting it, as an idle node's does, counts in
+// Stats.Expired: every admission from it had already ended.
 //
 // # Time and faults
 //
@@ -100,9 +134,13 @@
 // # Deploying
 //
 //   - A lock's Lease must be at most the TTL less the skew margin (WithSkew, DefaultSkew); a
-//     longer one fails with recordlock.ErrInvalidOptions.
+//     longer one fails with recordlock.ErrInvalidOptions. A round must end before the node's
+//     etcd lease, measured from before its last refresh, so a lock at that longest Lease
+//     refreshes the lease on every admission; one shorter by d refreshes at most once per d.
 //   - Node names must be unique: New registers the name on the node's lease and fails with
-//     ErrNameTaken while another live node has it.
+//     ErrNameTaken while another live node has it. Deleting the prefix deletes the
+//     registrations too, and lets New admit a second coordinator of a running one's name;
+//     the two still tell their recalls apart by the lease each names.
 //   - Give the client every endpoint of the cluster and gRPC keepalives, so that a dead
 //     connection is noticed and another member used: DialKeepAliveTime and
 //     DialKeepAliveTimeout of a few seconds.
@@ -134,7 +172,9 @@
 // # Operations
 //
 // Coordinator.Stats reports the delegations held, recalls sent and received, hand-backs, lost
-// delegations, lease refresh failures, watch restarts and retained admissions. Failed hand-backs
-// and recall withdrawals, watch restarts and lost delegations are logged through WithLogger.
+// and expired delegations, lease refresh failures, watch restarts and retained admissions.
+// Failed hand-backs and recall withdrawals, watch restarts and lost delegations are logged
+// through WithLogger. Once the etcd client is closed, a failed hand-back is logged once and
+// not retried: its keys lapse with the node's lease.
 // The package's tests start embedded etcd servers on loopback, so they need no external server.
 package etcdcoord

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/recordlock/recordlock"
 	"github.com/recordlock/recordlock/etcdcoord"
@@ -89,4 +90,21 @@ func TestNewRefusesLiveName(t *testing.T) {
 	c, err = etcdcoord.New(other.cli, "a", etcdcoord.WithLogger(quiet))
 	require.NoError(t, err)
 	require.NoError(t, c.Close())
+}
+
+// Deleting the prefix deletes the name registrations too, so New lets in a second coordinator
+// of a running one's name. The two still tell their recalls apart, by the lease each names, and
+// hand the key to each other.
+func TestSameNamedCoordinatorsServeEachOthersRecalls(t *testing.T) {
+	e := startEtcd(t)
+	a := newNode(t, e, "a", nodeConfig{})
+	_, err := a.cli.Delete(context.Background(), "/recordlock/", clientv3.WithPrefix())
+	require.NoError(t, err)
+	twin := newNode(t, e, "a", nodeConfig{})
+	ctx := context.Background()
+	for i, n := range []*node{a, twin, a} {
+		h, err := n.l.Lock(ctx, []byte("k"), cluster(time.Second, 3*time.Second))
+		require.NoError(t, err, "lock %d: the other coordinator did not hand the key over", i)
+		require.True(t, h.Release())
+	}
 }

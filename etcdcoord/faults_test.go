@@ -329,10 +329,11 @@ func TestFaults(t *testing.T) {
 				assert.LessOrEqual(t, fr.maxOcc.Load(), int32(1), "holders of one key inside a fence at once")
 			}
 			assert.LessOrEqual(t, fr.maxHealed.Load(), int32(1), "holders of one key inside a fence at once, outside the fault")
-			var handoffs, restarts, lost uint64
+			var recalls, handBacks, restarts, lost uint64
 			for _, n := range fr.nodes {
 				s := n.coord.Stats()
-				handoffs += s.RecallsReceived
+				recalls += s.RecallsReceived
+				handBacks += s.HandBacks
 				restarts += s.WatchRestarts
 				lost += s.Lost
 			}
@@ -344,8 +345,8 @@ func TestFaults(t *testing.T) {
 				assert.False(t, strings.HasPrefix(k, "other"), "unexpected failure %s", k)
 			}
 			sort.Strings(errs)
-			t.Logf("%s: %d commits, %d hand-offs, %d delegations lost, %d watch restarts; failures: %s; %s",
-				f.name, fr.commits, handoffs, lost, restarts, strings.Join(errs, ", "), summary)
+			t.Logf("%s: %d commits, %d recalls, %d hand-backs, %d delegations lost, %d watch restarts; failures: %s; %s",
+				f.name, fr.commits, recalls, handBacks, lost, restarts, strings.Join(errs, ", "), summary)
 			assert.Positive(t, fr.commits)
 			fr.mu.Unlock()
 

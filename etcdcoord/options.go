@@ -13,7 +13,7 @@ const (
 	// DefaultPrefix is where delegation and recall keys live in etcd.
 	DefaultPrefix = "/recordlock/"
 	// DefaultTTL is the TTL of the node's etcd lease. A dead node stops blocking others within
-	// about this long; a lock's Lease must be shorter than TTL minus the skew margin.
+	// about this long; a lock's Lease may be at most the TTL less the skew margin.
 	DefaultTTL = 60 * time.Second
 	// DefaultSkew is how much longer etcd keeps the lease than this node trusts it, to absorb the
 	// difference between this node's clock and the etcd leader's.
@@ -41,6 +41,7 @@ type config struct {
 	linger   time.Duration
 	reqLimit time.Duration
 	log      *slog.Logger
+	watchLag func() // runs before the watch applies each batch of events; tests set it
 }
 
 type prefixOption string
@@ -107,6 +108,10 @@ func (o loggerOption) apply(c *config) { c.log = o.l }
 // WithLogger sets where failed hand-backs, withdrawals, watch restarts and lost delegations are
 // reported. The default, and what nil means, is slog.Default().
 func WithLogger(l *slog.Logger) Option { return loggerOption{l} }
+
+type watchLagOption func()
+
+func (o watchLagOption) apply(c *config) { c.watchLag = o }
 
 // clockStamps mints timestamps from a clock's wall reading, strictly increasing.
 type clockStamps struct {

@@ -12,7 +12,11 @@ import (
 // recallLocked starts handing d back after another node asked for it: no more admissions, and
 // handOver returns it once every admission is revoked. Called with c.mu held.
 func (c *Coordinator) recallLocked(k string, d *delegation) {
-	if d.recalled || c.closed {
+	if c.closed {
+		return
+	}
+	c.wantedElsewhereLocked(k, c.cfg.clock.Mono())
+	if d.recalled {
 		return
 	}
 	d.recalled = true
@@ -111,6 +115,7 @@ func (c *Coordinator) revokeLocked(revokes []func()) {
 // a node that locks many distinct keys must not keep them all in etcd. Called with c.mu held.
 func (c *Coordinator) sweepLocked(now time.Duration) {
 	c.lastSweep = now
+	c.pruneContendedLocked(now)
 	var ks []string
 	var ds []*delegation
 	for k, d := range c.delegs {
@@ -147,7 +152,7 @@ func (c *Coordinator) handOff(k string, d *delegation) {
 	c.mu.Lock()
 	r, ok := c.recalls[k]
 	c.mu.Unlock()
-	lease, valid := recallLease(r.value)
+	_, lease, valid := recallLease(r.value)
 	if !ok || !valid {
 		c.handBack([]string{k}, []*delegation{d})
 		return
@@ -185,7 +190,8 @@ func (c *Coordinator) handBack(ks []string, ds []*delegation) {
 }
 
 // giveBack runs txn, which deletes or hands over the delegations' keys, retrying until it
-// succeeds, the lease they live on is gone, or the coordinator closes; then forgets them.
+// succeeds, the lease they live on is gone, or the coordinator or its client closes; then
+// forgets them.
 func (c *Coordinator) giveBack(ks []string, ds []*delegation, txn func(ctx context.Context) error) {
 	c.mu.Lock()
 	for _, d := range ds {
@@ -201,6 +207,10 @@ func (c *Coordinator) giveBack(ks []string, ds []*delegation, txn func(ctx conte
 		}
 		if c.ctx.Err() != nil {
 			return // Close revokes the lease, which hands everything back
+		}
+		if c.cli.Ctx().Err() != nil {
+			c.log.Warn("etcdcoord: the etcd client is closed; the keys lapse with the node's lease", "keys", len(ks), "err", err)
+			break
 		}
 		c.log.Warn("etcdcoord: hand-back failed; retrying", "keys", len(ks), "attempt", attempt+1, "err", err)
 		c.mu.Lock()
@@ -221,9 +231,9 @@ func (c *Coordinator) giveBack(ks []string, ds []*delegation, txn func(ctx conte
 // not know: one another node handed over, or one whose creating Txn's reply did not arrive.
 // Called with c.mu held.
 func (c *Coordinator) adoptLocked(k string, rev int64, value []byte) {
-	d := newDelegation(uint64(rev), c.sess)
+	d := newDelegation(k, uint64(rev), c.sess)
 	d.lastEnd = c.cfg.clock.Mono() // kept for the linger period if nobody uses it
-	if c.mine(value) {
+	if c.mineLocked(value) {
 		d.honored = string(value)
 	}
 	c.delegs[k] = d
@@ -245,14 +255,31 @@ func (c *Coordinator) handedBackLocked(k string, d *delegation) {
 	d.end()
 }
 
-// goneLocked follows the end of d's key in etcd: expected if this node was handing it back,
-// a loss otherwise. Called with c.mu held.
+// goneLocked follows the end of d's key in etcd: expected if this node was handing it back or
+// no longer trusted the lease it was on, a loss otherwise. Called with c.mu held.
 func (c *Coordinator) goneLocked(k string, d *delegation, why string) {
-	if d.handingBack {
+	switch {
+	case d.handingBack:
 		c.handedBackLocked(k, d)
-	} else {
+	case c.cfg.clock.Mono() >= d.sess.validUntil:
+		c.expiredLocked(k, d)
+	default:
 		c.loseLocked(k, d, why)
 	}
+}
+
+// expiredLocked forgets a delegation whose key etcd deleted with the node's lease after the
+// node stopped trusting that lease: no admission from it outlived that trust, so this is how an
+// idle node's delegations end, not a loss. Called with c.mu held.
+func (c *Coordinator) expiredLocked(k string, d *delegation) {
+	if c.delegs[k] == d {
+		delete(c.delegs, k)
+	}
+	d.recalled = true
+	revokes := d.takeAll() // every deadline has passed; revoking waits for a Fence still running
+	d.end()
+	c.stats.Expired++
+	c.revokeLocked(revokes)
 }
 
 // loseLocked forgets a delegation that etcd no longer has and revokes every admission from it
@@ -273,7 +300,7 @@ func (c *Coordinator) loseLocked(k string, d *delegation, why string) {
 // withdraw deletes a recall key this node wrote, or may have written, after the call that
 // wrote it gave up, so that nodes queued behind it are not held up. It compares the call's own
 // value, so it never deletes a later recall, and retries until etcd confirms, the lease the key
-// lives on is gone, or the coordinator closes.
+// lives on is gone, or the coordinator or its client closes.
 func (c *Coordinator) withdraw(a *ask) {
 	rkey, value := c.rkey(a.k), a.value
 	c.mu.Lock()
@@ -287,8 +314,8 @@ func (c *Coordinator) withdraw(a *ask) {
 				Then(clientv3.OpDelete(rkey)).
 				Commit()
 			cancel()
-			if err == nil || c.ctx.Err() != nil {
-				return
+			if err == nil || c.ctx.Err() != nil || c.cli.Ctx().Err() != nil {
+				return // a closed client sends nothing more: the key lapses with the lease
 			}
 			c.log.Warn("etcdcoord: withdrawing a recall failed; retrying", "key", a.k, "attempt", attempt+1, "err", err)
 			c.mu.Lock()

@@ -2,6 +2,7 @@ package etcdcoord_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/etcdcoord"
 )
 
 // A recall does not take the key from a live holder: B's request waits while A works, A's
@@ -97,4 +99,92 @@ func TestFencedCommitDelaysHandBack(t *testing.T) {
 	r := <-got
 	require.NoError(t, r.err)
 	require.True(t, r.h.Release())
+}
+
+// Nodes that take turns on a key stop recalling it: once a recall has shown that another node
+// wants the key, a node hands it back when its last holder releases it, so the next node's Lock
+// is the one Txn that creates the delegation, and its Release the one that deletes it. A key no
+// other node wants stays delegated, and its repeat locks make no request.
+func TestContendedKeyIsHandedBackOnRelease(t *testing.T) {
+	e := startEtcd(t)
+	nodes := []*node{newNode(t, e, "a", nodeConfig{}), newNode(t, e, "b", nodeConfig{})}
+	ctx := context.Background()
+	opts := cluster(time.Second, 10*time.Second)
+	lockRelease := func(n *node, key string) {
+		h, err := n.l.Lock(ctx, []byte(key), opts)
+		require.NoError(t, err)
+		require.True(t, h.Release())
+	}
+	lockRelease(nodes[0], "k")
+	lockRelease(nodes[1], "k") // recalls the key from A
+	recalls := nodes[1].coord.Stats().RecallsSent
+	for i := range 6 {
+		n := nodes[i%2]
+		before := n.reqs.snapshot()
+		h, err := n.l.Lock(ctx, []byte("k"), opts)
+		require.NoError(t, err)
+		assert.Equal(t, map[string]int{txnMethod: 1}, n.reqs.since(before), "lock %d by %s", i, n.name)
+		before = n.reqs.snapshot()
+		require.True(t, h.Release())
+		assert.Equal(t, map[string]int{txnMethod: 1}, n.reqs.since(before), "release %d by %s", i, n.name)
+		assert.Zero(t, n.coord.Stats().Delegations, "%s kept the key after release %d", n.name, i)
+	}
+	assert.Equal(t, recalls, nodes[1].coord.Stats().RecallsSent, "no more recalls")
+	assert.Zero(t, nodes[0].coord.Stats().RecallsSent, "no more recalls")
+
+	lockRelease(nodes[0], "other")
+	before := nodes[0].reqs.snapshot()
+	lockRelease(nodes[0], "other")
+	assert.Empty(t, nodes[0].reqs.since(before), "a repeat lock of a key no other node wants")
+	assert.Equal(t, 1, nodes[0].coord.Stats().Delegations)
+}
+
+// A node whose own next lock has to wait for the hand-back its release started keeps its next
+// delegation of the key: its goroutines queue for the key, and each would otherwise pay two
+// Txns where a repeat lock pays none.
+func TestLocalDemandKeepsContendedKey(t *testing.T) {
+	e := startEtcd(t)
+	a, b := newNode(t, e, "a", nodeConfig{}), newNode(t, e, "b", nodeConfig{})
+	ctx := context.Background()
+	opts := cluster(time.Second, 10*time.Second)
+	for _, n := range []*node{a, b} { // B recalls the key from A: both know it is contended
+		h, err := n.l.Lock(ctx, []byte("k"), opts)
+		require.NoError(t, err)
+		require.True(t, h.Release())
+	}
+	h, err := a.l.Lock(ctx, []byte("k"), opts)
+	require.NoError(t, err)
+
+	sent, proceed := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool
+	a.reqs.setHook(func(ctx context.Context, method string, req any, invoke func() error) error {
+		if method == txnMethod && held.CompareAndSwap(false, true) { // the hand-back on release
+			close(sent)
+			<-proceed
+		}
+		return invoke()
+	})
+	released := make(chan bool, 1)
+	go func() { released <- h.Release() }()
+	<-sent
+	next := lockAsync(a, "k", opts)
+	// The next lock reaches the delegation being handed back (not a sleep: a slow host would let
+	// the hand-back finish first, and the lock would find no delegation at all).
+	require.Eventually(t, func() bool { return etcdcoord.WantedHere(a.coord, "k") }, 10*time.Second, time.Millisecond,
+		"the next lock never found the delegation being handed back")
+	require.False(t, admitted(next), "admitted from a delegation being handed back")
+	close(proceed)
+	require.True(t, <-released)
+	r := <-next
+	require.NoError(t, r.err)
+	assert.Greater(t, r.h.Token(), h.Token(), "admitted from a new delegation")
+
+	before := a.reqs.snapshot()
+	require.True(t, r.h.Release())
+	assert.Empty(t, a.reqs.since(before), "the release handed the key back")
+	assert.Equal(t, 1, a.coord.Stats().Delegations)
+	h, err = a.l.Lock(ctx, []byte("k"), opts)
+	require.NoError(t, err)
+	require.True(t, h.Release())
+	assert.Empty(t, a.reqs.since(before), "a repeat lock made a request")
 }

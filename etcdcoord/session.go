@@ -126,8 +126,9 @@ func (c *Coordinator) revokeLease(id clientv3.LeaseID) {
 }
 
 // dropSessionLocked forgets a lease that etcd no longer has: its delegations are gone. Those
-// not being handed back are lost, and their admissions revoked, in case etcd let the lease go
-// before this node expected; after Close revoked it, they are all being handed back.
+// not being handed back have their admissions revoked, and count as lost if etcd let the lease
+// go before this node expected (goneLocked); after Close revoked it, they are all being handed
+// back.
 func (c *Coordinator) dropSessionLocked(s *session) {
 	if c.sess == s {
 		c.sess = nil

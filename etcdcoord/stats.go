@@ -10,11 +10,16 @@ type Stats struct {
 	// RecallsSent counts recall keys this node wrote; RecallsReceived, recalls of its
 	// delegations by other nodes.
 	RecallsSent, RecallsReceived uint64
-	// HandBacks counts delegations handed back to etcd: recalled, idle, given up, or held when
-	// Close revoked the node's lease.
+	// HandBacks counts delegations handed back to etcd: recalled, released while another node
+	// wants the key, idle, given up, or held when Close revoked the node's lease.
 	HandBacks uint64
-	// Lost counts delegations that disappeared from etcd while this node held them.
+	// Lost counts delegations that disappeared from etcd while this node still trusted the
+	// lease they were on: deleted, or the lease revoked or expired earlier than this node
+	// expected.
 	Lost uint64
+	// Expired counts delegations that lapsed with the node's etcd lease after the node had
+	// stopped trusting it, as those of an idle node do: every admission from them had ended.
+	Expired uint64
 	// RefreshFailures counts refreshes of the node's etcd lease that failed.
 	RefreshFailures uint64
 	// WatchRestarts counts times the watch broke and was set up again.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,7 +68,9 @@ func TestStatsAndLogs(t *testing.T) {
 	assert.Equal(t, 0, s.Retained)
 	assert.Equal(t, uint64(1), s.RecallsReceived)
 	assert.Equal(t, uint64(1), b.coord.Stats().RecallsSent)
-	assert.Equal(t, 1, b.coord.Stats().Delegations)
+	// A wanted the key, so B handed it back when its holder released it.
+	assert.Equal(t, 0, b.coord.Stats().Delegations)
+	assert.Equal(t, uint64(1), b.coord.Stats().HandBacks)
 	assert.Contains(t, logs.String(), "hand-back failed")
 }
 
@@ -105,4 +108,66 @@ func heapInUse() int64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
+}
+
+// An idle node's etcd lease expires with every delegation on it, as the package doc says it
+// should: that is counted as Expired, not Lost, nothing is logged, and another node takes each
+// key at once.
+func TestIdleExpiryIsNoLoss(t *testing.T) {
+	e := startEtcd(t)
+	var logs syncBuffer
+	a := newNode(t, e, "a", nodeConfig{opts: []etcdcoord.Option{
+		etcdcoord.WithTTL(2 * time.Second), etcdcoord.WithSkew(500 * time.Millisecond),
+		etcdcoord.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),
+	}})
+	b := newNode(t, e, "b", nodeConfig{})
+	ctx := context.Background()
+	keys := []string{"k1", "k2", "k3"}
+	for _, k := range keys {
+		h, err := a.l.Lock(ctx, []byte(k), cluster(time.Second, 10*time.Second))
+		require.NoError(t, err)
+		require.True(t, h.Release())
+	}
+	require.Equal(t, len(keys), a.coord.Stats().Delegations)
+
+	// A makes no request from now on: etcd lets its lease go, and A's watch sees each key deleted.
+	require.Eventually(t, func() bool { return a.coord.Stats().Delegations == 0 }, 10*time.Second, 10*time.Millisecond)
+	s := a.coord.Stats()
+	assert.Zero(t, s.Lost, "an idle node's expiry counted as a loss")
+	assert.Equal(t, uint64(len(keys)), s.Expired)
+	assert.NotContains(t, logs.String(), "level=WARN", "an idle node's expiry logged a warning")
+	for _, k := range keys {
+		h, err := b.l.Lock(ctx, []byte(k), cluster(time.Second, time.Second))
+		require.NoError(t, err, "B takes %s without waiting", k)
+		require.True(t, h.Release())
+	}
+	h, err := a.l.Lock(ctx, []byte("k1"), cluster(time.Second, 10*time.Second))
+	require.NoError(t, err, "A locks again on a new lease")
+	require.True(t, h.Release())
+	assert.Zero(t, a.coord.Stats().Lost)
+}
+
+// Once the node's etcd client is closed, nothing it could send reaches etcd: a hand-back that
+// fails for that reason is given up with one warning, not retried and logged until Close.
+func TestClosedClientStopsHandBackRetries(t *testing.T) {
+	e := startEtcd(t)
+	var logs syncBuffer
+	a := newNode(t, e, "a", nodeConfig{opts: []etcdcoord.Option{
+		etcdcoord.WithTTL(2 * time.Second), etcdcoord.WithSkew(500 * time.Millisecond),
+		etcdcoord.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),
+	}})
+	b := newNode(t, e, "b", nodeConfig{})
+	ctx := context.Background()
+	ha, err := a.l.Lock(ctx, []byte("k"), cluster(time.Second, 10*time.Second))
+	require.NoError(t, err)
+	got := lockAsync(b, "k", cluster(time.Second, 10*time.Second))
+	require.Eventually(t, func() bool { return a.coord.Stats().RecallsReceived == 1 }, 10*time.Second, time.Millisecond)
+
+	require.NoError(t, a.cli.Close())
+	ha.Release() // A's hand-back can no longer be sent
+	r := <-got
+	require.NoError(t, r.err, "B is admitted once A's lease expires")
+	require.True(t, r.h.Release())
+	time.Sleep(6 * time.Second) // room for retries: on a closed client each fails within about 3 s
+	assert.LessOrEqual(t, strings.Count(logs.String(), "level=WARN"), 1, "warnings after the client closed:\n%s", logs.String())
 }

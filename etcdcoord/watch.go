@@ -5,9 +5,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"strings"
+	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/connectivity"
 )
 
 // watch follows every key under the prefix until the coordinator or its client closes. Each
@@ -44,11 +46,17 @@ func (c *Coordinator) watch() {
 // follow watches the prefix from after revision rev until the watch ends, applying each event.
 // It reports whether the watch was established.
 func (c *Coordinator) follow(rev int64) (bool, error) {
-	ctx, cancel := context.WithCancel(leader(c.ctx))
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(leader(c.ctx))
+	var monitor sync.WaitGroup
+	defer monitor.Wait()
+	defer cancel(nil)
+	monitor.Go(func() { c.watchConnection(ctx, cancel) })
 	established := false
 	for resp := range c.cli.Watch(ctx, c.cfg.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithCreatedNotify()) {
 		if err := resp.Err(); err != nil {
+			if cause := context.Cause(ctx); errors.Is(cause, errDisconnected) {
+				err = cause
+			}
 			return established, err
 		}
 		if resp.Created {
@@ -56,13 +64,43 @@ func (c *Coordinator) follow(rev int64) (bool, error) {
 			c.setWatching(true)
 			continue
 		}
+		if c.cfg.watchLag != nil {
+			c.cfg.watchLag()
+		}
 		c.mu.Lock()
 		for _, ev := range resp.Events {
 			c.applyLocked(ev.Type, ev.Kv)
 		}
 		c.mu.Unlock()
 	}
+	if cause := context.Cause(ctx); errors.Is(cause, errDisconnected) {
+		return established, cause
+	}
 	return established, errors.New("etcdcoord: the watch closed")
+}
+
+var errDisconnected = errors.New("etcdcoord: the client lost its connection to etcd")
+
+// watchConnection ends the watch, with errDisconnected, when the client's connection to etcd
+// stops being ready: the client would retry the watch in place without a word, and the node
+// would go on admitting from delegations while it cannot see recalls or deletions. It returns
+// when ctx ends.
+func (c *Coordinator) watchConnection(ctx context.Context, cancel context.CancelCauseFunc) {
+	conn := c.cli.ActiveConnection()
+	wasReady := false
+	for {
+		state := conn.GetState()
+		switch {
+		case state == connectivity.Ready:
+			wasReady = true
+		case wasReady || state == connectivity.TransientFailure || state == connectivity.Shutdown:
+			cancel(errDisconnected)
+			return
+		}
+		if !conn.WaitForStateChange(ctx, state) {
+			return
+		}
+	}
 }
 
 // resync reads every key under the prefix and brings this node's view up to date: delegations
@@ -85,7 +123,7 @@ func (c *Coordinator) resync() (int64, error) {
 		case !ok:
 		case kind == 'd':
 			held[k] = kv
-		case kind == 'r' && !c.mine(kv.Value):
+		case kind == 'r' && !c.mineLocked(kv.Value):
 			c.recalls[k] = recall{rev: kv.ModRevision, value: string(kv.Value)}
 		}
 	}
@@ -120,12 +158,15 @@ func (c *Coordinator) applyLocked(typ mvccpb.Event_EventType, kv *mvccpb.KeyValu
 	switch {
 	case kind == 'r' && typ == clientv3.EventTypeDelete:
 		delete(c.recalls, k)
-	case kind == 'r' && !c.mine(kv.Value):
+	case kind == 'r' && !c.mineLocked(kv.Value):
 		c.recalls[k] = recall{rev: rev, value: string(kv.Value)}
 		if d := c.delegs[k]; d != nil && rev > int64(d.token) {
 			c.recallLocked(k, d)
 		}
 	case kind == 'd':
+		if typ == clientv3.EventTypePut && (c.sess == nil || kv.Lease != int64(c.sess.id)) {
+			c.usedElsewhereLocked(k)
+		}
 		// Only its holder changes a delegation key once it is granted, so a change after this
 		// node's grant ends this node's delegation.
 		if d := c.delegs[k]; d != nil && rev > int64(d.token) {

@@ -8,6 +8,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/etcdcoord"
 )
 
 // A delegation that disappears from etcd revokes its admissions at once, live ones too, and the
@@ -60,24 +63,40 @@ func TestHandoffsOpenNoWatch(t *testing.T) {
 	e := startEtcd(t)
 	nodes := []*node{newNode(t, e, "a", nodeConfig{}), newNode(t, e, "b", nodeConfig{})}
 	ctx := context.Background()
-	lockRelease := func(n *node, key string) {
+	lockRelease := func(n *node, key string) uint64 {
 		h, err := n.l.Lock(ctx, []byte(key), cluster(time.Second, 10*time.Second))
 		require.NoError(t, err)
 		require.True(t, h.Release())
+		return h.Token()
 	}
 	lockRelease(nodes[1], "warm-up") // the watch is established
-	lockRelease(nodes[0], "k")
+	last := lockRelease(nodes[0], "k")
 	before := []map[string]int{nodes[0].reqs.snapshot(), nodes[1].reqs.snapshot()}
 	const handoffs = 10
 	for i := range handoffs {
-		lockRelease(nodes[(i+1)%2], "k")
+		token := lockRelease(nodes[(i+1)%2], "k")
+		require.Greater(t, token, last, "hand-off %d: the key moved to the other node", i)
+		last = token
 	}
 	for i, n := range nodes {
 		assert.Zero(t, n.reqs.since(before[i])["/etcdserverpb.Watch/Watch"], "watch requests of %s", n.name)
 	}
-	var recalls uint64
-	for _, n := range nodes {
-		recalls += n.coord.Stats().RecallsReceived
-	}
-	assert.Equal(t, uint64(handoffs), recalls)
+}
+
+// With the etcd server stopped, the node stops admitting from its delegations at once, not when
+// the lease it trusts runs out: the client would retry its watch in place, so the node takes a
+// lost connection for a broken watch.
+func TestStoppedEtcdStopsAdmissions(t *testing.T) {
+	e := startEtcd(t)
+	n := newNode(t, e, "a", nodeConfig{opts: []etcdcoord.Option{etcdcoord.WithRequestTimeout(300 * time.Millisecond)}})
+	ctx := context.Background()
+	h, err := n.l.Lock(ctx, []byte("k"), cluster(time.Second, 10*time.Second))
+	require.NoError(t, err)
+	require.True(t, h.Release())
+
+	e.stop()
+	require.Eventually(t, func() bool { return n.coord.Stats().WatchRestarts > 0 }, 5*time.Second, 5*time.Millisecond,
+		"the node did not take the lost connection for a broken watch")
+	_, err = n.l.TryLock([]byte("k"), cluster(time.Second, 100*time.Millisecond))
+	require.ErrorIs(t, err, recordlock.ErrClusterUnavailable, "admitted from a delegation while etcd was down")
 }

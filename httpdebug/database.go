@@ -15,7 +15,7 @@ type database struct {
 	name         string
 	stats        recordlock.Stats
 	locks        []recordlock.LockInfo // sorted by record, then by when they were acquired
-	waits        []recordlock.WaitInfo // sorted by record, longest waiting first
+	waits        []recordlock.WaitInfo // sorted by record, in queue order
 	locksOmitted int
 	waitsOmitted int
 }
@@ -34,19 +34,34 @@ func waitRecord(i recordlock.WaitInfo) record { return record{i.ColumnFamilyID, 
 // shard.
 var waitsAndHolders = debugview.Borrow[*recordlock.Locker, recordlock.WaitInfo, recordlock.LockInfo]()
 
-// read copies what the page shows of l's database. Past the limit it keeps the longest waits,
-// then the holders of the keys those wait for, read in the same visit of each shard as the
-// waits, so that the wait-for graph is whole; other holders fill the rest in the order Locks
-// yields them, and Locks stops as soon as the rows are full, having copied no more than the
-// shards it visited. Stats is read last, and the holders left out are Stats.Held less those
+// read copies what the page shows of l's database. Past the limit it keeps the longest waits
+// (in the order they are queued, which the wait-for graph draws), then the holders of the keys
+// those wait for, read in the same visit of each shard as the waits, so that the wait-for graph
+// is whole; other holders fill the rest in the order Locks yields them, and Locks stops as soon
+// as the rows are full, having copied no more than the shards it visited. Stats is read last, and the holders left out are Stats.Held less those
 // shown: under churn, an estimate.
 func read(name string, l *recordlock.Locker, limit int) database {
 	d := database{name: name}
 	waits, holders := waitsAndHolders(l)
-	slices.SortStableFunc(waits, func(a, b recordlock.WaitInfo) int { return cmp.Compare(b.Waited, a.Waited) })
 	if len(waits) > limit {
 		d.waitsOmitted = len(waits) - limit
-		waits = waits[:limit]
+		longest := make([]int, len(waits))
+		for i := range longest {
+			longest[i] = i
+		}
+		slices.SortStableFunc(longest, func(a, b int) int { return cmp.Compare(waits[b].Waited, waits[a].Waited) })
+		kept := make([]bool, len(waits))
+		for _, i := range longest[:limit] {
+			kept[i] = true
+		}
+		n := 0
+		for i, w := range waits {
+			if kept[i] {
+				waits[n] = w
+				n++
+			}
+		}
+		waits = waits[:n]
 	}
 	d.waits = waits
 

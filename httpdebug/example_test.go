@@ -6,20 +6,30 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"time"
+
+	"github.com/linxGnu/grocksdb"
 
 	"github.com/recordlock/recordlock"
 	"github.com/recordlock/recordlock/httpdebug"
-	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 // The handler mounted under /debug/, read as JSON while one Txn waits for another's key.
 func ExampleHandler() {
-	db, closeDB, err := tempdb.Open("httpdebug-example-")
+	dir, err := os.MkdirTemp("", "httpdebug-example-")
 	if err != nil {
 		panic(err)
 	}
-	defer closeDB()
+	defer os.RemoveAll(dir)
+	opts := grocksdb.NewDefaultOptions()
+	opts.SetCreateIfMissing(true)
+	db, err := grocksdb.OpenDb(opts, dir)
+	opts.Destroy()
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
 	locker, err := recordlock.New(db)
 	if err != nil {
 		panic(err)

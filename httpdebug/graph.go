@@ -11,8 +11,10 @@ import (
 
 // graph is the wait-for graph of one database laid out for SVG: a node per owner (a Txn, by
 // its name) and, outside any Txn, a node per holder and per waiter, named by its key; one edge
-// per wait, labelled with the key, to the first holder of the key it waits for, and, when the key
-// has other holders (sharers), a count of them in the label. So the page grows with holders plus
+// per wait, labelled with the key. A shared request queued behind an exclusive one waits for that
+// request (docs/DESIGN.md §15.5), and its edge goes there, so the graph shows the queue's order.
+// Any other wait has one edge to the first holder of the key it waits for and, when the key has
+// other holders (sharers), a count of them in the label. So the page grows with holders plus
 // waits, never with their product: 1,000 sharers and 1,000 requests queued behind them draw 1,000
 // edges, not a million. A wait whose key has no holder listed (the key is being handed over, or
 // its holder was left out) points to a node of the key itself. Owners that neither wait nor are
@@ -89,6 +91,9 @@ func buildGraph(locks []recordlock.LockInfo, waits []recordlock.WaitInfo) graph 
 		others    int    // holders of the key other than the one drawn, that it also waits for
 	}
 	var edges []pending
+	// The nearest exclusive request listed so far for each record: waits come in queue order
+	// per record, so it is the one a shared request listed next queued behind.
+	exclusiveAhead := map[record]int{}
 	for i, w := range waits {
 		r, key := waitRecord(w), keyText(w.Key)
 		described := describeKey(w.ColumnFamilyID, key)
@@ -98,6 +103,14 @@ func buildGraph(locks []recordlock.LockInfo, waits []recordlock.WaitInfo) graph 
 		} else {
 			from = node("waiter\x00"+strconv.Itoa(i), graphNode{Label: key, Kind: "waiter", Sub: "waiting, outside any Txn",
 				Title: "a Lock outside any Txn, waiting for " + described, name: "a Lock outside any Txn"})
+		}
+		if !w.Shared {
+			exclusiveAhead[r] = from
+		} else if ahead, ok := exclusiveAhead[r]; ok {
+			if ahead != from {
+				edges = append(edges, pending{from, ahead, key, described, 0})
+			}
+			continue
 		}
 		first, others := -1, 0
 		for _, j := range holders[r] {

@@ -56,6 +56,39 @@ func TestGraphUnlistedHolderAndOwnShare(t *testing.T) {
 	assert.Equal(t, "Txn T waits for Txn V on key s", g.Edges[1].Title)
 }
 
+// A shared request queued behind an exclusive one waits for that request, not for the holders,
+// and its edge says so; an exclusive request waits for the holders whatever is queued ahead of
+// it. With no exclusive request ahead, a shared one queued behind an upgrade waits for the
+// upgrade.
+func TestGraphSharedWaitsForExclusiveAhead(t *testing.T) {
+	shared := func(key, owner string) recordlock.WaitInfo {
+		return recordlock.WaitInfo{Key: []byte(key), Owner: owner, Shared: true}
+	}
+	g := buildGraph(
+		[]recordlock.LockInfo{lock("k", "H"), {Key: []byte("s"), Owner: "T", Shared: true}, {Key: []byte("s"), Owner: "V", Shared: true}},
+		[]recordlock.WaitInfo{
+			wait("k", "W"), shared("k", "R"), shared("k", ""), wait("k", "X"), shared("k", "R2"),
+			{Key: []byte("s"), Owner: "T", Upgrade: true}, shared("s", "S"),
+		},
+	)
+	var titles []string
+	for _, e := range g.Edges {
+		titles = append(titles, e.Title)
+	}
+	assert.Equal(t, []string{
+		"Txn W waits for Txn H on key k",
+		"Txn R waits for Txn W on key k",
+		"a Lock outside any Txn waits for Txn W on key k",
+		"Txn X waits for Txn H on key k",
+		"Txn R2 waits for Txn X on key k",
+		"Txn T waits for Txn V on key s",
+		"Txn S waits for Txn T on key s",
+	}, titles)
+	r, w, h := g.Nodes[indexOf(t, g, "txn", "R")], g.Nodes[indexOf(t, g, "txn", "W")], g.Nodes[indexOf(t, g, "txn", "H")]
+	assert.Less(t, r.X, w.X, "R, queued behind W, is drawn left of it")
+	assert.Less(t, w.X, h.X)
+}
+
 // Waiters sit left of what they wait for, layer by layer; a cycle is laid out without looping,
 // and no two nodes overlap.
 func TestGraphLayout(t *testing.T) {

@@ -4,12 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
 
+	"github.com/linxGnu/grocksdb"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/recordlock/recordlock"
-	"github.com/recordlock/recordlock/internal/tempdb"
 	"github.com/recordlock/recordlock/otelrecordlock"
 )
 
@@ -18,11 +19,19 @@ import (
 // what a collection holds.
 func ExampleRegister() {
 	ctx := context.Background()
-	db, closeDB, err := tempdb.Open("otelrecordlock-example-")
+	dir, err := os.MkdirTemp("", "otelrecordlock-example-")
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer closeDB()
+	defer os.RemoveAll(dir)
+	opts := grocksdb.NewDefaultOptions()
+	opts.SetCreateIfMissing(true)
+	db, err := grocksdb.OpenDb(opts, dir)
+	opts.Destroy()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
 	l, err := recordlock.New(db)
 	if err != nil {
 		log.Fatal(err)

@@ -7,17 +7,17 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
 	"sync"
 	"time"
 
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/recordlock/recordlock"
-	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 func main() {
-	db, closeDB, err := tempdb.Open("recordlock-basic-")
+	db, closeDB, err := openTempDB("recordlock-basic-")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -106,4 +106,30 @@ func stall(locker *recordlock.Locker, db *grocksdb.DB) {
 	}
 	fmt.Printf("account:7 = %q\n", v)
 	waiter.Release()
+}
+
+// openTempDB opens a new RocksDB database in a fresh temporary directory named with prefix. The
+// func it returns closes the database and removes the directory.
+func openTempDB(prefix string) (*grocksdb.DB, func(), error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	db, err := openDB(dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return db, func() {
+		db.Close()
+		_ = os.RemoveAll(dir)
+	}, nil
+}
+
+// openDB opens the RocksDB database in dir, creating it if it does not exist.
+func openDB(dir string) (*grocksdb.DB, error) {
+	opts := grocksdb.NewDefaultOptions()
+	defer opts.Destroy()
+	opts.SetCreateIfMissing(true)
+	return grocksdb.OpenDb(opts, dir)
 }

@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -23,7 +24,6 @@ import (
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/recordlock/recordlock"
-	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 func main() {
@@ -45,14 +45,14 @@ func main() {
 func run(dbPath string, workers, counters, increments int, lease time.Duration, stallEvery int) error {
 	var db *grocksdb.DB
 	if dbPath == "" {
-		tmp, closeDB, err := tempdb.Open("recordlock-counter-")
+		tmp, closeDB, err := openTempDB("recordlock-counter-")
 		if err != nil {
 			return err
 		}
 		defer closeDB()
 		db = tmp
 	} else {
-		opened, err := tempdb.OpenAt(dbPath)
+		opened, err := openDB(dbPath)
 		if err != nil {
 			return err
 		}
@@ -173,4 +173,30 @@ func parseCounter(v []byte) (int, error) {
 		return 0, nil
 	}
 	return strconv.Atoi(string(v))
+}
+
+// openTempDB opens a new RocksDB database in a fresh temporary directory named with prefix. The
+// func it returns closes the database and removes the directory.
+func openTempDB(prefix string) (*grocksdb.DB, func(), error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	db, err := openDB(dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return db, func() {
+		db.Close()
+		_ = os.RemoveAll(dir)
+	}, nil
+}
+
+// openDB opens the RocksDB database in dir, creating it if it does not exist.
+func openDB(dir string) (*grocksdb.DB, error) {
+	opts := grocksdb.NewDefaultOptions()
+	defer opts.Destroy()
+	opts.SetCreateIfMissing(true)
+	return grocksdb.OpenDb(opts, dir)
 }

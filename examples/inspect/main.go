@@ -35,7 +35,6 @@ import (
 
 	"github.com/recordlock/recordlock"
 	"github.com/recordlock/recordlock/httpdebug"
-	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 const (
@@ -48,7 +47,7 @@ var keys = []string{"account:1", "account:2", "account:3"}
 func main() {
 	addr := flag.String("http", "", "serve the debug page at this address (for example :8080) until interrupted, instead of printing for two seconds")
 	flag.Parse()
-	db, closeDB, err := tempdb.Open("recordlock-inspect-")
+	db, closeDB, err := openTempDB("recordlock-inspect-")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -246,4 +245,30 @@ func staller(ctx context.Context, l *recordlock.Locker, db *grocksdb.DB) {
 		}
 		h.Release()
 	}
+}
+
+// openTempDB opens a new RocksDB database in a fresh temporary directory named with prefix. The
+// func it returns closes the database and removes the directory.
+func openTempDB(prefix string) (*grocksdb.DB, func(), error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	db, err := openDB(dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return db, func() {
+		db.Close()
+		_ = os.RemoveAll(dir)
+	}, nil
+}
+
+// openDB opens the RocksDB database in dir, creating it if it does not exist.
+func openDB(dir string) (*grocksdb.DB, error) {
+	opts := grocksdb.NewDefaultOptions()
+	defer opts.Destroy()
+	opts.SetCreateIfMissing(true)
+	return grocksdb.OpenDb(opts, dir)
 }

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -34,7 +35,6 @@ import (
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/recordlock/recordlock"
-	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 var priceKey = []byte("price")
@@ -56,7 +56,7 @@ func main() {
 }
 
 func run(workers, orders, updates int, work time.Duration) error {
-	db, closeDB, err := tempdb.Open("recordlock-orders-")
+	db, closeDB, err := openTempDB("recordlock-orders-")
 	if err != nil {
 		return err
 	}
@@ -324,4 +324,30 @@ func replayBatch(batch *grocksdb.WriteBatch, prefix []byte, r *replay) error {
 		}
 	}
 	return records.Error()
+}
+
+// openTempDB opens a new RocksDB database in a fresh temporary directory named with prefix. The
+// func it returns closes the database and removes the directory.
+func openTempDB(prefix string) (*grocksdb.DB, func(), error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	db, err := openDB(dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return db, func() {
+		db.Close()
+		_ = os.RemoveAll(dir)
+	}, nil
+}
+
+// openDB opens the RocksDB database in dir, creating it if it does not exist.
+func openDB(dir string) (*grocksdb.DB, error) {
+	opts := grocksdb.NewDefaultOptions()
+	defer opts.Destroy()
+	opts.SetCreateIfMissing(true)
+	return grocksdb.OpenDb(opts, dir)
 }

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -29,7 +30,6 @@ import (
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/recordlock/recordlock"
-	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
 const initialBalance = 1000
@@ -49,7 +49,7 @@ func main() {
 }
 
 func run(workers, accounts, transfers int, timeout time.Duration) error {
-	db, closeDB, err := tempdb.Open("recordlock-transfer-")
+	db, closeDB, err := openTempDB("recordlock-transfer-")
 	if err != nil {
 		return err
 	}
@@ -207,4 +207,30 @@ func (b *bank) total() (int, error) {
 		sum += n
 	}
 	return sum, nil
+}
+
+// openTempDB opens a new RocksDB database in a fresh temporary directory named with prefix. The
+// func it returns closes the database and removes the directory.
+func openTempDB(prefix string) (*grocksdb.DB, func(), error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	db, err := openDB(dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return db, func() {
+		db.Close()
+		_ = os.RemoveAll(dir)
+	}, nil
+}
+
+// openDB opens the RocksDB database in dir, creating it if it does not exist.
+func openDB(dir string) (*grocksdb.DB, error) {
+	opts := grocksdb.NewDefaultOptions()
+	defer opts.Destroy()
+	opts.SetCreateIfMissing(true)
+	return grocksdb.OpenDb(opts, dir)
 }

@@ -358,3 +358,11 @@ func (h *Hold) DeadErr() error {
 	}
 	return nil
 }
+
+// WaitedOn reports whether a request is queued for the key h holds or waits for.
+func (h *Hold) WaitedOn() bool {
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return h.e != nil && h.e.head != nil // the entry's wait queue: requests only, not holders
+}

@@ -3,10 +3,11 @@ package locktable
 import "sync"
 
 // strayFences are the Fences running on handles of a Locker that were released before the fence
-// began (lock, stage, Release, Commit is valid while the lease lasts). Close releases the keys
-// its handles hold, which waits for their fences, but a released handle holds no key: Close
-// waits for these here instead, so that once it returns no fenced write of its handles is in
-// flight and the application may close the database.
+// began (lock, stage, Release, Commit is valid while the lease lasts), and the writes of Commits
+// that check no handle (TxnOptions.AllowUnlockedWrites). Close releases the keys its handles
+// hold, which waits for their fences, but these hold no key: Close waits for them here instead,
+// so that once it returns no write of its Txns is in flight and the application may close the
+// database.
 type strayFences struct {
 	mu      sync.Mutex
 	closed  bool

@@ -49,3 +49,11 @@ func (t *Tenant) Shutdown() {
 
 // Clock is the tenant's clock.
 func (t *Tenant) Clock() Clock { return t.clock }
+
+// EnterStray registers a fence of the tenant that holds no key, which Shutdown waits for, as it
+// waits for fences on released holds; false once the tenant is shut down, and then the fence
+// must not run. LeaveStray ends it.
+func (t *Tenant) EnterStray() bool { return t.strays.enter() }
+
+// LeaveStray ends a fence EnterStray registered.
+func (t *Tenant) LeaveStray() { t.strays.leave() }

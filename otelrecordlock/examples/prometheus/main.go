@@ -17,17 +17,18 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/linxGnu/grocksdb"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/recordlock/recordlock"
-	"github.com/recordlock/recordlock/internal/tempdb"
 	"github.com/recordlock/recordlock/otelrecordlock"
 )
 
@@ -46,7 +47,7 @@ func run(addr string, duration time.Duration, workers, keys int) error {
 	if workers < 1 || keys < 1 {
 		return errors.New("-workers and -keys must be at least 1")
 	}
-	db, closeDB, err := tempdb.Open("otelrecordlock-prometheus-")
+	db, closeDB, err := openTempDB("otelrecordlock-prometheus-")
 	if err != nil {
 		return err
 	}
@@ -142,4 +143,30 @@ func scrape(url string) (string, error) {
 		}
 	}
 	return b.String(), sc.Err()
+}
+
+// openTempDB opens a new RocksDB database in a fresh temporary directory named with prefix. The
+// func it returns closes the database and removes the directory.
+func openTempDB(prefix string) (*grocksdb.DB, func(), error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	db, err := openDB(dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return db, func() {
+		db.Close()
+		_ = os.RemoveAll(dir)
+	}, nil
+}
+
+// openDB opens the RocksDB database in dir, creating it if it does not exist.
+func openDB(dir string) (*grocksdb.DB, error) {
+	opts := grocksdb.NewDefaultOptions()
+	defer opts.Destroy()
+	opts.SetCreateIfMissing(true)
+	return grocksdb.OpenDb(opts, dir)
 }

@@ -1,0 +1,94 @@
+package etcdcoord
+
+import (
+	"time"
+)
+
+// A key that nodes take turns on is handed back to etcd as soon as this node's last holder
+// releases it, as etcd's own Mutex deletes its key on Unlock: the next node's Lock then creates
+// the delegation in one Txn, instead of recalling it and waiting for this node to hand it over:
+// two Txns and two watch deliveries. A key no other node wants stays delegated, so that
+// repeat locks make no request.
+
+// contention is what this node knows of a key's other users.
+type contention struct {
+	remote time.Duration // Mono when another node last wanted or held the key
+	local  time.Duration // Mono when a lock of this node last waited for its own hand-back; 0: never
+}
+
+// contendedLocked reports whether k should be handed back on release: another node wanted or
+// held it within the linger period (this node sent or received a recall of it, and since then
+// another node's delegation of it came and went on the watch), and no lock of this node has had
+// to wait for such a hand-back within that period. Locks of one node that follow one another,
+// as its goroutines queue for the key, keep the delegation then, as a key no other node wants.
+// Called with c.mu held.
+func (c *Coordinator) contendedLocked(k string, now time.Duration) bool {
+	ct, ok := c.contended[k]
+	return ok && now-ct.remote < c.cfg.linger && (ct.local == 0 || now-ct.local >= c.cfg.linger)
+}
+
+// wantedElsewhereLocked records that another node wants or holds k now. Called with c.mu held.
+func (c *Coordinator) wantedElsewhereLocked(k string, now time.Duration) {
+	ct := c.contended[k]
+	ct.remote = now
+	c.contended[k] = ct
+}
+
+// usedElsewhereLocked records that the watch saw another node's delegation of k, if k is
+// known to be contended: nodes that take turns without recalls keep it so. Called with c.mu
+// held.
+func (c *Coordinator) usedElsewhereLocked(k string) {
+	if _, ok := c.contended[k]; ok {
+		c.wantedElsewhereLocked(k, c.cfg.clock.Mono())
+	}
+}
+
+// wantedHereLocked records that a lock of this node found d being handed back on release: this
+// node wants the key again at once, so it keeps its next delegation of it. Called with c.mu
+// held.
+func (c *Coordinator) wantedHereLocked(d *delegation, now time.Duration) {
+	if ct, ok := c.contended[d.k]; ok && d.releasedBack {
+		ct.local = now
+		c.contended[d.k] = ct
+	}
+}
+
+// pruneContendedLocked forgets the keys no node has contended for the linger period, so that
+// the map holds only recently contended keys. Called with c.mu held.
+func (c *Coordinator) pruneContendedLocked(now time.Duration) {
+	for k, ct := range c.contended {
+		if now-ct.remote >= c.cfg.linger && (ct.local == 0 || now-ct.local >= c.cfg.linger) {
+			delete(c.contended, k)
+		}
+	}
+}
+
+// handBackContended hands d back after its last holder released it: it revokes the released
+// admissions first, so that a write staged before Release is fenced, as a recall does. A
+// Release waits for etcd to confirm, within the request timeout, so that a Lock the caller
+// makes on another node next finds the key free; an expiry, which the Locker's timer may be
+// running, does not wait. The hand-back is retried in the background if it fails.
+func (c *Coordinator) handBackContended(d *delegation, revokes []func(), wait bool) {
+	started := c.background(func() {
+		for _, revoke := range revokes {
+			revoke()
+		}
+		c.handBack([]string{d.k}, []*delegation{d})
+	})
+	if !started { // Close revokes the lease, which hands the key back; the revocations are ours
+		for _, revoke := range revokes {
+			revoke()
+		}
+		return
+	}
+	if !wait {
+		return
+	}
+	t := time.NewTimer(c.cfg.reqLimit)
+	defer t.Stop()
+	select {
+	case <-d.gone:
+	case <-t.C:
+	case <-c.ctx.Done():
+	}
+}

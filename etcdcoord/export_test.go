@@ -1,0 +1,13 @@
+package etcdcoord
+
+// WithWatchLag runs lag before the watch applies each batch of events, so that a test can hold
+// the watch behind a request's reply.
+func WithWatchLag(lag func()) Option { return watchLagOption(lag) }
+
+// WantedHere reports whether a lock of c has found its delegation of key being handed back on
+// release (contention.go): a test waits for it instead of sleeping.
+func WantedHere(c *Coordinator, key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.contended[key].local != 0
+}
