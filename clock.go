@@ -1,10 +1,10 @@
 package recordlock
 
 import (
-	"math"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/recordlock/recordlock/internal/locktable"
 )
 
 // Clock is the only source of time in this package: leases run on Mono, timestamps and ExpiresAt
@@ -32,11 +32,10 @@ type wallAndMono interface {
 }
 
 // readClock returns c's wall reading in Unix nanoseconds (the form handles store) and its
-// monotonic reading, from one clock read where c allows it. The system clock is tested for first
-// because it is the hot path's clock.
+// monotonic reading, from one clock read where c allows it.
 func readClock(c Clock) (int64, time.Duration) {
-	if s, ok := c.(*systemClock); ok {
-		return s.nowMono()
+	if _, ok := c.(*systemClock); ok {
+		return locktable.System.NowMono()
 	}
 	if wm, ok := c.(wallAndMono); ok {
 		return wm.nowMono()
@@ -44,70 +43,22 @@ func readClock(c Clock) (int64, time.Duration) {
 	return c.Now().UnixNano(), c.Mono()
 }
 
-type systemClock struct {
-	origin time.Time
-	// wallOffset is the wall clock minus Mono, in Unix nanoseconds, as sampled at Mono syncedAt.
-	// The kernel slews both clocks alike, so the offset changes only when the wall clock is
-	// stepped; nowMono samples it again every wallResync.
-	wallOffset atomic.Int64
-	syncedAt   atomic.Int64
-}
+// systemClock is the real clock, the table's own (locktable.System), under the API's Clock.
+type systemClock struct{}
 
-// wallResync bounds how long a step of the wall clock can go unseen by nowMono.
-const wallResync = time.Millisecond
-
-var theSystemClock = newSystemClock()
-
-func newSystemClock() *systemClock {
-	c := &systemClock{origin: time.Now()}
-	c.wallOffset.Store(c.origin.UnixNano())
-	return c
-}
+var theSystemClock = &systemClock{}
 
 // SystemClock returns the real clock: time.Now, the runtime's monotonic clock and time.AfterFunc.
 func SystemClock() Clock { return theSystemClock }
 
-func (c *systemClock) Now() time.Time      { return time.Now() }
-func (c *systemClock) Mono() time.Duration { return time.Since(c.origin) }
-
-// nowMono reads only the monotonic clock and derives the wall reading from the sampled offset:
-// reading the wall clock as well costs as much again on every Lock. The result equals
-// time.Now's wall reading except within wallResync after a wall-clock step, which it then
-// reflects up to that much later (Timestamps stay strictly increasing regardless; leases never
-// depend on the wall clock).
-func (c *systemClock) nowMono() (int64, time.Duration) {
-	mono := time.Since(c.origin)
-	if mono-time.Duration(c.syncedAt.Load()) < wallResync {
-		return c.wallOffset.Load() + int64(mono), mono
-	}
-	now := time.Now()
-	mono = now.Sub(c.origin)
-	wall := now.UnixNano()
-	c.wallOffset.Store(wall - int64(mono))
-	c.syncedAt.Store(int64(mono))
-	return wall, mono
-}
-
+func (c *systemClock) Now() time.Time                            { return locktable.System.Now() }
+func (c *systemClock) Mono() time.Duration                       { return locktable.System.Mono() }
 func (c *systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
-// monoAfter is the Mono reading d after mono, saturated at the ends of time.Duration. Every
-// deadline on a Locker's clock (a lease end, a wait's timeout, LockAll's budget, a round) is such
-// a sum, and its d may be as long as a ctx deadline is far: a year-9999 deadline, or
-// context.WithTimeout(ctx, math.MaxInt64), means "never", not a sum wrapped into the past, which
-// would top its shard's deadline heap, arm the timer centuries ahead and so stop every other
-// lease end and timeout of the shard (docs/DESIGN.md §7).
-// The sum is taken first and tested for wrapping (its sign differs from both operands' only
-// then), which costs the uncontended Lock, whose lease end is such a sum, an add and one branch.
-func monoAfter(mono, d time.Duration) time.Duration {
-	s := mono + d
-	if (mono^s)&(d^s) < 0 {
-		if d > 0 {
-			return math.MaxInt64
-		}
-		return math.MinInt64
-	}
-	return s
-}
+// monoAfter is the Mono reading d after mono, saturated at the ends of time.Duration
+// (locktable.MonoAfter): every deadline on a Locker's clock (a lease end, a wait's timeout,
+// LockAll's budget, a round) is such a sum, and its d may be as long as a ctx deadline is far.
+func monoAfter(mono, d time.Duration) time.Duration { return locktable.MonoAfter(mono, d) }
 
 // untilDeadline returns the time left until d, a ctx deadline. A ctx deadline is a reading of
 // the real clock whatever clock the Locker runs on, so it is measured here, with time.Until.

@@ -69,7 +69,8 @@ func (e *OptionError) Is(target error) bool { return target == ErrInvalidOptions
 // ErrDeadlock.
 type DeadlockError struct {
 	// Cycle lists the Txns of the cycle, starting with the one whose request failed: each waits
-	// for a record the next one holds, and the last waits for the first.
+	// for the next, which holds the record it waits for in a conflicting mode or, for a shared
+	// request, has the exclusive request queued ahead of it; the last waits for the first.
 	Cycle []DeadlockWait
 }
 

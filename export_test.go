@@ -10,6 +10,8 @@ import (
 
 	"github.com/linxGnu/grocksdb"
 	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock/internal/locktable"
 )
 
 // The helper file of the white-box tests, and what the black-box tests of package
@@ -19,7 +21,7 @@ import (
 // log capture of both test packages; the rest of the black-box scaffolding is in helpers_test.go.
 
 // ProbeTableEmpty reports whether l's key-lock table holds, queues and schedules nothing.
-func ProbeTableEmpty(l *Locker) bool { return l.tab.empty() && ProbeDeadlines(l) == 0 }
+func ProbeTableEmpty(l *Locker) bool { return l.tab.Empty() && ProbeDeadlines(l) == 0 }
 
 // ProbeQueuedWaiters counts the Lock calls fully queued for key in l's table (see countWaiters).
 func ProbeQueuedWaiters(l *Locker, key []byte) int {
@@ -33,55 +35,24 @@ func ProbeWokenWaiters(l *Locker, key []byte) int {
 	return n
 }
 
-func countWaiters(l *Locker, key []byte) (queued, woken int) {
-	hash := l.tab.hash(0, key)
-	sh := l.tab.shard(hash)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.index.find(hash, 0, key)
-	if e == nil {
-		return 0, 0
-	}
-	for w := e.head; w != nil; w = w.next {
-		// A waiter counts once it is fully queued: its timers armed and, for a Txn, its wait-for
-		// edge registered (as Stats.Waiting counts it), so that a test that goes on to close a
-		// cycle is the one whose check finds it.
-		if !w.counted {
-			continue
-		}
-		queued++
-		if w.state == waitWoken {
-			woken++
-		}
-	}
-	return queued, woken
-}
+func countWaiters(l *Locker, key []byte) (queued, woken int) { return l.tab.Queued(0, key) }
 
 // ProbeDeadlines counts the lease deadlines and wait timeouts scheduled in l's table, over every
 // clock.
-func ProbeDeadlines(l *Locker) int {
-	n := 0
-	for i := range l.tab.shards {
-		sh := &l.tab.shards[i]
-		sh.mu.Lock()
-		sh.schedulers(func(s *scheduler) { n += len(s.heap) })
-		sh.mu.Unlock()
-	}
-	return n
-}
+func ProbeDeadlines(l *Locker) int { return l.tab.Deadlines() }
 
 // ProbeSameShard reports whether two keys share a shard (and so a mutex and a timer) in l's table.
 func ProbeSameShard(l *Locker, a, b []byte) bool {
-	return l.tab.shard(l.tab.hash(0, a)) == l.tab.shard(l.tab.hash(0, b))
+	return l.tab.ShardOf(0, a) == l.tab.ShardOf(0, b)
 }
 
 // KeyPerShard returns one key for each shard of l's table, each beginning with prefix, so that a
 // test can reach every shard's timer.
 func KeyPerShard(l *Locker, prefix string) [][]byte {
-	keys := make([][]byte, shardCount)
-	for i, found := 0, 0; found < shardCount; i++ {
+	keys := make([][]byte, locktable.ShardCount)
+	for i, found := 0, 0; found < locktable.ShardCount; i++ {
 		k := fmt.Appendf(nil, "%s%d", prefix, i)
-		if s := l.tab.hash(0, k) & (shardCount - 1); keys[s] == nil {
+		if s := l.tab.ShardOf(0, k); keys[s] == nil {
 			keys[s] = k
 			found++
 		}
@@ -198,75 +169,6 @@ func newTestLocker(t testing.TB, db *grocksdb.DB, clk Clock) *Locker {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
 	return l
-}
-
-// empty reports whether no key is held or waited on.
-func (t *table) empty() bool {
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.Lock()
-		n := sh.index.n
-		sh.mu.Unlock()
-		if n != 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// schedulers calls f on every scheduler of the shard's taken clock slots.
-func (sh *shard) schedulers(f func(*scheduler)) {
-	if sh.firstSched.clock != nil {
-		f(&sh.firstSched)
-	}
-	for _, s := range sh.moreScheds {
-		if s != nil {
-			f(s)
-		}
-	}
-}
-
-// sched is the scheduler of l's clock in the shard.
-func (sh *shard) sched(l *Locker) *scheduler { return sh.scheduler(l.clockID) }
-
-// heapLen is the number of deadlines l's shard for key keeps on l's clock.
-func heapLen(l *Locker, key []byte) int {
-	sh := l.tab.shard(l.tab.hash(0, key))
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	return len(sh.sched(l).heap)
-}
-
-// keysInShard returns n distinct keys that all hash to the same shard of l's table.
-func keysInShard(l *Locker, n int) [][]byte {
-	var keys [][]byte
-	for i := 0; len(keys) < n; i++ {
-		k := []byte{byte(i), byte(i >> 8), byte(i >> 16), byte(i >> 24)}
-		if l.tab.hash(0, k)&(shardCount-1) == 0 {
-			keys = append(keys, k)
-		}
-	}
-	return keys
-}
-
-// releaseWokenNotRun gives h's key back as Release does, leaving the oldest waiter woken to take
-// it but not yet running: the window in which a newcomer may barge. The returned waiter's
-// wake-up is held back until the test signals it.
-func releaseWokenNotRun(t *testing.T, h *Handle) *waiter {
-	t.Helper()
-	sh := h.shard()
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := h.e
-	require.Same(t, h, e.holder)
-	require.NotNil(t, e.head)
-	h.setFlags(flagReleased)
-	h.clearFlags(flagHeld)
-	sh.unschedule(h)
-	e.holder = nil
-	e.wakePending = true
-	e.head.state = waitWoken
-	return e.head
 }
 
 // lockResult is what a Lock call started with lockAsync returned.

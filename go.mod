@@ -7,6 +7,7 @@ require (
 	github.com/linxGnu/grocksdb v1.7.15
 	github.com/stretchr/testify v1.11.1
 	go.uber.org/goleak v1.3.0
+	pgregory.net/rapid v1.3.0
 )
 
 require (

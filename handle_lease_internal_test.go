@@ -34,5 +34,5 @@ func TestLeaseStateUndoEndsAPassedLease(t *testing.T) {
 	require.NoError(t, next.err)
 	assert.True(t, next.h.Release())
 	assert.True(t, h.IsLeaseExpired())
-	assert.True(t, l.tab.empty())
+	assert.True(t, l.tab.Empty())
 }

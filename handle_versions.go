@@ -7,18 +7,17 @@ package recordlock
 // without recording it: max(last issued + 1, or AcquiredAt if none; AcquiredAt; the candidate
 // floor; floor). See Version stamps in the package documentation.
 func (h *Handle) HolderVersionCandidate(floor Timestamp) Timestamp {
-	sh := h.shard()
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	h.hold.Lock()
+	defer h.hold.Unlock()
 	return h.candidate(floor)
 }
 
 func (h *Handle) candidate(floor Timestamp) Timestamp {
-	v := max(h.acquiredAt, floor)
-	if c := h.cold; c != nil {
-		v = max(v, c.floor)
+	v := max(Timestamp(h.hold.AcquiredAt()), floor)
+	if c := h.hold.ColdIfAny(); c != nil {
+		v = max(v, Timestamp(c.Floor))
 		if h.flags()&flagHasVersion != 0 {
-			v = max(v, c.lastVer+1)
+			v = max(v, Timestamp(c.LastVer)+1)
 		}
 	}
 	return v
@@ -27,37 +26,34 @@ func (h *Handle) candidate(floor Timestamp) Timestamp {
 // NextHolderVersion returns the candidate version and records it as issued. See Version stamps in
 // the package documentation.
 func (h *Handle) NextHolderVersion() Timestamp {
-	sh := h.shard()
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	h.hold.Lock()
+	defer h.hold.Unlock()
 	return h.nextVersion()
 }
 
 func (h *Handle) nextVersion() Timestamp {
 	v := h.candidate(0)
-	h.getCold().lastVer = v
-	h.setFlags(flagHasVersion)
+	h.hold.Cold().LastVer = int64(v)
+	h.hold.SetFlags(flagHasVersion)
 	return v
 }
 
 // NoteCandidateFloor raises the floor of later candidates without counting as a write. See
 // Version stamps in the package documentation.
 func (h *Handle) NoteCandidateFloor(v Timestamp) {
-	sh := h.shard()
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	c := h.getCold()
-	c.floor = max(c.floor, v)
+	h.hold.Lock()
+	defer h.hold.Unlock()
+	c := h.hold.Cold()
+	c.Floor = max(c.Floor, int64(v))
 }
 
 // NoteHolderVersion records v as issued if it is above the last issued version; it never lowers
 // it. See Version stamps in the package documentation.
 func (h *Handle) NoteHolderVersion(v Timestamp) {
-	sh := h.shard()
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if c := h.getCold(); h.flags()&flagHasVersion == 0 || v > c.lastVer {
-		c.lastVer = v
-		h.setFlags(flagHasVersion)
+	h.hold.Lock()
+	defer h.hold.Unlock()
+	if c := h.hold.Cold(); h.flags()&flagHasVersion == 0 || int64(v) > c.LastVer {
+		c.LastVer = int64(v)
+		h.hold.SetFlags(flagHasVersion)
 	}
 }

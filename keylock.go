@@ -1,68 +1,40 @@
 package recordlock
 
 import (
-	"hash/maphash"
+	"context"
+	"errors"
+	"log/slog"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
-	"unsafe"
+	"time"
+
+	"github.com/recordlock/recordlock/internal/locktable"
 )
 
-// The key-lock table of one database: ownerless, in memory, shared by every Locker of that
-// database in the process (docs/DESIGN.md §2); a key has one exclusive holder or any number of
-// shared ones (keylock_holders.go). It is sharded by a 64-bit hash of the record so that Lockers
-// on different keys rarely share a mutex. The shards (keylock_shard.go) hold the entries of the
-// keys held or waited on (keylock_index.go), their wait queues
-// (keylock_waitqueue.go), served by the grant rule (keylock_grant.go), and, per clock (keylock_clockslots.go), a heap of deadlines served by one
-// timer (keylock_scheduler.go, keylock_deadlineheap.go). The table sees a Locker only as its
-// tenant (keylock_tenant.go); Txns that wait for each other are found in keylock_waitgraph.go.
-
-const (
-	// shardBits is how many low bits of a record's hash choose its shard.
-	shardBits  = 7
-	shardCount = 1 << shardBits
-)
-
-// falseSharingRange is how far apart memory written by different cores is kept: two cache lines,
-// because many CPUs prefetch lines in aligned pairs and so move a neighbour's line along.
-const falseSharingRange = 128
+// The door to the key-lock table, package locktable (docs/DESIGN.md §2): one table per database
+// in the process, shared by every Locker of it, and what the API makes of the table's answers.
 
 // database is what the process keeps of one database for as long as it runs, beyond the life of
 // any table: its timestamps keep increasing when its last Locker closes and a new one opens after
 // the wall clock stepped back, and a coordinator removed without declaring the database
 // standalone keeps its locks failing closed.
 type database struct {
-	stamps timestampSource
+	stamps locktable.Stamps
 	coord  coordinatorSlot
+}
+
+// openTable is a table and the number of Lockers using it.
+type openTable struct {
+	tab  *locktable.Table
+	refs int
 }
 
 // registry maps a database's canonical path to its table and its database state.
 var registry = struct {
 	sync.Mutex
-	tables    map[string]*table
+	tables    map[string]*openTable
 	databases map[string]*database
-}{tables: map[string]*table{}, databases: map[string]*database{}}
-
-type table struct {
-	tableHeader
-	// The header is read by every Lock and the shards are written; the padding also starts the
-	// shards on a falseSharingRange boundary (a table is page-aligned), which the layout of
-	// shardState counts on.
-	_      [2*falseSharingRange - unsafe.Sizeof(tableHeader{})%falseSharingRange]byte
-	shards [shardCount]shard
-	clocks clockSlots
-	graph  waitGraph // the wait-for graph of the database's Txns
-
-	hookFailures atomic.Uint64 // for Stats; hooks fail rarely, so one shared counter is cheap
-	faultOnce    sync.Once     // a key-table fault is logged once per database
-}
-
-type tableHeader struct {
-	path string
-	refs int // Lockers using it; guarded by registry
-	seed maphash.Seed
-	db   *database
-}
+}{tables: map[string]*openTable{}, databases: map[string]*database{}}
 
 // canonicalPath names a database so that two handles of it agree.
 func canonicalPath(name string) string {
@@ -76,67 +48,90 @@ func canonicalPath(name string) string {
 	return p
 }
 
-// acquireTable returns the table of the database at path, creating it on first use.
-func acquireTable(path string) *table {
+// acquireTable returns the table and the state of the database at path, creating the table on
+// first use.
+func acquireTable(path string) (*locktable.Table, *database) {
 	registry.Lock()
 	defer registry.Unlock()
+	db := registry.databases[path]
+	if db == nil {
+		db = &database{}
+		registry.databases[path] = db
+	}
 	t := registry.tables[path]
 	if t == nil {
-		db := registry.databases[path]
-		if db == nil {
-			db = &database{}
-			registry.databases[path] = db
-		}
-		t = &table{tableHeader: tableHeader{path: path, seed: maphash.MakeSeed(), db: db}}
-		for i := range t.shards {
-			t.shards[i].init(t)
-		}
+		t = &openTable{tab: locktable.New(path, &db.stamps)}
 		registry.tables[path] = t
 	}
 	t.refs++
-	return t
+	return t.tab, db
 }
 
-// releaseTable drops one reference; the last one removes the table. Its timers were stopped as
-// the clocks of its Lockers were dropped.
-func releaseTable(t *table) {
+// releaseTable drops one reference to the table of the database at path; the last one removes
+// the table. Its timers were stopped as the clocks of its Lockers were dropped.
+func releaseTable(path string) {
 	registry.Lock()
 	defer registry.Unlock()
+	t := registry.tables[path]
 	t.refs--
 	if t.refs == 0 {
-		delete(registry.tables, t.path)
+		delete(registry.tables, path)
 	}
 }
 
-// hash is the table's hash of the record (cf, key). Column family 0, the default, hashes as the
-// key alone.
-func (t *table) hash(cf uint32, key []byte) uint64 {
-	h := maphash.Bytes(t.seed, key)
-	if cf != 0 {
-		h ^= uint64(cf) * 0x9e3779b97f4a7c15 // spreads cf over every bit, the shard bits too
+// tableClock is a Clock as the table reads it: the system clock itself, so that its hot path
+// reads it without an indirection, or c behind an adapter.
+func tableClock(c Clock) locktable.Clock {
+	if _, ok := c.(*systemClock); ok {
+		return locktable.System
 	}
-	return h
+	return clockAdapter{c}
 }
 
-func (t *table) shard(hash uint64) *shard { return &t.shards[hash&(shardCount-1)] }
+// clockAdapter gives the table a Clock of the API's.
+type clockAdapter struct{ Clock }
 
-// evict takes every trace of c out of the table, for Close: each waiting Lock call of c fails
-// with ErrClosed, and the handles c holds are returned for the caller to release (outside the
-// shard mutexes, since a release may wait for a running Fence).
-func (t *table) evict(c *tenant) []*Handle {
-	var held []*Handle
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.Lock()
-		held = sh.evict(c, held)
-		sh.unlockAndRunHooks()
-	}
-	return held
+func (a clockAdapter) AfterFunc(d time.Duration, f func()) locktable.Timer {
+	return a.Clock.AfterFunc(d, f)
 }
 
-// logFault reports a key-table inconsistency once per database; it never panics.
-func (t *table) logFault(c *tenant, msg string) {
-	t.faultOnce.Do(func() {
-		c.log.Warn("recordlock: key table fault; the key was left as found", "db", t.path, "fault", msg)
-	})
+func (a clockAdapter) NowMono() (int64, time.Duration) { return readClock(a.Clock) }
+
+// fromTable turns a refusal of the table into the API's error, and logs a deadlock's debug
+// record; the table returns ctx errors as they are.
+func (l *Locker) fromTable(h *Handle, err error) error {
+	switch err {
+	case nil:
+		return nil
+	case locktable.ErrClosed:
+		return ErrClosed
+	case locktable.ErrLocked:
+		return ErrLocked
+	case locktable.ErrTimeout:
+		return ErrTimeout
+	case locktable.ErrReleased:
+		return ErrReleased
+	case locktable.ErrLeaseExpired:
+		return ErrLeaseExpired
+	}
+	var d *locktable.DeadlockError
+	if errors.As(err, &d) {
+		de := &DeadlockError{Cycle: make([]DeadlockWait, len(d.Cycle))}
+		for i, w := range d.Cycle {
+			de.Cycle[i] = DeadlockWait{Txn: w.Owner.Name(), ColumnFamilyID: w.CF, Key: w.Key}
+		}
+		l.logDeadlock(h, de, d.Waiters, d.HolderAge) // outside every mutex: the logger is the user's
+		return de
+	}
+	return err
+}
+
+// logDeadlock writes a debug record of a deadlock found for h's request, with waiters the number of
+// Lock calls queued for h's key and holderAge how long its holder had held it.
+func (l *Locker) logDeadlock(h *Handle, err *DeadlockError, waiters int, holderAge time.Duration) {
+	if !l.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	l.log.Debug("recordlock: deadlock", "db", l.path, "key", string(h.key()), "cf", h.hold.CF(),
+		"holder_age", holderAge, "waiters", waiters, "cycle", err.Error())
 }

@@ -14,12 +14,12 @@ type resolvedCache struct {
 type resolvedEntry struct {
 	opts  Options
 	r     Resolved
-	flags handleFlags
+	flags uint32
 }
 
 // newResolvedEntry returns the entry of options o resolved as r.
 func newResolvedEntry(o Options, r Resolved) resolvedEntry {
-	var f handleFlags
+	var f uint32
 	if r.Hold {
 		f |= flagHold
 	}

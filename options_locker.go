@@ -39,9 +39,9 @@ func WithCoordinator(c Coordinator) Option { return coordinatorOption{c} }
 // testHooks let white-box tests stop the code at points no public call can reach. They are set
 // through an unexported Option, so production Lockers have none.
 type testHooks struct {
-	inFence       func()      // Txn.Commit calls it inside the fences, just before the batch is written
-	beforeUpgrade func()      // Txn.LockAll with Hold calls it once every key is live, before its upgrades
-	groupWrite    func(n int) // Txn.Commit calls it before each RocksDB write, with how many Txns it writes
+	inFence             func()      // Txn.Commit calls it inside the fences, just before the batch is written
+	beforeHoldExtension func()      // Txn.LockAll with Hold calls it once every key is live, before its Hold extensions
+	groupWrite          func(n int) // Txn.Commit calls it before each RocksDB write, with how many Txns it writes
 }
 
 type testHooksOption struct{ h testHooks }

@@ -9,23 +9,28 @@ import (
 	"time"
 
 	"github.com/linxGnu/grocksdb"
+	"github.com/recordlock/recordlock/internal/locktable"
 )
 
 // Locker issues record locks on the keys of one RocksDB database. Every Locker made for the same
 // database in this process shares one key-lock table, so they exclude each other. A Locker is
 // safe for concurrent use.
 type Locker struct {
-	tenant // all the key-lock table sees of it
-	db     *grocksdb.DB
-	opts   resolvedCache
-	hooks  testHooks
-	cfs    columnFamilies
+	ten   locktable.Tenant // all the key-lock table sees of it
+	tab   *locktable.Table
+	clock Clock
+	log   *slog.Logger
+	path  string    // the database's canonical path, its key in the registry
+	state *database // what the process keeps of the database
+	db    *grocksdb.DB
+	opts  resolvedCache
+	hooks testHooks
+	cfs   columnFamilies
 
 	closeOnce sync.Once
 	// closing is cancelled when Close begins, to call off the coordinator requests in flight.
 	closing context.Context
 	cancel  context.CancelFunc
-	strays  strayFences
 	commits commitQueue // the writes of Txns committing at the same time, made together
 }
 
@@ -47,44 +52,47 @@ func New(db *grocksdb.DB, opts ...Option) (*Locker, error) {
 	if cfg.log == nil {
 		cfg.log = slog.Default()
 	}
-	tab := acquireTable(canonicalPath(db.Name()))
+	path := canonicalPath(db.Name())
+	tab, state := acquireTable(path)
 	if cfg.coord != nil {
-		tab.db.coord.set(cfg.coord)
+		state.coord.set(cfg.coord)
 	}
 	closing, cancel := context.WithCancel(context.Background())
-	return &Locker{
-		tenant: tenant{
-			tab:      tab,
-			clock:    cfg.clock,
-			clockID:  tab.openClock(cfg.clock),
-			log:      cfg.log,
-			lastWarn: map[string]time.Duration{},
-		},
+	l := &Locker{
+		tab:     tab,
+		clock:   cfg.clock,
+		log:     cfg.log,
+		path:    path,
+		state:   state,
 		db:      db,
 		hooks:   cfg.hooks,
 		closing: closing,
 		cancel:  cancel,
-	}, nil
+	}
+	tab.Open(&l.ten, tableClock(cfg.clock), cfg.log)
+	return l, nil
 }
 
 // SetCoordinator makes c the coordinator of this Locker's database, for every Locker of it.
 // A nil c is the same as RemoveCoordinator(false).
 func (l *Locker) SetCoordinator(c Coordinator) {
 	if c == nil {
-		l.tab.db.coord.remove(false)
+		l.state.coord.remove(false)
 		return
 	}
-	l.tab.db.coord.set(c)
+	l.state.coord.set(c)
 }
 
 // RemoveCoordinator removes the database's coordinator. With standalone=false, locks of default
 // scope then fail closed with ErrClusterUnavailable (a transport that went away is no proof that
 // the database became standalone); with standalone=true they run as node locks again.
-func (l *Locker) RemoveCoordinator(standalone bool) { l.tab.db.coord.remove(standalone) }
+func (l *Locker) RemoveCoordinator(standalone bool) { l.state.coord.remove(standalone) }
 
 // Timestamp mints a timestamp: wall-anchored Unix nanoseconds, strictly increasing across every
 // Locker and goroutine of this database.
-func (l *Locker) Timestamp() Timestamp { return l.tab.db.stamps.mint(l.clock.Now().UnixNano()) }
+func (l *Locker) Timestamp() Timestamp {
+	return Timestamp(l.state.stamps.Mint(l.clock.Now().UnixNano()))
+}
 
 // Lock waits until key is free and locks it. A zero opts.Timeout means DefaultTimeout, except
 // that with a ctx that has a deadline the ctx alone bounds the wait; a non-zero Timeout and a ctx
@@ -154,22 +162,6 @@ type lockRequest struct {
 	timeout time.Duration
 }
 
-// unbounded is the timeout of a wait that only its ctx bounds: no Locker's clock reaches it
-// (about 146 years), and its sum with any Mono reading still fits a time.Duration.
-const unbounded = time.Duration(1 << 62)
-
-// waitBound is the timeout, on the Locker's clock, of a wait for a busy key: timeout, or with
-// ctxBounds (the caller gave no Timeout) and a ctx deadline, unbounded: that deadline, on the
-// real clock, ends the wait.
-func waitBound(ctx context.Context, timeout time.Duration, ctxBounds bool) time.Duration {
-	if ctxBounds {
-		if _, ok := ctx.Deadline(); ok {
-			return unbounded
-		}
-	}
-	return timeout
-}
-
 // check validates a lock request.
 func (l *Locker) check(key []byte, opts Options) (Resolved, error) {
 	r, err := l.opts.resolve(opts)
@@ -179,7 +171,7 @@ func (l *Locker) check(key []byte, opts Options) (Resolved, error) {
 	if len(key) == 0 || len(key) > maxKeyLen {
 		return r, invalidKey(key)
 	}
-	if l.closed.Load() {
+	if l.ten.Closed() {
 		return r, ErrClosed
 	}
 	return r, nil
@@ -190,7 +182,7 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 	// The usual case reads the cached resolution in place: copying the Resolved out of check
 	// through two calls cost about a tenth of an uncontended Lock.
 	e := l.opts.lookup(opts)
-	if e == nil || len(key) == 0 || len(key) > maxKeyLen || l.closed.Load() {
+	if e == nil || len(key) == 0 || len(key) > maxKeyLen || l.ten.Closed() {
 		res, err := l.check(key, *opts)
 		if err != nil {
 			return nil, err
@@ -218,7 +210,7 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 	}
 	var coord Coordinator
 	if r.Scope != ScopeNode { // a node lock never consults the coordinator
-		c, err := l.tab.db.coord.resolve(r)
+		c, err := l.state.coord.resolve(r)
 		if err != nil {
 			return nil, err
 		}
@@ -234,19 +226,19 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 			}
 			res := *r
 			res.Timeout = left
-			r, wait = &res, unbounded
+			r, wait = &res, locktable.Unbounded
 		}
 	}
 	h := l.newHandle(req, e.flags)
-	h.setAskedLease(r.Lease)
-	start, err := l.tab.shard(h.hash).acquire(ctx, h, r.Lease, wait, req.wait, ctxBounds)
+	h.hold.SetAskedLease(r.Lease)
+	start, err := h.hold.Acquire(ctx, r.Lease, wait, req.wait, ctxBounds)
 	if err != nil {
-		if err == errGrantedAfterClose {
+		if err == locktable.ErrGrantedAfterClose {
 			// The grant raced with Close: the key goes back and Lock fails.
 			h.Release()
-			err = ErrClosed
+			err = locktable.ErrClosed
 		}
-		return nil, err
+		return nil, l.fromTable(h, err)
 	}
 	if coord != nil {
 		if err := l.joinCluster(ctx, h, coord, *r, start); err != nil {
@@ -262,12 +254,11 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 }
 
 // newHandle returns a handle for the request, with flags (Hold, Shared) set.
-func (l *Locker) newHandle(req lockRequest, flags handleFlags) *Handle {
-	h := &Handle{l: l, heapIdx: -1, cf: req.cf, owner: req.owner}
-	h.setKey(req.key)
-	h.hash = l.tab.hash(h.cf, req.key)
-	if flags != 0 {
-		h.state.Store(flags)
+func (l *Locker) newHandle(req lockRequest, flags uint32) *Handle {
+	h := &Handle{}
+	h.hold.Init(&l.ten, req.cf, req.key, flags)
+	if req.owner != nil {
+		h.hold.SetOwner(req.owner)
 	}
 	return h
 }
@@ -284,12 +275,8 @@ func (l *Locker) Close() error {
 }
 
 func (l *Locker) close() {
-	l.closed.Store(true)
+	l.ten.MarkClosed()
 	l.cancel()
-	for _, h := range l.tab.evict(&l.tenant) {
-		h.Release()
-	}
-	l.strays.closeAndWait()
-	l.tab.closeClock(l.clockID)
-	releaseTable(l.tab)
+	l.ten.Shutdown()
+	releaseTable(l.path)
 }

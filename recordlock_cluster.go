@@ -40,10 +40,10 @@ func (l *Locker) joinCluster(ctx context.Context, h *Handle, coord Coordinator, 
 	if !h.join(round, r.Lease) {
 		h.Release()
 		if round.Release != nil {
-			l.runHook(round.Release)
+			l.ten.RunHook(round.Release)
 		}
 		switch {
-		case l.closed.Load():
+		case l.ten.Closed():
 			return ErrClosed
 		case h.flags()&flagExpired != 0 && !h.lapsed():
 			return fmt.Errorf("%w: the admission was revoked before the round was joined", ErrClusterUnavailable)
@@ -59,7 +59,7 @@ func (l *Locker) acquireError(ctx context.Context, err, cause error) error {
 	switch {
 	case errors.Is(err, ErrTimeout), errors.Is(err, ErrClusterUnavailable), errors.Is(err, ErrClosed):
 		return err
-	case cause == ErrClosed || l.closed.Load():
+	case cause == ErrClosed || l.ten.Closed():
 		return ErrClosed
 	case ctx.Err() != nil:
 		return fmt.Errorf("recordlock: cluster round: %w", ctx.Err())
@@ -72,7 +72,7 @@ func (l *Locker) acquireError(ctx context.Context, err, cause error) error {
 
 // closedOr is ErrClosed once the Locker is closed, else err.
 func (l *Locker) closedOr(err error) error {
-	if l.closed.Load() {
+	if l.ten.Closed() {
 		return ErrClosed
 	}
 	return err

@@ -1,8 +1,13 @@
 package recordlock
 
-import "github.com/recordlock/recordlock/internal/debugview"
+import (
+	"github.com/recordlock/recordlock/internal/debugview"
+	"github.com/recordlock/recordlock/internal/locktable"
+)
 
-func init() { debugview.WaitsAndHolders = (*Locker).waitsAndHolders }
+func init() {
+	debugview.Lend(debugview.Source[*Locker, WaitInfo, LockInfo]((*Locker).waitsAndHolders))
+}
 
 // waitsAndHolders returns every request queued now in l's database and a LockInfo for the
 // holder of each key with a request queued, visiting each shard once, for package httpdebug.
@@ -10,8 +15,9 @@ func init() { debugview.WaitsAndHolders = (*Locker).waitsAndHolders }
 func (l *Locker) waitsAndHolders() ([]WaitInfo, []LockInfo) {
 	var waits []WaitInfo
 	var holders []LockInfo
-	for i := range l.tab.shards {
-		waits, holders = l.tab.shards[i].appendWaits(waits, holders, true)
+	for i := range locktable.ShardCount {
+		l.tab.VisitWaits(i, func(q locktable.QueuedRequest) { waits = append(waits, waitInfo(q)) },
+			func(h *locktable.Hold, waiters int) { holders = append(holders, lockInfo(h, waiters)) })
 	}
 	return waits, holders
 }

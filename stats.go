@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"iter"
 	"time"
+
+	"github.com/recordlock/recordlock/internal/locktable"
 )
 
 // Stats are figures for one database's key-lock table, shared by every Locker of it. Held and
@@ -50,40 +52,15 @@ type LockInfo struct {
 	Shared         bool          // a shared lock: the key may have other holders, each listed
 }
 
-// shardCounts are the counters of one shard that the uncontended path does not touch; they are
-// written under the shard mutex and summed by Stats.
-type shardCounts struct {
-	waiting                                                           int
-	contended, timeouts, canceled, deadlocks, lapsed, revoked, fenced uint64
-	waitTime                                                          time.Duration
-	// visited counts the holders and queued requests Locks and Waits have read; tests bound
-	// their cost per key with it.
-	visited uint64
-}
-
-// Stats returns the figures of the Locker's database, summed over every shard. Each shard is read
-// under its mutex, which it holds only to copy a few words.
+// Stats returns the figures of the Locker's database, summed over every shard of its table. Each
+// shard is read under its mutex, which it holds only to copy a few words.
 func (l *Locker) Stats() Stats {
-	var s Stats
-	for i := range l.tab.shards {
-		sh := &l.tab.shards[i]
-		sh.mu.Lock()
-		s.Held += sh.held
-		s.Acquired += sh.acquired
-		c := &sh.counts
-		s.Waiting += c.waiting
-		s.Contended += c.contended
-		s.WaitTime += c.waitTime
-		s.Timeouts += c.timeouts
-		s.Canceled += c.canceled
-		s.Deadlocks += c.deadlocks
-		s.Lapsed += c.lapsed
-		s.Revoked += c.revoked
-		s.Fenced += c.fenced
-		sh.mu.Unlock()
+	c := l.tab.Counts()
+	return Stats{
+		Held: c.Held, Waiting: c.Waiting, Acquired: c.Acquired, Contended: c.Contended,
+		WaitTime: c.WaitTime, Timeouts: c.Timeouts, Canceled: c.Canceled, Deadlocks: c.Deadlocks,
+		Lapsed: c.Lapsed, Revoked: c.Revoked, Fenced: c.Fenced, HookFailures: c.HookFailures,
 	}
-	s.HookFailures = l.tab.hookFailures.Load()
-	return s
 }
 
 // Locks returns every holder of a key now in the Locker's database: one LockInfo per handle, so a
@@ -95,8 +72,9 @@ func (l *Locker) Stats() Stats {
 func (l *Locker) Locks() iter.Seq[LockInfo] {
 	return func(yield func(LockInfo) bool) {
 		var batch []LockInfo
-		for i := range l.tab.shards {
-			batch = l.tab.shards[i].appendLocks(batch[:0])
+		for i := range locktable.ShardCount {
+			batch = batch[:0]
+			l.tab.VisitHolders(i, func(h *locktable.Hold, waiters int) { batch = append(batch, lockInfo(h, waiters)) })
 			for _, info := range batch {
 				if !yield(info) {
 					return
@@ -106,63 +84,29 @@ func (l *Locker) Locks() iter.Seq[LockInfo] {
 	}
 }
 
-// appendLocks appends a LockInfo for every holder of a key in the shard. A holder whose lease lapsed
-// unwatched is settled here, as any look at the key settles it, and not reported.
-func (sh *shard) appendLocks(out []LockInfo) []LockInfo {
-	sh.mu.Lock()
-	defer sh.unlockAndRunHooks()
-	if sh.held == 0 {
-		return out
-	}
-	var entries []*keyEntry // collected first: settling can take an entry out of the index
-	sh.index.all(func(e *keyEntry) {
-		if e.holder != nil {
-			entries = append(entries, e)
-		}
-	})
-	var holders []*Handle
-	for _, e := range entries {
-		holders = e.appendHolders(holders[:0])
-		live := holders[:0]
-		for _, h := range holders {
-			if h.flags()&flagFencing == 0 && h.settle(sh) {
-				continue
-			}
-			live = append(live, h)
-		}
-		if len(live) == 0 {
-			continue
-		}
-		// The queue is counted once per key, not once per holder: a key with s sharers and q
-		// requests queued costs O(s + q).
-		waiters := e.queued()
-		sh.counts.visited += uint64(len(holders) + waiters)
-		for _, h := range live {
-			out = append(out, h.lockInfo(waiters))
-		}
-	}
-	return out
-}
-
 // lockInfo describes h, the holder of its key, for which waiters requests are queued, with the
 // shard mutex held.
-func (h *Handle) lockInfo(waiters int) LockInfo {
+func lockInfo(h *locktable.Hold, waiters int) LockInfo {
+	f := h.Flags()
 	info := LockInfo{
-		Key:            bytes.Clone(h.key()),
-		ColumnFamilyID: h.cf,
-		Scope:          h.Scope(),
-		Hold:           h.Hold(),
-		Shared:         h.Shared(),
-		AcquiredAt:     h.acquiredAt,
-		ExpiresAt:      time.Unix(0, h.expiresAt),
-		Remaining:      max(0, time.Duration(h.deadline.Load())-h.l.clock.Mono()),
+		Key:            bytes.Clone(h.Key()),
+		ColumnFamilyID: h.CF(),
+		Scope:          ScopeNode,
+		Hold:           f&flagHold != 0,
+		Shared:         f&flagShared != 0,
+		AcquiredAt:     Timestamp(h.AcquiredAt()),
+		ExpiresAt:      time.Unix(0, h.ExpiresAt()),
+		Remaining:      max(0, h.Deadline()-h.Tenant().Clock().Mono()),
+		Waiters:        waiters,
 	}
-	if h.owner != nil {
-		info.Owner = h.owner.Name()
+	if f&flagCluster != 0 {
+		info.Scope = ScopeCluster
 	}
-	if h.cold != nil {
-		info.Token = h.cold.token
+	if o := h.Owner(); o != nil {
+		info.Owner = o.Name()
 	}
-	info.Waiters = waiters
+	if c := h.ColdIfAny(); c != nil {
+		info.Token = c.Token
+	}
 	return info
 }

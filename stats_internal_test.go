@@ -13,7 +13,7 @@ import (
 
 // Locks() and Waits() cost O(s + q) for a key with s sharers and q queued requests, not
 // O(s × q): each reads the key's queue once, however many sharers report its length. Counted in
-// holders and requests read (shardCounts.visited) under the shard mutex, for 1,000 × 1,000.
+// holders and requests read (locktable.Table.Visited) under the shard mutex, for 1,000 × 1,000.
 func TestLocksAndWaitsCostSharersPlusQueue(t *testing.T) {
 	const sharers, queued = 1000, 1000
 	db := tempdb.New(t)
@@ -77,14 +77,5 @@ func TestLocksAndWaitsCostSharersPlusQueue(t *testing.T) {
 	}
 }
 
-// visited sums shardCounts.visited over l's shards.
-func visited(l *Locker) uint64 {
-	var n uint64
-	for i := range l.tab.shards {
-		sh := &l.tab.shards[i]
-		sh.mu.Lock()
-		n += sh.counts.visited
-		sh.mu.Unlock()
-	}
-	return n
-}
+// visited is how many holders and queued requests Locks and Waits have read in l's table.
+func visited(l *Locker) uint64 { return l.tab.Visited() }

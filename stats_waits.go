@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"iter"
 	"time"
+
+	"github.com/recordlock/recordlock/internal/locktable"
 )
 
 // WaitInfo describes one request queued for a busy key, as Locker.Waits reports it. Joined with
@@ -27,8 +29,9 @@ type WaitInfo struct {
 func (l *Locker) Waits() iter.Seq[WaitInfo] {
 	return func(yield func(WaitInfo) bool) {
 		var batch []WaitInfo
-		for i := range l.tab.shards {
-			batch, _ = l.tab.shards[i].appendWaits(batch[:0], nil, false)
+		for i := range locktable.ShardCount {
+			batch = batch[:0]
+			l.tab.VisitWaits(i, func(q locktable.QueuedRequest) { batch = append(batch, waitInfo(q)) }, nil)
 			for _, info := range batch {
 				if !yield(info) {
 					return
@@ -38,40 +41,17 @@ func (l *Locker) Waits() iter.Seq[WaitInfo] {
 	}
 }
 
-// appendWaits appends a WaitInfo for every request queued in the shard, oldest first per key,
-// and, with withHolders, a LockInfo for each holder of each key with a request queued, read in the
-// same visit so that a wait and what it waits for agree. It settles nothing: the holder of a key
-// with a request queued has its deadline on a timer, which settles it.
-func (sh *shard) appendWaits(waits []WaitInfo, holders []LockInfo, withHolders bool) ([]WaitInfo, []LockInfo) {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	sh.index.all(func(e *keyEntry) {
-		if e.head == nil {
-			return
-		}
-		waiters := 0
-		for w := e.head; w != nil; w = w.next {
-			waiters++
-			h := w.h
-			info := WaitInfo{
-				Key:            bytes.Clone(h.key()),
-				ColumnFamilyID: h.cf,
-				Waited:         max(0, h.l.clock.Mono()-w.since),
-			}
-			info.Shared, info.Upgrade = w.mode()
-			if h.owner != nil {
-				info.Owner = h.owner.Name()
-			}
-			waits = append(waits, info)
-		}
-		sh.counts.visited += uint64(waiters)
-		if withHolders && e.holder != nil {
-			holders = append(holders, e.holder.lockInfo(waiters))
-			for _, s := range e.sharers {
-				holders = append(holders, s.lockInfo(waiters))
-			}
-			sh.counts.visited += uint64(1 + len(e.sharers))
-		}
-	})
-	return waits, holders
+// waitInfo describes the queued request q, with the shard mutex held.
+func waitInfo(q locktable.QueuedRequest) WaitInfo {
+	info := WaitInfo{
+		Key:            bytes.Clone(q.Hold.Key()),
+		ColumnFamilyID: q.Hold.CF(),
+		Shared:         q.Shared,
+		Upgrade:        q.Upgrade,
+		Waited:         q.Waited,
+	}
+	if o := q.Hold.Owner(); o != nil {
+		info.Owner = o.Name()
+	}
+	return info
 }

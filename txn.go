@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/linxGnu/grocksdb"
+	"github.com/recordlock/recordlock/internal/locktable"
 )
 
 // Txn is a read-modify-write transaction over the Locker's database: it locks records, reads
@@ -76,7 +77,7 @@ type txnLock struct {
 	protects bool // some staged write is protected by h
 }
 
-func (x txnLock) entryCF() uint32  { return x.h.cf }
+func (x txnLock) entryCF() uint32  { return x.h.hold.CF() }
 func (x txnLock) entryKey() []byte { return x.h.key() }
 
 // BeginTx starts a transaction on the Locker's database with opts. It fails with an
@@ -106,7 +107,7 @@ func (t *Txn) Name() string { return t.name }
 // usable is nil while the Txn may be used, else ErrClosed or ErrTxnDone.
 func (t *Txn) usable() error {
 	switch {
-	case t.l.closed.Load():
+	case t.l.ten.Closed():
 		return ErrClosed
 	case t.done:
 		return ErrTxnDone
@@ -217,13 +218,13 @@ func (t *Txn) upgrade(ctx context.Context, h *Handle, opts Options) error {
 	if err != nil {
 		return err
 	}
-	return h.shard().upgrade(ctx, h, waitBound(ctx, r.Timeout, opts.Timeout == 0))
+	return t.l.fromTable(h, h.hold.Upgrade(ctx, locktable.WaitBound(ctx, r.Timeout, opts.Timeout == 0)))
 }
 
 // wantsCluster reports whether a lock with options r would be cluster-scoped (or fail closed
 // asking for it) on this database now.
 func (t *Txn) wantsCluster(r Resolved) bool {
-	coord, err := t.l.tab.db.coord.resolve(&r)
+	coord, err := t.l.state.coord.resolve(&r)
 	return coord != nil || err != nil
 }
 

@@ -57,17 +57,17 @@ func (t *Txn) Commit() error {
 // registers with the Locker's stray fences, which Close waits for: no write of a Txn lands after
 // its Locker's Close has returned.
 func (t *Txn) unfencedWrite() error {
-	if !t.l.strays.enter() {
+	if !t.l.ten.EnterStray() {
 		return ErrClosed
 	}
-	defer t.l.strays.leave()
+	defer t.l.ten.LeaveStray()
 	return t.fencedWrite()
 }
 
 // fencedWrite is what Commit runs inside the fences: the write of the staged writes.
 func (t *Txn) fencedWrite() error {
 	// Checked inside the fences: Close releases these handles only after the write returns.
-	if t.l.closed.Load() {
+	if t.l.ten.Closed() {
 		return ErrClosed
 	}
 	if hook := t.l.hooks.inFence; hook != nil {
@@ -203,7 +203,7 @@ func (t *Txn) checked(hs []*Handle) []*Handle {
 		}
 	}
 	slices.SortStableFunc(hs, func(a, b *Handle) int {
-		return cmp.Or(cmp.Compare(a.cf, b.cf), bytes.Compare(a.key(), b.key()))
+		return cmp.Or(cmp.Compare(a.hold.CF(), b.hold.CF()), bytes.Compare(a.key(), b.key()))
 	})
 	return hs
 }

@@ -63,7 +63,7 @@ func TestTxnCommitHoldsOffSuccessor(t *testing.T) {
 	require.NoError(t, got.err)
 	assert.Equal(t, []byte("first"), DBGet(t, db, "k"), "the successor reads the commit's result")
 	assert.True(t, got.h.Release())
-	assert.True(t, l.tab.empty(), "nothing is left locked or queued")
+	assert.True(t, l.tab.Empty(), "nothing is left locked or queued")
 }
 
 // Fences nest in key order whatever the order writes were staged in, each handle once; a key
@@ -155,7 +155,7 @@ func TestTxnCommitReleasesAsTheFenceEnds(t *testing.T) {
 			assert.Equal(t, 1, hooks, "the release hook fires once")
 		})
 	}
-	assert.True(t, l.tab.empty(), "nothing is left locked or queued")
+	assert.True(t, l.tab.Empty(), "nothing is left locked or queued")
 }
 
 // newHookedLocker is newTestLocker with Txn.Commit calling *inFence, when set, inside its fences.
@@ -207,7 +207,7 @@ func TestTxnCommitFencesReadLocks(t *testing.T) {
 			h, err := other.TryLock([]byte("read"), Options{})
 			require.NoError(t, err, "the key passes on once the commit returns")
 			assert.True(t, h.Release())
-			assert.True(t, l.tab.empty(), "nothing is left locked or queued")
+			assert.True(t, l.tab.Empty(), "nothing is left locked or queued")
 		})
 	}
 }

@@ -129,7 +129,7 @@ func TestForeignFamilyBatchWritesAlone(t *testing.T) {
 	require.ErrorIs(t, err, ErrCommitAmbiguous)
 	assert.Contains(t, err.Error(), "Invalid argument")
 	assert.Equal(t, []int{1, 2, 1}, g.writes())
-	assert.True(t, g.l.tab.empty(), "every lock was released")
+	assert.True(t, g.l.tab.Empty(), "every lock was released")
 }
 
 // A panic in the write path neither strands the commits queued behind the write nor leaves a
@@ -144,7 +144,7 @@ func TestPanickingWriteHandsTheQueueOn(t *testing.T) {
 		g.release()
 		require.ErrorIs(t, Await(t, first, "Commit"), errCommitPanicked)
 		require.NoError(t, Await(t, queued, "the queued Commit"), "the queued commit leads the next write")
-		assert.True(t, g.l.tab.empty(), "every lock was released")
+		assert.True(t, g.l.tab.Empty(), "every lock was released")
 	})
 	t.Run("a group write", func(t *testing.T) {
 		g := newGroupWrites(t, tempdb.New(t))
@@ -160,7 +160,7 @@ func TestPanickingWriteHandsTheQueueOn(t *testing.T) {
 		}
 		require.NoError(t, Await(t, g.commit(t, TxnOptions{}, "later", "v"), "a later Commit"))
 		assert.Equal(t, []int{1, 3, 1}, g.writes())
-		assert.True(t, g.l.tab.empty(), "every lock was released")
+		assert.True(t, g.l.tab.Empty(), "every lock was released")
 	})
 }
 

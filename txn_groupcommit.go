@@ -236,12 +236,7 @@ func (t *Txn) waitedOn() bool {
 }
 
 // waitedOn reports whether a request is queued for the key h holds or waits for.
-func (h *Handle) waitedOn() bool {
-	sh := h.shard()
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	return h.e != nil && h.e.head != nil // the entry's wait queue: requests only, not holders
-}
+func (h *Handle) waitedOn() bool { return h.hold.WaitedOn() }
 
 // mergeable reports whether t's batch may share a RocksDB write with other Txns' batches: when
 // it writes only the default column family. RocksDB applies a batch naming a column family it

@@ -155,7 +155,7 @@ func TestConcurrentCommitsShareOneWrite(t *testing.T) {
 		assert.Equal(t, fmt.Sprint("v", i), string(DBGet(t, db, fmt.Sprint("k", i))))
 	}
 	assert.Zero(t, g.queued())
-	assert.True(t, g.l.tab.empty(), "every lock was released")
+	assert.True(t, g.l.tab.Empty(), "every lock was released")
 }
 
 // A group write carries only Txns with the write options of its leader, the oldest queued: the

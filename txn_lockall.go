@@ -110,13 +110,13 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 		}
 	}
 	var taken, madeExclusive []*Handle
-	var upgraded []leaseState
+	var extended []leaseState // the Hold extensions made, to undo
 	fail := func(err error) ([]*Handle, error) {
-		for _, u := range upgraded {
+		for _, u := range extended {
 			u.undo()
 		}
 		for _, h := range madeExclusive {
-			h.shard().downgrade(h)
+			h.hold.Downgrade()
 		}
 		for _, h := range taken {
 			h.Release()
@@ -145,13 +145,13 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 		taken = append(taken, h)
 	}
 	// A lease that lapsed, or a lock released by another goroutine, while the call waited for a
-	// later key fails the call. Checked before the Hold upgrades, so that this failure leaves
+	// later key fails the call. Checked before the Hold extensions, so that this failure leaves
 	// nothing to undo, and again after them, which take time.
 	if err := allLive(reentrant, taken); err != nil {
 		return fail(err)
 	}
 	if opts.Hold && len(reentrant) > 0 {
-		if hook := t.l.hooks.beforeUpgrade; hook != nil {
+		if hook := t.l.hooks.beforeHoldExtension; hook != nil {
 			hook()
 		}
 		for _, h := range reentrant {
@@ -159,7 +159,7 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 			if err != nil {
 				return fail(cmp.Or(allLive([]*Handle{h}), err)) // it died since the check
 			}
-			upgraded = append(upgraded, u)
+			extended = append(extended, u)
 		}
 		if err := allLive(reentrant, taken); err != nil {
 			return fail(err)
@@ -218,7 +218,7 @@ func (c *lockAllCall) upgrade(h *Handle) error {
 	if err != nil {
 		return err
 	}
-	return h.shard().upgrade(c.ctx, h, left)
+	return c.t.l.fromTable(h, h.hold.Upgrade(c.ctx, left))
 }
 
 // left is what is left of the call's Timeout, or ErrTimeout once it has run out.

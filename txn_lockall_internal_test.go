@@ -18,14 +18,13 @@ type handleState struct {
 	asked     time.Duration // the lease a round may not exceed
 	hold      bool
 	candidate Timestamp
-	flags     handleFlags
+	flags     uint32
 }
 
 func stateOf(h *Handle) handleState {
-	sh := h.shard()
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	return handleState{due: h.dueAt(), expiresAt: h.expiresAt, asked: h.askedLease(), hold: h.Hold(), candidate: h.candidate(0),
+	h.hold.Lock()
+	defer h.hold.Unlock()
+	return handleState{due: h.hold.Deadline(), expiresAt: h.hold.ExpiresAt(), asked: h.hold.AskedLease(), hold: h.Hold(), candidate: h.candidate(0),
 		flags: h.flags() & (flagHold | flagHasVersion)}
 }
 
@@ -45,7 +44,7 @@ func TestTxnLockAllUndoesHoldUpgrades(t *testing.T) {
 			db := tempdb.New(t)
 			clk := NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 			var between func()
-			l, err := New(db, WithClock(clk), testHooksOption{testHooks{beforeUpgrade: func() { between() }}})
+			l, err := New(db, WithClock(clk), testHooksOption{testHooks{beforeHoldExtension: func() { between() }}})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = l.Close() })
 			other := newTestLocker(t, db, clk)

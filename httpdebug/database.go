@@ -29,8 +29,10 @@ type record struct {
 func lockRecord(i recordlock.LockInfo) record { return record{i.ColumnFamilyID, string(i.Key)} }
 func waitRecord(i recordlock.WaitInfo) record { return record{i.ColumnFamilyID, string(i.Key)} }
 
-// waitsAndHolders is the view package recordlock lends this package (see debugview).
-var waitsAndHolders = debugview.WaitsAndHolders.(func(*recordlock.Locker) ([]recordlock.WaitInfo, []recordlock.LockInfo))
+// waitsAndHolders is the view package recordlock lends this package (see debugview): every
+// request queued in a database and the holders of the keys they wait for, in one visit of each
+// shard.
+var waitsAndHolders = debugview.Borrow[*recordlock.Locker, recordlock.WaitInfo, recordlock.LockInfo]()
 
 // read copies what the page shows of l's database. Past the limit it keeps the longest waits
 // (in the order they are queued, which the wait-for graph draws), then the holders of the keys

@@ -1,0 +1,395 @@
+package locktable
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// The scaffolding of the table's tests, in one place: a manual clock, a tenant with the calls of a
+// Locker (testLocker), the owners of the wait-for graph, and the probes, waits and receives the
+// tests share. Every table a test makes is checked, when the test ends, to hold, queue and
+// schedule nothing (newTestTable), so that no test has to say so.
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The defaults of a testLocker's requests, those of the API's Options.
+const (
+	defaultLease   = 30 * time.Second
+	defaultTimeout = 30 * time.Second
+)
+
+// txnTestGuard bounds how long a test waits for something that must happen promptly.
+const txnTestGuard = 10 * time.Second
+
+// newTestTable returns a table of its own for the test. When the test ends, after its tenants
+// have closed (cleanups run last first), the table must hold, queue and schedule nothing.
+func newTestTable(t testing.TB) *Table {
+	t.Helper()
+	tab := New("test", &Stamps{})
+	t.Cleanup(func() {
+		if !t.Failed() {
+			require.True(t, tab.Empty(), "the table still holds or queues a key")
+			require.Zero(t, tab.Deadlines(), "the table still schedules a deadline")
+		}
+	})
+	return tab
+}
+
+// Options are a testLocker's request options: zero Lease and Timeout mean the defaults.
+type Options struct {
+	Lease, Timeout time.Duration
+	Shared         bool
+	Hold           bool
+}
+
+// testLocker is a tenant of a table, with the lock calls of a Locker.
+type testLocker struct {
+	tab    *Table
+	ten    Tenant
+	closed sync.Once
+}
+
+// newTestLocker opens a tenant of tab on clk, closed at the end of the test.
+func newTestLocker(t testing.TB, tab *Table, clk Clock) *testLocker {
+	t.Helper()
+	l := openTestLocker(tab, clk, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// newLocker opens a tenant of tab on clk, as New opens a Locker; the caller closes it.
+func newLocker(tab *Table, clk Clock) (*testLocker, error) {
+	return openTestLocker(tab, clk, slog.New(slog.DiscardHandler)), nil
+}
+
+// ProbeTableEmpty reports whether l's table holds, queues and schedules nothing.
+func ProbeTableEmpty(l *testLocker) bool { return l.tab.Empty() && l.tab.Deadlines() == 0 }
+
+// ProbeQueuedWaiters counts the requests fully queued for key in l's table.
+func ProbeQueuedWaiters(l *testLocker, key []byte) int {
+	n, _ := l.tab.Queued(0, key)
+	return n
+}
+
+// ProbeWokenWaiters counts the queued requests for key that were woken to take it.
+func ProbeWokenWaiters(l *testLocker, key []byte) int {
+	_, n := l.tab.Queued(0, key)
+	return n
+}
+
+// openTestLocker opens a tenant of tab on clk, logging to log; the caller closes it.
+func openTestLocker(tab *Table, clk Clock, log *slog.Logger) *testLocker {
+	l := &testLocker{tab: tab}
+	tab.Open(&l.ten, clk, log)
+	return l
+}
+
+// Close closes the tenant, once.
+func (l *testLocker) Close() error {
+	l.closed.Do(func() {
+		l.ten.MarkClosed()
+		l.ten.Shutdown()
+	})
+	return nil
+}
+
+// newHold returns a hold of l for key, with o's flags, on behalf of owner (nil for none).
+func (l *testLocker) newHold(key []byte, o Options, owner Owner) *Hold {
+	var f uint32
+	if o.Shared {
+		f |= FlagShared
+	}
+	if o.Hold {
+		f |= FlagHold
+	}
+	h := &Hold{}
+	h.Init(&l.ten, 0, key, f)
+	if owner != nil {
+		h.SetOwner(owner)
+	}
+	return h
+}
+
+// acquire is Lock, and without wait TryLock, on behalf of owner.
+func (l *testLocker) acquire(ctx context.Context, key []byte, o Options, owner Owner, wait bool) (*Hold, error) {
+	if l.ten.Closed() {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	lease, timeout := o.Lease, o.Timeout
+	if lease == 0 {
+		lease = defaultLease
+	}
+	if timeout == 0 {
+		timeout = defaultTimeout
+	}
+	h := l.newHold(key, o, owner)
+	h.SetAskedLease(lease)
+	if _, err := h.Acquire(ctx, lease, timeout, wait, false); err != nil {
+		if err == ErrGrantedAfterClose {
+			h.Release()
+			err = ErrClosed
+		}
+		return nil, err
+	}
+	return h, nil
+}
+
+func (l *testLocker) Lock(ctx context.Context, key []byte, o Options) (*Hold, error) {
+	return l.acquire(ctx, key, o, nil, true)
+}
+
+func (l *testLocker) TryLock(key []byte, o Options) (*Hold, error) {
+	return l.acquire(context.Background(), key, o, nil, false)
+}
+
+// lockResult is what a lock call started with lockAsync returned.
+type lockResult struct {
+	h   *Hold
+	err error
+}
+
+// lockAsync starts l.Lock in a goroutine and returns where its result arrives.
+func lockAsync(ctx context.Context, l *testLocker, key []byte, o Options) <-chan lockResult {
+	return ownerLockAsync(ctx, l, key, o, nil)
+}
+
+// ownerLockAsync is lockAsync on behalf of owner.
+func ownerLockAsync(ctx context.Context, l *testLocker, key []byte, o Options, owner Owner) <-chan lockResult {
+	c := make(chan lockResult, 1)
+	go func() {
+		h, err := l.acquire(ctx, key, o, owner, true)
+		c <- lockResult{h, err}
+	}()
+	return c
+}
+
+// WaitQueued blocks until n requests are fully queued for key in l's table.
+func WaitQueued(t testing.TB, l *testLocker, key []byte, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { q, _ := l.tab.Queued(0, key); return q == n },
+		10*time.Second, 200*time.Microsecond, "waiting for %d queued waiters", n)
+}
+
+// Await receives from ch, failing the test if nothing arrives within txnTestGuard.
+func Await[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(txnTestGuard):
+		t.Fatalf("%s did not arrive within %v", what, txnTestGuard)
+		panic("unreachable")
+	}
+}
+
+// closed reports whether c is closed, without blocking.
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// sched is the scheduler of l's clock in the shard.
+func (sh *shard) sched(l *testLocker) *scheduler { return sh.scheduler(l.ten.clockID) }
+
+// heapLen is the number of deadlines l's shard for key keeps on l's clock.
+func heapLen(l *testLocker, key []byte) int {
+	sh := l.tab.shard(l.tab.hash(0, key))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return len(sh.sched(l).heap)
+}
+
+// keysInShard returns n distinct keys that all hash to the same shard of l's table.
+func keysInShard(l *testLocker, n int) [][]byte {
+	var keys [][]byte
+	for i := 0; len(keys) < n; i++ {
+		k := []byte{byte(i), byte(i >> 8), byte(i >> 16), byte(i >> 24)}
+		if l.tab.hash(0, k)&(ShardCount-1) == 0 {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// releaseWokenNotRun gives h's key back as Release does, leaving the oldest waiter woken to take
+// it but not yet running: the window in which a newcomer may barge. The returned waiter's
+// wake-up is held back until the test signals it.
+func releaseWokenNotRun(t *testing.T, h *Hold) *waiter {
+	t.Helper()
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := h.e
+	require.Same(t, h, e.holder)
+	require.NotNil(t, e.head)
+	h.SetFlags(FlagReleased)
+	h.ClearFlags(FlagHeld)
+	sh.unschedule(h)
+	e.holder = nil
+	e.wakePending = true
+	e.head.state = waitWoken
+	return e.head
+}
+
+// ManualClock is a Clock that moves only when told to. It is safe for concurrent use.
+type ManualClock struct {
+	mu     sync.Mutex
+	wall   time.Time
+	mono   time.Duration
+	seq    uint64
+	timers []*manualTimer
+}
+
+type manualTimer struct {
+	c   *ManualClock
+	due time.Duration
+	seq uint64
+	f   func()
+}
+
+// NewManualClock returns a ManualClock whose wall reading is start and whose monotonic reading
+// is zero.
+func NewManualClock(start time.Time) *ManualClock { return &ManualClock{wall: start} }
+
+func (c *ManualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.wall
+}
+
+func (c *ManualClock) Mono() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mono
+}
+
+func (c *ManualClock) NowMono() (int64, time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.wall.UnixNano(), c.mono
+}
+
+// AfterFunc arms a timer that runs f inside the Advance that moves Mono past d.
+func (c *ManualClock) AfterFunc(d time.Duration, f func()) Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	t := &manualTimer{c: c, due: c.mono + max(d, 0), seq: c.seq, f: f}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (t *manualTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	for i, x := range t.c.timers {
+		if x == t {
+			t.c.timers = append(t.c.timers[:i], t.c.timers[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// Advance moves both readings forward by d and then runs, in deadline order and in the calling
+// goroutine, every timer armed before this call that has fallen due.
+func (c *ManualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.mono += d
+	c.wall = c.wall.Add(d)
+	armedBefore := c.seq
+	c.mu.Unlock()
+	for {
+		t := c.nextDue(armedBefore)
+		if t == nil {
+			return
+		}
+		t.f()
+	}
+}
+
+// nextDue removes and returns the earliest due timer armed no later than seq, or nil.
+func (c *ManualClock) nextDue(seq uint64) *manualTimer {
+	c.mu.Lock()
+	var next *manualTimer
+	for _, t := range c.timers {
+		if t.seq <= seq && t.due <= c.mono && (next == nil || t.due < next.due) {
+			next = t
+		}
+	}
+	c.mu.Unlock()
+	if next != nil && !next.Stop() {
+		return c.nextDue(seq)
+	}
+	return next
+}
+
+// Txn is an owner that locks as a Txn of the API does: re-entrant, upgrading a shared hold of
+// its own for an exclusive request, and releasing every hold it took when it rolls back.
+type Txn struct {
+	l     *testLocker
+	name  string
+	holds []*Hold
+}
+
+// Begin starts a Txn of l.
+func (l *testLocker) Begin() *Txn { return &Txn{l: l} }
+
+func (t *Txn) Name() string { return t.name }
+
+// Lock locks key for t, upgrading a shared hold of t on it for an exclusive request.
+func (t *Txn) Lock(ctx context.Context, key []byte, o Options) (*Hold, error) {
+	for _, h := range t.holds {
+		if string(h.Key()) != string(key) || h.IsExpired() {
+			continue
+		}
+		if !o.Shared && h.Flags()&FlagShared != 0 {
+			timeout := o.Timeout
+			if timeout == 0 {
+				timeout = defaultTimeout
+			}
+			if err := h.Upgrade(ctx, timeout); err != nil {
+				return nil, err
+			}
+		}
+		return h, nil
+	}
+	h, err := t.l.acquire(ctx, key, o, t, true)
+	if err != nil {
+		return nil, err
+	}
+	t.holds = append(t.holds, h)
+	return h, nil
+}
+
+// Rollback releases t's holds and ends t.
+func (t *Txn) Rollback() {
+	for _, h := range t.holds {
+		h.Release()
+		h.Disown()
+	}
+	t.holds = nil
+}
+
+// fence runs commit inside a fence of h, as the API's Fence does.
+func fence(h *Hold, commit func() error) error {
+	stray, err := h.BeginFence()
+	if err != nil {
+		return err
+	}
+	defer h.EndFence(stray, false)
+	return commit()
+}

@@ -1,0 +1,53 @@
+package locktable
+
+import "time"
+
+// Settling. A lease lapses at its deadline whether or not its timer has run: the timer may be
+// late, or the hold may be off every heap. Whoever looks at a hold under the shard mutex and
+// finds its deadline passed completes the expiry then and there (the key goes back, Done closes,
+// the release hook is queued), so every observer agrees with the deadline. settle and settleAt
+// report whether the lease has ended, by now or before; endIfLapsed reports whether it ended just
+// now; settleNow takes the mutex to settle.
+
+// Settle settles h on a fresh reading of its clock, with the shard mutex held. It reports whether
+// the lease has ended (lapsed or revoked).
+func (h *Hold) Settle() bool { return h.settle(h.shard()) }
+
+func (h *Hold) settle(sh *shard) bool {
+	if h.flags()&FlagExpired != 0 {
+		return true
+	}
+	return h.settleAt(sh, h.ten.clock.Mono())
+}
+
+// settleAt is settle with the clock already read: now is a Mono of h's clock.
+func (h *Hold) settleAt(sh *shard, now time.Duration) bool {
+	if h.flags()&FlagExpired != 0 {
+		return true
+	}
+	if h.lapsedAt(now) {
+		sh.expire(h)
+		return true
+	}
+	return false
+}
+
+// endIfLapsed settles h, the holder of a key that c's request found with mono, a reading of c's
+// clock. It reports whether it ended the lease just now.
+func (h *Hold) endIfLapsed(sh *shard, c *Tenant, mono time.Duration) bool {
+	if h.flags()&FlagExpired != 0 || !h.lapsedAt(h.monoFor(c, mono)) {
+		return false
+	}
+	sh.expire(h)
+	return true
+}
+
+// settleNow takes the shard mutex to complete an expiry found lazily, then runs its hook.
+func (h *Hold) settleNow() {
+	sh := h.shard()
+	sh.mu.Lock()
+	if h.flags()&FlagReleased == 0 {
+		h.settle(sh)
+	}
+	sh.unlockAndRunDeferred()
+}

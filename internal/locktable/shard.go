@@ -1,0 +1,285 @@
+package locktable
+
+import (
+	"context"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// shard is one mutex's worth of the table. Every field of every entry, waiter and scheduler of
+// the shard, and the fields of Handle that its comment marks, are guarded by mu.
+type shard struct {
+	shardState
+	// Keeps the state of neighbouring shards, which goroutines on different keys write at once,
+	// out of each other's cache lines, and keeps every shard on a falseSharingRange boundary.
+	_ [shardPad]byte
+}
+
+// shardPad rounds a shard up to a multiple of falseSharingRange with at least falseSharingRange
+// to spare.
+const shardPad = (unsafe.Sizeof(shardState{})+2*falseSharingRange-1)/falseSharingRange*falseSharingRange -
+	unsafe.Sizeof(shardState{})
+
+// shardState is laid out for an uncontended Lock and Release, which touch four of its cache
+// lines: the first (the mutex, the spare entries, the index's header), the index's own slots, the
+// first scheduler's heap and timer, and one of the own entries (a test checks the layout).
+type shardState struct {
+	mu sync.Mutex
+	// Entries no key uses, kept for reuse and linked by nextSpare: the shard's own, and a few
+	// allocated ones, which are let go once the shard is idle.
+	spareOwn *keyEntry
+	spare    *keyEntry
+	nSpare   int
+	index    entryTable
+	// The schedulers of the table's clock slots: slot 0's inside the shard, the others allocated.
+	firstSched scheduler
+	// Counted by every Lock and Release, in the cache line of the first scheduler's clock, which
+	// both read anyway.
+	acquired uint64
+	held     int
+	// tab is the table the shard is part of: a grant mints AcquiredAt from its database's
+	// timestamps.
+	tab        *Table
+	moreScheds []*scheduler // slot 1 and up; nil where the slot is free
+	// ownEntries are the entries a shard uses first: a shard with a key or two at a time keeps
+	// them in its own cache lines rather than in small objects that neighbour other shards'.
+	ownEntries [2]keyEntry
+	deferred   []deferredCall // release hooks and debug records to run once mu is released
+	counts     shardCounts    // what only contended and failing calls count
+}
+
+// init makes the shard part of t and its own entries spare, before the table is used.
+func (sh *shard) init(t *Table) {
+	sh.tab = t
+	for i := range sh.ownEntries {
+		e := &sh.ownEntries[i]
+		e.nextSpare, sh.spareOwn = sh.spareOwn, e
+	}
+}
+
+func (sh *shard) lookup(h *Hold) *keyEntry { return sh.index.find(h.hash, h.cf, h.key()) }
+
+// Acquire takes h's key for a lease of lease, or with wait queues for it until it is granted,
+// timeout passes on the tenant's clock, ctx is done or the tenant closes. With ctxBounds (the
+// caller gave no timeout of its own), a deadline of ctx replaces timeout (WaitBound). It returns
+// the Mono reading the attempt started at, from which the lease and the wait are measured. On
+// failure it returns ErrClosed, ErrLocked (the key is busy and !wait), ErrTimeout, ctx's error or
+// a *DeadlockError, and h holds nothing and waits for nothing, except that a grant that raced
+// with the tenant's close returns ErrGrantedAfterClose with the key held, for the caller to
+// release.
+func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
+	c := h.ten
+	h.hash = c.tab.hash(h.cf, h.key())
+	sh := c.tab.shard(h.hash)
+	// Read before the mutex, which keeps the read out of the critical section every Lock and
+	// Release of the shard queues behind. The lease is measured from this reading, so it can only
+	// be shorter for the time spent waiting for the mutex, and timers are armed from a fresh one.
+	wall, mono := ReadClock(c.clock)
+	sh.mu.Lock()
+	if c.closed.Load() {
+		sh.mu.Unlock()
+		return 0, ErrClosed
+	}
+	e := sh.lookup(h)
+	if e != nil && e.holder != nil && sh.settleHolders(e, h, c, mono) {
+		e = sh.lookup(h) // settling may have emptied and removed the entry
+	}
+	switch {
+	case e == nil:
+		e = sh.newEntry(h.hash)
+		sh.grant(e, h, wall, mono, lease, false)
+		sh.index.insert(e)
+	case e.admits(h, c, mono):
+		sh.grant(e, h, wall, mono, lease, e.head != nil)
+	case !wait:
+		sh.unlockAndRunDeferred()
+		return 0, ErrLocked
+	default:
+		return mono, sh.wait(ctx, e, h, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
+	}
+	sh.unlockAndRunDeferred()
+	return mono, nil
+}
+
+// settleHolders settles the lapsed holders of e that a request for h, made at mono on c's clock,
+// must get past: an exclusive holder, or for an exclusive request the sharers, until one is
+// live. It reports whether it ended a lease just now (the entry may have left the table).
+func (sh *shard) settleHolders(e *keyEntry, h *Hold, c *Tenant, mono time.Duration) bool {
+	if e.shares == 0 {
+		return e.holder.endIfLapsed(sh, c, mono)
+	}
+	if h.flags()&FlagShared != 0 {
+		return false // a shared request joins sharers whatever their leases
+	}
+	settled := false
+	for e.shares > 0 && e.lastSharer().endIfLapsed(sh, c, mono) {
+		settled = true
+	}
+	return settled
+}
+
+// grant makes h a holder of e and starts its lease at the given readings of h's clock (wall in
+// Unix nanoseconds). The deadline goes on a timer only if watch, that is when a request is
+// queued behind it (see watch); a sharer's deadline that is not notes that e has one unwatched.
+func (sh *shard) grant(e *keyEntry, h *Hold, wall int64, mono, lease time.Duration, watch bool) {
+	f := h.flags()
+	if f&FlagShared == 0 {
+		e.holder = h
+	} else {
+		f = e.addSharer(h, f)
+		e.unwatched = e.unwatched || !watch
+	}
+	h.e = e
+	h.acquiredAt = sh.tab.stamps.Mint(wall)
+	h.expiresAt = wall + int64(lease)
+	h.deadline.Store(int64(MonoAfter(mono, lease)))
+	h.state.Store(f | FlagHeld)
+	sh.acquired++
+	sh.held++
+	if watch {
+		sh.schedule(h)
+	}
+}
+
+// watch arms h's lease deadline on its clock's timer, if it is not armed yet, once someone can
+// observe the lease ending: a waiter queues for its key, Done is called, or a release hook is set.
+// Until then nothing can tell a lapse settled at the deadline from one settled when the handle or
+// its key is next looked at (docs/DESIGN.md §7), so an uncontended lock costs no scheduling.
+func (sh *shard) watch(h *Hold) {
+	if h.heapIdx < 0 && h.flags()&FlagExpired == 0 {
+		sh.schedule(h)
+	}
+}
+
+// watchHolders watches every holder of e, for a request that queues: each holder's lapse gives
+// back its share of the key, and the last one frees it.
+func (sh *shard) watchHolders(e *keyEntry) {
+	switch {
+	case e.shares == 0:
+		if e.holder != nil {
+			sh.watch(e.holder)
+		}
+	case e.unwatched:
+		e.unwatched = false
+		sh.watch(e.holder)
+		for _, h := range e.sharers {
+			sh.watch(h)
+		}
+	}
+}
+
+// giveBack ends h's hold of its key, setting the flags in set with the same store, and serves
+// the key's queue.
+func (sh *shard) giveBack(h *Hold, set uint32) {
+	e := h.e
+	f := h.flags()
+	if f&FlagShared != 0 {
+		sh.giveBackShare(h, e, f, set)
+		return
+	}
+	if e == nil || e.holder != h {
+		h.SetFlags(set)
+		sh.tab.logFault(h.ten, "a handle gave back a key it did not hold")
+		return
+	}
+	h.state.Store(f&^FlagHeld | set)
+	h.e = nil // the entry may be reused once the key leaves the table
+	e.holder = nil
+	sh.held--
+	sh.serve(e)
+}
+
+// giveBackShare is giveBack of a sharer, whose flags are f. An upgrade waiting on the share
+// fails.
+func (sh *shard) giveBackShare(h *Hold, e *keyEntry, f, set uint32) {
+	if e == nil || e.placeOf(h) < 0 {
+		h.SetFlags(set)
+		sh.tab.logFault(h.ten, "a handle gave back a share it did not hold")
+		return
+	}
+	h.state.Store(f&^FlagHeld | set)
+	h.e = nil
+	e.removeSharer(h)
+	if w := e.upgradeOf(h); w != nil {
+		sh.drop(w, waitShareEnded)
+	}
+	sh.held--
+	sh.serve(e)
+}
+
+// expire ends h's lease: it stops authorizing writes at once, and the key passes on now or, when
+// h is inside Fence, as soon as the commit returns.
+func (sh *shard) expire(h *Hold) {
+	if h.flags()&FlagExpired != 0 {
+		return
+	}
+	h.SetFlags(FlagExpired)
+	sh.unschedule(h)
+	h.closeDone()
+	if h.flags()&FlagHeld == 0 {
+		return
+	}
+	sh.counts.lapsed++
+	sh.noteLapse(h)
+	if h.flags()&FlagFencing != 0 {
+		h.SetFlags(FlagPassOnAfterFence)
+		return
+	}
+	sh.giveBack(h, 0)
+	sh.deferHook(h)
+}
+
+// unqueueGranted takes w, about to be granted its key at mono (a reading of its Locker's clock),
+// out of e's queue and off its timer, and counts its wait.
+func (sh *shard) unqueueGranted(e *keyEntry, w *waiter, mono time.Duration) {
+	sh.dequeue(e, w)
+	sh.unschedule(w.h)
+	sh.counts.contended++
+	sh.counts.waitTime += mono - w.since
+}
+
+// evict fails c's queued waiters with ErrClosed and appends the handles of c holding a key here
+// to held.
+func (sh *shard) evict(c *Tenant, held []*Hold) []*Hold {
+	// Collect first: failing a waiter can pass its key on or take its entry out of the index.
+	var entries []*keyEntry
+	sh.index.all(func(e *keyEntry) { entries = append(entries, e) })
+	var holders []*Hold
+	for _, e := range entries {
+		holders = e.appendHolders(holders[:0])
+		for _, h := range holders {
+			if h.ten == c {
+				held = append(held, h)
+			}
+		}
+		var mine []*waiter
+		for w := e.head; w != nil; w = w.next {
+			if w.h.ten == c {
+				mine = append(mine, w)
+			}
+		}
+		for _, w := range mine {
+			if w.h.w == w { // still queued: serving the key may have failed it already
+				sh.abandon(w, waitClosed)
+			}
+		}
+	}
+	return held
+}
+
+// Unbounded is the timeout of a wait that only its ctx bounds: no clock reaches it (about 146
+// years), and its sum with any Mono reading still fits a time.Duration.
+const Unbounded = time.Duration(1 << 62)
+
+// WaitBound is the timeout, on the tenant's clock, of a wait for a busy key: timeout, or with
+// ctxBounds (the caller gave no timeout of its own) and a ctx deadline, Unbounded: that deadline,
+// on the real clock, ends the wait.
+func WaitBound(ctx context.Context, timeout time.Duration, ctxBounds bool) time.Duration {
+	if ctxBounds {
+		if _, ok := ctx.Deadline(); ok {
+			return Unbounded
+		}
+	}
+	return timeout
+}

@@ -1,0 +1,94 @@
+// Package locktable is the key-lock table of one database: ownerless, in memory, shared by every
+// Locker of that database in the process (docs/DESIGN.md §2). A key has one exclusive holder or
+// any number of shared ones (holders.go). The table is sharded by a 64-bit hash of the record so
+// that requests on different keys rarely share a mutex. A shard (shard.go) holds the entries of
+// the keys held or waited on (index.go) and their wait queues (waitqueue.go), served by the grant
+// rule (grant.go), and, per clock (clockslots.go), a heap of deadlines served by one timer
+// (scheduler.go, deadlineheap.go). The table knows its users as tenants (tenant.go) and their
+// locks as holds (hold.go); the owners that wait for each other are found by the wait-for graph
+// (waitgraph.go).
+//
+// It needs neither cgo nor RocksDB: the API (package recordlock) keeps the database, and the
+// table knows it only by its path, for log records, and by its timestamps (stamps.go).
+package locktable
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+const (
+	// shardBits is how many low bits of a record's hash choose its shard.
+	shardBits = 7
+	// ShardCount is the number of shards of a table.
+	ShardCount = 1 << shardBits
+)
+
+// falseSharingRange is how far apart memory written by different cores is kept: two cache lines,
+// because many CPUs prefetch lines in aligned pairs and so move a neighbour's line along.
+const falseSharingRange = 128
+
+// Table is the key-lock table of one database.
+type Table struct {
+	tableHeader
+	// The header is read by every request and the shards are written; the padding also starts the
+	// shards on a falseSharingRange boundary (a table is page-aligned), which the layout of
+	// shardState counts on.
+	_      [2*falseSharingRange - unsafe.Sizeof(tableHeader{})%falseSharingRange]byte
+	shards [ShardCount]shard
+	clocks clockSlots
+	graph  waitGraph // the wait-for graph of the database's owners
+
+	hookFailures atomic.Uint64 // hooks fail rarely, so one shared counter is cheap
+	faultOnce    sync.Once     // a table fault is logged once per database
+}
+
+type tableHeader struct {
+	path   string // the database's, for log records
+	seed   maphash.Seed
+	stamps *Stamps
+}
+
+// New returns the table of the database at path, whose grants mint AcquiredAt from stamps.
+func New(path string, stamps *Stamps) *Table {
+	t := &Table{tableHeader: tableHeader{path: path, seed: maphash.MakeSeed(), stamps: stamps}}
+	for i := range t.shards {
+		t.shards[i].init(t)
+	}
+	return t
+}
+
+// hash is the table's hash of the record (cf, key). Column family 0, the default, hashes as the
+// key alone.
+func (t *Table) hash(cf uint32, key []byte) uint64 {
+	h := maphash.Bytes(t.seed, key)
+	if cf != 0 {
+		h ^= uint64(cf) * 0x9e3779b97f4a7c15 // spreads cf over every bit, the shard bits too
+	}
+	return h
+}
+
+func (t *Table) shard(hash uint64) *shard { return &t.shards[hash&(ShardCount-1)] }
+
+// evict takes every trace of c out of the table, for Shutdown: each waiting request of c fails
+// with ErrClosed, and the holds of c are returned for the caller to release (outside the shard
+// mutexes, since a release may wait for a running fence).
+func (t *Table) evict(c *Tenant) []*Hold {
+	var held []*Hold
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		held = sh.evict(c, held)
+		sh.unlockAndRunDeferred()
+	}
+	return held
+}
+
+// logFault reports a table inconsistency once per database; it never panics.
+func (t *Table) logFault(c *Tenant, msg string) {
+	t.faultOnce.Do(func() {
+		c.log.Warn("recordlock: key table fault; the key was left as found", "db", t.path, "fault", msg)
+	})
+}

@@ -1,0 +1,84 @@
+package locktable
+
+import (
+	"context"
+	"time"
+)
+
+// Upgrading a shared handle to exclusive, for a Txn, and undoing it (docs/DESIGN.md §15.3).
+
+// Upgrade makes h, a shared hold of an owner, exclusive: at once when its share is the only one,
+// else once the other sharers are gone, waiting ahead of every request queued but earlier
+// upgrades, until timeout passes, ctx is done or the tenant closes. The wait goes through a
+// stand-in hold that carries its timeout and is what the wait graph sees. It returns ErrReleased
+// or ErrLeaseExpired when h's share ends first (or had ended), and else fails as Acquire does. On
+// failure h is unchanged.
+func (h *Hold) Upgrade(ctx context.Context, timeout time.Duration) error {
+	return h.shard().upgrade(ctx, h, timeout)
+}
+
+func (sh *shard) upgrade(ctx context.Context, h *Hold, timeout time.Duration) error {
+	c := h.ten
+	_, mono := ReadClock(c.clock)
+	sh.mu.Lock()
+	if c.closed.Load() {
+		sh.mu.Unlock()
+		return ErrClosed
+	}
+	if err := h.DeadErr(); err != nil {
+		sh.unlockAndRunDeferred()
+		return err
+	}
+	e := h.e
+	if h.flags()&FlagShared == 0 {
+		sh.mu.Unlock()
+		return nil
+	}
+	sh.settleOtherSharers(e, h, c, mono)
+	if e.shares == 1 {
+		e.shares = 0
+		h.ClearFlags(FlagShared)
+		sh.unlockAndRunDeferred()
+		return nil
+	}
+	stand := &Hold{ten: h.ten, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, hash: h.hash, cf: h.cf, owner: h.owner}
+	w := &waiter{h: stand, since: mono, wake: make(chan struct{}, 1), upgrade: h}
+	sh.enqueueUpgrade(e, w)
+	err := sh.sleep(ctx, e, w, MonoAfter(mono, timeout))
+	if err == ErrGrantedAfterClose {
+		err = ErrClosed // Close releases h
+	}
+	return err
+}
+
+// settleOtherSharers settles the lapsed sharers of e other than h, at mono on c's clock, so that
+// a sole live sharer upgrades at once.
+func (sh *shard) settleOtherSharers(e *keyEntry, h *Hold, c *Tenant, mono time.Duration) {
+	var lapsed []*Hold
+	for _, o := range e.appendHolders(nil) {
+		if o != h && o.flags()&FlagExpired == 0 && o.lapsedAt(o.monoFor(c, mono)) {
+			lapsed = append(lapsed, o)
+		}
+	}
+	for _, o := range lapsed {
+		o.endIfLapsed(sh, c, mono)
+	}
+}
+
+// Downgrade makes h shared again, undoing an Upgrade; if h still holds its key, the shared
+// requests at the head of the queue join it.
+func (h *Hold) Downgrade() {
+	sh := h.shard()
+	sh.mu.Lock()
+	if h.flags()&FlagShared == 0 {
+		e := h.e
+		if e != nil && e.heldExclusively() && e.holder == h {
+			e.shares = 1
+			h.state.Store(h.flags()&flagBits | FlagShared) // in the holder slot, place 0
+			sh.serve(e)
+		} else {
+			h.SetFlags(FlagShared)
+		}
+	}
+	sh.unlockAndRunDeferred()
+}

@@ -1,0 +1,198 @@
+package locktable
+
+import (
+	"bytes"
+	"sync"
+	"time"
+)
+
+// waitGraph finds deadlocks among the Txns of one database (docs/DESIGN.md §13). A Txn waits for
+// at most one record at a time (a Txn is used by one goroutine), so the graph records, per
+// waiting Txn, the handle it waits with. Its edges are read from the table when a cycle is
+// looked for: a waiting Txn waits for the Txn whose hold on its record conflicts with its request
+// (blockers). A holder outside any Txn, or a Txn that ended, ends a path: leases and timeouts
+// settle those waits.
+//
+// A Txn enters the graph after its waiter is queued, and entering and the search for a cycle
+// through it happen under one mutex. So of two Txns that start waiting for each other at the same
+// instant, the second to enter finds the cycle and the first does not: exactly one fails. An edge
+// into a Txn appears when it takes a record, and then it is not waiting (a wait ends, under the
+// shard mutex, when its record is granted), so no cycle runs through it until it waits again and
+// is checked then; or when a shared request's edge moves past an exclusive request that left the
+// queue ungranted to the next one ahead, which may be waiting: that request is woken to enter
+// again (recheckBehind), so a move that closes or keeps a cycle is checked as a new wait is.
+type waitGraph struct {
+	mu      sync.Mutex // taken before any shard mutex, never under one
+	waiting map[Owner]*Hold
+
+	// The search's scratch space, reused by the next search; guarded by mu.
+	parent      map[Owner]Owner
+	stack, next []Owner
+	// edgesRead counts the edges every search so far has read; guarded by mu. Tests bound the
+	// cost of a search with it.
+	edgesRead uint64
+	// skipped counts the requests that had left the queue which searches stepped over to find
+	// the exclusive request ahead of a shared one; guarded by mu. Tests bound it too.
+	skipped uint64
+}
+
+// enter records that h's owner waits with h, which is queued in sh, unless that would close a
+// cycle: then h's waiter is taken out of the queue and the error names the cycle, with, for the
+// debug record, how many other requests were queued for h's key and how long its holder (the
+// first, when it is held shared) had held it.
+func (g *waitGraph) enter(sh *shard, h *Hold) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.waiting == nil {
+		g.waiting = map[Owner]*Hold{}
+	}
+	g.waiting[h.owner] = h
+	cycle := g.cycleThrough(h.owner)
+	if cycle == nil {
+		return nil
+	}
+	delete(g.waiting, h.owner)
+	sh.mu.Lock()
+	w := h.w
+	if w == nil { // granted, timed out or closed since: the wait loop reports it
+		sh.mu.Unlock()
+		return nil
+	}
+	err := &DeadlockError{Cycle: cycle, Waiters: h.e.queued() - 1} // w is still queued
+	if hd := h.e.holder; hd != nil {
+		err.HolderAge = time.Duration(h.ten.clock.Now().UnixNano() - hd.acquiredAt)
+	}
+	sh.abandon(w, waitDeadlock)
+	sh.unlockAndRunDeferred()
+	return err
+}
+
+// leave records that h's Txn no longer waits.
+func (g *waitGraph) leave(h *Hold) {
+	g.mu.Lock()
+	if g.waiting[h.owner] == h {
+		delete(g.waiting, h.owner)
+	}
+	g.mu.Unlock()
+}
+
+// blockers appends to out the Txns that t, waiting with h, waits for now, and returns it
+// (docs/DESIGN.md §15.5): the Txns holding h's record in a mode that conflicts with h's request
+// (every other holder for an exclusive request or an upgrade, an exclusive holder for a shared
+// one) and, for a shared request, the Txn of the nearest exclusive request queued ahead of it. It
+// appends nothing once h no longer waits.
+//
+// There is no other edge to the requests queued ahead of h: an exclusive request waits for the
+// same holders as those ahead of it, so a cycle through one of them also runs through a holder,
+// and the search reads one edge per holder instead of one per request queued. A shared request
+// conflicts with no holder of a record held shared, which is why it needs the edge to the
+// exclusive request it queued behind; that one waits for the rest.
+func (g *waitGraph) blockers(t Owner, h *Hold, out []Owner) []Owner {
+	sh := h.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if h.w == nil || h.e == nil {
+		return out
+	}
+	w, e := h.w, h.e
+	add := func(o Owner) {
+		if o != nil && o != t {
+			out = append(out, o)
+		}
+	}
+	// A holder whose lease has passed holds nothing any more, though nobody may have settled it
+	// yet: its timer, armed as the request queued, passes the key on.
+	now := h.ten.clock.Mono()
+	addHolder := func(x *Hold) {
+		if !x.lapsedAt(x.monoFor(h.ten, now)) {
+			add(x.owner)
+		}
+	}
+	switch {
+	case e.holder == nil:
+	case !w.shared:
+		addHolder(e.holder)
+		for _, s := range e.sharers {
+			addHolder(s)
+		}
+	case e.heldExclusively():
+		addHolder(e.holder)
+	}
+	if w.shared {
+		x, skipped := e.exclusiveAhead(w)
+		g.skipped += uint64(skipped)
+		if x != nil {
+			add(x.h.owner)
+		}
+	}
+	return out
+}
+
+// cycleThrough returns the cycle of waits from start back to start, or nil. It searches depth
+// first from start over the Txns that are waiting; every step reads one shard under its mutex.
+func (g *waitGraph) cycleThrough(start Owner) []Wait {
+	if g.parent == nil {
+		g.parent = map[Owner]Owner{}
+	}
+	defer g.resetSearch()
+	parent := g.parent
+	parent[start] = nil
+	stack := append(g.stack[:0], start)
+	for len(stack) > 0 {
+		t := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		h := g.waiting[t]
+		if h == nil {
+			continue
+		}
+		g.next = g.blockers(t, h, g.next[:0])
+		g.edgesRead += uint64(len(g.next))
+		for _, b := range g.next {
+			if b == start {
+				return g.describe(parent, t)
+			}
+			if _, seen := parent[b]; seen || g.waiting[b] == nil {
+				continue
+			}
+			parent[b] = t
+			stack = append(stack, b)
+		}
+	}
+	g.stack = stack
+	return nil
+}
+
+// resetSearch empties the search's scratch space for the next search, dropping what a large
+// search grew so that clearing it stays cheap.
+func (g *waitGraph) resetSearch() {
+	const keep = 64
+	if len(g.parent) > keep {
+		g.parent = nil
+	} else {
+		clear(g.parent)
+	}
+	if cap(g.stack) > keep {
+		g.stack = nil
+	}
+	if cap(g.next) > keep {
+		g.next = nil
+	}
+	clear(g.stack[:cap(g.stack)])
+	clear(g.next[:cap(g.next)])
+}
+
+// describe lists the cycle that ends with last waiting for the start of the search, from the
+// start.
+func (g *waitGraph) describe(parent map[Owner]Owner, last Owner) []Wait {
+	var path []Owner
+	for t := last; t != nil; t = parent[t] {
+		path = append(path, t)
+	}
+	cycle := make([]Wait, 0, len(path))
+	for i := len(path) - 1; i >= 0; i-- {
+		t := path[i]
+		h := g.waiting[t]
+		cycle = append(cycle, Wait{Owner: t, CF: h.cf, Key: bytes.Clone(h.key())})
+	}
+	return cycle
+}

@@ -1,0 +1,324 @@
+package locktable
+
+import (
+	"context"
+	"time"
+)
+
+// waitState is where a waiter stands; it changes only under the shard mutex.
+type waitState uint8
+
+const (
+	waitQueued     waitState = iota // in the queue, asleep
+	waitWoken                       // the key was freed and this waiter was woken to take it
+	waitGranted                     // the key was handed to this waiter directly
+	waitTimedOut                    // Options.Timeout passed
+	waitClosed                      // its Locker was closed
+	waitCancelled                   // its ctx was done
+	waitDeadlock                    // waiting would have closed a cycle of Txns
+	waitShareEnded                  // an upgrade's share was released, lapsed or revoked
+)
+
+// waiter is a Lock call, or an upgrade, queued for a busy key. It exists only while the call
+// waits. Its fields are guarded by the shard mutex.
+type waiter struct {
+	h          *Hold // the handle it becomes when granted; for an upgrade, a stand-in
+	next, prev *waiter
+	since      time.Duration // Mono of h's clock when it queued
+	lease      time.Duration // the lease h gets when granted
+	wake       chan struct{} // one buffered slot: a wake-up is never lost and never blocks
+	// upgrade is the shared handle an upgrade request makes exclusive; nil for a Lock call.
+	upgrade *Hold
+	// exAhead is the nearest exclusive request (or upgrade) that was queued ahead of this one
+	// when it queued, or one that has left the queue since (see exclusiveAhead).
+	exAhead *waiter
+	state   waitState
+	shared  bool // a shared request
+	counted bool // counted in Stats.Waiting
+	left    bool // no longer in the queue
+	// recheck asks the waiting owner to look for a cycle through it again: its edge to the
+	// exclusive request ahead moved to another waiting owner (recheckBehind). checking is set
+	// while that search runs, so that the table's probes do not count the wait as settled.
+	recheck, checking bool
+}
+
+// mode reports what w asks for: a shared lock, or the upgrade of a shared lock its Txn holds.
+func (w *waiter) mode() (shared, upgrade bool) { return w.shared, w.upgrade != nil }
+
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *waiter) finish(s waitState) {
+	w.state = s
+	w.h.w = nil
+	w.signal()
+}
+
+// pastBargeWindow reports whether w, the oldest waiter of a free key, has waited bargeWindow, so
+// that the key goes to it rather than to a newcomer. mono is a reading of c's clock.
+func (w *waiter) pastBargeWindow(c *Tenant, mono time.Duration) bool {
+	return w.h.monoFor(c, mono)-w.since >= bargeWindow
+}
+
+// wait queues h for e's key and blocks until it is granted, the timeout passes at deadline, ctx is
+// done or the Locker closes (ErrGrantedAfterClose when a grant raced with that). A Txn's wait is
+// first checked for a deadlock. It is called with mu held and returns with it released.
+func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Hold, lease, deadline, mono time.Duration) error {
+	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&FlagShared != 0}
+	sh.enqueue(e, w)
+	return sh.sleep(ctx, e, w, deadline)
+}
+
+// sleep arms the timeout of w, queued for e's key, at deadline and blocks until w is granted, the
+// timeout passes, ctx is done, the Locker closes or, for an upgrade, its share ends. A Txn's wait
+// is first checked for a deadlock. It is called with mu held and returns with it released.
+func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline time.Duration) error {
+	h := w.h
+	c := h.ten
+	h.w, h.e = w, e
+	h.deadline.Store(int64(deadline)) // the wait's timeout until the key is granted
+	sh.schedule(h)
+	sh.watchHolders(e) // the key must pass on at the holders' deadlines
+	if h.owner == nil {
+		sh.countWaiting(w)
+	}
+	sh.unlockAndRunDeferred()
+	if h.owner != nil {
+		if err := sh.tab.graph.enter(sh, h); err != nil {
+			return err
+		}
+		defer sh.tab.graph.leave(h)
+		sh.mu.Lock()
+		if h.w == w {
+			sh.countWaiting(w)
+		}
+		sh.mu.Unlock()
+	}
+	for {
+		select {
+		case <-w.wake:
+		case <-ctx.Done():
+		}
+		sh.mu.Lock()
+		switch w.state {
+		case waitGranted:
+			sh.unlockAndRunDeferred()
+			if c.closed.Load() {
+				return ErrGrantedAfterClose
+			}
+			return nil
+		case waitTimedOut:
+			sh.unlockAndRunDeferred()
+			return ErrTimeout
+		case waitClosed:
+			sh.unlockAndRunDeferred()
+			return ErrClosed
+		case waitShareEnded:
+			err := ErrReleased
+			if w.upgrade.flags()&FlagExpired != 0 {
+				err = ErrLeaseExpired
+			}
+			sh.unlockAndRunDeferred()
+			return err
+		case waitWoken:
+			if c.closed.Load() {
+				sh.abandon(w, waitClosed)
+				sh.unlockAndRunDeferred()
+				return ErrClosed
+			}
+			if e.holder == nil {
+				wall, now := ReadClock(c.clock)
+				sh.unqueueGranted(e, w, now)
+				h.w = nil
+				sh.grant(e, h, wall, now, w.lease, e.head != nil)
+				sh.unlockAndRunDeferred()
+				return nil
+			}
+			// A newcomer took the key first; stay at the head of the queue.
+			w.state = waitQueued
+			e.wakePending = false
+		}
+		if err := ctx.Err(); err != nil {
+			sh.abandon(w, waitCancelled)
+			sh.unlockAndRunDeferred()
+			return err
+		}
+		recheck := w.recheck
+		w.recheck, w.checking = false, recheck
+		sh.mu.Unlock()
+		if recheck {
+			// Checked as a new wait is: the graph's mutex orders this search after the change.
+			if err := sh.tab.graph.enter(sh, h); err != nil {
+				return err
+			}
+			sh.mu.Lock()
+			w.checking = false
+			sh.mu.Unlock()
+		}
+	}
+}
+
+// enqueue appends w to e's wait queue.
+func (sh *shard) enqueue(e *keyEntry, w *waiter) {
+	if t := e.tail; t != nil {
+		if t.shared {
+			w.exAhead, _ = e.exclusiveAhead(t)
+		} else {
+			w.exAhead = t
+		}
+	}
+	w.prev = e.tail
+	if e.tail != nil {
+		e.tail.next = w
+	} else {
+		e.head = w
+	}
+	e.tail = w
+}
+
+// enqueueUpgrade puts w, an upgrade, ahead of every request queued for e's key but the upgrades
+// queued before it.
+func (sh *shard) enqueueUpgrade(e *keyEntry, w *waiter) {
+	var after *waiter
+	for x := e.head; x != nil && x.upgrade != nil; x = x.next {
+		after = x
+	}
+	w.exAhead = after
+	w.prev = after
+	if after == nil {
+		w.next, e.head = e.head, w
+	} else {
+		w.next, after.next = after.next, w
+	}
+	if w.next != nil {
+		w.next.prev = w
+	} else {
+		e.tail = w
+	}
+}
+
+// exclusiveAhead returns the nearest exclusive request or upgrade queued ahead of w, or nil. The
+// one recorded when w queued may have left since: it is skipped by following its own record, and
+// the skip is remembered, so a run of shared requests costs a constant number of steps each.
+// Upgrades queued since w are ahead of everything else, so with no exclusive request between,
+// the last of them is the nearest.
+// It also returns how many requests that had left it stepped over.
+func (e *keyEntry) exclusiveAhead(w *waiter) (x *waiter, skipped int) {
+	x = w.exAhead
+	for x != nil && x.left {
+		x = x.exAhead
+		skipped++
+	}
+	w.exAhead = x
+	if x == nil && w.upgrade == nil {
+		for u := e.head; u != nil && u != w && u.upgrade != nil; u = u.next {
+			x = u
+		}
+	}
+	return x, skipped
+}
+
+// queued is how many requests are queued for e's key.
+func (e *keyEntry) queued() int {
+	n := 0
+	for w := e.head; w != nil; w = w.next {
+		n++
+	}
+	return n
+}
+
+// upgradeOf returns the upgrade queued for sharer h, or nil.
+func (e *keyEntry) upgradeOf(h *Hold) *waiter {
+	for w := e.head; w != nil && w.upgrade != nil; w = w.next {
+		if w.upgrade == h {
+			return w
+		}
+	}
+	return nil
+}
+
+// dequeue unlinks w from e's wait queue.
+func (sh *shard) dequeue(e *keyEntry, w *waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		e.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		e.tail = w.prev
+	}
+	w.next, w.prev = nil, nil
+	w.left = true
+	if w.state == waitWoken {
+		e.wakePending = false
+	}
+	if w.counted {
+		w.counted = false
+		sh.counts.waiting--
+	}
+}
+
+// recheckBehind is called when an exclusive request or upgrade leaves e's queue without being
+// granted; behind is the request that was queued right behind it. The shared requests after it, up
+// to the next exclusive one, waited for it; their edge now moves to the nearest exclusive request
+// further ahead. If that one is a Txn's, it is waiting, and the moved edge may keep alive a cycle
+// that ran through the request that left (a deadlock's victim, whose departure was to break it)
+// or close a new one (docs/DESIGN.md §13). So each of those Txns is woken to check its wait again.
+func (sh *shard) recheckBehind(e *keyEntry, behind *waiter) {
+	for behind != nil && behind.upgrade != nil {
+		behind = behind.next
+	}
+	if behind == nil || !behind.shared {
+		return
+	}
+	if x, _ := e.exclusiveAhead(behind); x == nil || x.h.owner == nil {
+		return // the edge now goes to no request, or to one outside any Txn
+	}
+	for s := behind; s != nil && s.shared; s = s.next {
+		if s.h.owner != nil && !s.recheck {
+			s.recheck = true
+			s.signal()
+		}
+	}
+}
+
+// countWaiting counts w, queued with its timers armed, in Stats.Waiting.
+func (sh *shard) countWaiting(w *waiter) {
+	w.counted = true
+	sh.counts.waiting++
+}
+
+// abandon removes a waiter that gives up (timeout, ctx, Close, deadlock) and serves the key's
+// queue: it may have been the one woken for the key, or held up requests behind it.
+func (sh *shard) abandon(w *waiter, outcome waitState) {
+	e := w.h.e
+	sh.drop(w, outcome)
+	sh.serve(e)
+}
+
+// drop takes w out of the queue with the given outcome, without serving the queue.
+func (sh *shard) drop(w *waiter, outcome waitState) {
+	e := w.h.e
+	behind := w.next
+	sh.dequeue(e, w)
+	if !w.shared {
+		sh.recheckBehind(e, behind)
+	}
+	w.h.e = nil
+	sh.unschedule(w.h)
+	w.finish(outcome)
+	switch outcome {
+	case waitTimedOut:
+		sh.counts.timeouts++
+	case waitCancelled:
+		sh.counts.canceled++
+	case waitDeadlock:
+		sh.counts.deadlocks++
+	}
+}
