@@ -43,7 +43,7 @@ type commitWaiter struct {
 	group []*commitWaiter
 }
 
-var waiters = sync.Pool{New: func() any { return &commitWaiter{wake: make(chan struct{}, 1)} }}
+var commitWaiterPool = sync.Pool{New: func() any { return &commitWaiter{wake: make(chan struct{}, 1)} }}
 
 // write writes t's staged writes: at once when the queue is idle or another Txn waits for a key t
 // holds, else parked until the queue's write returns and then in a group write led by the first
@@ -69,7 +69,7 @@ func (q *commitQueue) write(t *Txn) error {
 		defer q.done(writeQueued) // also if the write panics: later commits must not wait for it
 		return writeAlone(t)
 	}
-	w := waiters.Get().(*commitWaiter)
+	w := commitWaiterPool.Get().(*commitWaiter)
 	w.t, w.merges = t, merges
 	q.waiting = append(q.waiting, w)
 	q.mu.Unlock()
@@ -79,7 +79,7 @@ func (q *commitQueue) write(t *Txn) error {
 	}
 	err := w.err
 	*w = commitWaiter{wake: w.wake, group: w.group}
-	waiters.Put(w)
+	commitWaiterPool.Put(w)
 	return err
 }
 
@@ -164,9 +164,10 @@ func (q *commitQueue) wakeAndEnd(group []*commitWaiter) {
 	q.done(writeQueued)
 }
 
-// takeGroup returns lead, a waiter told to lead, followed by every parked waiter that can share
-// its write, which it removes from the queue, while the batches taken besides lead's stay under
-// maxGroupBytes. A waiter shares lead's write when both batches are mergeable and use the same
+// takeGroup returns lead, a waiter told to lead, followed by the parked waiters that can share
+// its write, which it removes from the queue. It takes them until the batches taken besides
+// lead's reach maxGroupBytes, so the last one taken may cross that bound, as in RocksDB's own
+// write groups. A waiter shares lead's write when both batches are mergeable and use the same
 // write options. The waiters left keep their order. It scans the queue only until the bound is
 // reached, so forming a group costs one step per waiter it takes or passes over.
 func (q *commitQueue) takeGroup(lead *commitWaiter) []*commitWaiter {
