@@ -6,10 +6,10 @@ import "log/slog"
 type Option interface{ apply(*config) }
 
 type config struct {
-	clock Clock
-	log   *slog.Logger
-	coord Coordinator
-	hooks testHooks
+	clock      Clock
+	log        *slog.Logger
+	coord      Coordinator
+	failpoints failpoints
 }
 
 type clockOption struct{ c Clock }
@@ -36,14 +36,14 @@ func (o coordinatorOption) apply(c *config) { c.coord = o.c }
 // WithCoordinator sets the database's coordinator, as SetCoordinator does.
 func WithCoordinator(c Coordinator) Option { return coordinatorOption{c} }
 
-// testHooks let white-box tests stop the code at points no public call can reach. They are set
+// failpoints let white-box tests stop the code at points no public call can reach. They are set
 // through an unexported Option, so production Lockers have none.
-type testHooks struct {
+type failpoints struct {
 	inFence             func()      // Txn.Commit calls it inside the fences, just before the batch is written
 	beforeHoldExtension func()      // Txn.LockAll with Hold calls it once every key is live, before its Hold extensions
 	groupWrite          func(n int) // Txn.Commit calls it before each RocksDB write, with how many Txns it writes
 }
 
-type testHooksOption struct{ h testHooks }
+type failpointsOption struct{ f failpoints }
 
-func (o testHooksOption) apply(c *config) { c.hooks = o.h }
+func (o failpointsOption) apply(c *config) { c.failpoints = o.f }

@@ -16,16 +16,16 @@ import (
 // database in this process shares one key-lock table, so they exclude each other. A Locker is
 // safe for concurrent use.
 type Locker struct {
-	ten   locktable.Tenant // all the key-lock table sees of it
-	tab   *locktable.Table
-	clock Clock
-	log   *slog.Logger
-	path  string    // the database's canonical path, its key in the registry
-	state *database // what the process keeps of the database
-	db    *grocksdb.DB
-	opts  resolvedCache
-	hooks testHooks
-	cfs   columnFamilies
+	ten        locktable.Tenant // all the key-lock table sees of it
+	tab        *locktable.Table
+	clock      Clock
+	log        *slog.Logger
+	path       string    // the database's canonical path, its key in the registry
+	state      *database // what the process keeps of the database
+	db         *grocksdb.DB
+	opts       resolvedCache
+	failpoints failpoints
+	cfs        columnFamilies
 
 	closeOnce sync.Once
 	// closing is cancelled when Close begins, to call off the coordinator requests in flight.
@@ -59,15 +59,15 @@ func New(db *grocksdb.DB, opts ...Option) (*Locker, error) {
 	}
 	closing, cancel := context.WithCancel(context.Background())
 	l := &Locker{
-		tab:     tab,
-		clock:   cfg.clock,
-		log:     cfg.log,
-		path:    path,
-		state:   state,
-		db:      db,
-		hooks:   cfg.hooks,
-		closing: closing,
-		cancel:  cancel,
+		tab:        tab,
+		clock:      cfg.clock,
+		log:        cfg.log,
+		path:       path,
+		state:      state,
+		db:         db,
+		failpoints: cfg.failpoints,
+		closing:    closing,
+		cancel:     cancel,
 	}
 	tab.Open(&l.ten, tableClock(cfg.clock), cfg.log)
 	return l, nil

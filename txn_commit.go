@@ -70,8 +70,8 @@ func (t *Txn) fencedWrite() error {
 	if t.l.ten.Closed() {
 		return ErrClosed
 	}
-	if hook := t.l.hooks.inFence; hook != nil {
-		hook()
+	if fp := t.l.failpoints.inFence; fp != nil {
+		fp()
 	}
 	if len(t.writes.items) == 0 {
 		return nil

@@ -162,7 +162,7 @@ func TestTxnCommitReleasesAsTheFenceEnds(t *testing.T) {
 // The Txn runs in the test's goroutine or one it waits for, so the variable needs no lock.
 func newHookedLocker(t testing.TB, db *grocksdb.DB, clk Clock, inFence *func()) *Locker {
 	t.Helper()
-	l, err := New(db, WithClock(clk), testHooksOption{testHooks{inFence: func() {
+	l, err := New(db, WithClock(clk), failpointsOption{failpoints{inFence: func() {
 		if f := *inFence; f != nil {
 			f()
 		}

@@ -169,7 +169,7 @@ func TestPanickingWriteHandsTheQueueOn(t *testing.T) {
 func TestCloseWaitsForUnlockedCommit(t *testing.T) {
 	db := tempdb.New(t)
 	entered, proceed := make(chan struct{}), make(chan struct{})
-	l, err := New(db, testHooksOption{testHooks{inFence: func() {
+	l, err := New(db, failpointsOption{failpoints{inFence: func() {
 		close(entered)
 		<-proceed
 	}}})

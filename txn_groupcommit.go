@@ -203,8 +203,8 @@ func writeGroup(group []*commitWaiter) {
 		group[0].err = writeAlone(lead)
 		return
 	}
-	if hook := lead.l.hooks.groupWrite; hook != nil {
-		hook(len(group))
+	if fp := lead.l.failpoints.groupWrite; fp != nil {
+		fp(len(group))
 	}
 	wb := grocksdb.NewWriteBatch()
 	defer wb.Destroy()
@@ -219,8 +219,8 @@ func writeGroup(group []*commitWaiter) {
 
 // writeAlone writes t's staged writes as a RocksDB write of their own.
 func writeAlone(t *Txn) error {
-	if hook := t.l.hooks.groupWrite; hook != nil {
-		hook(1)
+	if fp := t.l.failpoints.groupWrite; fp != nil {
+		fp(1)
 	}
 	return ambiguous(t.write())
 }

@@ -39,7 +39,7 @@ func newGroupWrites(t *testing.T, db *grocksdb.DB) *groupWrites {
 		held: make(chan struct{}),
 		gate: make(chan struct{}),
 	}
-	l, err := New(db, WithClock(g.clk), testHooksOption{testHooks{groupWrite: func(n int) {
+	l, err := New(db, WithClock(g.clk), failpointsOption{failpoints{groupWrite: func(n int) {
 		g.mu.Lock()
 		g.sizes = append(g.sizes, n)
 		nth := len(g.sizes)
@@ -282,7 +282,7 @@ func TestUnmergeableBatchWaitsForBypasses(t *testing.T) {
 	var sizes []int
 	held := make(chan int, 2)
 	gates := []chan struct{}{make(chan struct{}), make(chan struct{})} // writes 1 and 2 wait on these
-	l, err := New(db, testHooksOption{testHooks{groupWrite: func(n int) {
+	l, err := New(db, failpointsOption{failpoints{groupWrite: func(n int) {
 		mu.Lock()
 		sizes = append(sizes, n)
 		nth := len(sizes)

@@ -151,8 +151,8 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 		return fail(err)
 	}
 	if opts.Hold && len(reentrant) > 0 {
-		if hook := t.l.hooks.beforeHoldExtension; hook != nil {
-			hook()
+		if fp := t.l.failpoints.beforeHoldExtension; fp != nil {
+			fp()
 		}
 		for _, h := range reentrant {
 			u, err := h.extend(opts.Lease, true)

@@ -44,7 +44,7 @@ func TestTxnLockAllUndoesHoldUpgrades(t *testing.T) {
 			db := tempdb.New(t)
 			clk := NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 			var between func()
-			l, err := New(db, WithClock(clk), testHooksOption{testHooks{beforeHoldExtension: func() { between() }}})
+			l, err := New(db, WithClock(clk), failpointsOption{failpoints{beforeHoldExtension: func() { between() }}})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = l.Close() })
 			other := newTestLocker(t, db, clk)
