@@ -57,8 +57,8 @@ func (c *Coordinator) admitLocked(d *delegation, minted, lease time.Duration, re
 	return recordlock.Round{TsR: c.cfg.stamp(), MintedMono: minted, Token: d.token, Release: a.release}, evicted
 }
 
-// release ends the admission. If it was the last live one of a contended key, it hands the
-// delegation back too (handBackContended). It never fails.
+// release ends the admission. If it was the last live one of a contended key, it starts handing
+// the delegation back too (handBackContendedLocked), without waiting for etcd. It never fails.
 func (a *admission) release() error {
 	c := a.c
 	c.mu.Lock()
@@ -79,16 +79,15 @@ func (a *admission) release() error {
 		c.mu.Unlock()
 		return nil
 	}
-	now := c.cfg.clock.Mono()
-	if !c.contendedLocked(d.k, now) {
+	if c.closed || !c.contendedLocked(d.k, c.cfg.clock.Mono()) {
 		c.mu.Unlock()
 		return nil
 	}
-	d.recalled = true
-	d.releasedBack = true
-	revokes := d.takeAll()
+	c.handBackContendedLocked(d)
 	c.mu.Unlock()
-	c.handBackContended(d, revokes, now < a.deadline)
+	if c.cfg.handBackLag != nil {
+		c.cfg.handBackLag()
+	}
 	return nil
 }
 
