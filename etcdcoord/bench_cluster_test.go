@@ -20,7 +20,7 @@ type pair struct {
 	mus   [2]*concurrency.Mutex
 }
 
-func newPair(b *testing.B) *pair {
+func newPair(b testing.TB) *pair {
 	ec := startCluster(b)
 	p := &pair{}
 	for i, name := range []string{"a", "b"} {

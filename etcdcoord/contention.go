@@ -70,19 +70,45 @@ func (c *Coordinator) pruneContendedLocked(now time.Duration) {
 	}
 }
 
+// handBackWait is the longest a Release waits for etcd to confirm its hand-back: well above a
+// Txn's round trip on a LAN, well below the request timeout. Waiting, as etcd's Mutex does on
+// Unlock, lets the next node's Lock find the key free and create the delegation in one Txn;
+// without it that Lock often races the hand-back, recalls the key and pays a second Txn.
+const handBackWait = 50 * time.Millisecond
+
 // handBackContendedLocked starts handing d back after its last holder released it, as a recall
 // would, in a goroutine of the coordinator: revoke the released admissions first, so that a
 // write staged before Release is fenced, then delete the key, or hand it over to another
-// node's recall that arrived meanwhile. The caller does not wait for etcd: a Release, and a
-// Locker's Close or a Txn's Commit that releases many keys, returns at once. A revocation waits
-// for a Fence in flight, so the hand-back waits for it too, but not past what the node trusts
-// of its etcd lease now (handOver). A lock of this node that finds the key being handed back
-// waits for the hand-back and then creates a new delegation. Called with c.mu held, so that
-// Close, which sets c.closed under it, either marked d recalled first or waits for the
-// goroutine.
-func (c *Coordinator) handBackContendedLocked(d *delegation) {
+// node's recall that arrived meanwhile. A revocation waits for a Fence in flight, so the
+// hand-back waits for it too, but not past what the node trusts of its etcd lease now
+// (handOver). A lock of this node that finds the key being handed back waits for the hand-back
+// and then creates a new delegation. Called with c.mu held, so that Close, which sets c.closed
+// under it, either marked d recalled first or waits for the goroutine. It returns the channel
+// to wait on for etcd's confirmation, nil if the caller should not wait: a hand-back has
+// already outlasted handBackWait and none has been confirmed since, so that releasing many
+// keys (a Locker's Close) while etcd does not answer costs one wait, not one per key.
+func (c *Coordinator) handBackContendedLocked(d *delegation) <-chan struct{} {
 	d.recalled = true
 	d.releasedBack = true
 	c.wg.Add(1)
 	go c.handOver(d.k, d, d.sess.validUntil)
+	if c.handBackSlow {
+		return nil
+	}
+	return d.gone
+}
+
+// awaitHandBack waits for gone within handBackWait (or the request timeout, if shorter); if it
+// runs out, releases stop waiting until a hand-back is confirmed.
+func (c *Coordinator) awaitHandBack(gone <-chan struct{}) {
+	t := time.NewTimer(min(handBackWait, c.cfg.reqLimit))
+	defer t.Stop()
+	select {
+	case <-gone:
+	case <-c.ctx.Done():
+	case <-t.C:
+		c.mu.Lock()
+		c.handBackSlow = true
+		c.mu.Unlock()
+	}
 }

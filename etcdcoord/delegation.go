@@ -57,8 +57,9 @@ func (c *Coordinator) admitLocked(d *delegation, minted, lease time.Duration, re
 	return recordlock.Round{TsR: c.cfg.stamp(), MintedMono: minted, Token: d.token, Release: a.release}, evicted
 }
 
-// release ends the admission. If it was the last live one of a contended key, it starts handing
-// the delegation back too (handBackContendedLocked), without waiting for etcd. It never fails.
+// release ends the admission. If it was the last live one of a contended key, it hands the
+// delegation back too (handBackContendedLocked), waiting for etcd at most handBackWait. It
+// never fails.
 func (a *admission) release() error {
 	c := a.c
 	c.mu.Lock()
@@ -79,14 +80,19 @@ func (a *admission) release() error {
 		c.mu.Unlock()
 		return nil
 	}
-	if c.closed || !c.contendedLocked(d.k, c.cfg.clock.Mono()) {
+	now := c.cfg.clock.Mono()
+	if c.closed || !c.contendedLocked(d.k, now) {
 		c.mu.Unlock()
 		return nil
 	}
-	c.handBackContendedLocked(d)
+	gone := c.handBackContendedLocked(d)
 	c.mu.Unlock()
 	if c.cfg.handBackLag != nil {
 		c.cfg.handBackLag()
+	}
+	// An expiry, which the Locker's timer may be firing, does not wait.
+	if gone != nil && now < a.deadline {
+		c.awaitHandBack(gone)
 	}
 	return nil
 }

@@ -15,3 +15,10 @@ func WantedHere(c *Coordinator, key string) bool {
 	defer c.mu.Unlock()
 	return c.contended[key].wantedHere
 }
+
+// Closed reports whether Close has begun: a test waits for it to race Close with a release.
+func Closed(c *Coordinator) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
