@@ -20,7 +20,7 @@ type pair struct {
 	mus   [2]*concurrency.Mutex
 }
 
-func newPair(b *testing.B) *pair {
+func newPair(b testing.TB) *pair {
 	ec := startCluster(b)
 	p := &pair{}
 	for i, name := range []string{"a", "b"} {
@@ -102,7 +102,8 @@ func BenchmarkNextNodeWaiting(b *testing.B) {
 		next := p.nodes[(i+1)%2]
 		recalls := p.nodes[i%2].coord.Stats().RecallsReceived
 		got := lockAsync(next, key, handoffOpts)
-		for p.nodes[i%2].coord.Stats().RecallsReceived == recalls { // the holder has seen the recall
+		// Wait until the holder has seen the recall, or the Lock has returned (an error, reported below).
+		for p.nodes[i%2].coord.Stats().RecallsReceived == recalls && len(got) == 0 {
 			time.Sleep(50 * time.Microsecond)
 		}
 		start := time.Now()

@@ -12,8 +12,9 @@ import (
 
 // contention is what this node knows of a key's other users.
 type contention struct {
-	remote time.Duration // Mono when another node last wanted or held the key
-	local  time.Duration // Mono when a lock of this node last waited for its own hand-back; 0: never
+	remote     time.Duration // Mono when another node last wanted or held the key
+	local      time.Duration // Mono when a lock of this node last waited for its own hand-back
+	wantedHere bool          // local is set: a reading of 0 is a time like any other
 }
 
 // contendedLocked reports whether k should be handed back on release: another node wanted or
@@ -24,7 +25,13 @@ type contention struct {
 // Called with c.mu held.
 func (c *Coordinator) contendedLocked(k string, now time.Duration) bool {
 	ct, ok := c.contended[k]
-	return ok && now-ct.remote < c.cfg.linger && (ct.local == 0 || now-ct.local >= c.cfg.linger)
+	return ok && now-ct.remote < c.cfg.linger && !ct.wantedHereWithin(now, c.cfg.linger)
+}
+
+// wantedHereWithin reports whether a lock of this node waited for its own hand-back of the key
+// less than linger before now.
+func (ct contention) wantedHereWithin(now, linger time.Duration) bool {
+	return ct.wantedHere && now-ct.local < linger
 }
 
 // wantedElsewhereLocked records that another node wants or holds k now. Called with c.mu held.
@@ -48,7 +55,7 @@ func (c *Coordinator) usedElsewhereLocked(k string) {
 // held.
 func (c *Coordinator) wantedHereLocked(d *delegation, now time.Duration) {
 	if ct, ok := c.contended[d.k]; ok && d.releasedBack {
-		ct.local = now
+		ct.local, ct.wantedHere = now, true
 		c.contended[d.k] = ct
 	}
 }
@@ -57,38 +64,51 @@ func (c *Coordinator) wantedHereLocked(d *delegation, now time.Duration) {
 // the map holds only recently contended keys. Called with c.mu held.
 func (c *Coordinator) pruneContendedLocked(now time.Duration) {
 	for k, ct := range c.contended {
-		if now-ct.remote >= c.cfg.linger && (ct.local == 0 || now-ct.local >= c.cfg.linger) {
+		if now-ct.remote >= c.cfg.linger && !ct.wantedHereWithin(now, c.cfg.linger) {
 			delete(c.contended, k)
 		}
 	}
 }
 
-// handBackContended hands d back after its last holder released it: it revokes the released
-// admissions first, so that a write staged before Release is fenced, as a recall does. A
-// Release waits for etcd to confirm, within the request timeout, so that a Lock the caller
-// makes on another node next finds the key free; an expiry, which the Locker's timer may be
-// running, does not wait. The hand-back is retried in the background if it fails.
-func (c *Coordinator) handBackContended(d *delegation, revokes []func(), wait bool) {
-	started := c.background(func() {
-		for _, revoke := range revokes {
-			revoke()
-		}
-		c.handBack([]string{d.k}, []*delegation{d})
-	})
-	if !started { // Close revokes the lease, which hands the key back; the revocations are ours
-		for _, revoke := range revokes {
-			revoke()
-		}
-		return
+// handBackWait is the longest a Release waits for etcd to confirm its hand-back: well above a
+// Txn's round trip on a LAN, well below the request timeout. Waiting, as etcd's Mutex does on
+// Unlock, lets the next node's Lock find the key free and create the delegation in one Txn;
+// without it that Lock often races the hand-back, recalls the key and pays a second Txn.
+const handBackWait = 50 * time.Millisecond
+
+// handBackContendedLocked starts handing d back after its last holder released it, as a recall
+// would, in a goroutine of the coordinator: revoke the released admissions first, so that a
+// write staged before Release is fenced, then delete the key, or hand it over to another
+// node's recall that arrived meanwhile. A revocation waits for a Fence in flight, so the
+// hand-back waits for it too, but not past what the node trusts of its etcd lease now
+// (handOver). A lock of this node that finds the key being handed back waits for the hand-back
+// and then creates a new delegation. Called with c.mu held, so that Close, which sets c.closed
+// under it, either marked d recalled first or waits for the goroutine. It returns the channel
+// to wait on for etcd's confirmation, nil if the caller should not wait: a hand-back has
+// already outlasted handBackWait and none has been confirmed since, so that releasing many
+// keys (a Locker's Close) while etcd does not answer costs one wait, not one per key.
+func (c *Coordinator) handBackContendedLocked(d *delegation) <-chan struct{} {
+	d.recalled = true
+	d.releasedBack = true
+	c.wg.Add(1)
+	go c.handOver(d.k, d, d.sess.validUntil)
+	if c.handBackSlow {
+		return nil
 	}
-	if !wait {
-		return
-	}
-	t := time.NewTimer(c.cfg.reqLimit)
+	return d.gone
+}
+
+// awaitHandBack waits for gone within handBackWait (or the request timeout, if shorter); if it
+// runs out, releases stop waiting until a hand-back is confirmed.
+func (c *Coordinator) awaitHandBack(gone <-chan struct{}) {
+	t := time.NewTimer(min(handBackWait, c.cfg.reqLimit))
 	defer t.Stop()
 	select {
-	case <-d.gone:
-	case <-t.C:
+	case <-gone:
 	case <-c.ctx.Done():
+	case <-t.C:
+		c.mu.Lock()
+		c.handBackSlow = true
+		c.mu.Unlock()
 	}
 }

@@ -46,7 +46,10 @@ type Coordinator struct {
 	waiters   map[string][]*waiter   // key → Acquire calls waiting for its etcd keys to change
 	contended map[string]contention  // keys other nodes want: handed back on release
 	lastSweep time.Duration          // Mono of the last look for idle delegations
-	stats     Stats                  // counters; Delegations and Retained are computed by Stats
+	// handBackSlow: a Release's wait for its hand-back ran out, and no hand-back has been
+	// confirmed since; releases do not wait meanwhile
+	handBackSlow bool
+	stats        Stats // counters; Delegations and Retained are computed by Stats
 }
 
 // New returns a Coordinator for the node named node over client. It grants the node's etcd

@@ -58,7 +58,8 @@ func (c *Coordinator) admitLocked(d *delegation, minted, lease time.Duration, re
 }
 
 // release ends the admission. If it was the last live one of a contended key, it hands the
-// delegation back too (handBackContended). It never fails.
+// delegation back too (handBackContendedLocked), waiting for etcd at most handBackWait. It
+// never fails.
 func (a *admission) release() error {
 	c := a.c
 	c.mu.Lock()
@@ -80,15 +81,19 @@ func (a *admission) release() error {
 		return nil
 	}
 	now := c.cfg.clock.Mono()
-	if !c.contendedLocked(d.k, now) {
+	if c.closed || !c.contendedLocked(d.k, now) {
 		c.mu.Unlock()
 		return nil
 	}
-	d.recalled = true
-	d.releasedBack = true
-	revokes := d.takeAll()
+	gone := c.handBackContendedLocked(d)
 	c.mu.Unlock()
-	c.handBackContended(d, revokes, now < a.deadline)
+	if c.cfg.handBackLag != nil {
+		c.cfg.handBackLag()
+	}
+	// An expiry, which the Locker's timer may be firing, does not wait.
+	if gone != nil && now < a.deadline {
+		c.awaitHandBack(gone)
+	}
 	return nil
 }
 

@@ -42,6 +42,9 @@ type config struct {
 	reqLimit time.Duration
 	log      *slog.Logger
 	watchLag func() // runs before the watch applies each batch of events; tests set it
+	// handBackLag runs in a Release that started a hand-back, after it let go of the
+	// coordinator's mutex; tests set it
+	handBackLag func()
 }
 
 type prefixOption string
@@ -112,6 +115,10 @@ func WithLogger(l *slog.Logger) Option { return loggerOption{l} }
 type watchLagOption func()
 
 func (o watchLagOption) apply(c *config) { c.watchLag = o }
+
+type handBackLagOption func()
+
+func (o handBackLagOption) apply(c *config) { c.handBackLag = o }
 
 // clockStamps mints timestamps from a clock's wall reading, strictly increasing.
 type clockStamps struct {

@@ -203,6 +203,9 @@ func (c *Coordinator) giveBack(ks []string, ds []*delegation, txn func(ctx conte
 		err := txn(ctx)
 		cancel()
 		if err == nil {
+			c.mu.Lock()
+			c.handBackSlow = false // etcd answers: releases may wait for it again
+			c.mu.Unlock()
 			break
 		}
 		if c.ctx.Err() != nil {
