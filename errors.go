@@ -70,7 +70,9 @@ func (e *OptionError) Is(target error) bool { return target == ErrInvalidOptions
 type DeadlockError struct {
 	// Cycle lists the Txns of the cycle, starting with the one whose request failed: each waits
 	// for the next, which holds the record it waits for in a conflicting mode or, for a shared
-	// request, has the exclusive request queued ahead of it; the last waits for the first.
+	// request, has the nearest exclusive request of a Txn queued ahead of it, or holds the record
+	// at all when an exclusive request outside any Txn is queued ahead of it; the last waits for
+	// the first.
 	Cycle []DeadlockWait
 }
 

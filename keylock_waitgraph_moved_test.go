@@ -11,21 +11,20 @@ import (
 	"github.com/recordlock/recordlock"
 )
 
-// A shared request's edge goes to the nearest exclusive request queued ahead of it. When that
-// request leaves the queue without being granted, the edge moves to the next one ahead, which
-// can be a waiting Txn: the cycle that move closes must be found as a new wait's is
-// (docs/DESIGN.md §13). This builds the frozen state the DeadlockStress port with mixed modes
-// once reached, with the same names:
+// A shared request's edge goes to the nearest exclusive request of a Txn queued ahead of it and,
+// past an exclusive request outside any Txn, to the key's holders too: under FIFO it is granted
+// after all of them (docs/DESIGN.md §13). This builds the state the DeadlockStress port with
+// mixed modes once froze in, with the same names:
 //
 //	key019: held exclusively by w0-9; queued: w4-8 (exclusive), w3-11 (shared)
 //	key016: held shared by w3-11;    queued: w5-12 (exclusive), a Lock outside any Txn
 //	        (exclusive), w0-9 (shared)
 //
-// While the outside Lock is queued, w0-9's edge goes to it and ends there (a wait outside any
-// Txn is left to its timeout), so no cycle exists and none is reported. When it leaves, w0-9's
-// edge moves to w5-12 and closes w0-9 → w5-12 → w3-11 → w0-9 (and, through w3-11's edge to the
-// writer it queued behind, w0-9 → w5-12 → w3-11 → w4-8 → w0-9); w0-9 must fail with ErrDeadlock
-// at once, not sit until a lease or a timeout ends the cycle.
+// w0-9's shared request waits past the outside Lock for w5-12 and for w3-11, the holder. So
+// w3-11's request closes w3-11 → w0-9 → w5-12 → w3-11 (or the same through w4-8, the writer
+// it queued behind) and fails at once, rather than the cycle sitting until the outside Lock's
+// timeout. When the outside Lock then leaves, w0-9's edge moves and is checked again: the cycle is
+// gone, so nothing else fails, and rolling the Txns back lets everything through.
 func TestDeadlockClosedByMovedSharedEdge(t *testing.T) {
 	leaves := map[string]func(clk *recordlock.ManualClock, cancel context.CancelFunc){
 		"it times out":    func(clk *recordlock.ManualClock, _ context.CancelFunc) { clk.Advance(time.Second) },
@@ -55,14 +54,7 @@ func TestDeadlockClosedByMovedSharedEdge(t *testing.T) {
 			r48 := txnLockAsync(w48, k19, recordlock.Options{})
 			waitQueued(t, l, k19, 1)
 			r311 := txnLockAsync(w311, k19, shared)
-			waitQueued(t, l, k19, 2)
-			for _, c := range []<-chan lockResult{r512, r09, r48, r311} {
-				require.True(t, notReturned(c), "no cycle yet, so every Txn waits")
-			}
-
-			leave(clk, cancelOut)
-			require.Error(t, await(t, out, "the Lock outside any Txn").err)
-			r := await(t, r09, "w0-9, whose moved edge closed the cycle")
+			r := await(t, r311, "w3-11, whose request closed the cycle")
 			var dl *recordlock.DeadlockError
 			require.ErrorAs(t, r.err, &dl)
 			require.ErrorIs(t, r.err, recordlock.ErrDeadlock)
@@ -70,19 +62,28 @@ func TestDeadlockClosedByMovedSharedEdge(t *testing.T) {
 			for _, w := range dl.Cycle {
 				names = append(names, w.Txn)
 			}
-			assert.Equal(t, []string{"w0-9", "w5-12", "w3-11"}, names)
-			for _, c := range []<-chan lockResult{r512, r48, r311} {
-				assert.True(t, notReturned(c), "exactly one Txn of the cycle fails")
+			require.NotEmpty(t, names)
+			assert.Equal(t, "w3-11", names[0], "the cycle starts with the Txn whose request failed")
+			assert.Contains(t, names, "w0-9", "the cycle runs through w0-9's shared request")
+			for _, c := range []<-chan lockResult{r512, r09, r48} {
+				require.True(t, notReturned(c), "exactly one Txn of the cycle fails")
 			}
 
-			// w0-9 kept its lock; rolling it back lets the rest through.
-			w09.Rollback()
-			granted(t, r48, "w4-8")
-			w48.Rollback()
-			granted(t, r311, "w3-11")
+			leave(clk, cancelOut)
+			require.Error(t, await(t, out, "the Lock outside any Txn").err)
+			waitQueued(t, l, k16, 2)
+			for _, c := range []<-chan lockResult{r512, r09, r48} {
+				assert.True(t, notReturned(c), "no cycle is left, so every Txn waits")
+			}
+
+			// w3-11 kept its lock; rolling it back lets the rest through.
 			w311.Rollback()
 			granted(t, r512, "w5-12")
 			w512.Rollback()
+			granted(t, r09, "w0-9")
+			w09.Rollback()
+			granted(t, r48, "w4-8")
+			w48.Rollback()
 			assert.True(t, recordlock.ProbeTableEmpty(l))
 		})
 	}

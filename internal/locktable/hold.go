@@ -15,7 +15,7 @@ type Hold struct {
 	// than a slice, which keeps the API's handle within 128 bytes (see key).
 	ten    *Tenant
 	keyPtr *byte
-	keyLen int32
+	keyLen uint32
 	// heapIdx is guarded by the shard mutex; it sits here to share a word with keyLen.
 	heapIdx int32    // position in its scheduler's heap, -1 when not scheduled
 	keyBuf  [19]byte // short keys live here, so a lock allocates only its handle
@@ -142,7 +142,7 @@ func (h *Hold) setKey(key []byte) {
 		buf = make([]byte, len(key))
 	}
 	copy(buf, key)
-	h.keyPtr, h.keyLen = unsafe.SliceData(buf), int32(len(key))
+	h.keyPtr, h.keyLen = unsafe.SliceData(buf), uint32(len(key))
 }
 
 // The lease a lock was taken, extended or renewed with, as asked (before any clamp to a round),

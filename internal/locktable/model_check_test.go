@@ -144,11 +144,13 @@ func (m *modelRun) compare(rt *rapid.T) {
 	}
 }
 
-// waitsFor lists the owners that owner o, queued with r, waits for (docs/DESIGN.md §15.5): the
-// holders of r's key in a mode that conflicts with r; for an exclusive request or an upgrade,
-// every request queued ahead of it, all of which are granted first; for a shared request, the
-// nearest exclusive request or upgrade queued ahead of it, which waits for the rest. A request or
-// hold of no owner ends a path: a lease or a timeout ends its wait.
+// waitsFor lists the owners that owner o, queued with r, waits for (docs/DESIGN.md §15.5), by
+// strict FIFO: every owner that must go or be granted before r can be. Those are the holders of
+// r's key in a mode that conflicts with r; for an exclusive request or an upgrade, every request
+// queued ahead of it, all of which are granted first; for a shared request, every exclusive
+// request or upgrade queued ahead of it, and, when there is one, every holder, since that one
+// needs them all gone. A request or hold of no owner is no step of a path, but what it waits for
+// still holds up the requests behind it.
 func (m *modelRun) waitsFor(r *mReq) []int {
 	var out []int
 	add := func(o int) {
@@ -156,19 +158,20 @@ func (m *modelRun) waitsFor(r *mReq) []int {
 			out = append(out, o)
 		}
 	}
-	for _, h := range m.holders[r.key] {
-		if !r.shared || !h.shared {
-			add(h.owner)
-		}
-	}
 	q := m.queues[r.key]
 	at := slices.Index(q, r)
+	behindExclusive := false
 	for i := at - 1; i >= 0; i-- {
-		if !r.shared {
+		if !r.shared || !q[i].shared {
 			add(q[i].owner)
-		} else if !q[i].shared {
-			add(q[i].owner)
-			break
+		}
+		if !q[i].shared {
+			behindExclusive = true
+		}
+	}
+	for _, h := range m.holders[r.key] {
+		if !r.shared || !h.shared || behindExclusive {
+			add(h.owner)
 		}
 	}
 	return out
@@ -249,14 +252,14 @@ func describeCycle(dl *DeadlockError) string {
 	return strings.Join(parts, " → ")
 }
 
-// The model's graph check catches the deadlock that a shared request's moved edge closes
+// The model's graph check holds the engine to strict FIFO past a request of no owner
 // (docs/DESIGN.md §13), replayed through the model's own steps: k1 is held exclusively by o1 with
 // o2's exclusive request and then o3's shared one queued; k0 is held shared by o3 with o4's
-// exclusive request, a request of no owner (exclusive) and o1's shared one queued. o1's edge goes
-// to the request of no owner, which ends the path. When that request is cancelled, o1's edge moves
-// to o4 and closes o1 → o4 → o3 → o1 (and o1 → o4 → o3 → o2 → o1): without the recheck of a moved
-// edge, the cycle persists and the model names it.
-func TestModelCatchesCycleOfMovedEdge(t *testing.T) {
+// exclusive request, a request of no owner (exclusive) and o1's shared one queued. o1's request
+// cannot be granted before o4's, nor before o3 lets k0 go, so o3's request closes
+// o3 → o1 → o4 → o3 and fails then. With o1's edge ending at the request of no owner, the cycle
+// would persist until that request timed out, and the model names it.
+func TestModelCatchesCycleBehindRequestOfNoOwner(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		m := newModelRun(t, rt)
 		defer m.finish(rt)
@@ -267,10 +270,13 @@ func TestModelCatchesCycleOfMovedEdge(t *testing.T) {
 		outside := m.lock(rt, 0, 0, false, true, lease, timeout)
 		m.lock(rt, 1, 0, true, true, lease, timeout)
 		m.lock(rt, 2, 1, false, true, lease, timeout)
-		m.lock(rt, 3, 1, true, true, lease, timeout) // no cycle: o1's edge ends at the outside request
-		m.cancel(rt, outside)                        // settle fails here if the moved edge is not checked
+		m.lock(rt, 3, 1, true, true, lease, timeout) // settle fails here if o1's edge ends at the outside request
 		if m.deadlocks != 1 {
-			rt.Fatalf("%d deadlocks reported, not the one of o1's moved edge: %s", m.deadlocks, m.describe())
+			rt.Fatalf("%d deadlocks reported, not the one o3's request closes: %s", m.deadlocks, m.describe())
+		}
+		m.cancel(rt, outside)
+		if m.deadlocks != 1 {
+			rt.Fatalf("%d deadlocks reported after the outside request left: %s", m.deadlocks, m.describe())
 		}
 	})
 }

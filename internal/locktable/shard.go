@@ -70,8 +70,9 @@ func (sh *shard) lookup(h *Hold) *keyEntry { return sh.index.find(h.hash, h.cf, 
 // release.
 func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
 	c := h.ten
-	h.hash = c.tab.hash(h.cf, h.key())
-	sh := c.tab.shard(h.hash)
+	hash := c.tab.hash(h.cf, h.key())
+	h.hash = hash
+	sh := c.tab.shard(hash)
 	// Read before the mutex, which keeps the read out of the critical section every Lock and
 	// Release of the shard queues behind. The lease is measured from this reading, so it can only
 	// be shorter for the time spent waiting for the mutex, and timers are armed from a fresh one.

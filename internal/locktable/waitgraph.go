@@ -9,8 +9,8 @@ import (
 // waitGraph finds deadlocks among the Txns of one database (docs/DESIGN.md §13). A Txn waits for
 // at most one record at a time (a Txn is used by one goroutine), so the graph records, per
 // waiting Txn, the handle it waits with. Its edges are read from the table when a cycle is
-// looked for: a waiting Txn waits for the Txn whose hold on its record conflicts with its request
-// (blockers). A holder outside any Txn, or a Txn that ended, ends a path: leases and timeouts
+// looked for: a waiting Txn waits for the Txns whose holds on its record conflict with its
+// request, and a shared request also for those it cannot pass in the queue (blockers). A holder outside any Txn, or a Txn that ended, ends a path: leases and timeouts
 // settle those waits.
 //
 // A Txn enters the graph after its waiter is queued, and entering and the search for a cycle
@@ -18,8 +18,8 @@ import (
 // instant, the second to enter finds the cycle and the first does not: exactly one fails. An edge
 // into a Txn appears when it takes a record, and then it is not waiting (a wait ends, under the
 // shard mutex, when its record is granted), so no cycle runs through it until it waits again and
-// is checked then; or when a shared request's edge moves past an exclusive request that left the
-// queue ungranted to the next one ahead, which may be waiting: that request is woken to enter
+// is checked then; or when a shared request's edge moves past a Txn's exclusive request that left
+// the queue ungranted to the next one ahead, which may be waiting: that request is woken to enter
 // again (recheckBehind), so a move that closes or keeps a cycle is checked as a new wait is.
 type waitGraph struct {
 	mu      sync.Mutex // taken before any shard mutex, never under one
@@ -79,8 +79,10 @@ func (g *waitGraph) leave(h *Hold) {
 // blockers appends to out the Txns that t, waiting with h, waits for now, and returns it
 // (docs/DESIGN.md §15.5): the Txns holding h's record in a mode that conflicts with h's request
 // (every other holder for an exclusive request or an upgrade, an exclusive holder for a shared
-// one) and, for a shared request, the Txn of the nearest exclusive request queued ahead of it. It
-// appends nothing once h no longer waits.
+// one) and, for a shared request, the Txn of the nearest exclusive request of a Txn queued ahead
+// of it and, when the nearest exclusive request ahead has no owner, every holder: requests are
+// served in order, so h passes neither. That is at most one edge per holder plus one. It appends
+// nothing once h no longer waits.
 //
 // There is no other edge to the requests queued ahead of h: an exclusive request waits for the
 // same holders as those ahead of it, so a cycle through one of them also runs through a holder,
@@ -121,6 +123,17 @@ func (g *waitGraph) blockers(t Owner, h *Hold, out []Owner) []Owner {
 	if w.shared {
 		x, skipped := e.exclusiveAhead(w)
 		g.skipped += uint64(skipped)
+		if x != nil && x.h.owner == nil {
+			// x needs every holder gone, and w is granted after it.
+			if !e.heldExclusively() && e.holder != nil {
+				addHolder(e.holder)
+				for _, s := range e.sharers {
+					addHolder(s)
+				}
+			}
+			x, skipped = e.ownedExclusiveAhead(x)
+			g.skipped += uint64(skipped)
+		}
 		if x != nil {
 			add(x.h.owner)
 		}

@@ -32,10 +32,14 @@ type waiter struct {
 	// exAhead is the nearest exclusive request (or upgrade) that was queued ahead of this one
 	// when it queued, or one that has left the queue since (see exclusiveAhead).
 	exAhead *waiter
-	state   waitState
-	shared  bool // a shared request
-	counted bool // counted in Stats.Waiting
-	left    bool // no longer in the queue
+	// ownedAhead, for an exclusive request of no owner, is the nearest exclusive request (or
+	// upgrade) of an owner queued ahead of it, or one that has left the queue since (see
+	// ownedExclusiveAhead): the shared requests behind it cannot pass that one either.
+	ownedAhead *waiter
+	state      waitState
+	shared     bool // a shared request
+	counted    bool // counted in Stats.Waiting
+	left       bool // no longer in the queue
 	// recheck asks the waiting owner to look for a cycle through it again: its edge to the
 	// exclusive request ahead moved to another waiting owner (recheckBehind). checking is set
 	// while that search runs, so that the table's probes do not count the wait as settled.
@@ -170,6 +174,9 @@ func (sh *shard) enqueue(e *keyEntry, w *waiter) {
 		} else {
 			w.exAhead = t
 		}
+		if !w.shared && w.h.owner == nil {
+			w.ownedAhead, _ = e.ownedExclusiveAhead(w.exAhead)
+		}
 	}
 	w.prev = e.tail
 	if e.tail != nil {
@@ -188,6 +195,9 @@ func (sh *shard) enqueueUpgrade(e *keyEntry, w *waiter) {
 		after = x
 	}
 	w.exAhead = after
+	if w.h.owner == nil {
+		w.ownedAhead, _ = e.ownedExclusiveAhead(after)
+	}
 	w.prev = after
 	if after == nil {
 		w.next, e.head = e.head, w
@@ -218,6 +228,29 @@ func (e *keyEntry) exclusiveAhead(w *waiter) (x *waiter, skipped int) {
 		for u := e.head; u != nil && u != w && u.upgrade != nil; u = u.next {
 			x = u
 		}
+	}
+	return x, skipped
+}
+
+// ownedExclusiveAhead returns x, an exclusive request or upgrade queued for e's key, or the
+// nearest one of an owner queued ahead of it when x has none, or nil. Requests that have left are
+// skipped by following their records, as exclusiveAhead does, and the result is remembered in
+// the request of no owner it started from, so each is stepped over once. It also returns how
+// many requests that had left it stepped over.
+func (e *keyEntry) ownedExclusiveAhead(x *waiter) (o *waiter, skipped int) {
+	from := x
+	for x != nil && (x.left || x.h.owner == nil) {
+		if x.left {
+			skipped++
+		}
+		if x.h.owner == nil {
+			x = x.ownedAhead
+		} else {
+			x = x.exAhead
+		}
+	}
+	if from != nil && from != x && !from.left {
+		from.ownedAhead = x
 	}
 	return x, skipped
 }
@@ -264,27 +297,32 @@ func (sh *shard) dequeue(e *keyEntry, w *waiter) {
 	}
 }
 
-// recheckBehind is called when an exclusive request or upgrade leaves e's queue without being
-// granted; behind is the request that was queued right behind it. The shared requests after it, up
-// to the next exclusive one, waited for it; their edge now moves to the nearest exclusive request
-// further ahead. If that one is a Txn's, it is waiting, and the moved edge may keep alive a cycle
-// that ran through the request that left (a deadlock's victim, whose departure was to break it)
-// or close a new one (docs/DESIGN.md §13). So each of those Txns is woken to check its wait again.
-func (sh *shard) recheckBehind(e *keyEntry, behind *waiter) {
+// recheckBehind is called when left, an exclusive request or upgrade, leaves e's queue without
+// being granted; behind is the request that was queued right behind it. If left was a Txn's, the
+// shared requests after it, up to the next exclusive request of a Txn, waited for it (past
+// requests of no owner in between, which cannot pass it either); their edge now moves to the
+// nearest exclusive request further ahead, or, past one of no owner, to the key's holders too.
+// Those may be waiting Txns, and the moved edge may keep alive a cycle that ran through the
+// request that left (a deadlock's victim, whose departure was to break it) or close a new one
+// (docs/DESIGN.md §13). So each of those Txns is woken to check its wait again. When left had no
+// owner, the requests behind it lose their edges to the holders, if no other request of no owner
+// stands ahead, and gain none: no cycle can close.
+func (sh *shard) recheckBehind(e *keyEntry, left, behind *waiter) {
+	if left.h.owner == nil {
+		return
+	}
 	for behind != nil && behind.upgrade != nil {
 		behind = behind.next
 	}
-	if behind == nil || !behind.shared {
-		return
-	}
-	if x, _ := e.exclusiveAhead(behind); x == nil || x.h.owner == nil {
-		return // the edge now goes to no request, or to one outside any Txn
-	}
-	for s := behind; s != nil && s.shared; s = s.next {
-		if s.h.owner != nil && !s.recheck {
-			s.recheck = true
-			s.signal()
+	for s := behind; s != nil && (s.shared || s.h.owner == nil); s = s.next {
+		if !s.shared || s.h.owner == nil || s.recheck {
+			continue
 		}
+		if x, _ := e.exclusiveAhead(s); x == nil {
+			continue // the edge now goes to no request
+		}
+		s.recheck = true
+		s.signal()
 	}
 }
 
@@ -308,7 +346,7 @@ func (sh *shard) drop(w *waiter, outcome waitState) {
 	behind := w.next
 	sh.dequeue(e, w)
 	if !w.shared {
-		sh.recheckBehind(e, behind)
+		sh.recheckBehind(e, w, behind)
 	}
 	w.h.e = nil
 	sh.unschedule(w.h)
