@@ -18,7 +18,7 @@ func TestClosedLockersClockStaysDropped(t *testing.T) {
 	start := time.Unix(1, 0)
 	keep := newTestLocker(t, tab, NewManualClock(start)) // slot 0 for the whole test
 	key := []byte("k")
-	held, err := keep.TryLock(key, Options{})
+	held, err := keep.TryLock(key, testOptions{})
 	require.NoError(t, err)
 
 	deadClock := NewManualClock(start)
@@ -28,7 +28,7 @@ func TestClosedLockersClockStaysDropped(t *testing.T) {
 	const n = 3
 	var res []<-chan lockResult
 	for i := range n {
-		res = append(res, lockAsync(context.Background(), l, key, Options{Timeout: time.Minute}))
+		res = append(res, lockAsync(context.Background(), l, key, testOptions{Timeout: time.Minute}))
 		WaitQueued(t, keep, key, i+1)
 	}
 	releaseWokenNotRun(t, held)
@@ -46,9 +46,9 @@ func TestClosedLockersClockStaysDropped(t *testing.T) {
 	clk := NewManualClock(start)
 	next := newTestLocker(t, tab, clk)
 	require.Equal(t, 1, next.ten.clockID)
-	blocker, err := keep.TryLock(key, Options{})
+	blocker, err := keep.TryLock(key, testOptions{})
 	require.NoError(t, err)
-	got := lockAsync(context.Background(), next, key, Options{Timeout: time.Second})
+	got := lockAsync(context.Background(), next, key, testOptions{Timeout: time.Second})
 	WaitQueued(t, keep, key, 1)
 	clk.Advance(2 * time.Second)
 	require.ErrorIs(t, Await(t, got, "the timeout on the Locker's own clock").err, ErrTimeout)
@@ -81,7 +81,7 @@ func TestClockSlotsReusedWhenLockersClose(t *testing.T) {
 		l, err := newLocker(tab, clk)
 		require.NoError(t, err)
 		require.Equal(t, 1, l.ten.clockID, "round %d: the freed slot is reused", round)
-		h, err := l.TryLock(key, Options{Lease: time.Second})
+		h, err := l.TryLock(key, testOptions{Lease: time.Second})
 		require.NoError(t, err)
 		require.Equal(t, ShardCount, schedulersOf(1), "round %d: every shard has the clock's scheduler", round)
 		if round%2 == 0 {
@@ -112,7 +112,7 @@ func TestClockSlotsReusedWhenLockersClose(t *testing.T) {
 	clk := NewManualClock(start)
 	l := newTestLocker(t, tab, clk)
 	require.Equal(t, 0, l.ten.clockID)
-	h, err := l.TryLock(key, Options{Lease: time.Second})
+	h, err := l.TryLock(key, testOptions{Lease: time.Second})
 	require.NoError(t, err)
 	h.Done() // watched: armed
 	clk.Advance(time.Second)

@@ -41,8 +41,8 @@ func newTestTable(t testing.TB) *Table {
 	return tab
 }
 
-// Options are a testLocker's request options: zero Lease and Timeout mean the defaults.
-type Options struct {
+// testOptions are a testLocker's request options: zero Lease and Timeout mean the defaults.
+type testOptions struct {
 	Lease, Timeout time.Duration
 	Shared         bool
 	Hold           bool
@@ -100,7 +100,7 @@ func (l *testLocker) Close() error {
 }
 
 // newHold returns a hold of l for key, with o's flags, on behalf of owner (nil for none).
-func (l *testLocker) newHold(key []byte, o Options, owner Owner) *Hold {
+func (l *testLocker) newHold(key []byte, o testOptions, owner Owner) *Hold {
 	var f uint32
 	if o.Shared {
 		f |= FlagShared
@@ -117,7 +117,7 @@ func (l *testLocker) newHold(key []byte, o Options, owner Owner) *Hold {
 }
 
 // acquire is Lock, and without wait TryLock, on behalf of owner.
-func (l *testLocker) acquire(ctx context.Context, key []byte, o Options, owner Owner, wait bool) (*Hold, error) {
+func (l *testLocker) acquire(ctx context.Context, key []byte, o testOptions, owner Owner, wait bool) (*Hold, error) {
 	if l.ten.Closed() {
 		return nil, ErrClosed
 	}
@@ -143,11 +143,11 @@ func (l *testLocker) acquire(ctx context.Context, key []byte, o Options, owner O
 	return h, nil
 }
 
-func (l *testLocker) Lock(ctx context.Context, key []byte, o Options) (*Hold, error) {
+func (l *testLocker) Lock(ctx context.Context, key []byte, o testOptions) (*Hold, error) {
 	return l.acquire(ctx, key, o, nil, true)
 }
 
-func (l *testLocker) TryLock(key []byte, o Options) (*Hold, error) {
+func (l *testLocker) TryLock(key []byte, o testOptions) (*Hold, error) {
 	return l.acquire(context.Background(), key, o, nil, false)
 }
 
@@ -158,12 +158,12 @@ type lockResult struct {
 }
 
 // lockAsync starts l.Lock in a goroutine and returns where its result arrives.
-func lockAsync(ctx context.Context, l *testLocker, key []byte, o Options) <-chan lockResult {
+func lockAsync(ctx context.Context, l *testLocker, key []byte, o testOptions) <-chan lockResult {
 	return ownerLockAsync(ctx, l, key, o, nil)
 }
 
 // ownerLockAsync is lockAsync on behalf of owner.
-func ownerLockAsync(ctx context.Context, l *testLocker, key []byte, o Options, owner Owner) <-chan lockResult {
+func ownerLockAsync(ctx context.Context, l *testLocker, key []byte, o testOptions, owner Owner) <-chan lockResult {
 	c := make(chan lockResult, 1)
 	go func() {
 		h, err := l.acquire(ctx, key, o, owner, true)
@@ -337,21 +337,21 @@ func (c *ManualClock) nextDue(seq uint64) *manualTimer {
 	return next
 }
 
-// Txn is an owner that locks as a Txn of the API does: re-entrant, upgrading a shared hold of
+// testTxn is an owner that locks as a Txn of the API does: re-entrant, upgrading a shared hold of
 // its own for an exclusive request, and releasing every hold it took when it rolls back.
-type Txn struct {
+type testTxn struct {
 	l     *testLocker
 	name  string
 	holds []*Hold
 }
 
 // Begin starts a Txn of l.
-func (l *testLocker) Begin() *Txn { return &Txn{l: l} }
+func (l *testLocker) Begin() *testTxn { return &testTxn{l: l} }
 
-func (t *Txn) Name() string { return t.name }
+func (t *testTxn) Name() string { return t.name }
 
 // Lock locks key for t, upgrading a shared hold of t on it for an exclusive request.
-func (t *Txn) Lock(ctx context.Context, key []byte, o Options) (*Hold, error) {
+func (t *testTxn) Lock(ctx context.Context, key []byte, o testOptions) (*Hold, error) {
 	for _, h := range t.holds {
 		if string(h.Key()) != string(key) || h.IsExpired() {
 			continue
@@ -376,7 +376,7 @@ func (t *Txn) Lock(ctx context.Context, key []byte, o Options) (*Hold, error) {
 }
 
 // Rollback releases t's holds and ends t.
-func (t *Txn) Rollback() {
+func (t *testTxn) Rollback() {
 	for _, h := range t.holds {
 		h.Release()
 		h.Disown()

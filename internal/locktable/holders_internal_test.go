@@ -13,11 +13,11 @@ import (
 // joinShared starts txn's shared Lock of key, which must wait, in a goroutine of the convoy that
 // rolls txn back once it returns, and returns once txn is in the wait-for graph, which then holds
 // inGraph Txns.
-func (c *convoy) joinShared(t testing.TB, l *testLocker, txn *Txn, key []byte, inGraph int) {
+func (c *convoy) joinShared(t testing.TB, l *testLocker, txn *testTxn, key []byte, inGraph int) {
 	t.Helper()
 	c.n++
 	go func() {
-		_, err := txn.Lock(context.Background(), key, Options{Shared: true})
+		_, err := txn.Lock(context.Background(), key, testOptions{Shared: true})
 		txn.Rollback()
 		c.errs <- err
 	}()
@@ -47,7 +47,7 @@ func TestSharedWaitCheckCostDoesNotGrowWithQueue(t *testing.T) {
 			ctx := context.Background()
 			hot := []byte("hot")
 			holder := l.Begin()
-			_, err := holder.Lock(ctx, hot, Options{Shared: tc.shared})
+			_, err := holder.Lock(ctx, hot, testOptions{Shared: tc.shared})
 			require.NoError(t, err)
 			writers := newConvoy(1)
 			writers.join(t, l, l.Begin(), hot, 1)
@@ -60,7 +60,7 @@ func TestSharedWaitCheckCostDoesNotGrowWithQueue(t *testing.T) {
 					quitter := l.Begin()
 					res := make(chan error, 1)
 					go func() {
-						_, err := quitter.Lock(ctx, hot, Options{Timeout: time.Second})
+						_, err := quitter.Lock(ctx, hot, testOptions{Timeout: time.Second})
 						quitter.Rollback()
 						res <- err
 					}()
@@ -106,7 +106,7 @@ func TestSharerPlaces(t *testing.T) {
 	tab := newTestTable(t)
 	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
 	mk := func() *Hold {
-		h := l.newHold([]byte("k"), Options{Shared: true}, nil)
+		h := l.newHold([]byte("k"), testOptions{Shared: true}, nil)
 		return h
 	}
 	var e keyEntry

@@ -231,7 +231,7 @@ func (m *modelRun) lock(rt *rapid.T, o, k int, shared, wait bool, lease, timeout
 	if held := m.heldBy(o, k); held != nil {
 		return m.upgrade(rt, held, timeout)
 	}
-	h := m.l.newHold(m.key(k), Options{Shared: shared}, owner)
+	h := m.l.newHold(m.key(k), testOptions{Shared: shared}, owner)
 	h.SetAskedLease(lease)
 	m.seq++
 	r := &mReq{id: m.seq, owner: o, key: k, shared: shared, lease: lease, deadline: m.now + timeout, h: h}

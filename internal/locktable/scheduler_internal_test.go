@@ -49,7 +49,7 @@ func TestTimersFireByDeadlineDespiteMutexWait(t *testing.T) {
 		l := newTestLocker(t, tab, clk)
 		got := make(chan *Hold, 1)
 		stallAfterReading(t, l, clk, key, 500*time.Millisecond, func() {
-			h, err := l.TryLock(key, Options{Lease: time.Second})
+			h, err := l.TryLock(key, testOptions{Lease: time.Second})
 			assert.NoError(t, err)
 			got <- h
 		})
@@ -64,11 +64,11 @@ func TestTimersFireByDeadlineDespiteMutexWait(t *testing.T) {
 	t.Run("wait", func(t *testing.T) {
 		clk := &signallingClock{ManualClock: NewManualClock(time.Unix(1, 0))}
 		l := newTestLocker(t, tab, clk)
-		holder, err := l.TryLock(key, Options{})
+		holder, err := l.TryLock(key, testOptions{})
 		require.NoError(t, err)
 		got := make(chan error, 1)
 		stallAfterReading(t, l, clk, key, 500*time.Millisecond, func() {
-			_, err := l.Lock(context.Background(), key, Options{Timeout: time.Second})
+			_, err := l.Lock(context.Background(), key, testOptions{Timeout: time.Second})
 			got <- err
 		})
 		WaitQueued(t, l, key, 1)
@@ -87,7 +87,7 @@ func TestSchedulerKeepsNoStaleHandles(t *testing.T) {
 	sh := l.tab.shard(l.tab.hash(0, keys[0]))
 	var hs []*Hold
 	for _, k := range keys {
-		h, err := l.TryLock(k, Options{})
+		h, err := l.TryLock(k, testOptions{})
 		require.NoError(t, err)
 		hs = append(hs, h)
 	}
@@ -113,18 +113,18 @@ func TestSchedulerRearmsForEarlierDeadline(t *testing.T) {
 		return sh.sched(l).armedAt
 	}
 
-	hLate, err := l.TryLock(late, Options{Lease: 10 * time.Second})
+	hLate, err := l.TryLock(late, testOptions{Lease: 10 * time.Second})
 	require.NoError(t, err)
 	lateDone := hLate.Done() // watched: armed
 	require.Equal(t, 10*time.Second, armedAt())
-	hEarly, err := l.TryLock(early, Options{Lease: time.Second})
+	hEarly, err := l.TryLock(early, testOptions{Lease: time.Second})
 	require.NoError(t, err)
 	earlyDone := hEarly.Done()
 	require.Equal(t, time.Second, armedAt(), "an earlier deadline re-arms the timer")
 
 	// Both holders stall; waiters get their keys at each deadline without anyone calling them.
-	wLate := lockAsync(context.Background(), l, late, Options{Timeout: time.Minute})
-	wEarly := lockAsync(context.Background(), l, early, Options{Timeout: time.Minute})
+	wLate := lockAsync(context.Background(), l, late, testOptions{Timeout: time.Minute})
+	wEarly := lockAsync(context.Background(), l, early, testOptions{Timeout: time.Minute})
 	WaitQueued(t, l, late, 1)
 	WaitQueued(t, l, early, 1)
 

@@ -42,7 +42,7 @@ func TestShardTableShrinksOnceKeysLeave(t *testing.T) {
 
 	handles := make([]*Hold, 0, len(keys))
 	for _, k := range keys {
-		h, err := l.TryLock(k, Options{})
+		h, err := l.TryLock(k, testOptions{})
 		require.NoError(t, err)
 		h.Done() // watched: its deadline goes on the heap
 		handles = append(handles, h)
@@ -80,9 +80,9 @@ func TestShardTableShrinksOnceKeysLeave(t *testing.T) {
 
 	// The shrunk shard works as before, and finds every key again.
 	for _, k := range keys {
-		h, err := l.TryLock(k, Options{})
+		h, err := l.TryLock(k, testOptions{})
 		require.NoError(t, err)
-		_, err = l.TryLock(k, Options{})
+		_, err = l.TryLock(k, testOptions{})
 		require.ErrorIs(t, err, ErrLocked)
 		require.True(t, h.Release())
 	}

@@ -35,7 +35,7 @@ func TestKeyTableFaultLoggedOnce(t *testing.T) {
 	l := openTestLocker(tab, clk, slog.New(&logs))
 	defer l.Close()
 	for _, key := range []string{"a", "b"} {
-		h, err := l.TryLock([]byte(key), Options{Lease: time.Second})
+		h, err := l.TryLock([]byte(key), testOptions{Lease: time.Second})
 		require.NoError(t, err)
 		h.Done() // watched: the lease timer will find the fault
 		sh := h.shard()

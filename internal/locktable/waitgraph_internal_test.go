@@ -37,11 +37,11 @@ func newConvoy(capacity int) *convoy { return &convoy{errs: make(chan error, cap
 
 // join starts txn's Lock of key, which must wait, and returns once txn is in the wait-for graph,
 // which then holds inGraph Txns.
-func (c *convoy) join(t testing.TB, l *testLocker, txn *Txn, key []byte, inGraph int) {
+func (c *convoy) join(t testing.TB, l *testLocker, txn *testTxn, key []byte, inGraph int) {
 	t.Helper()
 	c.n++
 	go func() {
-		_, err := txn.Lock(context.Background(), key, Options{})
+		_, err := txn.Lock(context.Background(), key, testOptions{})
 		txn.Rollback()
 		c.errs <- err
 	}()
@@ -77,15 +77,15 @@ func TestWaitCheckCostDoesNotGrowWithQueue(t *testing.T) {
 			ctx := context.Background()
 			hot, other := []byte("hot"), []byte("other")
 			holder := l.Begin()
-			_, err := holder.Lock(ctx, hot, Options{})
+			_, err := holder.Lock(ctx, hot, testOptions{})
 			require.NoError(t, err)
 
 			inGraph := 0
 			var otherQueue *convoy
-			var otherHolder *Txn
+			var otherHolder *testTxn
 			if tc.holderWaits {
 				otherHolder = l.Begin()
-				_, err := otherHolder.Lock(ctx, other, Options{})
+				_, err := otherHolder.Lock(ctx, other, testOptions{})
 				require.NoError(t, err)
 				otherQueue = newConvoy(queued + 1)
 				for range queued {
@@ -131,10 +131,10 @@ func BenchmarkWaitGraphSearch(b *testing.B) {
 			l := newTestLocker(b, tab, NewManualClock(time.Unix(1, 0)))
 			hot := []byte("hot")
 			holder := l.Begin()
-			_, err := holder.Lock(context.Background(), hot, Options{})
+			_, err := holder.Lock(context.Background(), hot, testOptions{})
 			require.NoError(b, err)
 			q := newConvoy(n)
-			var last *Txn
+			var last *testTxn
 			for i := range n {
 				last = l.Begin()
 				q.join(b, l, last, hot, i+1)
@@ -170,17 +170,17 @@ func TestLapsedHolderIsNoWaitForEdge(t *testing.T) {
 	k0, k1 := []byte("k0"), []byte("k1")
 	o1, o2, o3 := l.Begin(), l.Begin(), l.Begin()
 	o1.name, o2.name, o3.name = "o1", "o2", "o3"
-	_, err := o3.Lock(ctx, k1, Options{Shared: true, Lease: 10 * time.Millisecond})
+	_, err := o3.Lock(ctx, k1, testOptions{Shared: true, Lease: 10 * time.Millisecond})
 	require.NoError(t, err)
-	_, err = o2.Lock(ctx, k1, Options{Shared: true}) // the last sharer: a request settles back to it
+	_, err = o2.Lock(ctx, k1, testOptions{Shared: true}) // the last sharer: a request settles back to it
 	require.NoError(t, err)
-	_, err = o1.Lock(ctx, k0, Options{Shared: true})
+	_, err = o1.Lock(ctx, k0, testOptions{Shared: true})
 	require.NoError(t, err)
-	_, err = o3.Lock(ctx, k0, Options{Shared: true})
+	_, err = o3.Lock(ctx, k0, testOptions{Shared: true})
 	require.NoError(t, err)
 	upgrade := make(chan error, 1)
 	go func() {
-		_, err := o3.Lock(ctx, k0, Options{Timeout: time.Hour}) // waits for o1's share
+		_, err := o3.Lock(ctx, k0, testOptions{Timeout: time.Hour}) // waits for o1's share
 		upgrade <- err
 	}()
 	require.Eventually(t, func() bool { return graphWaiting(l) == 1 }, 10*time.Second, 100*time.Microsecond)
@@ -188,7 +188,7 @@ func TestLapsedHolderIsNoWaitForEdge(t *testing.T) {
 
 	got := make(chan error, 1)
 	go func() {
-		_, err := o1.Lock(ctx, k1, Options{Timeout: time.Hour})
+		_, err := o1.Lock(ctx, k1, testOptions{Timeout: time.Hour})
 		got <- err
 	}()
 	WaitQueued(t, l, k1, 1)

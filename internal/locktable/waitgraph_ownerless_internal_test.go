@@ -33,9 +33,9 @@ func TestSharedRequestWaitsPastRequestOfNoOwner(t *testing.T) {
 			defer cancel()
 			hot, other := []byte("hot"), []byte("other")
 			t1, t2, t3 := l.Begin(), l.Begin(), l.Begin()
-			_, err := t3.Lock(ctx, hot, Options{Shared: true})
+			_, err := t3.Lock(ctx, hot, testOptions{Shared: true})
 			require.NoError(t, err)
-			_, err = t2.Lock(ctx, other, Options{})
+			_, err = t2.Lock(ctx, other, testOptions{})
 			require.NoError(t, err)
 
 			queued, inGraph := 0, 0
@@ -43,7 +43,7 @@ func TestSharedRequestWaitsPastRequestOfNoOwner(t *testing.T) {
 			if tc.txnExclusive {
 				t1Done = make(chan error, 1)
 				go func() {
-					_, err := t1.Lock(ctx, hot, Options{})
+					_, err := t1.Lock(ctx, hot, testOptions{})
 					t1.Rollback()
 					t1Done <- err
 				}()
@@ -52,12 +52,12 @@ func TestSharedRequestWaitsPastRequestOfNoOwner(t *testing.T) {
 				require.Eventually(t, func() bool { return graphWaiting(l) == inGraph },
 					10*time.Second, 100*time.Microsecond)
 			}
-			outside := lockAsync(ctx, l, hot, Options{})
+			outside := lockAsync(ctx, l, hot, testOptions{})
 			queued++
 			WaitQueued(t, l, hot, queued)
 			t2Done := make(chan error, 1)
 			go func() {
-				_, err := t2.Lock(ctx, hot, Options{Shared: true})
+				_, err := t2.Lock(ctx, hot, testOptions{Shared: true})
 				t2.Rollback()
 				t2Done <- err
 			}()
@@ -68,7 +68,7 @@ func TestSharedRequestWaitsPastRequestOfNoOwner(t *testing.T) {
 
 			t3Done := make(chan error, 1)
 			go func() {
-				_, err := t3.Lock(ctx, other, Options{})
+				_, err := t3.Lock(ctx, other, testOptions{})
 				t3Done <- err
 			}()
 			err = Await(t, t3Done, "t3's request, which closes a cycle through t2's shared request")

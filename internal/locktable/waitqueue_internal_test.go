@@ -14,15 +14,15 @@ func TestTableEmptyAfterWaitersGiveUp(t *testing.T) {
 	clk := NewManualClock(time.Unix(1, 0))
 	l := newTestLocker(t, tab, clk)
 	key := []byte("k")
-	h, err := l.TryLock(key, Options{})
+	h, err := l.TryLock(key, testOptions{})
 	require.NoError(t, err)
 	require.Equal(t, 0, heapLen(l, key), "nobody watches the holder's lease yet")
 
 	// One waiter times out, one is cancelled.
-	timedOut := lockAsync(context.Background(), l, key, Options{Timeout: time.Second})
+	timedOut := lockAsync(context.Background(), l, key, testOptions{Timeout: time.Second})
 	WaitQueued(t, l, key, 1)
 	ctx, cancel := context.WithCancel(context.Background())
-	cancelled := lockAsync(ctx, l, key, Options{Timeout: time.Minute})
+	cancelled := lockAsync(ctx, l, key, testOptions{Timeout: time.Minute})
 	WaitQueued(t, l, key, 2)
 	require.Equal(t, 3, heapLen(l, key), "each waiter's timeout, and the holder's lease it watches")
 
@@ -47,18 +47,18 @@ func TestBargingWindow(t *testing.T) {
 	l := newTestLocker(t, tab, clk)
 	key := []byte("k")
 	queue := func() <-chan lockResult {
-		c := lockAsync(context.Background(), l, key, Options{Timeout: time.Minute})
+		c := lockAsync(context.Background(), l, key, testOptions{Timeout: time.Minute})
 		WaitQueued(t, l, key, 1)
 		return c
 	}
 
 	t.Run("within the window", func(t *testing.T) {
-		holder, err := l.TryLock(key, Options{})
+		holder, err := l.TryLock(key, testOptions{})
 		require.NoError(t, err)
 		got := queue()
 		w := releaseWokenNotRun(t, holder)
 		clk.Advance(bargeWindow - time.Nanosecond)
-		barger, err := l.TryLock(key, Options{})
+		barger, err := l.TryLock(key, testOptions{})
 		require.NoError(t, err, "a newcomer may barge within the window")
 
 		w.signal() // the woken waiter finds the key taken and stays at the head of the queue
@@ -68,7 +68,7 @@ func TestBargingWindow(t *testing.T) {
 		clk.Advance(time.Nanosecond)
 		require.True(t, barger.Release())
 		assert.Equal(t, 0, ProbeQueuedWaiters(l, key), "the barger's release handed the key to the waiter")
-		_, err = l.TryLock(key, Options{})
+		_, err = l.TryLock(key, testOptions{})
 		require.ErrorIs(t, err, ErrLocked)
 		r := Await(t, got, "the waiter's grant")
 		require.NoError(t, r.err)
@@ -77,12 +77,12 @@ func TestBargingWindow(t *testing.T) {
 	})
 
 	t.Run("past the window", func(t *testing.T) {
-		holder, err := l.TryLock(key, Options{})
+		holder, err := l.TryLock(key, testOptions{})
 		require.NoError(t, err)
 		got := queue()
 		w := releaseWokenNotRun(t, holder)
 		clk.Advance(bargeWindow)
-		_, err = l.TryLock(key, Options{})
+		_, err = l.TryLock(key, testOptions{})
 		require.ErrorIs(t, err, ErrLocked, "the woken waiter has waited bargeWindow: no barging")
 		w.signal()
 		r := Await(t, got, "the waiter's grant")
@@ -99,12 +99,12 @@ func TestCloseAbandonsEveryWaiterWhenOneIsHandedTheKey(t *testing.T) {
 	a := newTestLocker(t, tab, clk)
 	b := newTestLocker(t, tab, clk)
 	key := []byte("k")
-	hb, err := b.TryLock(key, Options{})
+	hb, err := b.TryLock(key, testOptions{})
 	require.NoError(t, err)
 
 	var res []<-chan lockResult
 	for i := range 3 {
-		res = append(res, lockAsync(context.Background(), a, key, Options{Timeout: time.Minute}))
+		res = append(res, lockAsync(context.Background(), a, key, testOptions{Timeout: time.Minute}))
 		WaitQueued(t, a, key, i+1)
 	}
 
@@ -117,7 +117,7 @@ func TestCloseAbandonsEveryWaiterWhenOneIsHandedTheKey(t *testing.T) {
 		require.ErrorIs(t, Await(t, c, "the closed Locker's waiter's return").err, ErrClosed)
 	}
 	assert.True(t, b.tab.Empty())
-	h, err := b.TryLock(key, Options{})
+	h, err := b.TryLock(key, testOptions{})
 	require.NoError(t, err)
 	require.True(t, h.Release())
 }
