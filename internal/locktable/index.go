@@ -129,7 +129,7 @@ func (t *entryTable) all(f func(*keyEntry)) {
 // keyEntry is the table's record of one key that is held or waited on. Entries are reused within
 // their shard, so that an uncontended Lock allocates only its Handle; nothing refers to an entry
 // once it has left the table (the handles that used it were given back or gave up). The holders
-// are kept as keylock_holders.go describes.
+// are kept as holders.go describes.
 type keyEntry struct {
 	hash        uint64
 	holder      *Hold // the exclusive holder or one sharer; nil exactly while the key is free
