@@ -143,7 +143,7 @@ func (sp *rangeSpace) keysIn(start, end []byte, f func(*keyEntry) bool) {
 
 // newRangedEntry adds an entry for h's key, of a column family in range mode, to the shard.
 func (sh *shard) newRangedEntry(sp *rangeSpace, h *Hold) *keyEntry {
-	e := sh.newEntry(h.hash.Load())
+	e := sh.newEntry(h.hash)
 	e.setRanged(&rangedKey{key: bytes.Clone(h.key()), space: sp})
 	sh.index.insert(e)
 	sp.keys.ReplaceOrInsert(e)
@@ -157,7 +157,7 @@ func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, w
 		return 0, ErrClosed
 	}
 	sh := c.tab.enterRangeMode(h.cf)
-	h.hash.Store(routed(c.tab.hash(h.cf, h.key()), homeOf(h.cf)))
+	h.hash = routed(c.tab.hash(h.cf, h.key()), homeOf(h.cf))
 	wall, mono := ReadClock(c.clock)
 	sh.mu.Lock()
 	if c.closed.Load() {

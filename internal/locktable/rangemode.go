@@ -164,7 +164,7 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace, home uint64) 
 	move := func(h *Hold) {
 		scheduled := h.heapIdx >= 0
 		sh.unschedule(h)
-		h.hash.Store(routed(h.hash.Load(), home))
+		atomic.StoreUint64(&h.hash, routed(h.hash, home))
 		h.e = ne
 		if scheduled {
 			to.schedule(h)

@@ -61,7 +61,7 @@ func (sh *shard) init(t *Table) {
 	}
 }
 
-func (sh *shard) lookup(h *Hold) *keyEntry { return sh.index.find(h.hash.Load(), h.cf, h.key()) }
+func (sh *shard) lookup(h *Hold) *keyEntry { return sh.index.find(h.hash, h.cf, h.key()) }
 
 // Acquire takes h's key for a lease of lease, or with wait queues for it until it is granted,
 // timeout passes on the tenant's clock, ctx is done or the tenant closes. With ctxBounds (the
@@ -81,7 +81,7 @@ func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, 
 	if routes != nil {
 		hash = routes.route(h.cf, hash)
 	}
-	h.hash.Store(hash)
+	h.hash = hash
 	sh := c.tab.shard(hash)
 	// Read before the mutex, which keeps the read out of the critical section every Lock and
 	// Release of the shard queues behind. The lease is measured from this reading, so it can only
