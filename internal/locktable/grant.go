@@ -26,9 +26,11 @@ func (sh *shard) serve(e *keyEntry) {
 		sh.serveKey(e)
 		return
 	}
-	sp := e.ranged().space
-	sh.serveKey(e)
-	sh.serveRanges(sp)
+	rk := e.ranged()
+	sh.serveKey(e) // may take e out of the table, and its ranged key with it
+	if rk.space.queuedOver(rk.key) {
+		sh.serveRanges(rk.space)
+	}
 }
 
 // rangeKeeps reports whether, in range mode, a range keeps w, queued for e's key, from it.

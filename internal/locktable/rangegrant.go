@@ -251,6 +251,20 @@ func (sh *shard) serveRanges(sp *rangeSpace) {
 	sp.serving = false
 }
 
+// queuedOver reports whether a range request queued in sp covers key: only then can a change
+// to key's holders or queue let one through.
+func (sp *rangeSpace) queuedOver(key []byte) bool {
+	if len(sp.queue) == 0 {
+		return false
+	}
+	found := false
+	sp.ranges.containing(key, func(it *rangeItem) bool {
+		found = it.w != nil
+		return !found
+	})
+	return found
+}
+
 // unlinkQueued takes it out of sp's queue of range requests; it stays in the tree.
 func (sp *rangeSpace) unlinkQueued(sh *shard, it *rangeItem) {
 	for i, x := range sp.queue {
