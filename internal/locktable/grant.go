@@ -22,12 +22,17 @@ func (e *keyEntry) admits(h *Hold, c *Tenant, mono time.Duration) bool {
 
 // serve serves e's queue and, in range mode, the range requests its key may have held up.
 func (sh *shard) serve(e *keyEntry) {
-	if e.ranged() == nil {
-		sh.serveKey(e)
-		return
-	}
 	rk := e.ranged()
-	sh.serveKey(e) // may take e out of the table, and its ranged key with it
+	sh.serveKey(e) // may take e out of the table
+	if rk != nil {
+		sh.keyChanged(rk)
+	}
+}
+
+// keyChanged serves the queued range requests of a column family in range mode whose key's
+// holders or queue changed, if one of them covers the key: only then can the change let one
+// through.
+func (sh *shard) keyChanged(rk *rangedKey) {
 	if rk.space.queuedOver(rk.key) {
 		sh.serveRanges(rk.space)
 	}
@@ -52,6 +57,9 @@ func (sh *shard) serveKey(e *keyEntry) {
 		w := e.head
 		if w == nil {
 			if e.holder == nil {
+				if rk := e.ranged(); rk != nil {
+					rk.space.keys.Delete(e)
+				}
 				sh.remove(e)
 			}
 			return
@@ -93,7 +101,7 @@ func (sh *shard) serveKey(e *keyEntry) {
 			wall, mono := ReadClock(c.clock)
 			if w.pastBargeWindow(c, mono) {
 				sh.unqueueGranted(e, w, mono)
-				sh.grant(e, w.h, wall, mono, w.lease, e.head != nil)
+				sh.grantKey(e, w.h, wall, mono, w.lease, e.head != nil)
 				w.finish(waitGranted)
 				return
 			}
@@ -123,7 +131,7 @@ func (sh *shard) grantShared(e *keyEntry) (served bool) {
 		}
 		wall, mono := ReadClock(c.clock)
 		sh.unqueueGranted(e, w, mono)
-		sh.grant(e, w.h, wall, mono, w.lease, end != nil)
+		sh.grantKey(e, w.h, wall, mono, w.lease, end != nil)
 		w.finish(waitGranted)
 	}
 	return true

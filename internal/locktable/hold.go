@@ -203,16 +203,24 @@ func (h *Hold) hashNow() uint64 { return atomic.LoadUint64(&h.hash) }
 // only with every mutex held (rangemode.go), so once the mutex of the shard h names is held, h
 // stays there until it is released.
 func (h *Hold) lockShard() *shard {
-	sh := h.shard()
+	hash := h.hashNow()
+	sh := h.ten.tab.shard(hash)
 	sh.mu.Lock()
+	if h.hash != hash {
+		return h.relockShard(sh)
+	}
+	return sh
+}
+
+// relockShard follows the move of h's record from sh, whose mutex is held, to its new shard.
+func (h *Hold) relockShard(sh *shard) *shard {
 	for {
-		now := h.shard()
-		if now == sh {
+		sh.mu.Unlock()
+		sh = h.shard()
+		sh.mu.Lock()
+		if h.shard() == sh {
 			return sh
 		}
-		sh.mu.Unlock()
-		sh = now
-		sh.mu.Lock()
 	}
 }
 
