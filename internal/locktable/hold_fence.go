@@ -7,7 +7,13 @@ package locktable
 // in another goroutine to end, whatever the hold's state: a lease that lapsed inside a fence still
 // has its commit in flight. It reports whether it had to wait.
 func (h *Hold) lockForChange() (sh *shard, waited bool) {
-	sh = h.lockShard()
+	// lockShard, spelled out: the call costs every Release.
+	hash := h.hashNow()
+	sh = h.ten.tab.shard(hash)
+	sh.mu.Lock()
+	if h.hash != hash {
+		sh = h.relockShard(sh)
+	}
 	for h.flags()&FlagFencing != 0 {
 		sh = h.awaitFenceEnd(sh)
 		waited = true

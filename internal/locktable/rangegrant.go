@@ -143,7 +143,7 @@ func (sp *rangeSpace) keysIn(start, end []byte, f func(*keyEntry) bool) {
 
 // newRangedEntry adds an entry for h's key, of a column family in range mode, to the shard.
 func (sh *shard) newRangedEntry(sp *rangeSpace, h *Hold) *keyEntry {
-	e := sh.newEntry(h.hash.Load())
+	e := sh.newEntry(h.hash)
 	e.setRanged(&rangedKey{key: bytes.Clone(h.key()), space: sp})
 	sh.index.insert(e)
 	sp.keys.ReplaceOrInsert(e)
@@ -157,7 +157,7 @@ func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, w
 		return 0, ErrClosed
 	}
 	sh := c.tab.enterRangeMode(h.cf)
-	h.hash.Store(routed(c.tab.hash(h.cf, h.key()), homeOf(h.cf)))
+	h.hash = routed(c.tab.hash(h.cf, h.key()), homeOf(h.cf))
 	wall, mono := ReadClock(c.clock)
 	sh.mu.Lock()
 	if c.closed.Load() {
@@ -249,6 +249,20 @@ func (sh *shard) serveRanges(sp *rangeSpace) {
 		}
 	}
 	sp.serving = false
+}
+
+// queuedOver reports whether a range request queued in sp covers key: only then can a change
+// to key's holders or queue let one through.
+func (sp *rangeSpace) queuedOver(key []byte) bool {
+	if len(sp.queue) == 0 {
+		return false
+	}
+	found := false
+	sp.ranges.containing(key, func(it *rangeItem) bool {
+		found = it.w != nil
+		return !found
+	})
+	return found
 }
 
 // unlinkQueued takes it out of sp's queue of range requests; it stays in the tree.

@@ -2,6 +2,8 @@ package locktable
 
 import (
 	"bytes"
+	"context"
+	"time"
 	"sync"
 	"sync/atomic"
 
@@ -94,6 +96,66 @@ func (t *Table) placed(cf uint32, key []byte) uint64 {
 	return hash
 }
 
+// acquireRouted is Acquire of a key once some column family of the table is in range mode: the
+// record is placed by the routes, and in a column family in range mode the key also waits for
+// the ranges over it (rangegrant.go). It is apart from Acquire so that a table that never had a
+// range lock runs Acquire's path as it was.
+func (h *Hold) acquireRouted(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
+	if h.flags()&FlagRange != 0 {
+		return h.acquireRange(ctx, lease, timeout, wait, ctxBounds)
+	}
+	c := h.ten
+	routes := c.tab.modes.routes.Load()
+	hash := routes.route(h.cf, c.tab.hash(h.cf, h.key()))
+	h.hash = hash
+	sh := c.tab.shard(hash)
+	wall, mono := ReadClock(c.clock)
+	sh.mu.Lock()
+	if routes != c.tab.modes.routes.Load() {
+		sh.mu.Unlock()
+		return h.acquireRouted(ctx, lease, timeout, wait, ctxBounds) // another column family entered range mode
+	}
+	if c.closed.Load() {
+		sh.mu.Unlock()
+		return 0, ErrClosed
+	}
+	e := sh.lookup(h)
+	if e != nil && e.holder != nil && sh.settleHolders(e, h, c, mono) {
+		e = sh.lookup(h) // settling may have emptied and removed the entry
+	}
+	sp := sh.spaces[h.cf] // nil unless the column family is in range mode
+	blocked := sp != nil && sp.keyBlocked(sh, h, h.key(), newest, true, c, mono)
+	if sp != nil {
+		e = sh.lookup(h) // settling lapsed ranges may have changed the entry
+	}
+	switch {
+	case blocked && !wait:
+		sh.unlockAndRunDeferred()
+		return 0, ErrLocked
+	case blocked:
+		if e == nil {
+			e = sh.newRangedEntry(sp, h)
+		}
+		return mono, sh.wait(ctx, e, h, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
+	case e == nil && sp != nil:
+		e = sh.newRangedEntry(sp, h)
+		sh.grantKey(e, h, wall, mono, lease, false)
+	case e == nil:
+		e = sh.newEntry(hash)
+		sh.grantKey(e, h, wall, mono, lease, false)
+		sh.index.insert(e)
+	case e.admits(h, c, mono):
+		sh.grantKey(e, h, wall, mono, lease, e.head != nil)
+	case !wait:
+		sh.unlockAndRunDeferred()
+		return 0, ErrLocked
+	default:
+		return mono, sh.wait(ctx, e, h, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
+	}
+	sh.unlockAndRunDeferred()
+	return mono, nil
+}
+
 // enterRangeMode puts column family cf in range mode, if it is not yet, and returns its home
 // shard.
 func (t *Table) enterRangeMode(cf uint32) *shard {
@@ -153,10 +215,12 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace, home uint64) 
 	rk := &rangedKey{key: bytes.Clone(key), space: sp}
 	if sh == to {
 		e.setRanged(rk)
+		for _, h := range e.appendHolders(nil) {
+			h.SetFlags(FlagRanged)
+		}
 		sp.keys.ReplaceOrInsert(e)
 		return
 	}
-	sh.index.remove(e)
 	ne := to.newEntry(routed(e.hash, home))
 	ne.holder, ne.head, ne.tail, ne.shares = e.holder, e.head, e.tail, e.shares
 	ne.wakePending, ne.unwatched, ne.sharers = e.wakePending, e.unwatched, e.sharers
@@ -164,7 +228,7 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace, home uint64) 
 	move := func(h *Hold) {
 		scheduled := h.heapIdx >= 0
 		sh.unschedule(h)
-		h.hash.Store(routed(h.hash.Load(), home))
+		atomic.StoreUint64(&h.hash, routed(h.hash, home))
 		h.e = ne
 		if scheduled {
 			to.schedule(h)
@@ -172,6 +236,7 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace, home uint64) 
 	}
 	for _, h := range ne.appendHolders(nil) {
 		move(h)
+		h.SetFlags(FlagRanged)
 		sh.held--
 		to.held++
 	}
@@ -184,7 +249,7 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace, home uint64) 
 	}
 	e.holder, e.head, e.tail, e.shares, e.sharers = nil, nil, nil, 0, nil
 	e.unwatched = false
-	sh.recycle(e)
+	sh.remove(e)
 	to.index.insert(ne)
 	sp.keys.ReplaceOrInsert(ne)
 }
