@@ -1,7 +1,6 @@
 package locktable
 
 import (
-	"bytes"
 	"context"
 	"time"
 )
@@ -145,7 +144,8 @@ func (sp *rangeSpace) keysIn(start, end []byte, f func(*keyEntry) bool) {
 // newRangedEntry adds an entry for h's key, of a column family in range mode, to the shard.
 func (sh *shard) newRangedEntry(sp *rangeSpace, h *Hold) *keyEntry {
 	e := sh.newEntry(h.hash)
-	rk := &rangedKey{key: bytes.Clone(h.key()), space: sp, e: e}
+	// The hold's key never changes, and the slice keeps it alive for as long as the entry needs it.
+	rk := &rangedKey{key: h.key(), space: sp, e: e}
 	e.setRanged(rk)
 	sh.index.insert(e)
 	sp.keys.ReplaceOrInsert(rk)
