@@ -2,7 +2,9 @@ package recordlock_test
 
 import (
 	"context"
-		"testing"
+	"errors"
+	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -300,4 +302,66 @@ func TestTxnRangeSavePoint(t *testing.T) {
 	require.NoError(t, txn.Commit(), "the range protects no write any more")
 	assert.Equal(t, "kept", string(dbGet(t, db, "k")))
 	assert.Nil(t, dbGet(t, db, "b"))
+}
+
+// A deadlock through a range and a key: each Txn waits for the other's lock, and exactly one of
+// them gets ErrDeadlock, keeping its locks; once it rolls back the other proceeds.
+func TestTxnRangeDeadlock(t *testing.T) {
+	_, _, l, _ := lockerPair(t)
+	ctx := context.Background()
+	t1, t2 := txnNamed(t, l, "t1"), txnNamed(t, l, "t2")
+	_, err := t1.LockRange(ctx, rng("a", "c"), node)
+	require.NoError(t, err)
+	_, err = t2.Lock(ctx, []byte("x"), node)
+	require.NoError(t, err)
+
+	first := txnLockAsync(t1, []byte("x"), wait)
+	second := txnLockRangeAsync(t2, rng("b", "bb"), wait)
+	var results [2]lockResult
+	select {
+	case results[0] = <-first:
+		t1.Rollback()
+		results[1] = await(t, second, "t2's range")
+	case results[1] = <-second:
+		t2.Rollback()
+		results[0] = await(t, first, "t1's key")
+	case <-time.After(guard):
+		t.Fatal("neither request returned: a missed deadlock")
+	}
+	deadlocks := 0
+	for _, r := range results {
+		if r.err != nil {
+			var de *recordlock.DeadlockError
+			require.True(t, errors.As(r.err, &de), "%v", r.err)
+			deadlocks++
+		}
+	}
+	assert.Equal(t, 1, deadlocks, "exactly one of the two gets ErrDeadlock")
+	assert.EqualValues(t, 1, l.Stats().Deadlocks)
+}
+
+// The range request that closes a cycle is the one refused: T1 waits for T2's key, then T2's range
+// would wait for T1's range. Its error names the cycle; T2 keeps its key and T1 proceeds once T2
+// rolls back.
+func TestTxnRangeClosesDeadlock(t *testing.T) {
+	_, _, l, _ := lockerPair(t)
+	ctx := context.Background()
+	t1, t2 := txnNamed(t, l, "t1"), txnNamed(t, l, "t2")
+	_, err := t1.LockRange(ctx, rng("a", "c"), node)
+	require.NoError(t, err)
+	x, err := t2.Lock(ctx, []byte("x"), node)
+	require.NoError(t, err)
+	first := txnLockAsync(t1, []byte("x"), wait)
+	waitingCount(t, l, 1)
+
+	_, err = t2.LockRange(ctx, rng("b", "bb"), wait)
+	var de *recordlock.DeadlockError
+	require.True(t, errors.As(err, &de), "%v", err)
+	require.ErrorIs(t, err, recordlock.ErrDeadlock)
+	assert.Len(t, de.Cycle, 2)
+	assert.Equal(t, "t2", de.Cycle[0].Txn)
+	assert.False(t, x.IsExpired(), "the victim keeps its locks")
+	assert.True(t, pendingLock(first))
+	t2.Rollback()
+	require.NotNil(t, granted(t, first, "t1's key"))
 }
