@@ -107,7 +107,7 @@ func viewDatabase(i int, d database) databaseView {
 			mode += ", cluster"
 		}
 		dv.Locks = append(dv.Locks, lockRow{
-			Key: viewKey(l.Key), CF: l.ColumnFamilyID, Mode: mode, Owner: ownerText(l.Owner), Hold: l.Hold,
+			Key: viewKey(lockText(l.Key, l.IsRange, l.RangeEnd)), CF: l.ColumnFamilyID, Mode: mode, Owner: ownerText(l.Owner), Hold: l.Hold,
 			LeaseLeft: fmtDuration(l.Remaining), Waiters: l.Waiters, Token: l.Token,
 		})
 		owner := l.Owner
@@ -132,7 +132,7 @@ func viewDatabase(i int, d database) databaseView {
 			waitsForText[r] = waitsFor
 		}
 		dv.Waits = append(dv.Waits, waitRow{
-			Key: viewKey(w.Key), CF: w.ColumnFamilyID, Mode: mode, Owner: ownerText(w.Owner),
+			Key: viewKey(lockText(w.Key, w.IsRange, w.RangeEnd)), CF: w.ColumnFamilyID, Mode: mode, Owner: ownerText(w.Owner),
 			Waited: fmtDuration(w.Waited), WaitsFor: waitsFor,
 		})
 	}
@@ -154,8 +154,8 @@ func holdersText(owners []string) string {
 	return strings.Join(owners, ", ")
 }
 
-func viewKey(key []byte) keyView {
-	text := keyText(key)
+// viewKey shows text, a key or range as lockText gives it.
+func viewKey(text string) keyView {
 	short := shorten(text, cellRunes)
 	if short == text {
 		return keyView{Text: text}

@@ -25,6 +25,7 @@ func (sh *shard) serve(e *keyEntry) {
 	rk := e.ranged()
 	sh.serveKey(e) // may take e out of the table
 	if rk != nil {
+		rk.served()
 		sh.keyChanged(rk)
 	}
 }
@@ -57,10 +58,7 @@ func (sh *shard) serveKey(e *keyEntry) {
 		w := e.head
 		if w == nil {
 			if e.holder == nil {
-				if rk := e.ranged(); rk != nil {
-					rk.space.keys.Delete(e)
-				}
-				sh.remove(e)
+				sh.remove(e) // in range mode, serve's caller then takes it out of its space
 			}
 			return
 		}

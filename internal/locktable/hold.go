@@ -321,14 +321,20 @@ func (h *Hold) IsLeaseExpired() bool {
 // expired or revoked, or is past its deadline (it then completes the expiry). If another
 // goroutine is inside a fence on h, Release waits for the fence to end.
 func (h *Hold) Release() bool {
+	hash := h.hashNow()
+	sh := h.ten.tab.shard(hash)
 	// The clock is read before the mutex, which keeps the read out of the critical section that
 	// every lock and release of the shard's keys queues behind. Release takes effect at that
 	// reading: an expiry anyone observed since then was settled under the mutex and is seen below.
 	// Waiting out a fence can take long, so the clock is read again after one.
 	now := h.ten.clock.Mono()
-	sh, waited := h.lockForChange()
-	if waited {
-		now = h.ten.clock.Mono()
+	sh.mu.Lock()
+	if h.hash != hash || h.flags()&FlagFencing != 0 { // lockForChange, its common case spelled out
+		sh.mu.Unlock()
+		var waited bool
+		if sh, waited = h.lockForChange(); waited {
+			now = h.ten.clock.Mono()
+		}
 	}
 	ok := !h.Dead() && !h.settleAt(sh, now)
 	if ok {

@@ -7,13 +7,7 @@ package locktable
 // in another goroutine to end, whatever the hold's state: a lease that lapsed inside a fence still
 // has its commit in flight. It reports whether it had to wait.
 func (h *Hold) lockForChange() (sh *shard, waited bool) {
-	// lockShard, spelled out: the call costs every Release.
-	hash := h.hashNow()
-	sh = h.ten.tab.shard(hash)
-	sh.mu.Lock()
-	if h.hash != hash {
-		sh = h.relockShard(sh)
-	}
+	sh = h.lockShard()
 	for h.flags()&FlagFencing != 0 {
 		sh = h.awaitFenceEnd(sh)
 		waited = true

@@ -1,7 +1,6 @@
 package locktable
 
 import (
-	"bytes"
 	"context"
 	"time"
 )
@@ -133,20 +132,23 @@ func (e *keyEntry) blocksRange(h *Hold, seq uint64) bool {
 // keysIn calls f on the entries of the keys in [start, end) (end nil: no bound), in key order,
 // until f returns false.
 func (sp *rangeSpace) keysIn(start, end []byte, f func(*keyEntry) bool) {
-	from := pivotEntry(start)
+	each := func(rk *rangedKey) bool { return f(rk.e) }
+	from := &rangedKey{key: start}
 	if end == nil {
-		sp.keys.AscendGreaterOrEqual(from, f)
+		sp.keys.AscendGreaterOrEqual(from, each)
 		return
 	}
-	sp.keys.AscendRange(from, pivotEntry(end), f)
+	sp.keys.AscendRange(from, &rangedKey{key: end}, each)
 }
 
 // newRangedEntry adds an entry for h's key, of a column family in range mode, to the shard.
 func (sh *shard) newRangedEntry(sp *rangeSpace, h *Hold) *keyEntry {
 	e := sh.newEntry(h.hash)
-	e.setRanged(&rangedKey{key: bytes.Clone(h.key()), space: sp})
+	// The hold's key never changes, and the slice keeps it alive for as long as the entry needs it.
+	rk := &rangedKey{key: h.key(), space: sp, e: e}
+	e.setRanged(rk)
 	sh.index.insert(e)
-	sp.keys.ReplaceOrInsert(e)
+	sp.keys.ReplaceOrInsert(rk)
 	return e
 }
 
@@ -251,6 +253,14 @@ func (sh *shard) serveRanges(sp *rangeSpace) {
 	sp.serving = false
 }
 
+// served takes rk out of its space's index if serving its entry took the entry out of the table
+// (serveKey does exactly when the key has neither holder nor waiter).
+func (rk *rangedKey) served() {
+	if rk.e.holder == nil && rk.e.head == nil {
+		rk.space.keys.Delete(rk)
+	}
+}
+
 // queuedOver reports whether a range request queued in sp covers key: only then can a change
 // to key's holders or queue let one through.
 func (sp *rangeSpace) queuedOver(key []byte) bool {
@@ -325,7 +335,9 @@ func (sh *shard) serveAfterRange(sp *rangeSpace, start, end []byte) {
 		return true
 	})
 	for _, e := range waited {
+		rk := e.ranged()
 		sh.serveKey(e)
+		rk.served()
 	}
 	sh.serveRanges(sp)
 }

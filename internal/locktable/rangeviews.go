@@ -106,7 +106,7 @@ func (sh *shard) rangesEmpty() bool {
 // QueuedRanges counts the range requests fully queued (as Queued counts a key's) in column
 // family cf.
 func (t *Table) QueuedRanges(cf uint32) int {
-	r := t.modes.routes.Load()
+	r := t.routes.Load()
 	if r == nil {
 		return 0
 	}
