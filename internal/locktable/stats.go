@@ -48,7 +48,8 @@ func (t *Table) Counts() Counts {
 }
 
 // VisitHolders calls f, under the mutex of shard i (0 <= i < ShardCount), on every holder of a
-// key in that shard, with the number of requests queued for its key. A holder whose lease lapsed
+// key in that shard, with the number of requests queued for its key and of range requests queued
+// over it that conflict with the holder. A holder whose lease lapsed
 // unwatched is settled first, as any look at its key settles it, and not visited. f may read the
 // hold but must not call into the table. A key with s holders and q requests queued costs
 // O(s + q): its queue is counted once, not once per holder.
@@ -81,8 +82,9 @@ func (t *Table) VisitHolders(i int, f func(h *Hold, waiters int)) {
 		}
 		waiters := e.queued()
 		sh.counts.visited += uint64(len(holders) + waiters)
+		cf, key := e.record()
 		for _, h := range live {
-			f(h, waiters)
+			f(h, waiters+sh.queuedRangesOver(cf, key, h))
 		}
 	}
 }
