@@ -1,0 +1,73 @@
+package httpdebug_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/httpdebug"
+)
+
+// A range lock or request is shown on the page as [start, end), or [start, ∞) with no upper
+// bound, and in the JSON by isRange and rangeEnd (null with no bound, and for a key).
+func TestRangesShown(t *testing.T) {
+	db, _ := openDB(t)
+	_, l := manual(t, db)
+	ctx := context.Background()
+	ranger := txnNamed(t, l, "ranger")
+	_, err := ranger.LockRange(ctx, recordlock.Range{Start: []byte("a"), End: []byte("c")}, recordlock.Options{})
+	require.NoError(t, err)
+	unbounded, err := l.LockRange(ctx, recordlock.Range{Start: []byte("m")}, recordlock.Options{Shared: true})
+	require.NoError(t, err)
+	keyer := txnNamed(t, l, "keyer")
+	keyWaits := waitFor(t, l, 1, func() error { _, err := keyer.Lock(ctx, []byte("b"), recordlock.Options{}); return err })
+	rangeWaits := waitFor(t, l, 2, func() error {
+		h, err := l.LockRange(ctx, recordlock.Range{Start: []byte("bb"), End: []byte("n")}, recordlock.Options{Timeout: time.Minute})
+		if err == nil {
+			h.Release()
+		}
+		return err
+	})
+	h := httpdebug.Handler(map[string]*recordlock.Locker{"orders": l})
+
+	_, _, page := get(t, h, http.MethodGet, "/")
+	locks := section(t, page, `<table class="locks">`, "</table>")
+	assert.Contains(t, locks, ">[a, c)</td>")
+	assert.Contains(t, locks, ">[m, ∞)</td>")
+	waits := section(t, page, `<table class="waits">`, "</table>")
+	assert.Contains(t, waits, ">[bb, n)</td>")
+	assert.Contains(t, waits, ">b</td>")
+
+	d := getJSON(t, h, "/?format=json").Databases[0]
+	end := func(s string) *string { return &s }
+	a, m := lockDocOf(d.Locks, "a"), lockDocOf(d.Locks, "m")
+	assert.True(t, a.IsRange)
+	assert.Equal(t, end("c"), a.RangeEnd)
+	assert.Equal(t, "ranger", a.Owner)
+	assert.True(t, m.IsRange)
+	assert.Nil(t, m.RangeEnd, "no upper bound")
+	require.Len(t, d.Waits, 2)
+	for _, w := range d.Waits {
+		switch w.Key {
+		case "b":
+			assert.False(t, w.IsRange)
+			assert.Nil(t, w.RangeEnd)
+		case "bb":
+			assert.True(t, w.IsRange)
+			assert.Equal(t, end("n"), w.RangeEnd)
+		default:
+			t.Errorf("unexpected wait %+v", w)
+		}
+	}
+
+	ranger.Rollback()
+	require.NoError(t, done(t, keyWaits))
+	keyer.Rollback()
+	require.True(t, unbounded.Release())
+	require.NoError(t, done(t, rangeWaits))
+}
