@@ -7,7 +7,7 @@ import (
 	"github.com/linxGnu/grocksdb"
 )
 
-// Range locks (docs/DESIGN.md §16.2): a lock of every key of a Range, present or not, which
+// Range locks (docs/DESIGN.md §16.1): a lock of every key of a Range, present or not, which
 // conflicts with each lock of a key or range it shares a key with, unless both are shared. A range
 // lock is a Handle like any other; only the key-lock table tells the two apart.
 

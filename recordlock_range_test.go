@@ -12,7 +12,7 @@ import (
 	"github.com/recordlock/recordlock"
 )
 
-// Range locks through the Locker (docs/DESIGN.md §16.2): validation, scope, the handle, conflicts
+// Range locks through the Locker (docs/DESIGN.md §16.1): validation, scope, the handle, conflicts
 // with keys and fairness among them.
 
 // lockRangeAsync starts l.LockRange in a goroutine and returns where its result arrives.

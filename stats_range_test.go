@@ -11,7 +11,7 @@ import (
 	"github.com/recordlock/recordlock"
 )
 
-// Range locks as Stats, Locks and Waits show them (docs/DESIGN.md §16.2): a range is one holder,
+// Range locks as Stats, Locks and Waits show them (docs/DESIGN.md §16.1): a range is one holder,
 // its Key is its Start and RangeEnd its End (nil with no bound), and its Waiters are the queued
 // requests that conflict with it.
 func TestStatsLocksWaitsOfRanges(t *testing.T) {

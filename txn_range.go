@@ -8,7 +8,7 @@ import (
 	"github.com/linxGnu/grocksdb"
 )
 
-// A Txn's range locks (docs/DESIGN.md §16.2). They are kept apart from its key locks, in the order
+// A Txn's range locks (docs/DESIGN.md §16.1). They are kept apart from its key locks, in the order
 // taken, since a range is not a record: a Txn holds a few, and "which of my ranges covers this key"
 // is a scan of them. A Txn that never locked a range has none of this (Txn.ranges returns nil).
 

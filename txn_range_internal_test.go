@@ -13,7 +13,7 @@ import (
 
 // Commit fences a range the Txn holds, with or without a write under it: once Commit has checked
 // it, a key inside it cannot pass to another holder until the write returns, even if the range's
-// lease lapses meanwhile (docs/DESIGN.md §16.2).
+// lease lapses meanwhile (docs/DESIGN.md §16.1).
 func TestTxnCommitFencesRanges(t *testing.T) {
 	for _, staged := range []bool{true, false} {
 		t.Run(map[bool]string{true: "with a write", false: "read-only"}[staged], func(t *testing.T) {
