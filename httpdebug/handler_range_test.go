@@ -3,6 +3,7 @@ package httpdebug_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +15,8 @@ import (
 )
 
 // A range lock or request is shown on the page as [start, end), or [start, ∞) with no upper
-// bound, and in the JSON by isRange and rangeEnd (null with no bound, and for a key).
+// bound, and in the JSON by isRange and rangeEnd (null with no bound, and for a key); a wait is
+// joined to the holders whose keys or ranges meet it, in the table and in the graph.
 func TestRangesShown(t *testing.T) {
 	db, _ := openDB(t)
 	_, l := manual(t, db)
@@ -42,6 +44,15 @@ func TestRangesShown(t *testing.T) {
 	waits := section(t, page, `<table class="waits">`, "</table>")
 	assert.Contains(t, waits, ">[bb, n)</td>")
 	assert.Contains(t, waits, ">b</td>")
+	// Who waits for whom joins a wait to the holders whose keys or ranges meet it.
+	assert.Contains(t, waits, "<td>ranger</td></tr>", "b waits for the range [a, c)")
+	assert.Contains(t, waits, "<td>ranger, a lock outside any Txn</td></tr>", "[bb, n) waits for [a, c) and [m, ∞)")
+	assert.NotContains(t, waits, "holder not listed")
+	svg := section(t, page, "<svg", "</svg>")
+	assert.Equal(t, 2, strings.Count(svg, `<g class="edge">`), "an edge per wait")
+	assert.Equal(t, 0, strings.Count(svg, `<g class="node key">`), "every wait's holder is found")
+	assert.Contains(t, svg, "<title>Txn keyer waits for Txn ranger on key b</title>")
+	assert.Contains(t, svg, "<title>a Lock outside any Txn waits for Txn ranger and 1 other holders on range [bb, n)</title>")
 
 	d := getJSON(t, h, "/?format=json").Databases[0]
 	end := func(s string) *string { return &s }
