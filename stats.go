@@ -50,13 +50,11 @@ type LockInfo struct {
 	// Waiters counts the Lock calls and upgrades queued for the key and the range requests queued
 	// over it that conflict with the holder; for a range lock, the queued requests that conflict
 	// with it (for keys inside it, and ranges that meet it).
-	Waiters int
-	Token   uint64 // the cluster round's fencing token, 0 when none
-	Shared  bool   // a shared lock: the key may have other holders, each listed
-	// IsRange marks a range lock (Locker.LockRange): Key is its Start and RangeEnd a copy of its
-	// End, nil when it has no upper bound (and for a lock of one key).
-	IsRange  bool
-	RangeEnd []byte
+	Waiters  int
+	Token    uint64 // the cluster round's fencing token, 0 when none
+	Shared   bool   // a shared lock: the key may have other holders, each listed
+	IsRange  bool   // a range lock (Locker.LockRange): Key is its Start
+	RangeEnd []byte // a copy of a range lock's End; nil with no upper bound, and for a key
 }
 
 // Stats returns the figures of the Locker's database, summed over every shard of its table. Each
