@@ -102,6 +102,3 @@ func (h *Handle) Range() (Range, bool) {
 	r.End = bytes.Clone(h.hold.RangeEnd()) // nil stays nil: no bound
 	return r, true
 }
-
-// isRange reports whether h locks a range.
-func (h *Handle) isRange() bool { return h.hold.IsRange() }
