@@ -65,26 +65,20 @@ func (sh *shard) queuedRangesOver(cf uint32, key []byte, h *Hold) int {
 	return n
 }
 
-// visitRanges calls f on every live range lock of the shard's spaces, with the number of queued
-// requests that conflict with it; a lapsed one is settled and not visited.
-func (sh *shard) visitRanges(f func(h *Hold, waiters int)) {
-	for _, sp := range sh.spaces {
-		var held []*Hold // collected first: settling takes a range out of the tree
-		sp.ranges.meeting(nil, nil, func(it *rangeItem) bool {
-			if it.w == nil {
-				held = append(held, it.h)
-			}
-			return true
-		})
-		for _, h := range held {
-			if h.flags()&FlagFencing == 0 && h.settle(sh) {
-				continue
-			}
-			n, read := sp.rangeWaiters(h)
-			sh.counts.visited += uint64(1 + read)
-			f(h, n)
-		}
+// visitRange calls f on h, a range hold or request of the shard listed before the mutex was
+// taken, if it still holds its range and its lease is live (a lapse is settled), with the number
+// of queued requests that conflict with it.
+func (sh *shard) visitRange(h *Hold, f func(h *Hold, waiters int)) {
+	it := &h.cold.span.item
+	if !it.inTree || it.w != nil || h.flags()&FlagHeld == 0 {
+		return
 	}
+	if h.flags()&FlagFencing == 0 && h.settle(sh) {
+		return
+	}
+	n, read := sh.spaces[h.cf].rangeWaiters(h)
+	sh.counts.visited += uint64(1 + read)
+	f(h, n)
 }
 
 // visitRangeWaits calls wait on every queued range request of the shard's spaces, oldest first,
