@@ -7,7 +7,7 @@ import (
 	"github.com/linxGnu/grocksdb"
 )
 
-// Range locks (docs/DESIGN.md §16.2): a lock of every key of a Range, present or not, which
+// Range locks (docs/DESIGN.md §16.1): a lock of every key of a Range, present or not, which
 // conflicts with each lock of a key or range it shares a key with, unless both are shared. A range
 // lock is a Handle like any other; only the key-lock table tells the two apart.
 
@@ -21,10 +21,15 @@ import (
 //
 // Range locks are node-scoped: the default scope resolves to node scope, even on a database with a
 // coordinator, and opts.Scope set to ScopeCluster fails with an *OptionError matching
-// ErrInvalidOptions. An invalid r (an End that is not nil and not after Start) fails with an error
-// matching ErrInvalidKey. Otherwise LockRange fails as Lock does (ErrTimeout, the ctx error,
-// ErrInvalidOptions, ErrClosed). On failure it returns a nil handle and leaves nothing locked or
-// queued.
+// ErrInvalidOptions. On failure LockRange returns a nil handle and leaves nothing locked or
+// queued. The error is:
+//   - before anything is locked: an error matching ErrInvalidKey for an invalid r (an End that is
+//     not nil and not after Start), an *OptionError matching ErrInvalidOptions for ScopeCluster
+//     or other invalid opts, an error matching ErrInvalidOptions for a nil ctx, and ErrClosed
+//     once the Locker is closed;
+//   - ErrTimeout once opts.Timeout has passed on the Locker's clock;
+//   - an error matching ctx's error once ctx is done (at once if it already is);
+//   - ErrClosed when the Locker is closed while LockRange waits.
 func (l *Locker) LockRange(ctx context.Context, r Range, opts Options) (*Handle, error) {
 	return l.lockRange(ctx, 0, r, opts, true, nil)
 }
@@ -41,13 +46,16 @@ func (l *Locker) LockRangeCF(ctx context.Context, cf *grocksdb.ColumnFamilyHandl
 }
 
 // TryLockRange locks r if LockRange would not have to wait, and fails with ErrLocked at once if
-// it would. It fails before anything is locked as LockRange does.
+// it would. Like LockRange it fails before anything is locked with ErrInvalidKey for an invalid
+// r, an *OptionError matching ErrInvalidOptions for ScopeCluster or other invalid opts, and
+// ErrClosed once the Locker is closed. On failure it returns a nil handle.
 func (l *Locker) TryLockRange(r Range, opts Options) (*Handle, error) {
 	return l.lockRange(context.Background(), 0, r, opts, false, nil)
 }
 
-// TryLockRangeCF is TryLockRange of r in column family cf (nil: the default column family), and
-// refuses a cf as LockRangeCF does.
+// TryLockRangeCF is TryLockRange of r in column family cf (nil: the default column family). A cf
+// that cannot be a family of the Locker's database fails as in LockRangeCF, with an error
+// matching ErrInvalidOptions.
 func (l *Locker) TryLockRangeCF(cf *grocksdb.ColumnFamilyHandle, r Range, opts Options) (*Handle, error) {
 	id, err := l.columnFamily(cf)
 	if err != nil {
@@ -94,6 +102,3 @@ func (h *Handle) Range() (Range, bool) {
 	r.End = bytes.Clone(h.hold.RangeEnd()) // nil stays nil: no bound
 	return r, true
 }
-
-// isRange reports whether h locks a range.
-func (h *Handle) isRange() bool { return h.hold.IsRange() }

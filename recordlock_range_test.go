@@ -12,7 +12,7 @@ import (
 	"github.com/recordlock/recordlock"
 )
 
-// Range locks through the Locker (docs/DESIGN.md §16.2): validation, scope, the handle, conflicts
+// Range locks through the Locker (docs/DESIGN.md §16.1): validation, scope, the handle, conflicts
 // with keys and fairness among them.
 
 // lockRangeAsync starts l.LockRange in a goroutine and returns where its result arrives.
@@ -291,3 +291,47 @@ func TestWithoutRangeConflicts(t *testing.T) {
 	require.True(t, h.Release())
 	require.True(t, k.Release())
 }
+
+// A range handle is a Handle in every respect: Renew moves its lease, a joined round's release
+// hook fires once when it ends, RevokeLease frees its keys and fences it, and its version stamps
+// count from AcquiredAt.
+func TestRangeHandleLeaseOperations(t *testing.T) {
+	_, clk, l, other := lockerPair(t)
+	ctx := context.Background()
+	opts := recordlock.Options{Scope: recordlock.ScopeNode, Lease: time.Second}
+	h, err := l.LockRange(ctx, rng("a", "c"), opts)
+	require.NoError(t, err)
+	v := h.NextHolderVersion()
+	assert.Equal(t, h.AcquiredAt(), v)
+	assert.Greater(t, h.NextHolderVersion(), v)
+
+	clk.Advance(900 * time.Millisecond)
+	require.NoError(t, h.Renew(time.Second))
+	clk.Advance(900 * time.Millisecond)
+	assert.False(t, h.IsExpired(), "renewed")
+	var hooks hookCounter
+	joinHook(t, h, clk, time.Second, hooks.hook)
+	require.NoError(t, h.Fence(func() error { return nil }))
+
+	h.RevokeLease()
+	assert.True(t, h.IsLeaseExpired())
+	assert.True(t, doneClosed(h))
+	assert.Equal(t, 1, hooks.count())
+	require.ErrorIs(t, h.Fence(func() error { return nil }), recordlock.ErrLeaseExpired)
+	b, err := other.TryLock([]byte("b"), node)
+	require.NoError(t, err, "a revoked range frees its keys")
+	require.True(t, b.Release())
+	h.RevokeLease()
+	assert.False(t, h.Release())
+	assert.Equal(t, 1, hooks.count(), "the hook fires once")
+
+	held, err := l.LockRange(ctx, rng("a", "c"), recordlock.Options{Scope: recordlock.ScopeNode, Lease: time.Second, Hold: true})
+	require.NoError(t, err)
+	assert.True(t, held.Hold())
+	clk.Advance(time.Second)
+	assert.True(t, held.IsLeaseExpired(), "a held range's lease lapses too")
+	assert.True(t, recordlock.ProbeTableEmpty(l))
+}
+
+// doneClosed reports whether h's Done channel is closed.
+func doneClosed(h *recordlock.Handle) bool { return recordlock.ProbeClosed(h.Done()) }

@@ -47,11 +47,14 @@ type LockInfo struct {
 	AcquiredAt     Timestamp     // minted when the key was taken; the round's TsR under a round
 	ExpiresAt      time.Time     // when the lease ends by the wall clock, for display (Handle.ExpiresAt)
 	Remaining      time.Duration // lease left on the holder's clock; 0 once it has lapsed
-	Waiters        int           // Lock calls and upgrades queued for the key; for a range lock, the queued requests that conflict with it
-	Token          uint64        // the cluster round's fencing token, 0 when none
-	Shared         bool          // a shared lock: the key may have other holders, each listed
-	IsRange        bool          // a range lock (Locker.LockRange) of the keys from Key up to RangeEnd
-	RangeEnd       []byte        // a copy of a range lock's End; nil for a lock of one key and for a range with no bound
+	// Waiters counts the Lock calls and upgrades queued for the key and the range requests queued
+	// over it that conflict with the holder; for a range lock, the queued requests that conflict
+	// with it (for keys inside it, and ranges that meet it).
+	Waiters  int
+	Token    uint64 // the cluster round's fencing token, 0 when none
+	Shared   bool   // a shared lock: the key may have other holders, each listed
+	IsRange  bool   // a range lock (Locker.LockRange): Key is its Start
+	RangeEnd []byte // a copy of a range lock's End; nil with no upper bound, and for a key
 }
 
 // Stats returns the figures of the Locker's database, summed over every shard of its table. Each

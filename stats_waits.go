@@ -19,8 +19,8 @@ type WaitInfo struct {
 	Shared         bool          // the request is for a shared lock
 	Upgrade        bool          // the request upgrades a shared lock its Txn holds to exclusive
 	Waited         time.Duration // time queued so far, on the waiting Locker's clock
-	IsRange        bool          // a range request (LockRange) of the keys from Key up to RangeEnd
-	RangeEnd       []byte        // a copy of a range request's End; nil for a key and for a range with no bound
+	IsRange        bool          // a range request (LockRange): Key is its Start
+	RangeEnd       []byte        // a copy of a range request's End; nil with no upper bound, and for a key
 }
 
 // Waits returns every request queued now in the Locker's database, of every Locker of it. It

@@ -8,7 +8,7 @@ import (
 	"github.com/linxGnu/grocksdb"
 )
 
-// A Txn's range locks (docs/DESIGN.md §16.2). They are kept apart from its key locks, in the order
+// A Txn's range locks (docs/DESIGN.md §16.1). They are kept apart from its key locks, in the order
 // taken, since a range is not a record: a Txn holds a few, and "which of my ranges covers this key"
 // is a scan of them. A Txn that never locked a range has none of this (Txn.ranges returns nil).
 
@@ -41,8 +41,9 @@ type txnRanges struct {
 // It fails as Locker.LockRange does (ErrInvalidKey for an invalid r, an *OptionError matching
 // ErrInvalidOptions for ScopeCluster or other invalid options, ErrTimeout, the ctx error,
 // ErrClosed), with ErrTxnDone once the Txn ended, and at once with an error matching ErrDeadlock
-// if waiting would close a cycle of Txns waiting for each other. On failure nothing new is locked
-// and the Txn keeps its other locks.
+// if waiting would close a cycle of Txns waiting for each other. An upgrade or a Hold of a range
+// whose lock ended meanwhile fails with ErrLeaseExpired or ErrReleased. On failure nothing new is
+// locked and the Txn keeps its other locks, unchanged.
 func (t *Txn) LockRange(ctx context.Context, r Range, opts Options) (*Handle, error) {
 	return t.lockRange(ctx, 0, r, opts)
 }

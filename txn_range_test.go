@@ -12,7 +12,7 @@ import (
 	"github.com/recordlock/recordlock"
 )
 
-// Range locks in a Txn (docs/DESIGN.md §16.2): re-entry and upgrade, keys inside a range, writes
+// Range locks in a Txn (docs/DESIGN.md §16.1): re-entry and upgrade, keys inside a range, writes
 // under it, Commit's check and fence, savepoints, deadlocks.
 
 // txnLockRangeAsync starts txn.LockRange in a goroutine and returns where its result arrives.
