@@ -330,22 +330,17 @@ func (t *Txn) Rollback() {
 // end ends the Txn: it drops the staged writes and releases non-hold locks.
 func (t *Txn) end() {
 	t.done = true
-	endLocks(t.locks.items)
-	if rs := t.ranges(); rs != nil {
-		endLocks(rs.items)
-	}
-	t.locks = keyList[txnLock]{}
-	t.writes = keyList[stagedWrite]{}
-	t.rare = nil
-}
-
-// endLocks releases the locks of an ending Txn that were not taken with Hold, and disowns them all.
-func endLocks(locks []txnLock) {
-	for _, x := range locks {
+	for _, x := range t.locks.items {
 		// A released or expired handle has nothing to give back (Commit may have released it).
 		if !x.h.dead() && !x.h.Hold() {
 			x.h.Release()
 		}
 		x.h.disown() // a held lock outlives the Txn with no owner
 	}
+	if rs := t.ranges(); rs != nil {
+		rs.end()
+	}
+	t.locks = keyList[txnLock]{}
+	t.writes = keyList[stagedWrite]{}
+	t.rare = nil
 }
