@@ -22,12 +22,14 @@ func (w stagedWrite) entryKey() []byte { return w.kv[:w.klen:w.klen] }
 func (w stagedWrite) value() []byte { return w.kv[w.klen:] }
 
 // Put stages key=value for Commit. The write is protected by this Txn's lock of key, which must
-// still authorize writes. The caller may reuse key and value once Put returns. On failure nothing
-// is staged, and the error is ErrInvalidKey for an empty key, ErrTxnDone once the Txn ended,
-// ErrClosed once the Locker is closed, ErrLeaseExpired when the lease of the Txn's lock of key
-// has ended, ErrReleased when that lock was released, or an error matching ErrNotLocked when
-// the Txn never locked key (unless TxnOptions.AllowUnlockedWrites) or holds it only shared (a
-// shared lock protects reads; Lock the key without Shared to upgrade it).
+// still authorize writes, or else by a live exclusive range lock of the Txn (Txn.LockRange) that
+// covers key. The caller may reuse key and value once Put returns. On failure nothing is staged,
+// and the error is ErrInvalidKey for an empty key, ErrTxnDone once the Txn ended, ErrClosed once
+// the Locker is closed, ErrLeaseExpired when the lease of the Txn's lock of key (or, with none,
+// of a range lock covering it) has ended, ErrReleased when that lock was released, or an error
+// matching ErrNotLocked when the Txn never locked key (unless TxnOptions.AllowUnlockedWrites) or
+// holds it, or a range over it, only shared (a shared lock protects reads; Lock the key or range
+// without Shared to upgrade it).
 func (t *Txn) Put(key, value []byte) error { return t.stage(nil, key, value, false) }
 
 // Delete stages the deletion of key for Commit, under the same rules, and with the same errors, as
