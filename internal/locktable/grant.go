@@ -20,13 +20,32 @@ func (e *keyEntry) admits(h *Hold, c *Tenant, mono time.Duration) bool {
 	return e.holder == nil && (e.head == nil || !e.head.pastBargeWindow(c, mono))
 }
 
-// serve grants what the head of e's queue can have now (docs/DESIGN.md §15.2): an upgrade whose
+// serve serves e's queue and, in range mode, the range requests its key may have held up.
+func (sh *shard) serve(e *keyEntry) {
+	if e.ranged() == nil {
+		sh.serveKey(e)
+		return
+	}
+	sp := e.ranged().space
+	sh.serveKey(e)
+	sh.serveRanges(sp)
+}
+
+// rangeKeeps reports whether, in range mode, a range keeps w, queued for e's key, from it.
+func (sh *shard) rangeKeeps(e *keyEntry, w *waiter, c *Tenant) bool {
+	if e.ranged() == nil {
+		return false
+	}
+	return e.ranged().space.keyBlocked(sh, w.h, e.ranged().key, w.seq, false, c, 0)
+}
+
+// serveKey grants what the head of e's queue can have now (docs/DESIGN.md §15.2): an upgrade whose
 // share is the only one left, or while the key is free or held shared, the shared requests at
 // the head up to the next exclusive one, together; or, while the key is free, the oldest
 // exclusive request, directly once it has waited bargeWindow, and before that woken to compete
 // with newcomers. Nothing else is woken. Waiters of a closed Locker are failed, never granted. A
 // key with neither holder nor waiters leaves the table.
-func (sh *shard) serve(e *keyEntry) {
+func (sh *shard) serveKey(e *keyEntry) {
 	for !e.wakePending {
 		w := e.head
 		if w == nil {
@@ -49,6 +68,8 @@ func (sh *shard) serve(e *keyEntry) {
 				continue
 			case e.shares != 1 || up.Lapsed():
 				return // other shares are left, or its own lapse is about to fail it
+			case sh.rangeKeeps(e, w, c):
+				return
 			}
 			sh.dequeue(e, w)
 			sh.unschedule(w.h)
@@ -60,9 +81,11 @@ func (sh *shard) serve(e *keyEntry) {
 			if e.heldExclusively() {
 				return
 			}
-			sh.grantShared(e)
+			if !sh.grantShared(e) {
+				return // a range keeps the head from the key
+			}
 		default:
-			if e.holder != nil {
+			if e.holder != nil || sh.rangeKeeps(e, w, c) {
 				return
 			}
 			wall, mono := ReadClock(c.clock)
@@ -82,7 +105,7 @@ func (sh *shard) serve(e *keyEntry) {
 
 // grantShared grants the shared requests at the head of e's queue, up to the next exclusive
 // one. Their deadlines are watched when a request stays queued behind them.
-func (sh *shard) grantShared(e *keyEntry) {
+func (sh *shard) grantShared(e *keyEntry) (served bool) {
 	end := e.head
 	for end != nil && end.shared {
 		end = end.next
@@ -93,9 +116,13 @@ func (sh *shard) grantShared(e *keyEntry) {
 			sh.drop(w, waitClosed)
 			continue
 		}
+		if sh.rangeKeeps(e, w, c) {
+			return false // nothing behind it passes it
+		}
 		wall, mono := ReadClock(c.clock)
 		sh.unqueueGranted(e, w, mono)
 		sh.grant(e, w.h, wall, mono, w.lease, end != nil)
 		w.finish(waitGranted)
 	}
+	return true
 }

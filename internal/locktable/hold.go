@@ -23,8 +23,10 @@ type Hold struct {
 	// AskedLease).
 	leaseHi uint8
 	leaseLo uint32
-	hash    uint64
-	cf      uint32 // column family ID: a record is (cf, key)
+	// hash places the record in its shard: set by Acquire, and changed only with every shard's
+	// mutex held, when its column family enters range mode (rangemode.go); see lockShard.
+	hash atomic.Uint64
+	cf   uint32 // column family ID: a record is (cf, key)
 
 	// Written under the shard mutex, read without it: the flags below in the low bits, a
 	// sharer's place in the high ones (holders.go).
@@ -68,6 +70,8 @@ type Cold struct {
 	RoundExpiresAt int64
 	LastVer        int64 // valid with FlagHasVersion
 	Floor          int64 // the candidate floor
+
+	span *span // a range hold's key set, from InitRange on
 }
 
 // A hold is dead, and authorizes no new write, once it is released or expired. The key goes back
@@ -190,10 +194,27 @@ func (h *Hold) Cold() *Cold {
 // ColdIfAny returns h's cold part, or nil if it has none, with the shard mutex held.
 func (h *Hold) ColdIfAny() *Cold { return h.cold }
 
-func (h *Hold) shard() *shard { return h.ten.tab.shard(h.hash) }
+func (h *Hold) shard() *shard { return h.ten.tab.shard(h.hash.Load()) }
+
+// lockShard takes the mutex of h's shard and returns the shard. The record moves to another shard
+// only with every mutex held (rangemode.go), so once the mutex of the shard h names is held, h
+// stays there until it is released.
+func (h *Hold) lockShard() *shard {
+	sh := h.shard()
+	sh.mu.Lock()
+	for {
+		now := h.shard()
+		if now == sh {
+			return sh
+		}
+		sh.mu.Unlock()
+		sh = now
+		sh.mu.Lock()
+	}
+}
 
 // Lock takes the mutex of h's shard.
-func (h *Hold) Lock() { h.shard().mu.Lock() }
+func (h *Hold) Lock() { h.lockShard() }
 
 // Unlock releases the mutex of h's shard, then runs the release hooks and debug records queued
 // while it was held.
@@ -226,8 +247,7 @@ func (h *Hold) Disown() {
 	if h.owner == nil {
 		return
 	}
-	sh := h.shard()
-	sh.mu.Lock()
+	sh := h.lockShard()
 	h.owner = nil
 	sh.mu.Unlock()
 }
@@ -242,8 +262,7 @@ var closedChan = func() chan struct{} {
 // Done returns a channel that is closed as soon as h stops authorizing writes: release, lease
 // lapse or revocation.
 func (h *Hold) Done() <-chan struct{} {
-	sh := h.shard()
-	sh.mu.Lock()
+	sh := h.lockShard()
 	defer sh.unlockAndRunDeferred()
 	if h.Dead() || h.settle(sh) {
 		return closedChan
@@ -291,13 +310,13 @@ func (h *Hold) IsLeaseExpired() bool {
 // expired or revoked, or is past its deadline (it then completes the expiry). If another
 // goroutine is inside a fence on h, Release waits for the fence to end.
 func (h *Hold) Release() bool {
-	sh := h.shard()
 	// The clock is read before the mutex, which keeps the read out of the critical section that
 	// every lock and release of the shard's keys queues behind. Release takes effect at that
 	// reading: an expiry anyone observed since then was settled under the mutex and is seen below.
 	// Waiting out a fence can take long, so the clock is read again after one.
 	now := h.ten.clock.Mono()
-	if h.lockForChange(sh) {
+	sh, waited := h.lockForChange()
+	if waited {
 		now = h.ten.clock.Mono()
 	}
 	ok := !h.Dead() && !h.settleAt(sh, now)
@@ -320,8 +339,7 @@ func (h *Hold) releaseLocked(sh *shard) {
 // release hook fires; after a Release it only settles the flag. It waits for a fence running in
 // another goroutine. Idempotent.
 func (h *Hold) Revoke() {
-	sh := h.shard()
-	h.lockForChange(sh)
+	sh, _ := h.lockForChange()
 	if h.flags()&FlagExpired == 0 {
 		h.SetFlags(FlagExpired)
 		sh.counts.revoked++
@@ -361,8 +379,7 @@ func (h *Hold) DeadErr() error {
 
 // WaitedOn reports whether a request is queued for the key h holds or waits for.
 func (h *Hold) WaitedOn() bool {
-	sh := h.shard()
-	sh.mu.Lock()
+	sh := h.lockShard()
 	defer sh.mu.Unlock()
 	return h.e != nil && h.e.head != nil // the entry's wait queue: requests only, not holders
 }

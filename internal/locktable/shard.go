@@ -47,6 +47,8 @@ type shardState struct {
 	ownEntries [2]keyEntry
 	deferred   []deferredCall // release hooks and debug records to run once mu is released
 	counts     shardCounts    // what only contended and failing calls count
+	// spaces are the column families in range mode whose home this shard is (rangemode.go).
+	spaces map[uint32]*rangeSpace
 }
 
 // init makes the shard part of t and its own entries spare, before the table is used.
@@ -54,11 +56,12 @@ func (sh *shard) init(t *Table) {
 	sh.tab = t
 	for i := range sh.ownEntries {
 		e := &sh.ownEntries[i]
-		e.nextSpare, sh.spareOwn = sh.spareOwn, e
+		e.setNextSpare(sh.spareOwn)
+		sh.spareOwn = e
 	}
 }
 
-func (sh *shard) lookup(h *Hold) *keyEntry { return sh.index.find(h.hash, h.cf, h.key()) }
+func (sh *shard) lookup(h *Hold) *keyEntry { return sh.index.find(h.hash.Load(), h.cf, h.key()) }
 
 // Acquire takes h's key for a lease of lease, or with wait queues for it until it is granted,
 // timeout passes on the tenant's clock, ctx is done or the tenant closes. With ctxBounds (the
@@ -67,17 +70,28 @@ func (sh *shard) lookup(h *Hold) *keyEntry { return sh.index.find(h.hash, h.cf, 
 // failure it returns ErrClosed, ErrLocked (the key is busy and !wait), ErrTimeout, ctx's error or
 // a *DeadlockError, and h holds nothing and waits for nothing, except that a grant that raced
 // with the tenant's close returns ErrGrantedAfterClose with the key held, for the caller to
-// release.
+// release. A range hold takes its range the same way (rangegrant.go).
 func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
+	if h.flags()&FlagRange != 0 {
+		return h.acquireRange(ctx, lease, timeout, wait, ctxBounds)
+	}
 	c := h.ten
 	hash := c.tab.hash(h.cf, h.key())
-	h.hash = hash
+	routes := c.tab.modes.routes.Load()
+	if routes != nil {
+		hash = routes.route(h.cf, hash)
+	}
+	h.hash.Store(hash)
 	sh := c.tab.shard(hash)
 	// Read before the mutex, which keeps the read out of the critical section every Lock and
 	// Release of the shard queues behind. The lease is measured from this reading, so it can only
 	// be shorter for the time spent waiting for the mutex, and timers are armed from a fresh one.
 	wall, mono := ReadClock(c.clock)
 	sh.mu.Lock()
+	if routes != c.tab.modes.routes.Load() {
+		sh.mu.Unlock()
+		return h.Acquire(ctx, lease, timeout, wait, ctxBounds) // a column family entered range mode
+	}
 	if c.closed.Load() {
 		sh.mu.Unlock()
 		return 0, ErrClosed
@@ -86,9 +100,29 @@ func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, 
 	if e != nil && e.holder != nil && sh.settleHolders(e, h, c, mono) {
 		e = sh.lookup(h) // settling may have emptied and removed the entry
 	}
+	var sp *rangeSpace
+	if sh.spaces != nil {
+		if sp = sh.spaces[h.cf]; sp != nil && sp.keyBlocked(sh, h, h.key(), newest, true, c, mono) {
+			e = sh.lookup(h) // settling lapsed ranges may have changed the entry
+			if !wait {
+				sh.unlockAndRunDeferred()
+				return 0, ErrLocked
+			}
+			if e == nil {
+				e = sh.newRangedEntry(sp, h)
+			}
+			return mono, sh.wait(ctx, e, h, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
+		}
+	}
+	if sp != nil {
+		e = sh.lookup(h) // settling lapsed ranges may have changed the entry
+	}
 	switch {
+	case e == nil && sp != nil:
+		e = sh.newRangedEntry(sp, h)
+		sh.grant(e, h, wall, mono, lease, false)
 	case e == nil:
-		e = sh.newEntry(h.hash)
+		e = sh.newEntry(hash)
 		sh.grant(e, h, wall, mono, lease, false)
 		sh.index.insert(e)
 	case e.admits(h, c, mono):
@@ -175,8 +209,12 @@ func (sh *shard) watchHolders(e *keyEntry) {
 func (sh *shard) giveBack(h *Hold, set uint32) {
 	e := h.e
 	f := h.flags()
-	if f&FlagShared != 0 {
-		sh.giveBackShare(h, e, f, set)
+	if f&(FlagShared|FlagRange) != 0 {
+		if f&FlagRange != 0 {
+			sh.giveBackRange(h, f, set)
+		} else {
+			sh.giveBackShare(h, e, f, set)
+		}
 		return
 	}
 	if e == nil || e.holder != h {
@@ -266,7 +304,7 @@ func (sh *shard) evict(c *Tenant, held []*Hold) []*Hold {
 			}
 		}
 	}
-	return held
+	return sh.evictRanges(c, held)
 }
 
 // Unbounded is the timeout of a wait that only its ctx bounds: no clock reaches it (about 146

@@ -12,15 +12,16 @@ func (sh *shard) newEntry(hash uint64) *keyEntry {
 	e := sh.spareOwn
 	switch {
 	case e != nil:
-		sh.spareOwn = e.nextSpare
+		sh.spareOwn = e.nextSpare()
 	case sh.spare != nil:
 		e = sh.spare
-		sh.spare = e.nextSpare
+		sh.spare = e.nextSpare()
 		sh.nSpare--
 	default:
 		return &keyEntry{hash: hash}
 	}
-	e.nextSpare, e.hash = nil, hash
+	e.setNextSpare(nil)
+	e.hash = hash
 	return e
 }
 
@@ -39,13 +40,24 @@ func (sh *shard) owns(e *keyEntry) bool {
 // whose keys come and go returns to its idle size.
 func (sh *shard) remove(e *keyEntry) {
 	sh.index.remove(e)
+	if e.ranged() != nil {
+		e.ranged().space.keys.Delete(e)
+	}
+	sh.recycle(e)
+}
+
+// recycle keeps e, out of the index and with neither holder nor waiters, for reuse.
+func (sh *shard) recycle(e *keyEntry) {
 	// e has no holder and no waiters, so its pointers are nil already but for the link.
 	e.wakePending = false
+	e.setRanged(nil)
 	switch {
 	case sh.owns(e):
-		e.nextSpare, sh.spareOwn = sh.spareOwn, e
+		e.setNextSpare(sh.spareOwn)
+		sh.spareOwn = e
 	case sh.nSpare < maxSpare:
-		e.nextSpare, sh.spare = sh.spare, e
+		e.setNextSpare(sh.spare)
+		sh.spare = e
 		sh.nSpare++
 	}
 	if sh.index.n == 0 {

@@ -59,6 +59,7 @@ func (t *Table) VisitHolders(i int, f func(h *Hold, waiters int)) {
 	if sh.held == 0 {
 		return
 	}
+	sh.visitRanges(f)
 	var entries []*keyEntry // collected first: settling can take an entry out of the index
 	sh.index.all(func(e *keyEntry) {
 		if e.holder != nil {
@@ -103,6 +104,7 @@ func (t *Table) VisitWaits(i int, wait func(QueuedRequest), holder func(h *Hold,
 	sh := &t.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	sh.visitRangeWaits(wait, holder)
 	sh.index.all(func(e *keyEntry) {
 		if e.head == nil {
 			return

@@ -40,6 +40,7 @@ type Table struct {
 	shards [ShardCount]shard
 	clocks clockSlots
 	graph  waitGraph // the wait-for graph of the database's owners
+	modes  rangeModes
 
 	hookFailures atomic.Uint64 // hooks fail rarely, so one shared counter is cheap
 	faultOnce    sync.Once     // a table fault is logged once per database

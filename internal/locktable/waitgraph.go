@@ -52,7 +52,7 @@ func (g *waitGraph) enter(sh *shard, h *Hold) error {
 		return nil
 	}
 	delete(g.waiting, h.owner)
-	sh.mu.Lock()
+	sh = h.lockShard()
 	w := h.w
 	if w == nil { // granted, timed out or closed since: the wait loop reports it
 		sh.mu.Unlock()
@@ -90,10 +90,9 @@ func (g *waitGraph) leave(h *Hold) {
 // conflicts with no holder of a record held shared, which is why it needs the edge to the
 // exclusive request it queued behind; that one waits for the rest.
 func (g *waitGraph) blockers(t Owner, h *Hold, out []Owner) []Owner {
-	sh := h.shard()
-	sh.mu.Lock()
+	sh := h.lockShard()
 	defer sh.mu.Unlock()
-	if h.w == nil || h.e == nil {
+	if h.w == nil || (h.e == nil && h.w.space == nil) {
 		return out
 	}
 	w, e := h.w, h.e
@@ -109,6 +108,13 @@ func (g *waitGraph) blockers(t Owner, h *Hold, out []Owner) []Owner {
 		if !x.lapsedAt(x.monoFor(h.ten, now)) {
 			add(x.owner)
 		}
+	}
+	if w.space != nil {
+		w.space.rangeEdges(h, w, add, addHolder)
+		return out
+	}
+	if e.ranged() != nil {
+		e.ranged().space.rangeEdges(h, w, add, addHolder)
 	}
 	switch {
 	case e.holder == nil:

@@ -44,6 +44,11 @@ type waiter struct {
 	// exclusive request ahead moved to another waiting owner (recheckBehind). checking is set
 	// while that search runs, so that the table's probes do not count the wait as settled.
 	recheck, checking bool
+	// seq is the request's place in the order of arrival of its column family, in range mode
+	// (rangegrant.go); 0 for one queued before it entered range mode, and for an upgrade.
+	seq uint64
+	// space is the column family of a queued range request; nil for a key's request.
+	space *rangeSpace
 }
 
 // mode reports what w asks for: a shared lock, or the upgrade of a shared lock its Txn holds.
@@ -73,20 +78,29 @@ func (w *waiter) pastBargeWindow(c *Tenant, mono time.Duration) bool {
 // first checked for a deadlock. It is called with mu held and returns with it released.
 func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Hold, lease, deadline, mono time.Duration) error {
 	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&FlagShared != 0}
+	if e.ranged() != nil {
+		w.seq = e.ranged().space.nextSeq()
+	}
 	sh.enqueue(e, w)
 	return sh.sleep(ctx, e, w, deadline)
 }
 
-// sleep arms the timeout of w, queued for e's key, at deadline and blocks until w is granted, the
-// timeout passes, ctx is done, the Locker closes or, for an upgrade, its share ends. A Txn's wait
-// is first checked for a deadlock. It is called with mu held and returns with it released.
+// sleep arms the timeout of w, queued for e's key (for a range request, e is nil), at deadline and
+// blocks until w is granted, the timeout passes, ctx is done, the Locker closes or, for an
+// upgrade, its share ends. A Txn's wait is first checked for a deadlock. It is called with mu
+// held and returns with it released. The record may move to another shard meanwhile
+// (rangemode.go), so the shard and entry are looked up again whenever the mutex is taken again.
 func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline time.Duration) error {
 	h := w.h
 	c := h.ten
 	h.w, h.e = w, e
 	h.deadline.Store(int64(deadline)) // the wait's timeout until the key is granted
 	sh.schedule(h)
-	sh.watchHolders(e) // the key must pass on at the holders' deadlines
+	if e != nil {
+		sh.watchHolders(e) // the key must pass on at the holders' deadlines
+	} else {
+		sh.watchSpan(w.space, h)
+	}
 	if h.owner == nil {
 		sh.countWaiting(w)
 	}
@@ -96,7 +110,7 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 			return err
 		}
 		defer sh.tab.graph.leave(h)
-		sh.mu.Lock()
+		sh = h.lockShard()
 		if h.w == w {
 			sh.countWaiting(w)
 		}
@@ -107,7 +121,7 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 		case <-w.wake:
 		case <-ctx.Done():
 		}
-		sh.mu.Lock()
+		sh = h.lockShard()
 		switch w.state {
 		case waitGranted:
 			sh.unlockAndRunDeferred()
@@ -134,7 +148,8 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 				sh.unlockAndRunDeferred()
 				return ErrClosed
 			}
-			if e.holder == nil {
+			e = h.e
+			if e.holder == nil && !sh.rangeKeeps(e, w, c) {
 				wall, now := ReadClock(c.clock)
 				sh.unqueueGranted(e, w, now)
 				h.w = nil
@@ -159,7 +174,7 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 			if err := sh.tab.graph.enter(sh, h); err != nil {
 				return err
 			}
-			sh.mu.Lock()
+			sh = h.lockShard()
 			w.checking = false
 			sh.mu.Unlock()
 		}
@@ -335,6 +350,11 @@ func (sh *shard) countWaiting(w *waiter) {
 // abandon removes a waiter that gives up (timeout, ctx, Close, deadlock) and serves the key's
 // queue: it may have been the one woken for the key, or held up requests behind it.
 func (sh *shard) abandon(w *waiter, outcome waitState) {
+	if sp := w.space; sp != nil {
+		sh.dropRange(w, outcome)
+		sh.serveAfterRange(sp, w.h.key(), w.h.cold.span.end)
+		return
+	}
 	e := w.h.e
 	sh.drop(w, outcome)
 	sh.serve(e)
@@ -342,6 +362,10 @@ func (sh *shard) abandon(w *waiter, outcome waitState) {
 
 // drop takes w out of the queue with the given outcome, without serving the queue.
 func (sh *shard) drop(w *waiter, outcome waitState) {
+	if w.space != nil {
+		sh.dropRange(w, outcome)
+		return
+	}
 	e := w.h.e
 	behind := w.next
 	sh.dequeue(e, w)
@@ -351,6 +375,11 @@ func (sh *shard) drop(w *waiter, outcome waitState) {
 	w.h.e = nil
 	sh.unschedule(w.h)
 	w.finish(outcome)
+	sh.countOutcome(outcome)
+}
+
+// countOutcome counts a wait that ended ungranted.
+func (sh *shard) countOutcome(outcome waitState) {
 	switch outcome {
 	case waitTimedOut:
 		sh.counts.timeouts++

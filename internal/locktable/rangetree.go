@@ -1,0 +1,181 @@
+package locktable
+
+import "bytes"
+
+// rangeTree holds the range locks and queued range requests of one column family, ordered by
+// start, as a treap whose every node knows the largest end in its subtree. That is what finds the
+// ranges that meet a key or a span in O(log R + m) for m found, where a tree ordered by start
+// alone would step over every range that starts before the span and ends before it too; the
+// ordered containers we could take (google/btree, tidwall/btree) keep no such per-subtree value.
+type rangeTree struct {
+	root *rangeItem
+	n    int
+	rnd  uint64 // the state of the priorities' generator
+}
+
+// rangeItem is a range hold's node in its column family's tree, held or queued.
+type rangeItem struct {
+	h   *Hold
+	w   *waiter // the queued request, nil once granted
+	seq uint64  // the request's place in the column family's order of arrival
+	id  uint64  // orders items of one start
+
+	left, right  *rangeItem
+	prio         uint64
+	maxEnd       []byte // the largest end in the subtree, unless maxUnbounded
+	maxUnbounded bool
+	inTree       bool
+}
+
+func (it *rangeItem) start() []byte { return it.h.key() }
+func (it *rangeItem) end() []byte   { return it.h.cold.span.end }
+
+// before orders items by start, then by id.
+func (it *rangeItem) before(o *rangeItem) bool {
+	if c := bytes.Compare(it.start(), o.start()); c != 0 {
+		return c < 0
+	}
+	return it.id < o.id
+}
+
+// fix recomputes it's subtree end from its own and its children's.
+func (it *rangeItem) fix() {
+	it.maxEnd, it.maxUnbounded = it.end(), it.end() == nil
+	for _, c := range [2]*rangeItem{it.left, it.right} {
+		if c == nil || it.maxUnbounded {
+			continue
+		}
+		if c.maxUnbounded {
+			it.maxEnd, it.maxUnbounded = nil, true
+		} else if bytes.Compare(c.maxEnd, it.maxEnd) > 0 {
+			it.maxEnd = c.maxEnd
+		}
+	}
+}
+
+func (t *rangeTree) insert(it *rangeItem) {
+	t.rnd = t.rnd*6364136223846793005 + 1442695040888963407
+	it.prio, it.left, it.right, it.inTree = t.rnd>>1|1, nil, nil, true
+	t.root = insertItem(t.root, it)
+	t.n++
+}
+
+func insertItem(n, it *rangeItem) *rangeItem {
+	if n == nil {
+		it.fix()
+		return it
+	}
+	if it.before(n) {
+		n.left = insertItem(n.left, it)
+		if n.left.prio > n.prio {
+			n = rotateRight(n)
+		}
+	} else {
+		n.right = insertItem(n.right, it)
+		if n.right.prio > n.prio {
+			n = rotateLeft(n)
+		}
+	}
+	n.fix()
+	return n
+}
+
+func rotateRight(n *rangeItem) *rangeItem {
+	l := n.left
+	n.left, l.right = l.right, n
+	n.fix()
+	return l
+}
+
+func rotateLeft(n *rangeItem) *rangeItem {
+	r := n.right
+	n.right, r.left = r.left, n
+	n.fix()
+	return r
+}
+
+// remove takes it out of the tree; a no-op for an item that is not in it.
+func (t *rangeTree) remove(it *rangeItem) {
+	if !it.inTree {
+		return
+	}
+	t.root = removeItem(t.root, it)
+	it.left, it.right, it.inTree = nil, nil, false
+	t.n--
+}
+
+func removeItem(n, it *rangeItem) *rangeItem {
+	if n == nil {
+		return nil
+	}
+	switch {
+	case n == it:
+		return joinItems(n.left, n.right)
+	case it.before(n):
+		n.left = removeItem(n.left, it)
+	default:
+		n.right = removeItem(n.right, it)
+	}
+	n.fix()
+	return n
+}
+
+func joinItems(a, b *rangeItem) *rangeItem {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	case a.prio > b.prio:
+		a.right = joinItems(a.right, b)
+		a.fix()
+		return a
+	default:
+		b.left = joinItems(a, b.left)
+		b.fix()
+		return b
+	}
+}
+
+// meeting calls f on every item whose span meets [start, end) (end nil: no bound), in order of
+// start, until f returns false.
+func (t *rangeTree) meeting(start, end []byte, f func(*rangeItem) bool) {
+	meetingIn(t.root, start, end, f)
+}
+
+func meetingIn(n *rangeItem, start, end []byte, f func(*rangeItem) bool) bool {
+	if n == nil || (!n.maxUnbounded && bytes.Compare(n.maxEnd, start) <= 0) {
+		return true // nothing below ends after start
+	}
+	if !meetingIn(n.left, start, end, f) {
+		return false
+	}
+	if end != nil && bytes.Compare(n.start(), end) >= 0 {
+		return true // this and everything to its right start at or after end
+	}
+	if spansMeet(n.start(), n.end(), start, end) && !f(n) {
+		return false
+	}
+	return meetingIn(n.right, start, end, f)
+}
+
+// containing calls f on every item whose span holds key, until f returns false.
+func (t *rangeTree) containing(key []byte, f func(*rangeItem) bool) {
+	containingIn(t.root, key, f)
+}
+
+func containingIn(n *rangeItem, key []byte, f func(*rangeItem) bool) bool {
+	if n == nil || (!n.maxUnbounded && bytes.Compare(n.maxEnd, key) <= 0) {
+		return true
+	}
+	if !containingIn(n.left, key, f) {
+		return false
+	}
+	if bytes.Compare(n.start(), key) > 0 {
+		return true
+	}
+	if (n.end() == nil || bytes.Compare(key, n.end()) < 0) && !f(n) {
+		return false
+	}
+	return containingIn(n.right, key, f)
+}
