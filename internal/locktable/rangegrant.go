@@ -179,6 +179,7 @@ func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, w
 	}
 	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&FlagShared != 0, space: sp}
 	it.w, it.seq = w, sp.nextSeq()
+	w.seq = it.seq // the wait graph reads the requests ahead by the waiter's place
 	sp.ranges.insert(it)
 	sp.queue = append(sp.queue, it)
 	return mono, sh.sleep(ctx, nil, w, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)))
