@@ -58,9 +58,12 @@ func (g *waitGraph) enter(sh *shard, h *Hold) error {
 		sh.mu.Unlock()
 		return nil
 	}
-	err := &DeadlockError{Cycle: cycle, Waiters: h.e.queued() - 1} // w is still queued
-	if hd := h.e.holder; hd != nil {
-		err.HolderAge = time.Duration(h.ten.clock.Now().UnixNano() - hd.acquiredAt)
+	err := &DeadlockError{Cycle: cycle}
+	if e := h.e; e != nil { // a key's request; a range request has no one key to count
+		err.Waiters = e.queued() - 1 // w is still queued
+		if hd := e.holder; hd != nil {
+			err.HolderAge = time.Duration(h.ten.clock.Now().UnixNano() - hd.acquiredAt)
+		}
 	}
 	sh.abandon(w, waitDeadlock)
 	sh.unlockAndRunDeferred()
