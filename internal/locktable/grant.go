@@ -91,7 +91,7 @@ func (sh *shard) serveKey(e *keyEntry) {
 			wall, mono := ReadClock(c.clock)
 			if w.pastBargeWindow(c, mono) {
 				sh.unqueueGranted(e, w, mono)
-				sh.grant(e, w.h, wall, mono, w.lease, e.head != nil)
+				sh.grant(e, w.h, wall, mono, w.lease, e.head != nil || e.rangeWaitsOver())
 				w.finish(waitGranted)
 				return
 			}
@@ -121,7 +121,7 @@ func (sh *shard) grantShared(e *keyEntry) (served bool) {
 		}
 		wall, mono := ReadClock(c.clock)
 		sh.unqueueGranted(e, w, mono)
-		sh.grant(e, w.h, wall, mono, w.lease, end != nil)
+		sh.grant(e, w.h, wall, mono, w.lease, end != nil || e.rangeWaitsOver())
 		w.finish(waitGranted)
 	}
 	return true

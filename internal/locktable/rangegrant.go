@@ -325,3 +325,19 @@ func (sh *shard) watchSpan(sp *rangeSpace, h *Hold) {
 		return true
 	})
 }
+
+// rangeWaitsOver reports whether, in range mode, a range request over e's key is queued: a
+// holder the key's queue is granted then must be watched, since that request may wait for it to
+// lapse as well (range requests watch only the holders there when they queue, watchSpan).
+func (e *keyEntry) rangeWaitsOver() bool {
+	rk := e.ranged()
+	if rk == nil || len(rk.space.queue) == 0 {
+		return false
+	}
+	queued := false
+	rk.space.ranges.containing(rk.key, func(it *rangeItem) bool {
+		queued = it.w != nil
+		return !queued
+	})
+	return queued
+}
