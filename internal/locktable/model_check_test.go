@@ -78,11 +78,15 @@ func (m *modelRun) settle(rt *rapid.T) {
 
 // queuedInTable reports whether r is queued in the table, counted, asleep.
 func (m *modelRun) queuedInTable(r *mReq) bool {
+	if r.target >= modelKeys {
+		return m.rangeQueuedInTable(r)
+	}
 	key := modelKey(r.target)
-	sh := m.tab.shard(m.tab.hash(0, key))
+	hash := m.tab.placed(0, key)
+	sh := m.tab.shard(hash)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.index.find(m.tab.hash(0, key), 0, key)
+	e := sh.index.find(hash, 0, key)
 	if e == nil {
 		return false
 	}
@@ -100,9 +104,10 @@ func (m *modelRun) compare(rt *rapid.T) {
 	for k := range modelKeys {
 		var got, want []string
 		key := modelKey(k)
-		sh := m.tab.shard(m.tab.hash(0, key))
+		hash := m.tab.placed(0, key)
+		sh := m.tab.shard(hash)
 		sh.mu.Lock()
-		if e := sh.index.find(m.tab.hash(0, key), 0, key); e != nil {
+		if e := sh.index.find(hash, 0, key); e != nil {
 			var hs []string
 			for _, h := range e.appendHolders(nil) {
 				if h.dueAt() > m.now {
@@ -137,6 +142,7 @@ func (m *modelRun) compare(rt *rapid.T) {
 			rt.Fatalf("key %s: the table has %v, the model %v\n%s", key, got, want, m.describe())
 		}
 	}
+	m.compareRanges(rt)
 }
 
 // checkNamesCycle requires dl, the error of victim r, to name a cycle of the model's state: it

@@ -12,9 +12,9 @@ import (
 // with it. Where no range is involved, the rules of keys alone (per key a FIFO queue, upgrades
 // ahead, served from its head) decide too, and the two must agree (model_test.go drives them).
 
-// conflicts reports whether a lock of owner oa (0: none) on target ta, exclusive when xa, and one
+// modelConflicts reports whether a lock of owner oa (0: none) on target ta, exclusive when xa, and one
 // of owner ob on tb, exclusive when xb, conflict. Two locks of no owner are of two owners.
-func conflicts(oa, ta int, xa bool, ob, tb int, xb bool) bool {
+func modelConflicts(oa, ta int, xa bool, ob, tb int, xb bool) bool {
 	if oa != 0 && oa == ob {
 		return false
 	}
@@ -23,12 +23,12 @@ func conflicts(oa, ta int, xa bool, ob, tb int, xb bool) bool {
 
 // blockedBy reports whether holder h stops r: an upgrade is not stopped by the hold it upgrades.
 func (r *mReq) blockedBy(h *mHold) bool {
-	return h != r.up && conflicts(r.owner, r.target, r.exclusive(), h.owner, h.target, !h.shared)
+	return h != r.up && modelConflicts(r.owner, r.target, r.exclusive(), h.owner, h.target, !h.shared)
 }
 
 // behind reports whether r must be served after q, queued ahead of it.
 func (r *mReq) behind(q *mReq) bool {
-	return conflicts(r.owner, r.target, r.exclusive(), q.owner, q.target, q.exclusive())
+	return modelConflicts(r.owner, r.target, r.exclusive(), q.owner, q.target, q.exclusive())
 }
 
 // blocked reports whether r must wait, given the requests queued ahead of it.

@@ -73,7 +73,10 @@ func (m *modelRun) newHold(o, t int, shared bool) *Hold {
 	if o != 0 {
 		owner = m.owners[o]
 	}
-	return m.l.newHold(modelKey(t), testOptions{Shared: shared}, owner)
+	if t < modelKeys {
+		return m.l.newHold(modelKey(t), testOptions{Shared: shared}, owner)
+	}
+	return m.newRangeHold(owner, spanOf(t), shared)
 }
 
 // lock is a lock request of owner o (0: none) for target t, or by an owner that holds t shared an
@@ -175,7 +178,11 @@ func (m *modelRun) cancel(rt *rapid.T, r *mReq) {
 // stepAdvance moves the clock by up to d, and onto the next deadline (a lease's end or a wait's
 // timeout) if that comes first, which then ends.
 func (m *modelRun) stepAdvance(rt *rapid.T) {
-	d := time.Duration(rapid.SampledFrom([]int{1, 10, 40}).Draw(rt, "advance")) * time.Millisecond
+	m.advance(rt, time.Duration(rapid.SampledFrom([]int{1, 10, 40}).Draw(rt, "advance"))*time.Millisecond)
+}
+
+// advance moves the clock by up to d, and onto the next deadline if that comes first.
+func (m *modelRun) advance(rt *rapid.T, d time.Duration) {
 	next, nextHold, nextReq := m.now+d, (*mHold)(nil), (*mReq)(nil)
 	for _, h := range m.holds {
 		if h.deadline <= next {

@@ -72,7 +72,7 @@ var modelRanges = []mSpan{
 }
 
 // modelTargets counts the keys and ranges a lock of the check is for.
-var modelTargets = modelKeys
+var modelTargets = modelKeys + len(modelRanges)
 
 // mSpan is the set of keys a lock covers: start <= k < end, end nil for no upper bound.
 type mSpan struct{ start, end []byte }
