@@ -144,3 +144,30 @@ func TestModelKeyNewcomerDoesNotPassWaiterKeptByRange(t *testing.T) {
 		m.lock(rt, 1, tA, false, true, replayLease, replayTimeout)
 	})
 }
+
+// A request of no owner passes on the requests queued ahead of it too, not only the holders it
+// conflicts with: o1 holds [c,∞) exclusively; o3's shared [b,d) queues (waiting for o1), then an
+// exclusive c of no owner (behind o3's request, which it conflicts with), then o1's shared [b,d),
+// which conflicts only with the request of no owner. Through it, o1 waits for o3, which waits for
+// o1: o1's request closes the cycle and must fail.
+func TestModelRangeWaitsThroughRequestsAheadOfRequestOfNoOwner(t *testing.T) {
+	replay(t, 1, func(rt *rapid.T, m *modelRun) {
+		m.lock(rt, 1, tCUp, false, true, replayLease, replayTimeout)
+		m.lock(rt, 3, tBD, true, true, replayLease, replayTimeout)
+		m.lock(rt, 0, tC, false, true, replayLease, replayTimeout)
+		m.lock(rt, 1, tBD, true, true, replayLease, replayTimeout)
+	})
+}
+
+// In range mode a key's request waits for the requests queued ahead of it for its key: o1 holds
+// [a,c) shared; o2's exclusive a queues, kept by o1's range; o1's own exclusive a conflicts with
+// no holder, but it is served after o2's request, which waits for o1: o1 → o2 → o1. (Before range
+// mode, requests ahead waited for the same holders as the one behind, and no edge to them was
+// needed.)
+func TestModelKeyWaitsForRequestAheadKeptByOwnRange(t *testing.T) {
+	replay(t, 1, func(rt *rapid.T, m *modelRun) {
+		m.lock(rt, 1, tAC, true, true, replayLease, replayTimeout)
+		m.lock(rt, 2, tA, false, true, replayLease, replayTimeout)
+		m.lock(rt, 1, tA, false, true, replayLease, replayTimeout)
+	})
+}
