@@ -1,6 +1,7 @@
 package locktable
 
 import (
+	"flag"
 	"testing"
 	"time"
 
@@ -24,9 +25,19 @@ const (
 // replayLease and replayTimeout outlast every replay, so that only its steps end anything.
 const replayLease, replayTimeout = time.Second, time.Second
 
+// replayChecks is how many times replay runs its steps unless -rapid.checks says otherwise: the
+// steps draw nothing, so repeats differ only in how the goroutines interleave.
+const replayChecks = "10"
+
 // replay runs steps on a fresh model run and requires the table to have reported deadlocks
 // deadlocks by the end.
 func replay(t *testing.T, deadlocks int, steps func(rt *rapid.T, m *modelRun)) {
+	if !flagSet("rapid.checks") {
+		if err := flag.Set("rapid.checks", replayChecks); err != nil {
+			t.Fatal(err)
+		}
+		defer flag.Set("rapid.checks", flag.Lookup("rapid.checks").DefValue)
+	}
 	rapid.Check(t, func(rt *rapid.T) {
 		m := newModelRun(t, rt)
 		defer m.finish(rt)

@@ -2,7 +2,6 @@ package locktable
 
 import (
 	"testing"
-	"time"
 
 	"pgregory.net/rapid"
 )
@@ -18,23 +17,17 @@ import (
 // o3 → o1 → o4 → o3 and fails then. With o1's edge ending at the request of no owner, the cycle
 // would persist until that request timed out, and the model names it.
 func TestModelCatchesCycleBehindRequestOfNoOwner(t *testing.T) {
-	rapid.Check(t, func(rt *rapid.T) {
-		m := newModelRun(t, rt)
-		defer m.finish(rt)
-		const lease, timeout = time.Second, time.Second
-		m.lock(rt, 1, 1, false, true, lease, timeout)
-		m.lock(rt, 3, 0, true, true, lease, timeout)
-		m.lock(rt, 4, 0, false, true, lease, timeout)
-		outside := m.lock(rt, 0, 0, false, true, lease, timeout)
-		m.lock(rt, 1, 0, true, true, lease, timeout)
-		m.lock(rt, 2, 1, false, true, lease, timeout)
-		m.lock(rt, 3, 1, true, true, lease, timeout) // settle fails here if o1's edge ends at the outside request
+	replay(t, 1, func(rt *rapid.T, m *modelRun) {
+		m.lock(rt, 1, tB, false, true, replayLease, replayTimeout)
+		m.lock(rt, 3, tA, true, true, replayLease, replayTimeout)
+		m.lock(rt, 4, tA, false, true, replayLease, replayTimeout)
+		outside := m.lock(rt, 0, tA, false, true, replayLease, replayTimeout)
+		m.lock(rt, 1, tA, true, true, replayLease, replayTimeout)
+		m.lock(rt, 2, tB, false, true, replayLease, replayTimeout)
+		m.lock(rt, 3, tB, true, true, replayLease, replayTimeout) // settle fails here if o1's edge ends at the outside request
 		if m.deadlocks != 1 {
 			rt.Fatalf("%d deadlocks reported, not the one o3's request closes: %s", m.deadlocks, m.describe())
 		}
-		m.cancel(rt, outside)
-		if m.deadlocks != 1 {
-			rt.Fatalf("%d deadlocks reported after the outside request left: %s", m.deadlocks, m.describe())
-		}
+		m.cancel(rt, outside) // and replay requires no other deadlock after the outside request left
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,10 +41,8 @@ var modelSteps, modelDeadlocks atomic.Int64
 const modelChecks, modelStepsEach = "200", "100"
 
 func TestModel(t *testing.T) {
-	set := map[string]bool{}
-	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	for name, v := range map[string]string{"rapid.checks": modelChecks, "rapid.steps": modelStepsEach} {
-		if !set[name] {
+		if !flagSet(name) {
 			if err := flag.Set(name, v); err != nil {
 				t.Fatal(err)
 			}
@@ -55,6 +54,16 @@ func TestModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) { newModelRun(t, rt).run(rt) })
 	t.Logf("%d steps, %d deadlocks reported", modelSteps.Load(), modelDeadlocks.Load())
 }
+
+// flagSet reports whether the flag name was given on the command line. The flags are read once,
+// before any test sets one for itself: flag.Visit also lists those.
+func flagSet(name string) bool { return commandLineFlags()[name] }
+
+var commandLineFlags = sync.OnceValue(func() map[string]bool {
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+})
 
 const (
 	modelKeys   = 4 // the keys a, b, c, d: targets 0..3
