@@ -58,9 +58,12 @@ func (g *waitGraph) enter(sh *shard, h *Hold) error {
 		sh.mu.Unlock()
 		return nil
 	}
-	err := &DeadlockError{Cycle: cycle, Waiters: h.e.queued() - 1} // w is still queued
-	if hd := h.e.holder; hd != nil {
-		err.HolderAge = time.Duration(h.ten.clock.Now().UnixNano() - hd.acquiredAt)
+	err := &DeadlockError{Cycle: cycle}
+	if e := h.e; e != nil { // a key's request; a range request has no one key to count
+		err.Waiters = e.queued() - 1 // w is still queued
+		if hd := e.holder; hd != nil {
+			err.HolderAge = time.Duration(h.ten.clock.Now().UnixNano() - hd.acquiredAt)
+		}
 	}
 	sh.abandon(w, waitDeadlock)
 	sh.unlockAndRunDeferred()
@@ -109,12 +112,23 @@ func (g *waitGraph) blockers(t Owner, h *Hold, out []Owner) []Owner {
 			add(x.owner)
 		}
 	}
-	if w.space != nil {
-		w.space.rangeEdges(h, w, add, addHolder)
-		return out
-	}
-	if e.ranged() != nil {
-		e.ranged().space.rangeEdges(h, w, add, addHolder)
+	if w.space != nil || e.ranged() != nil {
+		// What a request of no owner ahead passes on may lead back to t itself.
+		through := func(o Owner) {
+			if o != nil {
+				out = append(out, o)
+			}
+		}
+		sink := &rangeEdgeSink{owner: add, through: through, holder: addHolder, throughHolder: func(x *Hold) {
+			if !x.lapsedAt(x.monoFor(h.ten, now)) {
+				through(x.owner)
+			}
+		}}
+		if w.space != nil {
+			w.space.rangeEdges(h, w, sink)
+			return out
+		}
+		e.ranged().space.rangeEdges(h, w, sink)
 	}
 	switch {
 	case e.holder == nil:
