@@ -47,6 +47,24 @@ func (sp *rangeSpace) rangeWaiters(h *Hold) (n, read int) {
 	return n, read
 }
 
+// queuedRangesOver counts the range requests queued in the shard's space of column family cf
+// that cover key and conflict with h, a holder of key.
+func (sh *shard) queuedRangesOver(cf uint32, key []byte, h *Hold) int {
+	sp := sh.spaces[cf]
+	if sp == nil || len(sp.queue) == 0 {
+		return 0
+	}
+	n := 0
+	sp.ranges.containing(key, func(it *rangeItem) bool {
+		if it.w != nil && conflicts(h, it.h) {
+			n++
+		}
+		return true
+	})
+	sh.counts.visited += uint64(n)
+	return n
+}
+
 // visitRange calls f on h, a range hold or request of the shard listed before the mutex was
 // taken, if it still holds its range and its lease is live (a lapse is settled), with the number
 // of queued requests that conflict with it.

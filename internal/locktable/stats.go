@@ -87,8 +87,9 @@ func (sh *shard) visitHolders(e *keyEntry, out []*Hold, f func(h *Hold, waiters 
 	}
 	waiters := e.queued()
 	sh.counts.visited += uint64(len(out) + waiters)
+	cf, key := e.record()
 	for _, h := range live {
-		f(h, waiters)
+		f(h, waiters+sh.queuedRangesOver(cf, key, h)) // range requests queued over the key wait too
 	}
 	return out
 }
