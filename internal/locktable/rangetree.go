@@ -24,7 +24,11 @@ type rangeItem struct {
 	prio         uint64
 	maxEnd       []byte // the largest end in the subtree, unless maxUnbounded
 	maxUnbounded bool
-	inTree       bool
+	// leftEnd is the largest end of the item and its left subtree, unless leftUnbounded: the
+	// items that start at or before it. It answers containsAny with one comparison per level.
+	leftEnd       []byte
+	leftUnbounded bool
+	inTree        bool
 }
 
 func (it *rangeItem) start() []byte { return it.h.key() }
@@ -38,19 +42,27 @@ func (it *rangeItem) before(o *rangeItem) bool {
 	return it.id < o.id
 }
 
-// fix recomputes it's subtree end from its own and its children's.
+// fix recomputes it's largest ends from its own and its children's.
 func (it *rangeItem) fix() {
-	it.maxEnd, it.maxUnbounded = it.end(), it.end() == nil
-	for _, c := range [2]*rangeItem{it.left, it.right} {
-		if c == nil || it.maxUnbounded {
-			continue
-		}
-		if c.maxUnbounded {
-			it.maxEnd, it.maxUnbounded = nil, true
-		} else if bytes.Compare(c.maxEnd, it.maxEnd) > 0 {
-			it.maxEnd = c.maxEnd
-		}
+	it.leftEnd, it.leftUnbounded = it.end(), it.end() == nil
+	if l := it.left; l != nil {
+		it.leftEnd, it.leftUnbounded = laterEnd(it.leftEnd, it.leftUnbounded, l.maxEnd, l.maxUnbounded)
 	}
+	it.maxEnd, it.maxUnbounded = it.leftEnd, it.leftUnbounded
+	if r := it.right; r != nil {
+		it.maxEnd, it.maxUnbounded = laterEnd(it.maxEnd, it.maxUnbounded, r.maxEnd, r.maxUnbounded)
+	}
+}
+
+// laterEnd returns the later of two ends, each nil with its flag set when it has no bound.
+func laterEnd(a []byte, aUnbounded bool, b []byte, bUnbounded bool) ([]byte, bool) {
+	switch {
+	case aUnbounded || bUnbounded:
+		return nil, true
+	case bytes.Compare(b, a) > 0:
+		return b, false
+	}
+	return a, false
 }
 
 func (t *rangeTree) insert(it *rangeItem) {
@@ -157,6 +169,24 @@ func meetingIn(n *rangeItem, start, end []byte, f func(*rangeItem) bool) bool {
 		return false
 	}
 	return meetingIn(n.right, start, end, f)
+}
+
+// containsAny reports whether some item's span holds key. It follows one path down: where an
+// item starts after key, only its left subtree can hold key; where it starts at or before it, so
+// does everything in its left subtree, and one of those holds key exactly when their largest end
+// (leftEnd) is after key; otherwise only the right subtree can.
+func (t *rangeTree) containsAny(key []byte) bool {
+	for n := t.root; n != nil; {
+		if bytes.Compare(n.start(), key) > 0 {
+			n = n.left
+			continue
+		}
+		if n.leftUnbounded || bytes.Compare(n.leftEnd, key) > 0 {
+			return true
+		}
+		n = n.right
+	}
+	return false
 }
 
 // containing calls f on every item whose span holds key, until f returns false.
