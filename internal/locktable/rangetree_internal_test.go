@@ -1,6 +1,7 @@
 package locktable
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"testing"
@@ -16,7 +17,7 @@ func TestRangeTreeAgreesWithAScan(t *testing.T) {
 		var tree rangeTree
 		var items []*rangeItem
 		var ids uint64
-		keyGen := rapid.SampledFrom([]string{"", "a", "b", "bb", "c", "d", "e"})
+		keyGen := rapid.SampledFrom([]string{"", "a", "b", "bb", "c", "d", "e", "record/1", "record/10", "record/100000001", "record/100000002", "record/2"})
 		newItem := func() *rangeItem {
 			start := keyGen.Draw(rt, "start")
 			var end []byte
@@ -82,4 +83,18 @@ func sameItems(rt *rapid.T, what string, got, want []*rangeItem) {
 	if !slices.Equal(got, want) {
 		rt.Fatalf("%s found %d items, a scan %d", what, len(got), len(want))
 	}
+}
+
+// compareKeys orders keys as bytes.Compare does, across the eight-byte steps and the tail.
+func TestCompareKeysIsBytesCompare(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		gen := rapid.SliceOfN(rapid.ByteRange(0xfe, 0xff), 0, 20) // two values: long shared prefixes
+		a, b := gen.Draw(rt, "a"), gen.Draw(rt, "b")
+		if rapid.Bool().Draw(rt, "prefix") {
+			b = append(a[:len(a):len(a)], b...)
+		}
+		if got, want := compareKeys(a, b), bytes.Compare(a, b); got != want {
+			rt.Fatalf("compareKeys(%x, %x) = %d, bytes.Compare %d", a, b, got, want)
+		}
+	})
 }
