@@ -31,7 +31,10 @@ type rangeItem struct {
 	// items that start at or before it. It answers containsAny with one comparison per level.
 	leftEnd       []byte
 	leftUnbounded bool
-	inTree        bool
+	// The first sixteen bytes of start and leftEnd, which settle most comparisons of containsAny
+	// in two integer comparisons each.
+	startPrefix, leftEndPrefix keyPrefix
+	inTree                     bool
 }
 
 func (it *rangeItem) start() []byte { return it.h.key() }
@@ -51,6 +54,7 @@ func (it *rangeItem) fix() {
 	if l := it.left; l != nil {
 		it.leftEnd, it.leftUnbounded = laterEnd(it.leftEnd, it.leftUnbounded, l.maxEnd, l.maxUnbounded)
 	}
+	it.leftEndPrefix = prefixOf(it.leftEnd)
 	it.maxEnd, it.maxUnbounded = it.leftEnd, it.leftUnbounded
 	if r := it.right; r != nil {
 		it.maxEnd, it.maxUnbounded = laterEnd(it.maxEnd, it.maxUnbounded, r.maxEnd, r.maxUnbounded)
@@ -71,6 +75,7 @@ func laterEnd(a []byte, aUnbounded bool, b []byte, bUnbounded bool) ([]byte, boo
 func (t *rangeTree) insert(it *rangeItem) {
 	t.rnd = t.rnd*6364136223846793005 + 1442695040888963407
 	it.prio, it.left, it.right, it.inTree = t.rnd>>1|1, nil, nil, true
+	it.startPrefix = prefixOf(it.start())
 	t.root = insertItem(t.root, it)
 	t.n++
 }
@@ -179,12 +184,23 @@ func meetingIn(n *rangeItem, start, end []byte, f func(*rangeItem) bool) bool {
 // does everything in its left subtree, and one of those holds key exactly when their largest end
 // (leftEnd) is after key; otherwise only the right subtree can.
 func (t *rangeTree) containsAny(key []byte) bool {
+	p := prefixOf(key)
 	for n := t.root; n != nil; {
-		if compareKeys(n.start(), key) > 0 {
+		c := n.startPrefix.compare(p)
+		if c == 0 {
+			c = compareKeys(n.start(), key)
+		}
+		if c > 0 {
 			n = n.left
 			continue
 		}
-		if n.leftUnbounded || compareKeys(n.leftEnd, key) > 0 {
+		if n.leftUnbounded {
+			return true
+		}
+		if c = n.leftEndPrefix.compare(p); c == 0 {
+			c = compareKeys(n.leftEnd, key)
+		}
+		if c > 0 {
 			return true
 		}
 		n = n.right
@@ -211,6 +227,37 @@ func containingIn(n *rangeItem, key []byte, f func(*rangeItem) bool) bool {
 		return false
 	}
 	return containingIn(n.right, key, f)
+}
+
+// keyPrefix is the first sixteen bytes of a key, big-endian, zero-padded. Keys whose prefixes
+// differ are ordered as their prefixes; keys with one prefix (a zero byte and the end of a key
+// look alike) are compared whole.
+type keyPrefix struct{ hi, lo uint64 }
+
+func prefixOf(k []byte) keyPrefix {
+	if len(k) < 16 {
+		var b [16]byte
+		copy(b[:], k)
+		k = b[:]
+	}
+	return keyPrefix{binary.BigEndian.Uint64(k), binary.BigEndian.Uint64(k[8:])}
+}
+
+// compare is -1, 1, or 0 when the keys must be compared whole.
+func (p keyPrefix) compare(q keyPrefix) int {
+	switch {
+	case p.hi != q.hi:
+		if p.hi < q.hi {
+			return -1
+		}
+		return 1
+	case p.lo != q.lo:
+		if p.lo < q.lo {
+			return -1
+		}
+		return 1
+	}
+	return 0
 }
 
 // compareKeys is bytes.Compare, eight bytes at a time while both keys have them: keys of one

@@ -17,7 +17,7 @@ func TestRangeTreeAgreesWithAScan(t *testing.T) {
 		var tree rangeTree
 		var items []*rangeItem
 		var ids uint64
-		keyGen := rapid.SampledFrom([]string{"", "a", "b", "bb", "c", "d", "e", "record/1", "record/10", "record/100000001", "record/100000002", "record/2"})
+		keyGen := rapid.SampledFrom([]string{"", "a", "b", "bb", "c", "d", "e", "record/1", "record/10", "record/100000001", "record/100000001\x00", "record/1000000010", "record/100000002", "record/2", "b\x00"})
 		newItem := func() *rangeItem {
 			start := keyGen.Draw(rt, "start")
 			var end []byte
