@@ -42,7 +42,7 @@ type Txn struct {
 	name   string
 	locks  keyList[txnLock]     // every handle this Txn took, in order; the latest per record is current
 	writes keyList[stagedWrite] // in the order staged; the latest per record is what Get sees
-	sp     *savePoints          // nil until the first SetSavePoint
+	rare   *txnRare             // nil until the first SetSavePoint or LockRange
 	// spare holds the bytes of the first small writes, which then allocate nothing. At 24 bytes
 	// (a 16-byte key and an 8-byte value) a Txn fits the 256-byte size class.
 	spare  [24]byte
@@ -53,6 +53,29 @@ type Txn struct {
 	// Commit; both are fixed when the Txn begins.
 	unlockedWrites bool
 	mode           writeMode
+}
+
+// txnRare is what most Txns never use, allocated by the first SetSavePoint or LockRange so that
+// a Txn stays in its size class and a Txn that never locked a range pays one nil check for ranges.
+type txnRare struct {
+	sp   savePoints
+	rngs txnRanges
+}
+
+// ranges returns the Txn's range locks, or nil when it never locked a range.
+func (t *Txn) ranges() *txnRanges {
+	if t.rare == nil || len(t.rare.rngs.items) == 0 {
+		return nil
+	}
+	return &t.rare.rngs
+}
+
+// rareParts returns t.rare, allocating it.
+func (t *Txn) rareParts() *txnRare {
+	if t.rare == nil {
+		t.rare = &txnRare{}
+	}
+	return t.rare
 }
 
 // TxnOptions configure BeginTx. The zero value is what Begin uses.
@@ -157,13 +180,19 @@ func (t *Txn) lock(ctx context.Context, cf uint32, key []byte, opts Options) (*H
 	if ctx == nil {
 		return nil, errNilContext
 	}
+	req := lockRequest{cf: cf, key: key, wait: true, owner: t}
 	if cur, ok := t.locks.latest(cf, key); ok {
-		if h, err := t.relock(ctx, cur.h, key, opts); h != nil || err != nil {
+		if h, err := t.relock(ctx, cur.h, req, opts); h != nil || err != nil {
+			return h, err
+		}
+	}
+	if t.ranges() != nil {
+		if h, err := t.lockInRange(ctx, req, opts); h != nil || err != nil {
 			return h, err
 		}
 	}
 	// Locker.Lock validates key, opts and ctx as relock does, in the same order.
-	h, err := t.l.lock(ctx, lockRequest{cf: cf, key: key, wait: true, owner: t}, &opts)
+	h, err := t.l.lock(ctx, req, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -171,10 +200,11 @@ func (t *Txn) lock(ctx context.Context, cf uint32, key []byte, opts Options) (*H
 	return h, nil
 }
 
-// relock is Lock of a key this Txn has locked with h: h itself while it authorizes writes (after
-// the scope check and the upgrades opts ask for), else nil and nil so that Lock takes the key anew.
-func (t *Txn) relock(ctx context.Context, h *Handle, key []byte, opts Options) (*Handle, error) {
-	h, err := t.reusable(ctx, h, key, opts)
+// relock is Lock (or LockRange) of a record (or range) this Txn has locked with h: h itself while
+// it authorizes writes (after the scope check and the upgrades opts ask for), else nil and nil so
+// that Lock takes it anew.
+func (t *Txn) relock(ctx context.Context, h *Handle, req lockRequest, opts Options) (*Handle, error) {
+	h, err := t.reusable(ctx, h, req, opts)
 	if h == nil || err != nil {
 		return nil, err
 	}
@@ -191,10 +221,10 @@ func (t *Txn) relock(ctx context.Context, h *Handle, key []byte, opts Options) (
 	return h, nil
 }
 
-// reusable is relock without the upgrade: h if it may serve a re-entrant lock with opts, nil
-// and nil if the key must be taken anew, or the error that forbids the lock.
-func (t *Txn) reusable(ctx context.Context, h *Handle, key []byte, opts Options) (*Handle, error) {
-	r, err := t.l.check(key, opts)
+// reusable is relock without the upgrade: h if it may serve a re-entrant lock request req with
+// opts, nil and nil if the key must be taken anew, or the error that forbids the lock.
+func (t *Txn) reusable(ctx context.Context, h *Handle, req lockRequest, opts Options) (*Handle, error) {
+	r, err := t.l.check(req, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +235,7 @@ func (t *Txn) reusable(ctx context.Context, h *Handle, key []byte, opts Options)
 		return nil, nil
 	}
 	if h.Scope() == ScopeNode && t.wantsCluster(r) {
-		return nil, fmt.Errorf("%w: %q is held node-scoped by this transaction", ErrScopeConflict, key)
+		return nil, fmt.Errorf("%w: %q is held node-scoped by this transaction", ErrScopeConflict, req.key)
 	}
 	return h, nil
 }
@@ -260,6 +290,11 @@ func (t *Txn) get(cf *grocksdb.ColumnFamilyHandle, key []byte) ([]byte, error) {
 	if x, ok := t.locks.latest(cfID, key); ok && !x.h.released() && x.h.IsLeaseExpired() {
 		return nil, ErrLeaseExpired
 	}
+	if t.ranges() != nil {
+		if err := t.rangeLeaseEnded(cfID, Range{Start: key, End: append(key[:len(key):len(key)], 0)}); err != nil {
+			return nil, err
+		}
+	}
 	if w, ok := t.writes.latest(cfID, key); ok {
 		if w.del {
 			return nil, nil
@@ -295,14 +330,22 @@ func (t *Txn) Rollback() {
 // end ends the Txn: it drops the staged writes and releases non-hold locks.
 func (t *Txn) end() {
 	t.done = true
-	for _, x := range t.locks.items {
+	endLocks(t.locks.items)
+	if rs := t.ranges(); rs != nil {
+		endLocks(rs.items)
+	}
+	t.locks = keyList[txnLock]{}
+	t.writes = keyList[stagedWrite]{}
+	t.rare = nil
+}
+
+// endLocks releases the locks of an ending Txn that were not taken with Hold, and disowns them all.
+func endLocks(locks []txnLock) {
+	for _, x := range locks {
 		// A released or expired handle has nothing to give back (Commit may have released it).
 		if !x.h.dead() && !x.h.Hold() {
 			x.h.Release()
 		}
 		x.h.disown() // a held lock outlives the Txn with no owner
 	}
-	t.locks = keyList[txnLock]{}
-	t.writes = keyList[stagedWrite]{}
-	t.sp = nil
 }

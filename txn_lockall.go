@@ -99,7 +99,7 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 			continue
 		}
 		if cur, ok := t.locks.latest(cf, keys[i]); ok {
-			h, err := t.reusable(ctx, cur.h, keys[i], opts)
+			h, err := t.reusable(ctx, cur.h, lockRequest{cf: cf, key: keys[i]}, opts)
 			if err != nil {
 				return nil, err
 			}

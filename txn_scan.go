@@ -49,6 +49,9 @@ func (t *Txn) scan(cf *grocksdb.ColumnFamilyHandle, r Range, fn func(key, value 
 	if err := t.scanLeases(cfID, r); err != nil {
 		return err
 	}
+	if err := t.rangeLeaseEnded(cfID, r); err != nil {
+		return err
+	}
 	// Copies of the bounds: fn may reuse the caller's slices, and RocksDB keeps End while the
 	// iterator lives.
 	r = Range{Start: bytes.Clone(r.Start), End: bytes.Clone(r.End)}

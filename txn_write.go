@@ -60,25 +60,47 @@ func (t *Txn) stage(cf *grocksdb.ColumnFamilyHandle, key, value []byte, del bool
 	if err != nil {
 		return err
 	}
-	i := t.locks.find(cfID, key) // a write is protected by the record's latest handle
+	// A write is protected by the record's latest handle, or else by a live exclusive range of
+	// the Txn that covers the key.
+	i, r := t.locks.find(cfID, key), -1
+	if i >= 0 {
+		err = writable(t.locks.items[i].h, key)
+	}
+	if rs := t.ranges(); (i < 0 || err != nil) && rs != nil {
+		var rangeErr error
+		r, rangeErr = rs.forWrite(cfID, key)
+		if i < 0 {
+			err = rangeErr
+		}
+	}
 	switch {
-	case i >= 0:
-		h := t.locks.items[i].h
-		if h.IsExpired() {
-			if h.IsLeaseExpired() {
-				return ErrLeaseExpired
-			}
-			return ErrReleased
-		}
-		if h.Shared() {
-			return fmt.Errorf("%w: %q is held shared; lock it exclusively (Txn.Lock without Shared) to write it", ErrNotLocked, key)
-		}
-	case !t.unlockedWrites:
+	case r >= 0:
+	case err != nil:
+		return err
+	case i < 0 && !t.unlockedWrites:
 		return fmt.Errorf("%w: %q", ErrNotLocked, key)
 	}
 	t.writes.add(stagedWrite{kv: t.copyOf(key, value), cf: cf, cfID: cfID, klen: uint32(len(key)), del: del})
-	if i >= 0 {
+	switch {
+	case r >= 0:
+		t.noteRangeProtects(r)
+	case i >= 0:
 		t.noteProtects(i)
+	}
+	return nil
+}
+
+// writable returns nil when h, the Txn's lock of key, may protect a write of it, else the error
+// of the write.
+func writable(h *Handle, key []byte) error {
+	switch {
+	case h.IsExpired():
+		if h.IsLeaseExpired() {
+			return ErrLeaseExpired
+		}
+		return ErrReleased
+	case h.Shared():
+		return fmt.Errorf("%w: %q is held shared; lock it exclusively (Txn.Lock without Shared) to write it", ErrNotLocked, key)
 	}
 	return nil
 }

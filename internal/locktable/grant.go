@@ -23,13 +23,21 @@ func (e *keyEntry) admits(h *Hold, c *Tenant, mono time.Duration) bool {
 
 // serve serves e's queue and, in range mode, the range requests its key may have held up.
 func (sh *shard) serve(e *keyEntry) {
-	if e.ranged() == nil {
-		sh.serveKey(e)
-		return
+	rk := e.ranged()
+	sh.serveKey(e) // may take e out of the table
+	if rk != nil {
+		rk.served()
+		sh.keyChanged(rk)
 	}
-	sp := e.ranged().space
-	sh.serveKey(e)
-	sh.serveRanges(sp)
+}
+
+// keyChanged serves the queued range requests of a column family in range mode whose key's
+// holders or queue changed, if one of them covers the key: only then can the change let one
+// through.
+func (sh *shard) keyChanged(rk *rangedKey) {
+	if rk.space.queuedOver(rk.key) {
+		sh.serveRanges(rk.space)
+	}
 }
 
 // rangeKeeps reports whether, in range mode, a range keeps w, queued for e's key, from it.
@@ -51,7 +59,7 @@ func (sh *shard) serveKey(e *keyEntry) {
 		w := e.head
 		if w == nil {
 			if e.holder == nil {
-				sh.remove(e)
+				sh.remove(e) // in range mode, serve's caller then takes it out of its space
 			}
 			return
 		}
@@ -92,7 +100,7 @@ func (sh *shard) serveKey(e *keyEntry) {
 			wall, mono := ReadClock(c.clock)
 			if w.pastBargeWindow(c, mono) {
 				sh.unqueueGranted(e, w, mono)
-				sh.grant(e, w.h, wall, mono, w.lease, e.head != nil || e.rangeWaitsOver())
+				sh.grantKey(e, w.h, wall, mono, w.lease, e.head != nil || e.rangeWaitsOver())
 				w.finish(waitGranted)
 				return
 			}
@@ -122,7 +130,7 @@ func (sh *shard) grantShared(e *keyEntry) (served bool) {
 		}
 		wall, mono := ReadClock(c.clock)
 		sh.unqueueGranted(e, w, mono)
-		sh.grant(e, w.h, wall, mono, w.lease, end != nil || e.rangeWaitsOver())
+		sh.grantKey(e, w.h, wall, mono, w.lease, end != nil || e.rangeWaitsOver())
 		w.finish(waitGranted)
 	}
 	return true

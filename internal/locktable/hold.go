@@ -23,9 +23,10 @@ type Hold struct {
 	// AskedLease).
 	leaseHi uint8
 	leaseLo uint32
-	// hash places the record in its shard: set by Acquire, and changed only with every shard's
-	// mutex held, when its column family enters range mode (rangemode.go); see lockShard.
-	hash atomic.Uint64
+	// hash places the record in its shard: set by Acquire before the hold is published, and
+	// changed only with every shard's mutex held, when its column family enters range mode
+	// (rangemode.go): read it with hashNow, except under the mutex; see lockShard.
+	hash uint64
 	cf   uint32 // column family ID: a record is (cf, key)
 
 	// Written under the shard mutex, read without it: the flags below in the low bits, a
@@ -194,22 +195,32 @@ func (h *Hold) Cold() *Cold {
 // ColdIfAny returns h's cold part, or nil if it has none, with the shard mutex held.
 func (h *Hold) ColdIfAny() *Cold { return h.cold }
 
-func (h *Hold) shard() *shard { return h.ten.tab.shard(h.hash.Load()) }
+func (h *Hold) shard() *shard { return h.ten.tab.shard(h.hashNow()) }
+
+func (h *Hold) hashNow() uint64 { return atomic.LoadUint64(&h.hash) }
 
 // lockShard takes the mutex of h's shard and returns the shard. The record moves to another shard
 // only with every mutex held (rangemode.go), so once the mutex of the shard h names is held, h
 // stays there until it is released.
 func (h *Hold) lockShard() *shard {
-	sh := h.shard()
+	hash := h.hashNow()
+	sh := h.ten.tab.shard(hash)
 	sh.mu.Lock()
+	if h.hash != hash {
+		return h.relockShard(sh)
+	}
+	return sh
+}
+
+// relockShard follows the move of h's record from sh, whose mutex is held, to its new shard.
+func (h *Hold) relockShard(sh *shard) *shard {
 	for {
-		now := h.shard()
-		if now == sh {
+		sh.mu.Unlock()
+		sh = h.shard()
+		sh.mu.Lock()
+		if h.shard() == sh {
 			return sh
 		}
-		sh.mu.Unlock()
-		sh = now
-		sh.mu.Lock()
 	}
 }
 
@@ -310,14 +321,20 @@ func (h *Hold) IsLeaseExpired() bool {
 // expired or revoked, or is past its deadline (it then completes the expiry). If another
 // goroutine is inside a fence on h, Release waits for the fence to end.
 func (h *Hold) Release() bool {
+	hash := h.hashNow()
+	sh := h.ten.tab.shard(hash)
 	// The clock is read before the mutex, which keeps the read out of the critical section that
 	// every lock and release of the shard's keys queues behind. Release takes effect at that
 	// reading: an expiry anyone observed since then was settled under the mutex and is seen below.
 	// Waiting out a fence can take long, so the clock is read again after one.
 	now := h.ten.clock.Mono()
-	sh, waited := h.lockForChange()
-	if waited {
-		now = h.ten.clock.Mono()
+	sh.mu.Lock()
+	if h.hash != hash || h.flags()&FlagFencing != 0 { // lockForChange, its common case spelled out
+		sh.mu.Unlock()
+		var waited bool
+		if sh, waited = h.lockForChange(); waited {
+			now = h.ten.clock.Mono()
+		}
 	}
 	ok := !h.Dead() && !h.settleAt(sh, now)
 	if ok {
@@ -381,5 +398,12 @@ func (h *Hold) DeadErr() error {
 func (h *Hold) WaitedOn() bool {
 	sh := h.lockShard()
 	defer sh.mu.Unlock()
+	if h.flags()&FlagRange != 0 {
+		if sp := sh.spaces[h.cf]; sp != nil && h.flags()&FlagHeld != 0 {
+			n, _ := sp.rangeWaiters(h)
+			return n > 0
+		}
+		return false
+	}
 	return h.e != nil && h.e.head != nil // the entry's wait queue: requests only, not holders
 }

@@ -6,8 +6,12 @@ import "bytes"
 // §17). A range hold is a Hold in every respect but its key set; its start is its Key, and the
 // rest of its span lives in its cold part, which a range hold always has.
 
-// FlagRange marks a range hold, from InitRange on.
-const FlagRange uint32 = FlagShared << 1
+const (
+	// FlagRange marks a range hold, from InitRange on.
+	FlagRange uint32 = FlagShared << (iota + 1)
+	// FlagRanged marks the holder of a key whose column family is in range mode (rangemode.go).
+	FlagRanged
+)
 
 // span is the key set of a range hold: start is the hold's key, end nil means no upper bound.
 type span struct {
@@ -17,8 +21,11 @@ type span struct {
 
 // InitRange readies h, before it is published, for a request of tenant t for the keys k of column
 // family cf with start <= k < end (end nil: no upper bound), with the initial flags of Init. It
-// copies start and end; the caller has checked that end is nil or after start.
+// copies start and end; the caller has checked that end is nil or after start. It puts the column
+// family in range mode (rangemode.go), if it is not yet, so that Acquire, which takes the range,
+// finds the table in range mode.
 func (h *Hold) InitRange(t *Tenant, cf uint32, start, end []byte, flags uint32) {
+	t.tab.enterRangeMode(cf)
 	h.Init(t, cf, start, flags|FlagRange)
 	s := &span{}
 	if end != nil {

@@ -28,7 +28,7 @@ func (m *modelRun) newRangeHold(owner Owner, s mSpan, shared bool) *Hold {
 // rangeSpaceLocked takes the mutex of the home shard of column family 0 and returns it with the
 // column family's range space, or returns nil while it has had no range lock.
 func (m *modelRun) rangeSpaceLocked() (*shard, *rangeSpace) {
-	r := m.tab.modes.routes.Load()
+	r := m.tab.routes.Load()
 	if r == nil {
 		return nil, nil
 	}

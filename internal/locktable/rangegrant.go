@@ -1,7 +1,6 @@
 package locktable
 
 import (
-	"bytes"
 	"context"
 	"time"
 )
@@ -29,7 +28,7 @@ func conflicts(a, b *Hold) bool {
 // settled first, as a newcomer settles a key's lapsed holders; without, a lapsed range blocks
 // until its timer settles it, so that serving a key never ends another lease under it.
 func (sp *rangeSpace) keyBlocked(sh *shard, h *Hold, key []byte, seq uint64, settle bool, c *Tenant, mono time.Duration) bool {
-	if sp.ranges.n == 0 || sh.tab.modes.noConflicts.Load() {
+	if sp.ranges.n == 0 || sh.tab.modes.noConflicts.Load() || !sp.ranges.containsAny(key) {
 		return false
 	}
 	if settle {
@@ -133,20 +132,23 @@ func (e *keyEntry) blocksRange(h *Hold, seq uint64) bool {
 // keysIn calls f on the entries of the keys in [start, end) (end nil: no bound), in key order,
 // until f returns false.
 func (sp *rangeSpace) keysIn(start, end []byte, f func(*keyEntry) bool) {
-	from := pivotEntry(start)
+	each := func(rk *rangedKey) bool { return f(rk.e) }
+	from := &rangedKey{key: start}
 	if end == nil {
-		sp.keys.AscendGreaterOrEqual(from, f)
+		sp.keys.AscendGreaterOrEqual(from, each)
 		return
 	}
-	sp.keys.AscendRange(from, pivotEntry(end), f)
+	sp.keys.AscendRange(from, &rangedKey{key: end}, each)
 }
 
 // newRangedEntry adds an entry for h's key, of a column family in range mode, to the shard.
 func (sh *shard) newRangedEntry(sp *rangeSpace, h *Hold) *keyEntry {
-	e := sh.newEntry(h.hash.Load())
-	e.setRanged(&rangedKey{key: bytes.Clone(h.key()), space: sp})
+	e := sh.newEntry(h.hash)
+	// The hold's key never changes, and the slice keeps it alive for as long as the entry needs it.
+	rk := &rangedKey{key: h.key(), space: sp, e: e}
+	e.setRanged(rk)
 	sh.index.insert(e)
-	sp.keys.ReplaceOrInsert(e)
+	sp.keys.ReplaceOrInsert(rk)
 	return e
 }
 
@@ -157,7 +159,7 @@ func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, w
 		return 0, ErrClosed
 	}
 	sh := c.tab.enterRangeMode(h.cf)
-	h.hash.Store(routed(c.tab.hash(h.cf, h.key()), homeOf(h.cf)))
+	h.hash = routed(c.tab.hash(h.cf, h.key()), homeOf(h.cf))
 	wall, mono := ReadClock(c.clock)
 	sh.mu.Lock()
 	if c.closed.Load() {
@@ -252,6 +254,28 @@ func (sh *shard) serveRanges(sp *rangeSpace) {
 	sp.serving = false
 }
 
+// served takes rk out of its space's index if serving its entry took the entry out of the table
+// (serveKey does exactly when the key has neither holder nor waiter).
+func (rk *rangedKey) served() {
+	if rk.e.holder == nil && rk.e.head == nil {
+		rk.space.keys.Delete(rk)
+	}
+}
+
+// queuedOver reports whether a range request queued in sp covers key: only then can a change
+// to key's holders or queue let one through.
+func (sp *rangeSpace) queuedOver(key []byte) bool {
+	if len(sp.queue) == 0 {
+		return false
+	}
+	found := false
+	sp.ranges.containing(key, func(it *rangeItem) bool {
+		found = it.w != nil
+		return !found
+	})
+	return found
+}
+
 // unlinkQueued takes it out of sp's queue of range requests; it stays in the tree.
 func (sp *rangeSpace) unlinkQueued(sh *shard, it *rangeItem) {
 	for i, x := range sp.queue {
@@ -312,7 +336,9 @@ func (sh *shard) serveAfterRange(sp *rangeSpace, start, end []byte) {
 		return true
 	})
 	for _, e := range waited {
+		rk := e.ranged()
 		sh.serveKey(e)
+		rk.served()
 	}
 	sh.serveRanges(sp)
 }

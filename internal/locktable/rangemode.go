@@ -2,8 +2,10 @@ package locktable
 
 import (
 	"bytes"
+	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/btree"
 )
@@ -20,10 +22,9 @@ type rangeRoutes struct {
 	home map[uint32]uint64
 }
 
-// rangeModes is the table's part of range mode.
+// rangeModes is the table's part of range mode, but for its routes (tableHeader).
 type rangeModes struct {
-	routes atomic.Pointer[rangeRoutes] // nil until some column family has had a range lock
-	mu     sync.Mutex                  // serializes entering range mode; taken before shard mutexes
+	mu sync.Mutex // serializes entering range mode; taken before shard mutexes
 	// noConflicts makes ranges conflict with nothing: for tests that show a missing check is
 	// caught.
 	noConflicts atomic.Bool
@@ -33,32 +34,28 @@ type rangeModes struct {
 // shard's mutex.
 type rangeSpace struct {
 	cf     uint32
-	keys   *btree.BTreeG[*keyEntry] // the column family's keys held or waited on, by key
-	ranges rangeTree                // its range locks and queued range requests
-	queue  []*rangeItem             // its queued range requests, oldest first
-	seq    uint64                   // the last request given a place in the order of arrival
+	keys   *btree.BTreeG[*rangedKey] // the column family's keys held or waited on, by key
+	ranges rangeTree                 // its range locks and queued range requests
+	queue  []*rangeItem              // its queued range requests, oldest first
+	seq    uint64                    // the last request given a place in the order of arrival
 	ids    uint64
 	// serving is set while serveRanges runs, and again asks it to go over the queue once more.
 	serving, again bool
 }
 
-// rangedKey is what an entry of a column family in range mode keeps for its space's index.
+// rangedKey is an entry of a column family in range mode, as its space's index holds it. The
+// index holds these rather than the entries, whose link is reused once they leave (index.go), so
+// that an entry taken out of the table by serveKey leaves the index after it (keyServed).
 type rangedKey struct {
 	key   []byte
 	space *rangeSpace
+	e     *keyEntry
 }
 
-func entryBefore(a, b *keyEntry) bool { return bytes.Compare(a.ranged().key, b.ranged().key) < 0 }
-
-// pivotEntry is an entry that only orders key among a space's entries, for a look-up.
-func pivotEntry(key []byte) *keyEntry {
-	e := &keyEntry{}
-	e.setRanged(&rangedKey{key: key})
-	return e
-}
+func keyBefore(a, b *rangedKey) bool { return bytes.Compare(a.key, b.key) < 0 }
 
 func newRangeSpace(cf uint32) *rangeSpace {
-	return &rangeSpace{cf: cf, keys: btree.NewG(16, entryBefore)}
+	return &rangeSpace{cf: cf, keys: btree.NewG(16, keyBefore)}
 }
 
 // nextSeq gives a request its place in the order of arrival.
@@ -88,16 +85,76 @@ func (r *rangeRoutes) route(cf uint32, hash uint64) uint64 {
 // placed is the hash that places the record (cf, key) now.
 func (t *Table) placed(cf uint32, key []byte) uint64 {
 	hash := t.hash(cf, key)
-	if r := t.modes.routes.Load(); r != nil {
+	if r := t.routes.Load(); r != nil {
 		hash = r.route(cf, hash)
 	}
 	return hash
 }
 
+// acquireRouted is Acquire of a key once some column family of the table is in range mode: the
+// record is placed by the routes, and in a column family in range mode the key also waits for
+// the ranges over it (rangegrant.go). It is apart from Acquire so that a table that never had a
+// range lock runs Acquire's path as it was.
+func (h *Hold) acquireRouted(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
+	if h.flags()&FlagRange != 0 {
+		return h.acquireRange(ctx, lease, timeout, wait, ctxBounds)
+	}
+	c := h.ten
+	routes := c.tab.routes.Load()
+	hash := routes.route(h.cf, c.tab.hash(h.cf, h.key()))
+	h.hash = hash
+	sh := c.tab.shard(hash)
+	wall, mono := ReadClock(c.clock)
+	sh.mu.Lock()
+	if routes != c.tab.routes.Load() {
+		sh.mu.Unlock()
+		return h.acquireRouted(ctx, lease, timeout, wait, ctxBounds) // another column family entered range mode
+	}
+	if c.closed.Load() {
+		sh.mu.Unlock()
+		return 0, ErrClosed
+	}
+	e := sh.lookup(h)
+	if e != nil && e.holder != nil && sh.settleHolders(e, h, c, mono) {
+		e = sh.lookup(h) // settling may have emptied and removed the entry
+	}
+	sp := sh.spaces[h.cf] // nil unless the column family is in range mode
+	blocked := sp != nil && sp.keyBlocked(sh, h, h.key(), newest, true, c, mono)
+	if sp != nil {
+		e = sh.lookup(h) // settling lapsed ranges may have changed the entry
+	}
+	switch {
+	case blocked && !wait:
+		sh.unlockAndRunDeferred()
+		return 0, ErrLocked
+	case blocked:
+		if e == nil {
+			e = sh.newRangedEntry(sp, h)
+		}
+		return mono, sh.wait(ctx, e, h, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
+	case e == nil && sp != nil:
+		e = sh.newRangedEntry(sp, h)
+		sh.grantKey(e, h, wall, mono, lease, false)
+	case e == nil:
+		e = sh.newEntry(hash)
+		sh.grantKey(e, h, wall, mono, lease, false)
+		sh.index.insert(e)
+	case e.admits(h, c, mono):
+		sh.grantKey(e, h, wall, mono, lease, e.head != nil)
+	case !wait:
+		sh.unlockAndRunDeferred()
+		return 0, ErrLocked
+	default:
+		return mono, sh.wait(ctx, e, h, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
+	}
+	sh.unlockAndRunDeferred()
+	return mono, nil
+}
+
 // enterRangeMode puts column family cf in range mode, if it is not yet, and returns its home
 // shard.
 func (t *Table) enterRangeMode(cf uint32) *shard {
-	if r := t.modes.routes.Load(); r != nil {
+	if r := t.routes.Load(); r != nil {
 		if home, ok := r.home[cf]; ok {
 			return &t.shards[home]
 		}
@@ -105,7 +162,7 @@ func (t *Table) enterRangeMode(cf uint32) *shard {
 	t.modes.mu.Lock()
 	defer t.modes.mu.Unlock()
 	home := homeOf(cf)
-	old := t.modes.routes.Load()
+	old := t.routes.Load()
 	if old != nil {
 		if _, ok := old.home[cf]; ok {
 			return &t.shards[home]
@@ -120,7 +177,7 @@ func (t *Table) enterRangeMode(cf uint32) *shard {
 			next.home[k] = v
 		}
 	}
-	t.modes.routes.Store(next)
+	t.routes.Store(next)
 	to := &t.shards[home]
 	sp := newRangeSpace(cf)
 	if to.spaces == nil {
@@ -150,21 +207,24 @@ func (t *Table) enterRangeMode(cf uint32) *shard {
 // column family's home shard to, with every shard's mutex held.
 func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace, home uint64) {
 	_, key := e.record()
-	rk := &rangedKey{key: bytes.Clone(key), space: sp}
+	rk := &rangedKey{key: bytes.Clone(key), space: sp, e: e}
 	if sh == to {
 		e.setRanged(rk)
-		sp.keys.ReplaceOrInsert(e)
+		for _, h := range e.appendHolders(nil) {
+			h.SetFlags(FlagRanged)
+		}
+		sp.keys.ReplaceOrInsert(rk)
 		return
 	}
-	sh.index.remove(e)
 	ne := to.newEntry(routed(e.hash, home))
 	ne.holder, ne.head, ne.tail, ne.shares = e.holder, e.head, e.tail, e.shares
 	ne.wakePending, ne.unwatched, ne.sharers = e.wakePending, e.unwatched, e.sharers
 	ne.setRanged(rk)
+	rk.e = ne
 	move := func(h *Hold) {
 		scheduled := h.heapIdx >= 0
 		sh.unschedule(h)
-		h.hash.Store(routed(h.hash.Load(), home))
+		atomic.StoreUint64(&h.hash, routed(h.hash, home))
 		h.e = ne
 		if scheduled {
 			to.schedule(h)
@@ -172,6 +232,7 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace, home uint64) 
 	}
 	for _, h := range ne.appendHolders(nil) {
 		move(h)
+		h.SetFlags(FlagRanged)
 		sh.held--
 		to.held++
 	}
@@ -184,7 +245,7 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace, home uint64) 
 	}
 	e.holder, e.head, e.tail, e.shares, e.sharers = nil, nil, nil, 0, nil
 	e.unwatched = false
-	sh.recycle(e)
+	sh.remove(e)
 	to.index.insert(ne)
-	sp.keys.ReplaceOrInsert(ne)
+	sp.keys.ReplaceOrInsert(rk)
 }

@@ -27,7 +27,7 @@ func (h *Hold) upgradeRange(ctx context.Context, timeout time.Duration) error {
 	}
 	sp := sh.spaces[h.cf]
 	stand := &Hold{ten: h.ten, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, cf: h.cf, owner: h.owner}
-	stand.hash.Store(h.hash.Load())
+	stand.hash = h.hash
 	stand.state.Store(FlagRange)
 	stand.cold = &Cold{span: &span{end: h.cold.span.end}}
 	it := &stand.cold.span.item

@@ -47,26 +47,38 @@ func (sp *rangeSpace) rangeWaiters(h *Hold) (n, read int) {
 	return n, read
 }
 
-// visitRanges calls f on every live range lock of the shard's spaces, with the number of queued
-// requests that conflict with it; a lapsed one is settled and not visited.
-func (sh *shard) visitRanges(f func(h *Hold, waiters int)) {
-	for _, sp := range sh.spaces {
-		var held []*Hold // collected first: settling takes a range out of the tree
-		sp.ranges.meeting(nil, nil, func(it *rangeItem) bool {
-			if it.w == nil {
-				held = append(held, it.h)
-			}
-			return true
-		})
-		for _, h := range held {
-			if h.flags()&FlagFencing == 0 && h.settle(sh) {
-				continue
-			}
-			n, read := sp.rangeWaiters(h)
-			sh.counts.visited += uint64(1 + read)
-			f(h, n)
-		}
+// queuedRangesOver counts the range requests queued in the shard's space of column family cf
+// that cover key and conflict with h, a holder of key.
+func (sh *shard) queuedRangesOver(cf uint32, key []byte, h *Hold) int {
+	sp := sh.spaces[cf]
+	if sp == nil || len(sp.queue) == 0 {
+		return 0
 	}
+	n := 0
+	sp.ranges.containing(key, func(it *rangeItem) bool {
+		if it.w != nil && conflicts(h, it.h) {
+			n++
+		}
+		return true
+	})
+	sh.counts.visited += uint64(n)
+	return n
+}
+
+// visitRange calls f on h, a range hold or request of the shard listed before the mutex was
+// taken, if it still holds its range and its lease is live (a lapse is settled), with the number
+// of queued requests that conflict with it.
+func (sh *shard) visitRange(h *Hold, f func(h *Hold, waiters int)) {
+	it := &h.cold.span.item
+	if !it.inTree || it.w != nil || h.flags()&FlagHeld == 0 {
+		return
+	}
+	if h.flags()&FlagFencing == 0 && h.settle(sh) {
+		return
+	}
+	n, read := sh.spaces[h.cf].rangeWaiters(h)
+	sh.counts.visited += uint64(1 + read)
+	f(h, n)
 }
 
 // visitRangeWaits calls wait on every queued range request of the shard's spaces, oldest first,
@@ -106,7 +118,7 @@ func (sh *shard) rangesEmpty() bool {
 // QueuedRanges counts the range requests fully queued (as Queued counts a key's) in column
 // family cf.
 func (t *Table) QueuedRanges(cf uint32) int {
-	r := t.modes.routes.Load()
+	r := t.routes.Load()
 	if r == nil {
 		return 0
 	}

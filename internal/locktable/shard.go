@@ -61,7 +61,7 @@ func (sh *shard) init(t *Table) {
 	}
 }
 
-func (sh *shard) lookup(h *Hold) *keyEntry { return sh.index.find(h.hash.Load(), h.cf, h.key()) }
+func (sh *shard) lookup(h *Hold) *keyEntry { return sh.index.find(h.hash, h.cf, h.key()) }
 
 // Acquire takes h's key for a lease of lease, or with wait queues for it until it is granted,
 // timeout passes on the tenant's clock, ctx is done or the tenant closes. With ctxBounds (the
@@ -70,27 +70,24 @@ func (sh *shard) lookup(h *Hold) *keyEntry { return sh.index.find(h.hash.Load(),
 // failure it returns ErrClosed, ErrLocked (the key is busy and !wait), ErrTimeout, ctx's error or
 // a *DeadlockError, and h holds nothing and waits for nothing, except that a grant that raced
 // with the tenant's close returns ErrGrantedAfterClose with the key held, for the caller to
-// release. A range hold takes its range the same way (rangegrant.go).
+// release. A range hold takes its range the same way: its column family is in range mode from
+// InitRange on, so its request goes the way of acquireRouted (rangemode.go).
 func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
-	if h.flags()&FlagRange != 0 {
-		return h.acquireRange(ctx, lease, timeout, wait, ctxBounds)
-	}
 	c := h.ten
-	hash := c.tab.hash(h.cf, h.key())
-	routes := c.tab.modes.routes.Load()
-	if routes != nil {
-		hash = routes.route(h.cf, hash)
+	if c.tab.routes.Load() != nil {
+		return h.acquireRouted(ctx, lease, timeout, wait, ctxBounds)
 	}
-	h.hash.Store(hash)
+	hash := c.tab.hash(h.cf, h.key())
+	h.hash = hash
 	sh := c.tab.shard(hash)
 	// Read before the mutex, which keeps the read out of the critical section every Lock and
 	// Release of the shard queues behind. The lease is measured from this reading, so it can only
 	// be shorter for the time spent waiting for the mutex, and timers are armed from a fresh one.
 	wall, mono := ReadClock(c.clock)
 	sh.mu.Lock()
-	if routes != c.tab.modes.routes.Load() {
+	if c.tab.routes.Load() != nil { // a column family entered range mode meanwhile
 		sh.mu.Unlock()
-		return h.Acquire(ctx, lease, timeout, wait, ctxBounds) // a column family entered range mode
+		return h.acquireRouted(ctx, lease, timeout, wait, ctxBounds)
 	}
 	if c.closed.Load() {
 		sh.mu.Unlock()
@@ -100,27 +97,7 @@ func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, 
 	if e != nil && e.holder != nil && sh.settleHolders(e, h, c, mono) {
 		e = sh.lookup(h) // settling may have emptied and removed the entry
 	}
-	var sp *rangeSpace
-	if sh.spaces != nil {
-		if sp = sh.spaces[h.cf]; sp != nil && sp.keyBlocked(sh, h, h.key(), newest, true, c, mono) {
-			e = sh.lookup(h) // settling lapsed ranges may have changed the entry
-			if !wait {
-				sh.unlockAndRunDeferred()
-				return 0, ErrLocked
-			}
-			if e == nil {
-				e = sh.newRangedEntry(sp, h)
-			}
-			return mono, sh.wait(ctx, e, h, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
-		}
-	}
-	if sp != nil {
-		e = sh.lookup(h) // settling lapsed ranges may have changed the entry
-	}
 	switch {
-	case e == nil && sp != nil:
-		e = sh.newRangedEntry(sp, h)
-		sh.grant(e, h, wall, mono, lease, false)
 	case e == nil:
 		e = sh.newEntry(hash)
 		sh.grant(e, h, wall, mono, lease, false)
@@ -177,6 +154,16 @@ func (sh *shard) grant(e *keyEntry, h *Hold, wall int64, mono, lease time.Durati
 	}
 }
 
+// grantKey is grant anywhere but Acquire's path for a table with no column family in range mode:
+// a holder of a key in range mode is marked so (FlagRanged), so that giving it back serves the
+// ranges its key may hold up.
+func (sh *shard) grantKey(e *keyEntry, h *Hold, wall int64, mono, lease time.Duration, watch bool) {
+	sh.grant(e, h, wall, mono, lease, watch)
+	if e.ranged() != nil {
+		h.SetFlags(FlagRanged)
+	}
+}
+
 // watch arms h's lease deadline on its clock's timer, if it is not armed yet, once someone can
 // observe the lease ending: a waiter queues for its key, Done is called, or a release hook is set.
 // Until then nothing can tell a lapse settled at the deadline from one settled when the handle or
@@ -209,11 +196,14 @@ func (sh *shard) watchHolders(e *keyEntry) {
 func (sh *shard) giveBack(h *Hold, set uint32) {
 	e := h.e
 	f := h.flags()
-	if f&(FlagShared|FlagRange) != 0 {
-		if f&FlagRange != 0 {
+	if f&(FlagShared|FlagRange|FlagRanged) != 0 {
+		switch {
+		case f&FlagRange != 0:
 			sh.giveBackRange(h, f, set)
-		} else {
+		case f&FlagShared != 0:
 			sh.giveBackShare(h, e, f, set)
+		default:
+			sh.giveBackRanged(h, e, f, set)
 		}
 		return
 	}
@@ -224,6 +214,20 @@ func (sh *shard) giveBack(h *Hold, set uint32) {
 	}
 	h.state.Store(f&^FlagHeld | set)
 	h.e = nil // the entry may be reused once the key leaves the table
+	e.holder = nil
+	sh.held--
+	sh.serveKey(e) // not serve: the key is not in range mode (FlagRanged)
+}
+
+// giveBackRanged is giveBack of the exclusive holder of a key in range mode, whose flags are f.
+func (sh *shard) giveBackRanged(h *Hold, e *keyEntry, f, set uint32) {
+	if e == nil || e.holder != h {
+		h.SetFlags(set)
+		sh.tab.logFault(h.ten, "a handle gave back a key it did not hold")
+		return
+	}
+	h.state.Store(f&^FlagHeld | set)
+	h.e = nil
 	e.holder = nil
 	sh.held--
 	sh.serve(e)

@@ -50,6 +50,9 @@ type tableHeader struct {
 	path   string // the database's, for log records
 	seed   maphash.Seed
 	stamps *Stamps
+	// routes places the records of the column families in range mode; nil until one is
+	// (rangemode.go). Every request reads it, so it is kept here with the seed.
+	routes atomic.Pointer[rangeRoutes]
 }
 
 // New returns the table of the database at path, whose grants mint AcquiredAt from stamps.

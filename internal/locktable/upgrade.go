@@ -35,7 +35,7 @@ func (h *Hold) Upgrade(ctx context.Context, timeout time.Duration) error {
 	}
 	sh.settleOtherSharers(e, h, c, mono)
 	stand := &Hold{ten: h.ten, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, cf: h.cf, owner: h.owner}
-	stand.hash.Store(h.hash.Load())
+	stand.hash = h.hash
 	if e.shares == 1 && (e.ranged() == nil || !e.ranged().space.keyBlocked(sh, stand, e.ranged().key, 0, false, c, mono)) {
 		e.shares = 0
 		h.ClearFlags(FlagShared)

@@ -59,7 +59,7 @@ func (g *waitGraph) enter(sh *shard, h *Hold) error {
 		return nil
 	}
 	err := &DeadlockError{Cycle: cycle}
-	if e := h.e; e != nil { // a key's request; a range request has no one key to count
+	if e := h.e; e != nil { // a range request has no key entry, and leaves both figures zero
 		err.Waiters = e.queued() - 1 // w is still queued
 		if hd := e.holder; hd != nil {
 			err.HolderAge = time.Duration(h.ten.clock.Now().UnixNano() - hd.acquiredAt)
