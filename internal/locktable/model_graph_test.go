@@ -9,9 +9,9 @@ import (
 )
 
 // The model check's wait-for graph, brute-forced from the whole state after every step
-// (docs/DESIGN.md §13, §15.5): no cycle may persist among waiting owners. waitsOn is the rule of
-// the whole state; waitsFor, the strict-FIFO rule of keys alone, must find a cycle exactly when it
-// does wherever no range is involved.
+// (docs/DESIGN.md §13, §15.5, §17): no cycle may persist among waiting owners. waitsOn is the rule
+// of the whole state; waitsFor, the strict-FIFO rule of keys alone, must find a cycle exactly when
+// it does wherever no range is involved.
 
 // waitsOn lists the owners whose locks must go before r, owner o's queued request, can be
 // granted: the owner of every holder that conflicts with r, and of every request queued ahead of

@@ -6,14 +6,15 @@ import (
 	"pgregory.net/rapid"
 )
 
-// The model check's rules (docs/DESIGN.md §15.2, §15.3), decided by brute force over the whole
-// state: two locks conflict when their key sets meet, at least one is exclusive, and they are not
-// of one owner; a request is served once no holder and no request queued ahead of it conflicts
-// with it. Where no range is involved, the rules of keys alone (per key a FIFO queue, upgrades
-// ahead, served from its head) decide too, and the two must agree (model_test.go drives them).
+// The model check's rules (docs/DESIGN.md §15.2, §15.3, §17), decided by brute force over the
+// whole state: two locks conflict when their key sets meet, at least one is exclusive, and they
+// are not of one owner; a request is served once no holder and no request queued ahead of it
+// conflicts with it. Where no range is involved, the rules of keys alone (per key a FIFO queue,
+// upgrades ahead, served from its head) decide too, and the two must agree (model_test.go drives
+// them).
 
-// modelConflicts reports whether a lock of owner oa (0: none) on target ta, exclusive when xa, and one
-// of owner ob on tb, exclusive when xb, conflict. Two locks of no owner are of two owners.
+// modelConflicts reports whether a lock of owner oa (0: none) on target ta, exclusive when xa,
+// and one of owner ob on tb, exclusive when xb, conflict. Two locks of no owner are of two owners.
 func modelConflicts(oa, ta int, xa bool, ob, tb int, xb bool) bool {
 	if oa != 0 && oa == ob {
 		return false
