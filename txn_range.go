@@ -72,7 +72,7 @@ func (t *Txn) lockRange(ctx context.Context, cf uint32, r Range, opts Options) (
 	if ctx == nil {
 		return nil, errNilContext
 	}
-	req := lockRequest{cf: cf, key: r.Start, rng: true, end: r.End, wait: true, owner: t}
+	req := lockRequest{cf: cf, key: r.Start, rng: &r, wait: true, owner: t}
 	if rs := t.ranges(); rs != nil {
 		if i := rs.find(cf, r); i >= 0 {
 			if h, err := t.relock(ctx, rs.items[i].h, req, opts); h != nil || err != nil {
@@ -105,6 +105,17 @@ func (t *Txn) lockInRange(ctx context.Context, req lockRequest, opts Options) (*
 		return t.reusable(ctx, h, req, opts)
 	}
 	return nil, nil
+}
+
+// end releases the ranges of an ending Txn that were not taken with Hold, and disowns them all,
+// as Txn.end does its key locks.
+func (s *txnRanges) end() {
+	for _, x := range s.items {
+		if !x.h.dead() && !x.h.Hold() {
+			x.h.Release()
+		}
+		x.h.disown()
+	}
 }
 
 // find returns the position of the current handle of range r in column family cf, or -1.

@@ -12,12 +12,13 @@ const bargeWindow = time.Millisecond
 // admits reports whether a newcomer's request for h, made at mono on c's clock, takes e's key at
 // once (docs/DESIGN.md §15.2): a shared one if nothing is queued and the key is free or held
 // shared; an exclusive one if the key is free and nothing is queued, or its oldest waiter was
-// woken for it less than bargeWindow ago.
+// woken for it less than bargeWindow ago. In range mode a key can be free with its oldest waiter
+// not woken, kept from it by a range; no newcomer passes that one.
 func (e *keyEntry) admits(h *Hold, c *Tenant, mono time.Duration) bool {
 	if h.flags()&FlagShared != 0 {
 		return e.head == nil && (e.holder == nil || e.shares > 0)
 	}
-	return e.holder == nil && (e.head == nil || !e.head.pastBargeWindow(c, mono))
+	return e.holder == nil && (e.head == nil || e.wakePending && !e.head.pastBargeWindow(c, mono))
 }
 
 // serve serves e's queue and, in range mode, the range requests its key may have held up.
@@ -99,7 +100,7 @@ func (sh *shard) serveKey(e *keyEntry) {
 			wall, mono := ReadClock(c.clock)
 			if w.pastBargeWindow(c, mono) {
 				sh.unqueueGranted(e, w, mono)
-				sh.grantKey(e, w.h, wall, mono, w.lease, e.head != nil)
+				sh.grantKey(e, w.h, wall, mono, w.lease, e.head != nil || e.rangeWaitsOver())
 				w.finish(waitGranted)
 				return
 			}
@@ -129,7 +130,7 @@ func (sh *shard) grantShared(e *keyEntry) (served bool) {
 		}
 		wall, mono := ReadClock(c.clock)
 		sh.unqueueGranted(e, w, mono)
-		sh.grantKey(e, w.h, wall, mono, w.lease, end != nil)
+		sh.grantKey(e, w.h, wall, mono, w.lease, end != nil || e.rangeWaitsOver())
 		w.finish(waitGranted)
 	}
 	return true

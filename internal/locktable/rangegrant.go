@@ -28,7 +28,7 @@ func conflicts(a, b *Hold) bool {
 // settled first, as a newcomer settles a key's lapsed holders; without, a lapsed range blocks
 // until its timer settles it, so that serving a key never ends another lease under it.
 func (sp *rangeSpace) keyBlocked(sh *shard, h *Hold, key []byte, seq uint64, settle bool, c *Tenant, mono time.Duration) bool {
-	if sp.ranges.n == 0 || sh.tab.modes.noConflicts.Load() {
+	if sp.ranges.n == 0 || sh.tab.modes.noConflicts.Load() || !sp.ranges.containsAny(key) {
 		return false
 	}
 	if settle {
@@ -181,6 +181,7 @@ func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, w
 	}
 	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&FlagShared != 0, space: sp}
 	it.w, it.seq = w, sp.nextSeq()
+	w.seq = it.seq // the wait graph reads the requests ahead by the waiter's place
 	sp.ranges.insert(it)
 	sp.queue = append(sp.queue, it)
 	return mono, sh.sleep(ctx, nil, w, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)))
@@ -349,4 +350,20 @@ func (sh *shard) watchSpan(sp *rangeSpace, h *Hold) {
 		sh.watchHolders(e)
 		return true
 	})
+}
+
+// rangeWaitsOver reports whether, in range mode, a range request over e's key is queued: a
+// holder the key's queue is granted then must be watched, since that request may wait for it to
+// lapse as well (range requests watch only the holders there when they queue, watchSpan).
+func (e *keyEntry) rangeWaitsOver() bool {
+	rk := e.ranged()
+	if rk == nil || len(rk.space.queue) == 0 {
+		return false
+	}
+	queued := false
+	rk.space.ranges.containing(rk.key, func(it *rangeItem) bool {
+		queued = it.w != nil
+		return !queued
+	})
+	return queued
 }

@@ -1,6 +1,9 @@
 package locktable
 
-import "bytes"
+import (
+	"bytes"
+	"encoding/binary"
+)
 
 // rangeTree holds the range locks and queued range requests of one column family, ordered by
 // start, as a treap whose every node knows the largest end in its subtree. That is what finds the
@@ -24,7 +27,14 @@ type rangeItem struct {
 	prio         uint64
 	maxEnd       []byte // the largest end in the subtree, unless maxUnbounded
 	maxUnbounded bool
-	inTree       bool
+	// leftEnd is the largest end of the item and its left subtree, unless leftUnbounded: the
+	// items that start at or before it. It answers containsAny with one comparison per level.
+	leftEnd       []byte
+	leftUnbounded bool
+	// The first sixteen bytes of start and leftEnd, which settle most comparisons of containsAny
+	// in two integer comparisons each.
+	startPrefix, leftEndPrefix keyPrefix
+	inTree                     bool
 }
 
 func (it *rangeItem) start() []byte { return it.h.key() }
@@ -32,30 +42,40 @@ func (it *rangeItem) end() []byte   { return it.h.cold.span.end }
 
 // before orders items by start, then by id.
 func (it *rangeItem) before(o *rangeItem) bool {
-	if c := bytes.Compare(it.start(), o.start()); c != 0 {
+	if c := compareKeys(it.start(), o.start()); c != 0 {
 		return c < 0
 	}
 	return it.id < o.id
 }
 
-// fix recomputes it's subtree end from its own and its children's.
+// fix recomputes it's largest ends from its own and its children's.
 func (it *rangeItem) fix() {
-	it.maxEnd, it.maxUnbounded = it.end(), it.end() == nil
-	for _, c := range [2]*rangeItem{it.left, it.right} {
-		if c == nil || it.maxUnbounded {
-			continue
-		}
-		if c.maxUnbounded {
-			it.maxEnd, it.maxUnbounded = nil, true
-		} else if bytes.Compare(c.maxEnd, it.maxEnd) > 0 {
-			it.maxEnd = c.maxEnd
-		}
+	it.leftEnd, it.leftUnbounded = it.end(), it.end() == nil
+	if l := it.left; l != nil {
+		it.leftEnd, it.leftUnbounded = laterEnd(it.leftEnd, it.leftUnbounded, l.maxEnd, l.maxUnbounded)
 	}
+	it.leftEndPrefix = prefixOf(it.leftEnd)
+	it.maxEnd, it.maxUnbounded = it.leftEnd, it.leftUnbounded
+	if r := it.right; r != nil {
+		it.maxEnd, it.maxUnbounded = laterEnd(it.maxEnd, it.maxUnbounded, r.maxEnd, r.maxUnbounded)
+	}
+}
+
+// laterEnd returns the later of two ends, each nil with its flag set when it has no bound.
+func laterEnd(a []byte, aUnbounded bool, b []byte, bUnbounded bool) ([]byte, bool) {
+	switch {
+	case aUnbounded || bUnbounded:
+		return nil, true
+	case compareKeys(b, a) > 0:
+		return b, false
+	}
+	return a, false
 }
 
 func (t *rangeTree) insert(it *rangeItem) {
 	t.rnd = t.rnd*6364136223846793005 + 1442695040888963407
 	it.prio, it.left, it.right, it.inTree = t.rnd>>1|1, nil, nil, true
+	it.startPrefix = prefixOf(it.start())
 	t.root = insertItem(t.root, it)
 	t.n++
 }
@@ -144,13 +164,13 @@ func (t *rangeTree) meeting(start, end []byte, f func(*rangeItem) bool) {
 }
 
 func meetingIn(n *rangeItem, start, end []byte, f func(*rangeItem) bool) bool {
-	if n == nil || (!n.maxUnbounded && bytes.Compare(n.maxEnd, start) <= 0) {
+	if n == nil || (!n.maxUnbounded && compareKeys(n.maxEnd, start) <= 0) {
 		return true // nothing below ends after start
 	}
 	if !meetingIn(n.left, start, end, f) {
 		return false
 	}
-	if end != nil && bytes.Compare(n.start(), end) >= 0 {
+	if end != nil && compareKeys(n.start(), end) >= 0 {
 		return true // this and everything to its right start at or after end
 	}
 	if spansMeet(n.start(), n.end(), start, end) && !f(n) {
@@ -159,23 +179,100 @@ func meetingIn(n *rangeItem, start, end []byte, f func(*rangeItem) bool) bool {
 	return meetingIn(n.right, start, end, f)
 }
 
+// containsAny reports whether some item's span holds key. It follows one path down: where an
+// item starts after key, only its left subtree can hold key; where it starts at or before it, so
+// does everything in its left subtree, and one of those holds key exactly when their largest end
+// (leftEnd) is after key; otherwise only the right subtree can.
+func (t *rangeTree) containsAny(key []byte) bool {
+	p := prefixOf(key)
+	for n := t.root; n != nil; {
+		c := n.startPrefix.compare(p)
+		if c == 0 {
+			c = compareKeys(n.start(), key)
+		}
+		if c > 0 {
+			n = n.left
+			continue
+		}
+		if n.leftUnbounded {
+			return true
+		}
+		if c = n.leftEndPrefix.compare(p); c == 0 {
+			c = compareKeys(n.leftEnd, key)
+		}
+		if c > 0 {
+			return true
+		}
+		n = n.right
+	}
+	return false
+}
+
 // containing calls f on every item whose span holds key, until f returns false.
 func (t *rangeTree) containing(key []byte, f func(*rangeItem) bool) {
 	containingIn(t.root, key, f)
 }
 
 func containingIn(n *rangeItem, key []byte, f func(*rangeItem) bool) bool {
-	if n == nil || (!n.maxUnbounded && bytes.Compare(n.maxEnd, key) <= 0) {
+	if n == nil || (!n.maxUnbounded && compareKeys(n.maxEnd, key) <= 0) {
 		return true
 	}
 	if !containingIn(n.left, key, f) {
 		return false
 	}
-	if bytes.Compare(n.start(), key) > 0 {
+	if compareKeys(n.start(), key) > 0 {
 		return true
 	}
-	if (n.end() == nil || bytes.Compare(key, n.end()) < 0) && !f(n) {
+	if (n.end() == nil || compareKeys(key, n.end()) < 0) && !f(n) {
 		return false
 	}
 	return containingIn(n.right, key, f)
+}
+
+// keyPrefix is the first sixteen bytes of a key, big-endian, zero-padded. Keys whose prefixes
+// differ are ordered as their prefixes; keys with one prefix (a zero byte and the end of a key
+// look alike) are compared whole.
+type keyPrefix struct{ hi, lo uint64 }
+
+func prefixOf(k []byte) keyPrefix {
+	if len(k) < 16 {
+		var b [16]byte
+		copy(b[:], k)
+		k = b[:]
+	}
+	return keyPrefix{binary.BigEndian.Uint64(k), binary.BigEndian.Uint64(k[8:])}
+}
+
+// compare is -1, 1, or 0 when the keys must be compared whole.
+func (p keyPrefix) compare(q keyPrefix) int {
+	switch {
+	case p.hi != q.hi:
+		if p.hi < q.hi {
+			return -1
+		}
+		return 1
+	case p.lo != q.lo:
+		if p.lo < q.lo {
+			return -1
+		}
+		return 1
+	}
+	return 0
+}
+
+// compareKeys is bytes.Compare, eight bytes at a time while both keys have them: keys of one
+// column family tend to share long prefixes ("record/1…"), and the tree compares a key at every
+// level, where bytes.Compare's call and setup cost more than the comparison itself.
+func compareKeys(a, b []byte) int {
+	for len(a) >= 8 && len(b) >= 8 {
+		x, y := binary.BigEndian.Uint64(a), binary.BigEndian.Uint64(b)
+		if x != y {
+			if x < y {
+				return -1
+			}
+			return 1
+		}
+		a, b = a[8:], b[8:]
+	}
+	return bytes.Compare(a, b)
 }

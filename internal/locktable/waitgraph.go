@@ -112,12 +112,23 @@ func (g *waitGraph) blockers(t Owner, h *Hold, out []Owner) []Owner {
 			add(x.owner)
 		}
 	}
-	if w.space != nil {
-		w.space.rangeEdges(h, w, add, addHolder)
-		return out
-	}
-	if e.ranged() != nil {
-		e.ranged().space.rangeEdges(h, w, add, addHolder)
+	if w.space != nil || e.ranged() != nil {
+		// What a request of no owner ahead passes on may lead back to t itself.
+		through := func(o Owner) {
+			if o != nil {
+				out = append(out, o)
+			}
+		}
+		sink := &rangeEdgeSink{owner: add, through: through, holder: addHolder, throughHolder: func(x *Hold) {
+			if !x.lapsedAt(x.monoFor(h.ten, now)) {
+				through(x.owner)
+			}
+		}}
+		if w.space != nil {
+			w.space.rangeEdges(h, w, sink)
+			return out
+		}
+		e.ranged().space.rangeEdges(h, w, sink)
 	}
 	switch {
 	case e.holder == nil:

@@ -153,7 +153,7 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 				wall, now := ReadClock(c.clock)
 				sh.unqueueGranted(e, w, now)
 				h.w = nil
-				sh.grantKey(e, h, wall, now, w.lease, e.head != nil)
+				sh.grantKey(e, h, wall, now, w.lease, e.head != nil || e.rangeWaitsOver())
 				sh.unlockAndRunDeferred()
 				return nil
 			}
