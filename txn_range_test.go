@@ -368,3 +368,26 @@ func TestTxnRangeClosesDeadlock(t *testing.T) {
 	t2.Rollback()
 	require.NotNil(t, granted(t, first, "t1's key"))
 }
+
+// An exclusive key lock inside the Txn's own shared range is a lock of its own: it queues behind a
+// request for the key that waits for the range, which is a deadlock the Txn gets at once; the
+// exclusive LockRange of the range is an upgrade and goes ahead of that request.
+func TestTxnExclusiveKeyUnderOwnSharedRange(t *testing.T) {
+	_, _, l, other := lockerPair(t)
+	ctx := context.Background()
+	txn := l.Begin()
+	defer txn.Rollback()
+	s, err := txn.LockRange(ctx, rng("m", "p"), shared)
+	require.NoError(t, err)
+	queued := lockAsync(ctx, other, []byte("n"), wait)
+	waitingCount(t, l, 1)
+
+	_, err = txn.Lock(ctx, []byte("n"), node)
+	require.ErrorIs(t, err, recordlock.ErrDeadlock)
+	up, err := txn.LockRange(ctx, rng("m", "p"), node)
+	require.NoError(t, err)
+	assert.Same(t, s, up)
+	require.NoError(t, txn.Put([]byte("n"), []byte("v")))
+	require.NoError(t, txn.Commit())
+	require.True(t, granted(t, queued, "n after the Txn").Release())
+}
