@@ -153,8 +153,8 @@ func (t *Txn) usable() error {
 //
 // A key inside a range the Txn holds (Txn.LockRange) with a live handle, in a mode at least as
 // strong as opts asks (an exclusive range serves both modes), needs no lock of its own: Lock
-// returns the range's handle without touching the key-lock table, unless opts.Hold asks for a
-// lock that outlives the Txn and the range's does not.
+// returns the range's handle without touching the key-lock table, after the checks of a
+// re-entrant Lock (ErrScopeConflict for cluster scope) and, with opts.Hold, its upgrade to Hold.
 //
 // It fails as Locker.Lock does (ErrTimeout, the ctx error, ErrInvalidOptions, ErrInvalidKey,
 // ErrClosed, and with cluster scope ErrClusterUnavailable; a zero opts.Timeout with a ctx
