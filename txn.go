@@ -171,6 +171,18 @@ func (t *Txn) lock(ctx context.Context, cf uint32, key []byte, opts Options) (*H
 	return h, nil
 }
 
+// holdsAny reports whether t holds a lock now, looking from its latest. A wait of t for another
+// key is then handed that key directly when it frees, never passed by a newcomer (docs/DESIGN.md
+// §6): whoever waits for t's keys waits for that wait too.
+func (t *Txn) holdsAny() bool {
+	for i := len(t.locks.items) - 1; i >= 0; i-- {
+		if !t.locks.items[i].h.dead() {
+			return true
+		}
+	}
+	return false
+}
+
 // relock is Lock of a key this Txn has locked with h: h itself while it authorizes writes (after
 // the scope check and the upgrades opts ask for), else nil and nil so that Lock takes the key anew.
 func (t *Txn) relock(ctx context.Context, h *Handle, key []byte, opts Options) (*Handle, error) {
