@@ -3,8 +3,8 @@ package locktable
 // Release hooks and debug records are collected under the shard mutex and run once it is
 // released: never while a table lock is held.
 
-// deferredCall is a release hook (fn), or a debug record (note), to run once the shard mutex is
-// released.
+// deferredCall is a release hook (fn), or a debug record or a holder's waited-on call (note), to
+// run once the shard mutex is released.
 type deferredCall struct {
 	h    *Hold
 	fn   func() error
@@ -44,4 +44,21 @@ func (sh *shard) unlockAndRunDeferred() {
 	hs := sh.drainDeferred()
 	sh.mu.Unlock()
 	runDeferred(hs)
+}
+
+// tellHolders queues, to run once mu is released, a call of the waited-on function of each
+// owner's hold of e's key whose tenant has one (Tenant.SetOnWaitedOn): a request just queued.
+func (sh *shard) tellHolders(e *keyEntry) {
+	tell := func(x *Hold) {
+		if f := x.ten.onWaitedOn; f != nil && x.owner != nil {
+			o := x.owner
+			sh.deferred = append(sh.deferred, deferredCall{note: func() { f(o) }})
+		}
+	}
+	if e.holder != nil {
+		tell(e.holder)
+	}
+	for _, x := range e.sharers {
+		tell(x)
+	}
 }

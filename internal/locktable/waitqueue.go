@@ -93,6 +93,7 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 	h.deadline.Store(int64(deadline)) // the wait's timeout until the key is granted
 	sh.schedule(h)
 	sh.watchHolders(e) // the key must pass on at the holders' deadlines
+	sh.tellHolders(e)
 	if h.owner == nil {
 		sh.countWaiting(w)
 	}
