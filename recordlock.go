@@ -70,6 +70,7 @@ func New(db *grocksdb.DB, opts ...Option) (*Locker, error) {
 		cancel:     cancel,
 	}
 	tab.Open(&l.ten, tableClock(cfg.clock), cfg.log)
+	l.ten.SetOnWaitedOn(l.commits.hurry)
 	return l, nil
 }
 

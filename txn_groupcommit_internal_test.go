@@ -272,6 +272,28 @@ func TestWaitedOnCommitWritesAtOnce(t *testing.T) {
 	assert.Equal(t, []int{1, 1, 1}, g.writes())
 }
 
+// A Txn parked behind the write in flight, while nobody waited for its keys, leaves the queue
+// and writes at once beside it as soon as a request queues for one of them: that request waits
+// for its commit, not for the queue.
+func TestParkedCommitHurriesWhenWaitedOn(t *testing.T) {
+	db := tempdb.New(t)
+	g := newGroupWrites(t, db)
+	first := g.holdFirst(t, "first", "v")
+	parked := g.queue(t, TxnOptions{}, "hot", "v", 1) // nobody waits for "hot" yet: it parks
+
+	successor := lockAsync(context.Background(), g.l, []byte("hot"), Options{Timeout: time.Minute})
+	require.NoError(t, Await(t, parked, "the parked Commit, once waited on, while the first write is held"))
+	got := Await(t, successor, "the successor's grant")
+	require.NoError(t, got.err)
+	assert.Equal(t, "v", string(DBGet(t, db, "hot")))
+	assert.True(t, got.h.Release())
+	assert.Equal(t, 0, g.queued())
+
+	g.release()
+	require.NoError(t, Await(t, first, "Commit"))
+	assert.Equal(t, []int{1, 1}, g.writes(), "the held write, and the hurried one beside it")
+}
+
 // An unmergeable batch writes with nothing beside it: parked at the head of the queue, it waits
 // for the bypass in flight to end, and a waited-on commit arriving then parks behind it instead
 // of bypassing, so bypasses cannot keep it waiting.
