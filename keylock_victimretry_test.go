@@ -36,7 +36,8 @@ func TestDeadlockVictimRetryQueuesBehindWinner(t *testing.T) {
 			} else {
 				_, err := winner.Lock(context.Background(), x, recordlock.Options{})
 				require.NoError(t, err)
-				won = receive(txnLockAsync(winner, y, recordlock.Options{}), func(r lockResult) error { return r.err })
+				c := txnLockAsync(winner, y, recordlock.Options{})
+				won = receive(c, func(r lockResult) error { return r.err })
 			}
 			waitQueued(t, l, y, 1)
 
@@ -45,7 +46,7 @@ func TestDeadlockVictimRetryQueuesBehindWinner(t *testing.T) {
 			victim.Rollback()
 			// The retry's first Lock, made before the winner's goroutine may have run.
 			_, err = l.TryLock(y, recordlock.Options{})
-			require.ErrorIs(t, err, recordlock.ErrLocked, "the victim's key went to the winner at its release")
+			require.ErrorIs(t, err, recordlock.ErrLocked, "the victim's key went to the winner")
 
 			require.NoError(t, await(t, won, "the winner's Lock"))
 			require.NoError(t, winner.Put(x, []byte("1")))

@@ -282,7 +282,7 @@ func TestParkedCommitHurriesWhenWaitedOn(t *testing.T) {
 	parked := g.queue(t, TxnOptions{}, "hot", "v", 1) // nobody waits for "hot" yet: it parks
 
 	successor := lockAsync(context.Background(), g.l, []byte("hot"), Options{Timeout: time.Minute})
-	require.NoError(t, Await(t, parked, "the parked Commit, once waited on, while the first write is held"))
+	require.NoError(t, Await(t, parked, "the parked Commit, waited on, with the first write held"))
 	got := Await(t, successor, "the successor's grant")
 	require.NoError(t, got.err)
 	assert.Equal(t, "v", string(DBGet(t, db, "hot")))

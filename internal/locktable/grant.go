@@ -25,8 +25,8 @@ func (e *keyEntry) admits(h *Hold, c *Tenant, mono time.Duration) bool {
 // the head up to the next exclusive one, together; or, while the key is free, the oldest
 // exclusive request, directly once it may not be passed (keyEntry.bargeable: it has waited
 // bargeWindow, or a request queued is of an owner that holds other keys), and before that woken
-// to compete with newcomers. Nothing else is woken. Waiters of a closed Locker are failed, never granted. A
-// key with neither holder nor waiters leaves the table.
+// to compete with newcomers. Nothing else is woken. Waiters of a closed Locker are failed, never
+// granted. A key with neither holder nor waiters leaves the table.
 func (sh *shard) serve(e *keyEntry) {
 	for !e.wakePending {
 		w := e.head

@@ -371,7 +371,7 @@ func (t *testTxn) Lock(ctx context.Context, key []byte, o testOptions) (*Hold, e
 		}
 		return h, nil
 	}
-	o.OwnerHolds = slices.ContainsFunc(t.holds, func(h *Hold) bool { return !h.Dead() }) // as a Txn does
+	o.OwnerHolds = slices.ContainsFunc(t.holds, func(h *Hold) bool { return !h.Dead() }) // as Txns
 	h, err := t.l.acquire(ctx, key, o, t, true)
 	if err != nil {
 		return nil, err

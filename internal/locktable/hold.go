@@ -89,8 +89,8 @@ const (
 )
 
 // Init readies h, before it is published, for a request of tenant t for the record (cf, key)
-// with the given initial flags (FlagHold, FlagShared, FlagOwnerHolds). SetOwner then names its owner, if any. It
-// leaves the record's hash to Acquire, so that it is small enough to inline.
+// with the given initial flags (FlagHold, FlagShared, FlagOwnerHolds). SetOwner then names its
+// owner, if any. It leaves the record's hash to Acquire, so that it is small enough to inline.
 func (h *Hold) Init(t *Tenant, cf uint32, key []byte, flags uint32) {
 	h.ten, h.heapIdx, h.cf = t, -1, cf
 	h.setKey(key)
