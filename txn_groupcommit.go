@@ -14,18 +14,18 @@ import (
 // RocksDB's own bound on a write group (max_write_batch_group_size_bytes).
 const maxGroupBytes = 1 << 20
 
-// commitQueue decides when a Locker's Txns write their batches to RocksDB (docs/DESIGN.md
-// §5.4). A Txn that finds no write of the queue in flight and nobody parked writes at once. One
-// that finds a write in flight parks its goroutine, unless another Txn waits for a key it holds,
-// or starts to while it is parked (hurry): then it writes at once beside the queue (a bypass),
-// since its successors wait for its commit and RocksDB groups concurrent writers itself. When
-// the queue's write returns, the first parked Txn leads the next: it writes its batch and the
-// batch of every parked Txn it can merge with as one. A batch that cannot be merged
-// (Txn.mergeable) never bypasses, is written alone, and with no other write of the Locker in
-// flight. Each Txn stays inside its own fences until its batch
-// has landed, so each still lands only while its leases are live. Left to RocksDB, every
-// concurrent commit would hold an OS thread in RocksDB's write queue, spinning and yielding
-// while the group's leader writes, and would pay for a write-ahead-log append of its own.
+// commitQueue decides when a Locker's Txns write their batches to RocksDB (docs/DESIGN.md §5.4).
+// A Txn that finds no write of the queue in flight and nobody parked writes at once. One that
+// finds a write in flight parks its goroutine, unless another Txn waits for a key it holds, or
+// starts to while it is parked (hurry): then it writes at once beside the queue (a bypass), since
+// its successors wait for its commit and RocksDB groups concurrent writers itself. When the
+// queue's write returns, the first parked Txn leads the next: it writes its batch and the batch
+// of every parked Txn it can merge with as one. A batch that cannot be merged (Txn.mergeable)
+// never bypasses, is written alone, and with no other write of the Locker in flight. Each Txn
+// stays inside its own fences until its batch has landed, so each still lands only while its
+// leases are live. Left to RocksDB, every concurrent commit would hold an OS thread in RocksDB's
+// write queue, spinning and yielding while the group's leader writes, and would pay for a
+// write-ahead-log append of its own.
 type commitQueue struct {
 	mu        sync.Mutex
 	writing   bool            // the queue's write is in flight, or a waiter was told to lead it
