@@ -113,7 +113,7 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 	}
 	sh.unlockAndRunDeferred()
 	if h.owner != nil {
-		if err := sh.tab.graph.enter(sh, h); err != nil {
+		if err := sh.tab.graph.enter(h); err != nil {
 			return err
 		}
 		defer sh.tab.graph.leave(h)
@@ -178,7 +178,7 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 		sh.mu.Unlock()
 		if recheck {
 			// Checked as a new wait is: the graph's mutex orders this search after the change.
-			if err := sh.tab.graph.enter(sh, h); err != nil {
+			if err := sh.tab.graph.enter(h); err != nil {
 				return err
 			}
 			sh = h.lockShard()
