@@ -160,8 +160,7 @@ type lockRequest struct {
 	cf    uint32 // column family ID
 	key   []byte // the key, or a range's Start
 	wait  bool   // Lock waits for a busy key; TryLock does not
-	rng   bool   // a range lock of the keys from key up to end, checked by Range.check
-	end   []byte // the range's End; nil for no bound
+	rng   *Range // a range lock of rng, checked by Range.check, whose Start is key; nil for a key
 	owner *Txn   // the Txn that locks, nil outside one
 	// timeout, when positive, bounds the wait instead of Options.Timeout: what is left of
 	// LockAll's budget, which is not a valid Options.Timeout once below MinTimeout.
@@ -177,7 +176,7 @@ func (l *Locker) check(req lockRequest, opts Options) (Resolved, error) {
 	if err != nil {
 		return r, err
 	}
-	if !req.rng && (len(req.key) == 0 || len(req.key) > maxKeyLen) {
+	if req.rng == nil && (len(req.key) == 0 || len(req.key) > maxKeyLen) {
 		return r, invalidKey(req.key)
 	}
 	if l.ten.Closed() {
@@ -269,8 +268,8 @@ func (l *Locker) newHandle(req lockRequest, flags uint32) *Handle {
 		flags |= locktable.FlagOwnerHolds
 	}
 	h := &Handle{}
-	if req.rng {
-		h.hold.InitRange(&l.ten, req.cf, req.key, req.end, flags)
+	if req.rng != nil {
+		h.hold.InitRange(&l.ten, req.cf, req.key, req.rng.End, flags)
 	} else {
 		h.hold.Init(&l.ten, req.cf, req.key, flags)
 	}

@@ -31,7 +31,7 @@ import (
 //   - an error matching ctx's error once ctx is done (at once if it already is);
 //   - ErrClosed when the Locker is closed while LockRange waits.
 func (l *Locker) LockRange(ctx context.Context, r Range, opts Options) (*Handle, error) {
-	return l.lockRange(ctx, 0, r, opts, true, nil)
+	return l.lockRange(ctx, 0, r, opts, true)
 }
 
 // LockRangeCF is LockRange of r in column family cf (nil: the default column family). A cf that
@@ -42,7 +42,7 @@ func (l *Locker) LockRangeCF(ctx context.Context, cf *grocksdb.ColumnFamilyHandl
 	if err != nil {
 		return nil, err
 	}
-	return l.lockRange(ctx, id, r, opts, true, nil)
+	return l.lockRange(ctx, id, r, opts, true)
 }
 
 // TryLockRange locks r if LockRange would not have to wait, and fails with ErrLocked at once if
@@ -50,7 +50,7 @@ func (l *Locker) LockRangeCF(ctx context.Context, cf *grocksdb.ColumnFamilyHandl
 // r, an *OptionError matching ErrInvalidOptions for ScopeCluster or other invalid opts, and
 // ErrClosed once the Locker is closed. On failure it returns a nil handle.
 func (l *Locker) TryLockRange(r Range, opts Options) (*Handle, error) {
-	return l.lockRange(context.Background(), 0, r, opts, false, nil)
+	return l.lockRange(context.Background(), 0, r, opts, false)
 }
 
 // TryLockRangeCF is TryLockRange of r in column family cf (nil: the default column family). A cf
@@ -61,12 +61,12 @@ func (l *Locker) TryLockRangeCF(cf *grocksdb.ColumnFamilyHandle, r Range, opts O
 	if err != nil {
 		return nil, err
 	}
-	return l.lockRange(context.Background(), id, r, opts, false, nil)
+	return l.lockRange(context.Background(), id, r, opts, false)
 }
 
 // lockRange is every range lock call: it checks r and the scope, and locks through the path of a
 // key lock (Locker.lock), which validates the other options and ctx in the same order.
-func (l *Locker) lockRange(ctx context.Context, cf uint32, r Range, opts Options, wait bool, owner *Txn) (*Handle, error) {
+func (l *Locker) lockRange(ctx context.Context, cf uint32, r Range, opts Options, wait bool) (*Handle, error) {
 	if err := r.check(); err != nil {
 		return nil, err
 	}
@@ -74,7 +74,7 @@ func (l *Locker) lockRange(ctx context.Context, cf uint32, r Range, opts Options
 	if err != nil {
 		return nil, err
 	}
-	return l.lock(ctx, lockRequest{cf: cf, key: r.Start, rng: true, end: r.End, wait: wait, owner: owner}, &opts)
+	return l.lock(ctx, lockRequest{cf: cf, key: r.Start, rng: &r, wait: wait}, &opts)
 }
 
 // rangeOptions returns opts as a range lock runs them: node scope, which the default scope means

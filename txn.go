@@ -151,6 +151,11 @@ func (t *Txn) usable() error {
 // deadlock) the handle is still shared and unchanged, and if the share itself ends meanwhile Lock
 // fails with ErrLeaseExpired or ErrReleased.
 //
+// A key inside a range the Txn holds (Txn.LockRange) with a live handle, in a mode at least as
+// strong as opts asks (an exclusive range serves both modes), needs no lock of its own: Lock
+// returns the range's handle without touching the key-lock table, after the checks of a
+// re-entrant Lock (ErrScopeConflict for cluster scope) and, with opts.Hold, its upgrade to Hold.
+//
 // It fails as Locker.Lock does (ErrTimeout, the ctx error, ErrInvalidOptions, ErrInvalidKey,
 // ErrClosed, and with cluster scope ErrClusterUnavailable; a zero opts.Timeout with a ctx
 // deadline leaves the wait to the ctx), with ErrTxnDone once the Txn ended, with
@@ -282,8 +287,9 @@ func (t *Txn) wantsCluster(r Resolved) bool {
 // writer's committed change is visible at once). A key that does not exist reads as nil with a
 // nil error. The returned slice belongs to the caller.
 //
-// A Get of a key this Txn holds whose lease has ended (lapsed or revoked) fails with
-// ErrLeaseExpired rather than return a value no lock protects any more; a key the Txn released
+// A Get of a key this Txn holds, by its own lock or inside a range lock, whose lease has ended
+// (lapsed or revoked) fails with ErrLeaseExpired rather than return a value no lock protects any
+// more; a key the Txn released
 // (a Release that returned true), or never locked, reads unprotected. It fails with
 // ErrInvalidKey for an empty key, ErrTxnDone once the Txn ended, ErrClosed once the Locker is
 // closed, and with the RocksDB error, wrapped, when the read fails.
@@ -349,22 +355,17 @@ func (t *Txn) Rollback() {
 // end ends the Txn: it drops the staged writes and releases non-hold locks.
 func (t *Txn) end() {
 	t.done = true
-	endLocks(t.locks.items)
-	if rs := t.ranges(); rs != nil {
-		endLocks(rs.items)
-	}
-	t.locks = keyList[txnLock]{}
-	t.writes = keyList[stagedWrite]{}
-	t.rare = nil
-}
-
-// endLocks releases the locks of an ending Txn that were not taken with Hold, and disowns them all.
-func endLocks(locks []txnLock) {
-	for _, x := range locks {
+	for _, x := range t.locks.items {
 		// A released or expired handle has nothing to give back (Commit may have released it).
 		if !x.h.dead() && !x.h.Hold() {
 			x.h.Release()
 		}
 		x.h.disown() // a held lock outlives the Txn with no owner
 	}
+	if rs := t.ranges(); rs != nil {
+		rs.end()
+	}
+	t.locks = keyList[txnLock]{}
+	t.writes = keyList[stagedWrite]{}
+	t.rare = nil
 }

@@ -34,9 +34,9 @@ type txnRanges struct {
 //
 // Keys inside a range the Txn holds need no lock of their own: Txn.Lock of such a key returns the
 // range's handle when its mode is at least as strong as asked (an exclusive range serves both
-// modes, a shared one shared requests), unless opts.Hold asks for a lock that outlives the Txn
-// and the range's does not; Put and Delete of a key inside a live exclusive range are protected by
-// it; under a shared range only, they fail with an error matching ErrNotLocked.
+// modes, a shared one shared requests), upgraded to Hold when opts.Hold asks, as a re-entrant
+// Lock is; Put and Delete of a key inside a live exclusive range are protected by it; under a
+// shared range only, they fail with an error matching ErrNotLocked.
 //
 // It fails as Locker.LockRange does (ErrInvalidKey for an invalid r, an *OptionError matching
 // ErrInvalidOptions for ScopeCluster or other invalid options, ErrTimeout, the ctx error,
@@ -72,7 +72,7 @@ func (t *Txn) lockRange(ctx context.Context, cf uint32, r Range, opts Options) (
 	if ctx == nil {
 		return nil, errNilContext
 	}
-	req := lockRequest{cf: cf, key: r.Start, rng: true, end: r.End, wait: true, owner: t}
+	req := lockRequest{cf: cf, key: r.Start, rng: &r, wait: true, owner: t}
 	if rs := t.ranges(); rs != nil {
 		if i := rs.find(cf, r); i >= 0 {
 			if h, err := t.relock(ctx, rs.items[i].h, req, opts); h != nil || err != nil {
@@ -90,21 +90,32 @@ func (t *Txn) lockRange(ctx context.Context, cf uint32, r Range, opts Options) (
 }
 
 // lockInRange is Txn.Lock of a key the Txn has no live lock of: the handle of a range of the Txn
-// that covers it in a mode at least as strong as asked, after the checks of a re-entrant lock,
-// or nil and nil when there is none and the key must be locked on its own.
+// that covers it in a mode at least as strong as asked, after the checks and the Hold upgrade of a
+// re-entrant lock, or nil and nil when there is none and the key must be locked on its own.
 func (t *Txn) lockInRange(ctx context.Context, req lockRequest, opts Options) (*Handle, error) {
 	rs := t.ranges()
 	for i, x := range rs.items {
 		h := x.h
-		if !h.hold.Covers(req.cf, req.key) || (h.Shared() && !opts.Shared) || (opts.Hold && !h.Hold()) {
+		if !h.hold.Covers(req.cf, req.key) || (h.Shared() && !opts.Shared) {
 			continue
 		}
 		if !rs.current(i) || h.IsExpired() {
 			continue
 		}
-		return t.reusable(ctx, h, req, opts)
+		return t.relock(ctx, h, req, opts)
 	}
 	return nil, nil
+}
+
+// end releases the ranges of an ending Txn that were not taken with Hold, and disowns them all,
+// as Txn.end does its key locks.
+func (s *txnRanges) end() {
+	for _, x := range s.items {
+		if !x.h.dead() && !x.h.Hold() {
+			x.h.Release()
+		}
+		x.h.disown()
+	}
 }
 
 // find returns the position of the current handle of range r in column family cf, or -1.

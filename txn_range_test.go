@@ -90,8 +90,8 @@ func TestTxnLockRangeUpgradeWaits(t *testing.T) {
 }
 
 // Txn.Lock of a key inside a range the Txn holds in a mode at least as strong returns the range's
-// handle without touching the table, even with a request of another Locker queued for the key; a
-// stronger mode, a key outside, or a Hold the range lacks gets a lock of its own.
+// handle without touching the table, even with a request of another Locker queued for the key (with
+// Hold, upgraded to Hold); a stronger mode, or a key outside, gets a lock of its own.
 func TestTxnLockKeyInsideRange(t *testing.T) {
 	_, _, l, other := lockerPair(t)
 	ctx := context.Background()
@@ -126,16 +126,19 @@ func TestTxnLockKeyInsideRange(t *testing.T) {
 	c, err := txn.Lock(ctx, []byte("c"), node)
 	require.NoError(t, err)
 	assert.NotSame(t, x, c, "End is outside the range")
-	// Hold asks for more than the range gives, so the key goes to the table, where other's
-	// request for b is queued ahead; that one waits for the Txn's range, so the Txn would wait
-	// for itself: a deadlock, and nothing changes.
-	_, err = txn.Lock(ctx, []byte("b"), recordlock.Options{Scope: recordlock.ScopeNode, Hold: true})
-	require.ErrorIs(t, err, recordlock.ErrDeadlock)
 	_, err = txn.Lock(ctx, []byte("b"), recordlock.Options{Scope: recordlock.ScopeCluster})
 	require.ErrorIs(t, err, recordlock.ErrScopeConflict)
+	assert.Equal(t, acquired+2, l.Stats().Acquired)
+	hold, err := txn.Lock(ctx, []byte("b"), recordlock.Options{Scope: recordlock.ScopeNode, Hold: true})
+	require.NoError(t, err, "a key request of the Txn's own would queue behind b's waiter, which waits for the range")
+	assert.Same(t, x, hold, "Hold upgrades the range, as re-entry does")
+	assert.True(t, x.Hold())
+	assert.Equal(t, acquired+2, l.Stats().Acquired, "the table was not asked")
 
 	txn.Rollback()
-	require.True(t, granted(t, queued, "b after the Txn").Release())
+	assert.True(t, pendingLock(queued), "the held range outlives the Txn")
+	require.True(t, x.Release())
+	require.True(t, granted(t, queued, "b after the range").Release())
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
@@ -364,4 +367,27 @@ func TestTxnRangeClosesDeadlock(t *testing.T) {
 	assert.True(t, pendingLock(first))
 	t2.Rollback()
 	require.NotNil(t, granted(t, first, "t1's key"))
+}
+
+// An exclusive key lock inside the Txn's own shared range is a lock of its own: it queues behind a
+// request for the key that waits for the range, which is a deadlock the Txn gets at once; the
+// exclusive LockRange of the range is an upgrade and goes ahead of that request.
+func TestTxnExclusiveKeyUnderOwnSharedRange(t *testing.T) {
+	_, _, l, other := lockerPair(t)
+	ctx := context.Background()
+	txn := l.Begin()
+	defer txn.Rollback()
+	s, err := txn.LockRange(ctx, rng("m", "p"), shared)
+	require.NoError(t, err)
+	queued := lockAsync(ctx, other, []byte("n"), wait)
+	waitingCount(t, l, 1)
+
+	_, err = txn.Lock(ctx, []byte("n"), node)
+	require.ErrorIs(t, err, recordlock.ErrDeadlock)
+	up, err := txn.LockRange(ctx, rng("m", "p"), node)
+	require.NoError(t, err)
+	assert.Same(t, s, up)
+	require.NoError(t, txn.Put([]byte("n"), []byte("v")))
+	require.NoError(t, txn.Commit())
+	require.True(t, granted(t, queued, "n after the Txn").Release())
 }
