@@ -73,6 +73,7 @@ func New(db *grocksdb.DB, opts ...Option) (*Locker, error) {
 	if cfg.failpoints.noRangeConflicts {
 		tab.DisableRangeConflicts()
 	}
+	l.ten.SetOnWaitedOn(l.commits.hurry)
 	return l, nil
 }
 
@@ -164,6 +165,8 @@ type lockRequest struct {
 	// timeout, when positive, bounds the wait instead of Options.Timeout: what is left of
 	// LockAll's budget, which is not a valid Options.Timeout once below MinTimeout.
 	timeout time.Duration
+	// holding: the owner holds keys its list does not show yet, those LockAll took so far.
+	holding bool
 }
 
 // check validates a lock request. A range's bounds are checked before (Range.check): its Start
@@ -258,8 +261,12 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 	return h, nil
 }
 
-// newHandle returns a handle for the request, with flags (Hold, Shared) set.
+// newHandle returns a handle for the request, with flags (Hold, Shared) set, and marked as asked
+// by a Txn that holds other keys when it does (locktable.FlagOwnerHolds).
 func (l *Locker) newHandle(req lockRequest, flags uint32) *Handle {
+	if req.owner != nil && (req.holding || req.owner.holdsAny()) {
+		flags |= locktable.FlagOwnerHolds
+	}
 	h := &Handle{}
 	if req.rng != nil {
 		h.hold.InitRange(&l.ten, req.cf, req.key, req.rng.End, flags)

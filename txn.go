@@ -205,6 +205,25 @@ func (t *Txn) lock(ctx context.Context, cf uint32, key []byte, opts Options) (*H
 	return h, nil
 }
 
+// holdsAny reports whether t holds a lock now, of a key (looking from its latest) or a range. A wait of t for another
+// key is then handed that key directly when it frees, never passed by a newcomer (docs/DESIGN.md
+// §6): whoever waits for t's keys waits for that wait too.
+func (t *Txn) holdsAny() bool {
+	for i := len(t.locks.items) - 1; i >= 0; i-- {
+		if !t.locks.items[i].h.dead() {
+			return true
+		}
+	}
+	if rs := t.ranges(); rs != nil {
+		for _, l := range rs.items {
+			if !l.h.dead() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // relock is Lock (or LockRange) of a record (or range) this Txn has locked with h: h itself while
 // it authorizes writes (after the scope check and the upgrades opts ask for), else nil and nil so
 // that Lock takes it anew.

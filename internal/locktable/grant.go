@@ -12,13 +12,13 @@ const bargeWindow = time.Millisecond
 // admits reports whether a newcomer's request for h, made at mono on c's clock, takes e's key at
 // once (docs/DESIGN.md §15.2): a shared one if nothing is queued and the key is free or held
 // shared; an exclusive one if the key is free and nothing is queued, or its oldest waiter was
-// woken for it less than bargeWindow ago. In range mode a key can be free with its oldest waiter
-// not woken, kept from it by a range; no newcomer passes that one.
+// woken for it and may still be passed (keyEntry.bargeable). In range mode a key can be free
+// with its oldest waiter not woken, kept from it by a range; no newcomer passes that one.
 func (e *keyEntry) admits(h *Hold, c *Tenant, mono time.Duration) bool {
 	if h.flags()&FlagShared != 0 {
 		return e.head == nil && (e.holder == nil || e.shares > 0)
 	}
-	return e.holder == nil && (e.head == nil || e.wakePending && !e.head.pastBargeWindow(c, mono))
+	return e.holder == nil && (e.head == nil || e.wakePending && e.bargeable(e.head, c, mono))
 }
 
 // serve serves e's queue and, in range mode, the range requests its key may have held up.
@@ -51,9 +51,10 @@ func (sh *shard) rangeKeeps(e *keyEntry, w *waiter, c *Tenant) bool {
 // serveKey grants what the head of e's queue can have now (docs/DESIGN.md §15.2): an upgrade whose
 // share is the only one left, or while the key is free or held shared, the shared requests at
 // the head up to the next exclusive one, together; or, while the key is free, the oldest
-// exclusive request, directly once it has waited bargeWindow, and before that woken to compete
-// with newcomers. Nothing else is woken. Waiters of a closed Locker are failed, never granted. A
-// key with neither holder nor waiters leaves the table.
+// exclusive request, directly once it may not be passed (keyEntry.bargeable: it has waited
+// bargeWindow, or a request queued is of an owner that holds other keys), and before that woken
+// to compete with newcomers. Nothing else is woken. Waiters of a closed Locker are failed, never
+// granted. A key with neither holder nor waiters leaves the table.
 func (sh *shard) serveKey(e *keyEntry) {
 	for !e.wakePending {
 		w := e.head
@@ -98,7 +99,7 @@ func (sh *shard) serveKey(e *keyEntry) {
 				return
 			}
 			wall, mono := ReadClock(c.clock)
-			if w.pastBargeWindow(c, mono) {
+			if !e.bargeable(w, c, mono) {
 				sh.unqueueGranted(e, w, mono)
 				sh.grantKey(e, w.h, wall, mono, w.lease, e.head != nil || e.rangeWaitsOver())
 				w.finish(waitGranted)

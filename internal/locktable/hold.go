@@ -88,11 +88,14 @@ const (
 	FlagCluster                             // joined a cluster round (the API's; the table ignores it)
 	FlagHasVersion                          // a version was issued or noted (the API's)
 	FlagShared                              // a shared lock, until upgraded
+	// FlagOwnerHolds marks a request whose owner held other keys when it asked: while it is
+	// queued, no newcomer passes the key's oldest waiter (docs/DESIGN.md §6).
+	FlagOwnerHolds
 )
 
 // Init readies h, before it is published, for a request of tenant t for the record (cf, key)
-// with the given initial flags (FlagHold, FlagShared). SetOwner then names its owner, if any. It
-// leaves the record's hash to Acquire, so that it is small enough to inline.
+// with the given initial flags (FlagHold, FlagShared, FlagOwnerHolds). SetOwner then names its
+// owner, if any. It leaves the record's hash to Acquire, so that it is small enough to inline.
 func (h *Hold) Init(t *Tenant, cf uint32, key []byte, flags uint32) {
 	h.ten, h.heapIdx, h.cf = t, -1, cf
 	h.setKey(key)

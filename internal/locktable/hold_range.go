@@ -8,7 +8,7 @@ import "bytes"
 
 const (
 	// FlagRange marks a range hold, from InitRange on.
-	FlagRange uint32 = FlagShared << (iota + 1)
+	FlagRange uint32 = FlagOwnerHolds << (iota + 1)
 	// FlagRanged marks the holder of a key whose column family is in range mode (rangemode.go).
 	FlagRanged
 )

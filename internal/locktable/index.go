@@ -146,7 +146,12 @@ type keyEntry struct {
 	// unwatched is set when a sharer was granted with nothing queued, so its deadline may be off
 	// the scheduler; the next request to queue watches every holder.
 	unwatched bool
-	sharers   []*Hold // the sharers other than holder, each knowing its place (sharePos)
+	// ownersHolding counts the queued requests whose owner held other keys as it asked (up to
+	// its bound; one past it is not counted, and may be passed as any request may): while there
+	// are any, no newcomer passes the oldest waiter (keyEntry.bargeable). 16 bits keep the
+	// entry's hot fields in one cache line.
+	ownersHolding uint16
+	sharers       []*Hold // the sharers other than holder, each knowing its place (sharePos)
 }
 
 func (e *keyEntry) nextSpare() *keyEntry     { return (*keyEntry)(e.link) }

@@ -343,11 +343,19 @@ func (sh *shard) serveAfterRange(sp *rangeSpace, start, end []byte) {
 	sh.serveRanges(sp)
 }
 
-// watchSpan watches the holders of the keys inside h's range, for a range request that queues;
-// range locks are always watched.
+// watchSpan watches the holders of the keys inside h's range, for a range request that queues
+// (range locks are always watched), and tells them and the range locks it meets that a request
+// waits for them (tellHolders).
 func (sh *shard) watchSpan(sp *rangeSpace, h *Hold) {
 	sp.keysIn(h.key(), h.cold.span.end, func(e *keyEntry) bool {
 		sh.watchHolders(e)
+		sh.tellHolders(e)
+		return true
+	})
+	sp.ranges.meeting(h.key(), h.cold.span.end, func(it *rangeItem) bool {
+		if it.w == nil {
+			sh.tellHolder(it.h)
+		}
 		return true
 	})
 }

@@ -219,6 +219,7 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace, home uint64) 
 	ne := to.newEntry(routed(e.hash, home))
 	ne.holder, ne.head, ne.tail, ne.shares = e.holder, e.head, e.tail, e.shares
 	ne.wakePending, ne.unwatched, ne.sharers = e.wakePending, e.unwatched, e.sharers
+	ne.ownersHolding = e.ownersHolding
 	ne.setRanged(rk)
 	rk.e = ne
 	move := func(h *Hold) {
@@ -244,7 +245,7 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace, home uint64) 
 		}
 	}
 	e.holder, e.head, e.tail, e.shares, e.sharers = nil, nil, nil, 0, nil
-	e.unwatched = false
+	e.unwatched, e.ownersHolding = false, 0
 	sh.remove(e)
 	to.index.insert(ne)
 	sp.keys.ReplaceOrInsert(rk)

@@ -36,11 +36,11 @@ type waitGraph struct {
 	skipped uint64
 }
 
-// enter records that h's owner waits with h, which is queued in sh, unless that would close a
+// enter records that h's owner waits with h, which is queued, unless that would close a
 // cycle: then h's waiter is taken out of the queue and the error names the cycle, with, for the
 // debug record, how many other requests were queued for h's key and how long its holder (the
 // first, when it is held shared) had held it.
-func (g *waitGraph) enter(sh *shard, h *Hold) error {
+func (g *waitGraph) enter(h *Hold) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.waiting == nil {
@@ -52,7 +52,7 @@ func (g *waitGraph) enter(sh *shard, h *Hold) error {
 		return nil
 	}
 	delete(g.waiting, h.owner)
-	sh = h.lockShard()
+	sh := h.lockShard()
 	w := h.w
 	if w == nil { // granted, timed out or closed since: the wait loop reports it
 		sh.mu.Unlock()

@@ -2,6 +2,7 @@ package locktable
 
 import (
 	"context"
+	"math"
 	"time"
 )
 
@@ -38,6 +39,7 @@ type waiter struct {
 	ownedAhead *waiter
 	state      waitState
 	shared     bool // a shared request
+	ownerHolds bool // its owner held other keys as it asked: counted in keyEntry.ownersHolding
 	counted    bool // counted in Stats.Waiting
 	left       bool // no longer in the queue
 	// recheck asks the waiting owner to look for a cycle through it again: its edge to the
@@ -67,10 +69,14 @@ func (w *waiter) finish(s waitState) {
 	w.signal()
 }
 
-// pastBargeWindow reports whether w, the oldest waiter of a free key, has waited bargeWindow, so
-// that the key goes to it rather than to a newcomer. mono is a reading of c's clock.
-func (w *waiter) pastBargeWindow(c *Tenant, mono time.Duration) bool {
-	return w.h.monoFor(c, mono)-w.since >= bargeWindow
+// bargeable reports whether a newcomer may take e's free key before the oldest waiter, w (docs/
+// DESIGN.md §6): only while w has waited less than bargeWindow, and only when no request queued
+// for the key is of an owner that held other keys as it asked (FlagOwnerHolds). Every wait for
+// the keys such an owner holds waits for its request too, and a newcomer that took the key and
+// then asked for one of them would close a cycle, lose it, and, retried at once, take the key
+// again before that owner's turn. mono is a reading of c's clock.
+func (e *keyEntry) bargeable(w *waiter, c *Tenant, mono time.Duration) bool {
+	return e.ownersHolding == 0 && w.h.monoFor(c, mono)-w.since < bargeWindow
 }
 
 // wait queues h for e's key and blocks until it is granted, the timeout passes at deadline, ctx is
@@ -98,15 +104,16 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 	sh.schedule(h)
 	if e != nil {
 		sh.watchHolders(e) // the key must pass on at the holders' deadlines
+		sh.tellHolders(e)
 	} else {
-		sh.watchSpan(w.space, h)
+		sh.watchSpan(w.space, h) // and tells their holders, as tellHolders does
 	}
 	if h.owner == nil {
 		sh.countWaiting(w)
 	}
 	sh.unlockAndRunDeferred()
 	if h.owner != nil {
-		if err := sh.tab.graph.enter(sh, h); err != nil {
+		if err := sh.tab.graph.enter(h); err != nil {
 			return err
 		}
 		defer sh.tab.graph.leave(h)
@@ -171,7 +178,7 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 		sh.mu.Unlock()
 		if recheck {
 			// Checked as a new wait is: the graph's mutex orders this search after the change.
-			if err := sh.tab.graph.enter(sh, h); err != nil {
+			if err := sh.tab.graph.enter(h); err != nil {
 				return err
 			}
 			sh = h.lockShard()
@@ -192,6 +199,10 @@ func (sh *shard) enqueue(e *keyEntry, w *waiter) {
 		if !w.shared && w.h.owner == nil {
 			w.ownedAhead, _ = e.ownedExclusiveAhead(w.exAhead)
 		}
+	}
+	if w.h.flags()&FlagOwnerHolds != 0 && e.ownersHolding < math.MaxUint16 {
+		w.ownerHolds = true
+		e.ownersHolding++
 	}
 	w.prev = e.tail
 	if e.tail != nil {
@@ -303,6 +314,9 @@ func (sh *shard) dequeue(e *keyEntry, w *waiter) {
 	}
 	w.next, w.prev = nil, nil
 	w.left = true
+	if w.ownerHolds {
+		e.ownersHolding--
+	}
 	if w.state == waitWoken {
 		e.wakePending = false
 	}
