@@ -60,14 +60,15 @@ fuzz: deps
 # Both programs are built before any benchmark runs, so no compiler competes with the timed runs.
 # A second run takes P2 at GOMAXPROCS 1 and 2 for the table by GOMAXPROCS; the `sweep:` line
 # before it tells benchtable to keep its results out of the main table. benchtable also draws P10's
-# chart, docs/p10-hot-record-queue.svg, which BENCHMARKS.md shows.
+# chart, docs/p10-hot-record-queue.svg, and the chart of range locks by locks held,
+# docs/ranges-held-locks.svg, which BENCHMARKS.md shows.
 bench: deps
 	cd bench && $(GO) build -o ../bin/benchtable ./cmd/benchtable && $(GO) test -c -o ../bin/bench.test .
 	cd bench && { ../bin/bench.test -test.run '^$$' -test.bench . -test.benchmem -test.count $(BENCHCOUNT) \
 		-test.timeout 60m && echo 'sweep: gomaxprocs' && \
 		../bin/bench.test -test.run '^$$' -test.bench '^BenchmarkParallelDistinctKeys$$' -test.cpu 1,2 \
 		-test.benchmem -test.count $(BENCHCOUNT) -test.timeout 30m; } | tee bench.out | \
-		../bin/benchtable -svg ../docs/p10-hot-record-queue.svg
+		../bin/benchtable -svg ../docs/p10-hot-record-queue.svg -ranges-svg ../docs/ranges-held-locks.svg
 
 # gofmt over the repository, go.work against the modules, then go vet, staticcheck and a
 # go.mod/go.sum check (go mod tidy -diff: a stale go.sum fails here, not on a user's machine) in

@@ -34,6 +34,17 @@
 // [Txn.Scan] reads the keys of a [Range] (or of a [Prefix]) in order, with the Txn's staged writes
 // merged over the database's latest values, as [Txn.Get] reads one key.
 //
+// # Range locks
+//
+// A lock of one record cannot keep a record that does not exist yet from being inserted. A range
+// lock ([Locker.LockRange], [Txn.LockRange]) locks every key of a [Range], present or not: it
+// conflicts with each lock of a key or range that shares a key with it, unless both are shared.
+// A Txn that holds a shared or exclusive range lock, scans the range and commits has read exactly
+// the keys the range holds when its commit lands: no phantom. Inside a Txn the keys of its range
+// need no locks of their own: [Txn.Lock] of one returns the range's handle, and Put and Delete of
+// one are protected by an exclusive range. A range lock is a [Handle] like any other (lease, Hold,
+// Fence, Done, deadlock detection) and is node-scoped.
+//
 // # Leases
 //
 // Every lock is a lease. Its deadline runs on the monotonic reading of the Locker's [Clock], so a

@@ -67,6 +67,12 @@ func TestDocNamesEveryError(t *testing.T) {
 		"Txn.RollbackToSavePoint": {"ErrNoSavePoint", "ErrTxnDone", "ErrClosed"},
 		"Txn.Scan":                {"ErrLeaseExpired", "ErrInvalidKey", "ErrTxnDone", "ErrClosed", "RocksDB error", "error from fn"},
 		"Txn.ScanCF":              cf,
+		"Locker.LockRange":        append([]string{"ScopeCluster"}, lockErrs[:4]...),
+		"Locker.LockRangeCF":      cf,
+		"Locker.TryLockRange":     append([]string{"ErrLocked"}, lockErrs[:3]...),
+		"Locker.TryLockRangeCF":   cf,
+		"Txn.LockRange":           append([]string{"ErrTxnDone", "ErrDeadlock", "ErrLeaseExpired", "ErrReleased", "ScopeCluster"}, lockErrs[:4]...),
+		"Txn.LockRangeCF":         cf,
 	}
 
 	got := map[string]string{} // every exported function or method returning an error: its doc

@@ -189,3 +189,14 @@ func lockAsync(ctx context.Context, l *Locker, key []byte, opts Options) <-chan 
 
 // txnTestGuard bounds how long a test waits for something that must happen promptly.
 const txnTestGuard = 10 * time.Second
+
+// WithoutRangeConflicts is an Option that turns off the range conflict check of the key-lock table
+// of the Locker's database (locktable.Table.DisableRangeConflicts): a range lock then conflicts
+// with no other lock. It acts on the table, so every Locker of the database runs without the
+// check until the last of them closes and the table is dropped. A phantom test uses it to show
+// that it catches the missing check.
+func WithoutRangeConflicts() Option { return noRangeConflictsOption{} }
+
+type noRangeConflictsOption struct{}
+
+func (noRangeConflictsOption) apply(c *config) { c.failpoints.noRangeConflicts = true }

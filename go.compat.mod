@@ -4,6 +4,7 @@ go 1.26
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
+	github.com/google/btree v1.1.3
 	github.com/linxGnu/grocksdb v1.9.8
 	github.com/stretchr/testify v1.11.1
 	go.uber.org/goleak v1.3.0

@@ -6,8 +6,9 @@ import (
 	"github.com/recordlock/recordlock/internal/locktable"
 )
 
-// Handle is one holder's authority over one key, bounded by a lease that runs on the monotonic
-// clock of the Locker that issued it. Its methods are safe for concurrent use.
+// Handle is one holder's authority over one key, or over the keys of a Range, bounded by a lease
+// that runs on the monotonic clock of the Locker that issued it. Its methods are safe for
+// concurrent use.
 //
 // A Handle stops authorizing writes when it is released, when its lease lapses, or when it is
 // revoked; Done is closed at that moment. See the package documentation for the difference
@@ -42,7 +43,7 @@ func (h *Handle) released() bool { return h.hold.Released() }
 // lapsed reports whether the lease deadline has passed, by h's own clock.
 func (h *Handle) lapsed() bool { return h.hold.Lapsed() }
 
-// Key returns the locked key. The caller must not modify it.
+// Key returns the locked key, or a range lock's Start (see Range). The caller must not modify it.
 func (h *Handle) Key() []byte { return h.hold.Key() }
 
 func (h *Handle) key() []byte { return h.hold.Key() }

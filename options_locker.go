@@ -42,6 +42,10 @@ type failpoints struct {
 	inFence             func()      // Txn.Commit calls it inside the fences, just before the batch is written
 	beforeHoldExtension func()      // Txn.LockAll with Hold calls it once every key is live, before its Hold extensions
 	groupWrite          func(n int) // Txn.Commit calls it before each RocksDB write, with how many Txns it writes
+	// noRangeConflicts makes New turn off the range conflict check of the database's key-lock
+	// table (locktable.Table.DisableRangeConflicts), for every Locker of the database until its
+	// table is dropped, so that a test can show it catches the phantoms that follow.
+	noRangeConflicts bool
 }
 
 type failpointsOption struct{ f failpoints }

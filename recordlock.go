@@ -70,6 +70,10 @@ func New(db *grocksdb.DB, opts ...Option) (*Locker, error) {
 		cancel:     cancel,
 	}
 	tab.Open(&l.ten, tableClock(cfg.clock), cfg.log)
+	if cfg.failpoints.noRangeConflicts {
+		tab.DisableRangeConflicts()
+	}
+	l.ten.SetOnWaitedOn(l.commits.hurry)
 	return l, nil
 }
 
@@ -154,22 +158,26 @@ func (l *Locker) TryLockCF(cf *grocksdb.ColumnFamilyHandle, key []byte, opts Opt
 // lockRequest is what identifies one lock call apart from its Options.
 type lockRequest struct {
 	cf    uint32 // column family ID
-	key   []byte
-	wait  bool // Lock waits for a busy key; TryLock does not
-	owner *Txn // the Txn that locks, nil outside one
+	key   []byte // the key, or a range's Start
+	wait  bool   // Lock waits for a busy key; TryLock does not
+	rng   *Range // a range lock of rng, checked by Range.check, whose Start is key; nil for a key
+	owner *Txn   // the Txn that locks, nil outside one
 	// timeout, when positive, bounds the wait instead of Options.Timeout: what is left of
 	// LockAll's budget, which is not a valid Options.Timeout once below MinTimeout.
 	timeout time.Duration
+	// holding: the owner holds keys its list does not show yet, those LockAll took so far.
+	holding bool
 }
 
-// check validates a lock request.
-func (l *Locker) check(key []byte, opts Options) (Resolved, error) {
+// check validates a lock request. A range's bounds are checked before (Range.check): its Start
+// may be empty.
+func (l *Locker) check(req lockRequest, opts Options) (Resolved, error) {
 	r, err := l.opts.resolve(opts)
 	if err != nil {
 		return r, err
 	}
-	if len(key) == 0 || len(key) > maxKeyLen {
-		return r, invalidKey(key)
+	if req.rng == nil && (len(req.key) == 0 || len(req.key) > maxKeyLen) {
+		return r, invalidKey(req.key)
 	}
 	if l.ten.Closed() {
 		return r, ErrClosed
@@ -183,7 +191,7 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 	// through two calls cost about a tenth of an uncontended Lock.
 	e := l.opts.lookup(opts)
 	if e == nil || len(key) == 0 || len(key) > maxKeyLen || l.ten.Closed() {
-		res, err := l.check(key, *opts)
+		res, err := l.check(req, *opts)
 		if err != nil {
 			return nil, err
 		}
@@ -253,10 +261,18 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 	return h, nil
 }
 
-// newHandle returns a handle for the request, with flags (Hold, Shared) set.
+// newHandle returns a handle for the request, with flags (Hold, Shared) set, and marked as asked
+// by a Txn that holds other keys when it does (locktable.FlagOwnerHolds).
 func (l *Locker) newHandle(req lockRequest, flags uint32) *Handle {
+	if req.owner != nil && (req.holding || req.owner.holdsAny()) {
+		flags |= locktable.FlagOwnerHolds
+	}
 	h := &Handle{}
-	h.hold.Init(&l.ten, req.cf, req.key, flags)
+	if req.rng != nil {
+		h.hold.InitRange(&l.ten, req.cf, req.key, req.rng.End, flags)
+	} else {
+		h.hold.Init(&l.ten, req.cf, req.key, flags)
+	}
 	if req.owner != nil {
 		h.hold.SetOwner(req.owner)
 	}

@@ -12,8 +12,8 @@ import (
 // Waiting are readings of now; the counters run from when the table was created (when the first
 // Locker of the database opened, or reopened after the last one closed).
 type Stats struct {
-	// Held is the number of holders (handles) of keys now: a key held by three sharers counts
-	// three. A lease that ran out while nobody waited for its key, watched its handle's Done or
+	// Held is the number of holders (handles) of keys and ranges now: a key held by three
+	// sharers counts three, a range lock once. A lease that ran out while nobody waited for its key, watched its handle's Done or
 	// had a release hook on it is still counted until the key or the handle is next used: a Lock
 	// of the key, a call on the handle, or Locks.
 	Held int
@@ -37,9 +37,9 @@ type Stats struct {
 	HookFailures uint64 // release hooks that returned an error or panicked
 }
 
-// LockInfo describes one holder of a key, as Locker.Locks reports it.
+// LockInfo describes one holder of a key or of a range, as Locker.Locks reports it.
 type LockInfo struct {
-	Key            []byte        // a copy
+	Key            []byte        // a copy; a range lock's Start
 	ColumnFamilyID uint32        // the record's column family; 0 is the default one
 	Scope          Scope         // ScopeNode, or ScopeCluster once the handle joined a cluster round
 	Owner          string        // the Name of the Txn that holds it, else ""
@@ -47,9 +47,14 @@ type LockInfo struct {
 	AcquiredAt     Timestamp     // minted when the key was taken; the round's TsR under a round
 	ExpiresAt      time.Time     // when the lease ends by the wall clock, for display (Handle.ExpiresAt)
 	Remaining      time.Duration // lease left on the holder's clock; 0 once it has lapsed
-	Waiters        int           // Lock calls and upgrades queued for the key
-	Token          uint64        // the cluster round's fencing token, 0 when none
-	Shared         bool          // a shared lock: the key may have other holders, each listed
+	// Waiters counts the Lock calls and upgrades queued for the key and the range requests queued
+	// over it that conflict with the holder; for a range lock, the queued requests that conflict
+	// with it (for keys inside it, and ranges that meet it).
+	Waiters  int
+	Token    uint64 // the cluster round's fencing token, 0 when none
+	Shared   bool   // a shared lock: the key may have other holders, each listed
+	IsRange  bool   // a range lock (Locker.LockRange): Key is its Start
+	RangeEnd []byte // a copy of a range lock's End; nil with no upper bound, and for a key
 }
 
 // Stats returns the figures of the Locker's database, summed over every shard of its table. Each
@@ -98,6 +103,9 @@ func lockInfo(h *locktable.Hold, waiters int) LockInfo {
 		ExpiresAt:      time.Unix(0, h.ExpiresAt()),
 		Remaining:      max(0, h.Deadline()-h.Tenant().Clock().Mono()),
 		Waiters:        waiters,
+	}
+	if h.IsRange() {
+		info.IsRange, info.RangeEnd = true, bytes.Clone(h.RangeEnd())
 	}
 	if f&flagCluster != 0 {
 		info.Scope = ScopeCluster

@@ -8,16 +8,19 @@ import (
 	"github.com/recordlock/recordlock/internal/locktable"
 )
 
-// WaitInfo describes one request queued for a busy key, as Locker.Waits reports it. Joined with
-// Locker.Locks on (ColumnFamilyID, Key) it gives the wait-for graph: the waiting owner waits for
-// the owners of the key's holders.
+// WaitInfo describes one request queued for a busy key or range, as Locker.Waits reports it.
+// Joined with Locker.Locks on (ColumnFamilyID, Key) it gives the wait-for graph of key locks: the
+// waiting owner waits for the owners of the key's holders. A request involving a range waits for
+// the holders whose keys or ranges share a key with it.
 type WaitInfo struct {
-	Key            []byte        // a copy
+	Key            []byte        // a copy; a range request's Start
 	ColumnFamilyID uint32        // the record's column family; 0 is the default one
 	Owner          string        // the Name of the Txn that waits, else ""
 	Shared         bool          // the request is for a shared lock
 	Upgrade        bool          // the request upgrades a shared lock its Txn holds to exclusive
 	Waited         time.Duration // time queued so far, on the waiting Locker's clock
+	IsRange        bool          // a range request (LockRange): Key is its Start
+	RangeEnd       []byte        // a copy of a range request's End; nil with no upper bound, and for a key
 }
 
 // Waits returns every request queued now in the Locker's database, of every Locker of it. It
@@ -49,6 +52,9 @@ func waitInfo(q locktable.QueuedRequest) WaitInfo {
 		Shared:         q.Shared,
 		Upgrade:        q.Upgrade,
 		Waited:         q.Waited,
+	}
+	if q.Hold.IsRange() {
+		info.IsRange, info.RangeEnd = true, bytes.Clone(q.Hold.RangeEnd())
 	}
 	if o := q.Hold.Owner(); o != nil {
 		info.Owner = o.Name()

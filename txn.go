@@ -42,7 +42,7 @@ type Txn struct {
 	name   string
 	locks  keyList[txnLock]     // every handle this Txn took, in order; the latest per record is current
 	writes keyList[stagedWrite] // in the order staged; the latest per record is what Get sees
-	sp     *savePoints          // nil until the first SetSavePoint
+	rare   *txnRare             // nil until the first SetSavePoint or LockRange
 	// spare holds the bytes of the first small writes, which then allocate nothing. At 24 bytes
 	// (a 16-byte key and an 8-byte value) a Txn fits the 256-byte size class.
 	spare  [24]byte
@@ -53,6 +53,29 @@ type Txn struct {
 	// Commit; both are fixed when the Txn begins.
 	unlockedWrites bool
 	mode           writeMode
+}
+
+// txnRare is what most Txns never use, allocated by the first SetSavePoint or LockRange so that
+// a Txn stays in its size class and a Txn that never locked a range pays one nil check for ranges.
+type txnRare struct {
+	sp   savePoints
+	rngs txnRanges
+}
+
+// ranges returns the Txn's range locks, or nil when it never locked a range.
+func (t *Txn) ranges() *txnRanges {
+	if t.rare == nil || len(t.rare.rngs.items) == 0 {
+		return nil
+	}
+	return &t.rare.rngs
+}
+
+// rareParts returns t.rare, allocating it.
+func (t *Txn) rareParts() *txnRare {
+	if t.rare == nil {
+		t.rare = &txnRare{}
+	}
+	return t.rare
 }
 
 // TxnOptions configure BeginTx. The zero value is what Begin uses.
@@ -128,6 +151,11 @@ func (t *Txn) usable() error {
 // deadlock) the handle is still shared and unchanged, and if the share itself ends meanwhile Lock
 // fails with ErrLeaseExpired or ErrReleased.
 //
+// A key inside a range the Txn holds (Txn.LockRange) with a live handle, in a mode at least as
+// strong as opts asks (an exclusive range serves both modes), needs no lock of its own: Lock
+// returns the range's handle without touching the key-lock table, after the checks of a
+// re-entrant Lock (ErrScopeConflict for cluster scope) and, with opts.Hold, its upgrade to Hold.
+//
 // It fails as Locker.Lock does (ErrTimeout, the ctx error, ErrInvalidOptions, ErrInvalidKey,
 // ErrClosed, and with cluster scope ErrClusterUnavailable; a zero opts.Timeout with a ctx
 // deadline leaves the wait to the ctx), with ErrTxnDone once the Txn ended, with
@@ -157,13 +185,19 @@ func (t *Txn) lock(ctx context.Context, cf uint32, key []byte, opts Options) (*H
 	if ctx == nil {
 		return nil, errNilContext
 	}
+	req := lockRequest{cf: cf, key: key, wait: true, owner: t}
 	if cur, ok := t.locks.latest(cf, key); ok {
-		if h, err := t.relock(ctx, cur.h, key, opts); h != nil || err != nil {
+		if h, err := t.relock(ctx, cur.h, req, opts); h != nil || err != nil {
+			return h, err
+		}
+	}
+	if t.ranges() != nil {
+		if h, err := t.lockInRange(ctx, req, opts); h != nil || err != nil {
 			return h, err
 		}
 	}
 	// Locker.Lock validates key, opts and ctx as relock does, in the same order.
-	h, err := t.l.lock(ctx, lockRequest{cf: cf, key: key, wait: true, owner: t}, &opts)
+	h, err := t.l.lock(ctx, req, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -171,10 +205,30 @@ func (t *Txn) lock(ctx context.Context, cf uint32, key []byte, opts Options) (*H
 	return h, nil
 }
 
-// relock is Lock of a key this Txn has locked with h: h itself while it authorizes writes (after
-// the scope check and the upgrades opts ask for), else nil and nil so that Lock takes the key anew.
-func (t *Txn) relock(ctx context.Context, h *Handle, key []byte, opts Options) (*Handle, error) {
-	h, err := t.reusable(ctx, h, key, opts)
+// holdsAny reports whether t holds a lock now, of a key (looking from its latest) or a range. A wait of t for another
+// key is then handed that key directly when it frees, never passed by a newcomer (docs/DESIGN.md
+// §6): whoever waits for t's keys waits for that wait too.
+func (t *Txn) holdsAny() bool {
+	for i := len(t.locks.items) - 1; i >= 0; i-- {
+		if !t.locks.items[i].h.dead() {
+			return true
+		}
+	}
+	if rs := t.ranges(); rs != nil {
+		for _, l := range rs.items {
+			if !l.h.dead() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// relock is Lock (or LockRange) of a record (or range) this Txn has locked with h: h itself while
+// it authorizes writes (after the scope check and the upgrades opts ask for), else nil and nil so
+// that Lock takes it anew.
+func (t *Txn) relock(ctx context.Context, h *Handle, req lockRequest, opts Options) (*Handle, error) {
+	h, err := t.reusable(ctx, h, req, opts)
 	if h == nil || err != nil {
 		return nil, err
 	}
@@ -191,10 +245,10 @@ func (t *Txn) relock(ctx context.Context, h *Handle, key []byte, opts Options) (
 	return h, nil
 }
 
-// reusable is relock without the upgrade: h if it may serve a re-entrant lock with opts, nil
-// and nil if the key must be taken anew, or the error that forbids the lock.
-func (t *Txn) reusable(ctx context.Context, h *Handle, key []byte, opts Options) (*Handle, error) {
-	r, err := t.l.check(key, opts)
+// reusable is relock without the upgrade: h if it may serve a re-entrant lock request req with
+// opts, nil and nil if the key must be taken anew, or the error that forbids the lock.
+func (t *Txn) reusable(ctx context.Context, h *Handle, req lockRequest, opts Options) (*Handle, error) {
+	r, err := t.l.check(req, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +259,7 @@ func (t *Txn) reusable(ctx context.Context, h *Handle, key []byte, opts Options)
 		return nil, nil
 	}
 	if h.Scope() == ScopeNode && t.wantsCluster(r) {
-		return nil, fmt.Errorf("%w: %q is held node-scoped by this transaction", ErrScopeConflict, key)
+		return nil, fmt.Errorf("%w: %q is held node-scoped by this transaction", ErrScopeConflict, req.key)
 	}
 	return h, nil
 }
@@ -233,8 +287,9 @@ func (t *Txn) wantsCluster(r Resolved) bool {
 // writer's committed change is visible at once). A key that does not exist reads as nil with a
 // nil error. The returned slice belongs to the caller.
 //
-// A Get of a key this Txn holds whose lease has ended (lapsed or revoked) fails with
-// ErrLeaseExpired rather than return a value no lock protects any more; a key the Txn released
+// A Get of a key this Txn holds, by its own lock or inside a range lock, whose lease has ended
+// (lapsed or revoked) fails with ErrLeaseExpired rather than return a value no lock protects any
+// more; a key the Txn released
 // (a Release that returned true), or never locked, reads unprotected. It fails with
 // ErrInvalidKey for an empty key, ErrTxnDone once the Txn ended, ErrClosed once the Locker is
 // closed, and with the RocksDB error, wrapped, when the read fails.
@@ -259,6 +314,11 @@ func (t *Txn) get(cf *grocksdb.ColumnFamilyHandle, key []byte) ([]byte, error) {
 	}
 	if x, ok := t.locks.latest(cfID, key); ok && !x.h.released() && x.h.IsLeaseExpired() {
 		return nil, ErrLeaseExpired
+	}
+	if t.ranges() != nil {
+		if err := t.rangeLeaseEnded(cfID, Range{Start: key, End: append(key[:len(key):len(key)], 0)}); err != nil {
+			return nil, err
+		}
 	}
 	if w, ok := t.writes.latest(cfID, key); ok {
 		if w.del {
@@ -302,7 +362,10 @@ func (t *Txn) end() {
 		}
 		x.h.disown() // a held lock outlives the Txn with no owner
 	}
+	if rs := t.ranges(); rs != nil {
+		rs.end()
+	}
 	t.locks = keyList[txnLock]{}
 	t.writes = keyList[stagedWrite]{}
-	t.sp = nil
+	t.rare = nil
 }

@@ -193,8 +193,8 @@ func fenced(hs []*Handle, write func() error) error {
 }
 
 // checked appends to hs the handles Commit checks, each once: the handle protecting each staged
-// write, and the latest handle of each record that no Release returning true gave back (the locks
-// the Txn still holds). They are sorted by record (column family ID, then key) so that fences
+// write, and the latest handle of each record, and of each range, that no Release returning true
+// gave back (the locks the Txn still holds). They are sorted by record (column family ID, then key) so that fences
 // nest in a deterministic order; handles of one record keep the order they were taken in.
 func (t *Txn) checked(hs []*Handle) []*Handle {
 	for i, x := range t.locks.items {
@@ -202,6 +202,7 @@ func (t *Txn) checked(hs []*Handle) []*Handle {
 			hs = append(hs, x.h)
 		}
 	}
+	hs = t.checkedRanges(hs)
 	slices.SortStableFunc(hs, func(a, b *Handle) int {
 		return cmp.Or(cmp.Compare(a.hold.CF(), b.hold.CF()), bytes.Compare(a.key(), b.key()))
 	})

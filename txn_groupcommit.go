@@ -1,9 +1,12 @@
 package recordlock
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/linxGnu/grocksdb"
+
+	"github.com/recordlock/recordlock/internal/locktable"
 )
 
 // maxGroupBytes bounds the keys and values of one group write, past its leader's own, so that a
@@ -11,17 +14,18 @@ import (
 // RocksDB's own bound on a write group (max_write_batch_group_size_bytes).
 const maxGroupBytes = 1 << 20
 
-// commitQueue decides when a Locker's Txns write their batches to RocksDB (docs/DESIGN.md
-// §5.4). A Txn that finds no write of the queue in flight and nobody parked writes at once. One
-// that finds a write in flight parks its goroutine, unless another Txn waits for a key it holds:
-// then it writes at once beside the queue (a bypass), since its successors wait for its commit
-// and RocksDB groups concurrent writers itself. When the queue's write returns, the first parked
-// Txn leads the next: it writes its batch and the batch of every parked Txn it can merge with as
-// one. A batch that cannot be merged (Txn.mergeable) never bypasses, is written alone, and with
-// no other write of the Locker in flight. Each Txn stays inside its own fences until its batch
-// has landed, so each still lands only while its leases are live. Left to RocksDB, every
-// concurrent commit would hold an OS thread in RocksDB's write queue, spinning and yielding
-// while the group's leader writes, and would pay for a write-ahead-log append of its own.
+// commitQueue decides when a Locker's Txns write their batches to RocksDB (docs/DESIGN.md §5.4).
+// A Txn that finds no write of the queue in flight and nobody parked writes at once. One that
+// finds a write in flight parks its goroutine, unless another Txn waits for a key it holds, or
+// starts to while it is parked (hurry): then it writes at once beside the queue (a bypass), since
+// its successors wait for its commit and RocksDB groups concurrent writers itself. When the
+// queue's write returns, the first parked Txn leads the next: it writes its batch and the batch
+// of every parked Txn it can merge with as one. A batch that cannot be merged (Txn.mergeable)
+// never bypasses, is written alone, and with no other write of the Locker in flight. Each Txn
+// stays inside its own fences until its batch has landed, so each still lands only while its
+// leases are live. Left to RocksDB, every concurrent commit would hold an OS thread in RocksDB's
+// write queue, spinning and yielding while the group's leader writes, and would pay for a
+// write-ahead-log append of its own.
 type commitQueue struct {
 	mu        sync.Mutex
 	writing   bool            // the queue's write is in flight, or a waiter was told to lead it
@@ -36,6 +40,7 @@ type commitWaiter struct {
 	t      *Txn
 	wake   chan struct{} // receives once: the waiter leads the next write, or its batch was written
 	lead   bool          // set before wake when the waiter is to lead
+	bypass bool          // set before wake when the waiter is to write beside the queue (hurry)
 	merges bool          // t.mergeable(), read once when it queues
 	err    error         // the result of the write that carried its batch, set before wake
 	// group is the group the waiter leads, kept with the waiter so that its backing array is
@@ -46,23 +51,11 @@ type commitWaiter struct {
 var commitWaiterPool = sync.Pool{New: func() any { return &commitWaiter{wake: make(chan struct{}, 1)} }}
 
 // write writes t's staged writes: at once when the queue is idle or another Txn waits for a key t
-// holds, else parked until the queue's write returns and then in a group write led by the first
-// Txn parked. An error from RocksDB matches ErrCommitAmbiguous.
+// holds (now, or later while t is parked), else parked until the queue's write returns and then
+// in a group write led by the first Txn parked. An error from RocksDB matches ErrCommitAmbiguous.
 func (q *commitQueue) write(t *Txn) error {
 	merges := t.mergeable()
 	q.mu.Lock()
-	if merges && !q.canStart(merges) && q.canBypass() {
-		// Only now, on the contended path, ask the table whether t is waited on.
-		q.mu.Unlock()
-		waitedOn := t.waitedOn()
-		q.mu.Lock()
-		if waitedOn && !q.canStart(merges) && q.canBypass() {
-			q.bypasses++
-			q.mu.Unlock()
-			defer q.done(writeBypass) // also if the write panics
-			return writeAlone(t)
-		}
-	}
 	if q.canStart(merges) {
 		q.start(merges)
 		q.mu.Unlock()
@@ -73,14 +66,54 @@ func (q *commitQueue) write(t *Txn) error {
 	w.t, w.merges = t, merges
 	q.waiting = append(q.waiting, w)
 	q.mu.Unlock()
+	// Parked first, asked second: a request queued for a key of t's before it parked is seen
+	// here, and one queued after tells the queue to hurry t. Only this contended path asks.
+	if merges && t.waitedOn() {
+		q.hurryTxn(t)
+	}
 	<-w.wake
-	if w.lead {
+	switch {
+	case w.lead:
 		q.lead(w)
+	case w.bypass:
+		w.err = q.writeBeside(t)
 	}
 	err := w.err
 	*w = commitWaiter{wake: w.wake, group: w.group}
 	commitWaiterPool.Put(w)
 	return err
+}
+
+// writeBeside writes t's batch as a bypass already counted in q.bypasses.
+func (q *commitQueue) writeBeside(t *Txn) error {
+	defer q.done(writeBypass) // also if the write panics
+	return writeAlone(t)
+}
+
+// hurry is told, by the key-lock table, the owner of a lock for whose key a request has just
+// queued (locktable.Tenant.SetOnWaitedOn). If that owner is a Txn of this queue parked with a
+// batch that may bypass, it leaves the queue and writes at once beside it, as it would have had
+// the request come before it parked: the waiter waits for its commit and should not also wait
+// for the queue. It scans the parked Txns, as many as the goroutines committing.
+func (q *commitQueue) hurry(o locktable.Owner) {
+	if t, ok := o.(*Txn); ok {
+		q.hurryTxn(t)
+	}
+}
+
+// hurryTxn is hurry of t.
+func (q *commitQueue) hurryTxn(t *Txn) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	i := slices.IndexFunc(q.waiting, func(w *commitWaiter) bool { return w.t == t })
+	if i < 0 || !q.waiting[i].merges || !q.canBypass() {
+		return
+	}
+	w := q.waiting[i]
+	q.waiting = slices.Delete(q.waiting, i, i+1)
+	q.bypasses++
+	w.bypass = true
+	w.wake <- struct{}{}
 }
 
 // canStart reports whether the queue's next write may begin now, for a mergeable batch or not:

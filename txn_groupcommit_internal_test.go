@@ -204,7 +204,9 @@ func TestGroupWriteBoundedInBytes(t *testing.T) {
 }
 
 // A commit waiting in the queue is inside its fences: its lease lapsing while it waits neither
-// stops its write nor lets a successor take the key before the write has landed.
+// stops its write nor lets another take the key before the write has landed. A successor that
+// then queues for the key hurries the commit out of the queue (hurry) and gets the key once the
+// write has landed.
 func TestQueuedCommitStaysFenced(t *testing.T) {
 	db := tempdb.New(t)
 	g := newGroupWrites(t, db)
@@ -221,26 +223,24 @@ func TestQueuedCommitStaysFenced(t *testing.T) {
 	go func() { done <- txn.Commit() }()
 	require.Eventually(t, func() bool { return g.queued() == 1 }, txnTestGuard, 200*time.Microsecond)
 
-	successor := lockAsync(ctx, other, []byte("k"), Options{Timeout: time.Minute})
-	WaitQueued(t, g.l, []byte("k"), 1)
-
 	g.clk.Advance(2 * time.Second) // the lease lapses while the commit waits for its write
 	assert.True(t, h.IsLeaseExpired())
 	_, err = other.TryLock([]byte("k"), Options{})
 	require.ErrorIs(t, err, ErrLocked, "the key must not pass on while the commit waits")
 	select {
-	case got := <-successor:
-		t.Fatalf("the successor acquired while the commit waited: %+v", got)
+	case err := <-done:
+		t.Fatalf("the commit returned while the write ahead of it was held: %v", err)
 	default:
 	}
 
-	g.release()
-	require.NoError(t, Await(t, first, "Commit"))
+	successor := lockAsync(ctx, other, []byte("k"), Options{Timeout: time.Minute})
 	require.NoError(t, Await(t, done, "Commit"), "a commit that entered its fences in time lands")
 	got := Await(t, successor, "the successor's grant after the commit")
 	require.NoError(t, got.err)
 	assert.Equal(t, "queued", string(DBGet(t, db, "k")), "the successor reads the queued commit's write")
 	assert.True(t, got.h.Release())
+	g.release()
+	require.NoError(t, Await(t, first, "Commit"))
 }
 
 // A Txn that holds a key another request waits for does not park behind the write in flight:
@@ -270,6 +270,28 @@ func TestWaitedOnCommitWritesAtOnce(t *testing.T) {
 	require.NoError(t, Await(t, first, "Commit"))
 	require.NoError(t, Await(t, parked, "the parked Commit"))
 	assert.Equal(t, []int{1, 1, 1}, g.writes())
+}
+
+// A Txn parked behind the write in flight, while nobody waited for its keys, leaves the queue
+// and writes at once beside it as soon as a request queues for one of them: that request waits
+// for its commit, not for the queue.
+func TestParkedCommitHurriesWhenWaitedOn(t *testing.T) {
+	db := tempdb.New(t)
+	g := newGroupWrites(t, db)
+	first := g.holdFirst(t, "first", "v")
+	parked := g.queue(t, TxnOptions{}, "hot", "v", 1) // nobody waits for "hot" yet: it parks
+
+	successor := lockAsync(context.Background(), g.l, []byte("hot"), Options{Timeout: time.Minute})
+	require.NoError(t, Await(t, parked, "the parked Commit, waited on, with the first write held"))
+	got := Await(t, successor, "the successor's grant")
+	require.NoError(t, got.err)
+	assert.Equal(t, "v", string(DBGet(t, db, "hot")))
+	assert.True(t, got.h.Release())
+	assert.Equal(t, 0, g.queued())
+
+	g.release()
+	require.NoError(t, Await(t, first, "Commit"))
+	assert.Equal(t, []int{1, 1}, g.writes(), "the held write, and the hurried one beside it")
 }
 
 // An unmergeable batch writes with nothing beside it: parked at the head of the queue, it waits

@@ -99,7 +99,7 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 			continue
 		}
 		if cur, ok := t.locks.latest(cf, keys[i]); ok {
-			h, err := t.reusable(ctx, cur.h, keys[i], opts)
+			h, err := t.reusable(ctx, cur.h, lockRequest{cf: cf, key: keys[i]}, opts)
 			if err != nil {
 				return nil, err
 			}
@@ -137,7 +137,7 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 			}
 			continue
 		}
-		h, err := c.take(keys[i])
+		h, err := c.take(keys[i], len(taken) > 0)
 		if err != nil {
 			return fail(err)
 		}
@@ -204,12 +204,14 @@ type lockAllCall struct {
 
 // take locks key with what is left of the call's Timeout as the wait's own timeout, so keys
 // freed one after another, each in time for a Lock of its own, still time out once in all.
-func (c *lockAllCall) take(key []byte) (*Handle, error) {
+// holding says that the call took keys before this one.
+func (c *lockAllCall) take(key []byte, holding bool) (*Handle, error) {
 	left, err := c.left()
 	if err != nil {
 		return nil, err
 	}
-	return c.t.l.lock(c.ctx, lockRequest{cf: c.cf, key: key, wait: true, owner: c.t, timeout: left}, &c.opts)
+	req := lockRequest{cf: c.cf, key: key, wait: true, owner: c.t, timeout: left, holding: holding}
+	return c.t.l.lock(c.ctx, req, &c.opts)
 }
 
 // upgrade makes h, a shared lock of the Txn, exclusive, with what is left of the call's Timeout.

@@ -18,9 +18,10 @@ import (
 // The slices passed to fn are valid only until fn returns, and fn must not modify them. A non-nil
 // error from fn stops the scan and Scan returns it as is.
 //
-// A key of r that this Txn holds by a lock whose lease has ended (lapsed or revoked) makes Scan
-// fail with ErrLeaseExpired before fn is called, whether or not the database has the key, as a Get
-// of that key would: what the scan would read there is no longer protected. Keys of r the Txn does
+// A key of r that this Txn holds by a lock whose lease has ended (lapsed or revoked), or a range
+// lock of the Txn that shares a key with r and whose lease has ended, makes Scan fail with
+// ErrLeaseExpired before fn is called, whether or not the database has the key, as a Get of that
+// key would: what the scan would read there is no longer protected. Keys of r the Txn does
 // not hold are read unprotected; a lease that ends while the scan runs is caught by Commit.
 //
 // Scan fails with ErrTxnDone once the Txn ended and ErrClosed once the Locker is closed (also when
@@ -47,6 +48,9 @@ func (t *Txn) scan(cf *grocksdb.ColumnFamilyHandle, r Range, fn func(key, value 
 		return err
 	}
 	if err := t.scanLeases(cfID, r); err != nil {
+		return err
+	}
+	if err := t.rangeLeaseEnded(cfID, r); err != nil {
 		return err
 	}
 	// Copies of the bounds: fn may reuse the caller's slices, and RocksDB keeps End while the

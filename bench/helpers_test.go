@@ -2,12 +2,13 @@
 // github.com/moby/locker, and RocksDB's own TransactionDB locks, all in one process and one run,
 // so that the ratios in BENCHMARKS.md compare like with like on the same machine.
 //
-// Each performance target (P1 … P12, named in each benchmark's doc comment) is one benchmark
+// Each performance target (P1 … P14, named in each benchmark's doc comment) is one benchmark
 // function named for what it measures (BenchmarkUncontendedLockRelease, …,
-// BenchmarkDeadlockProneTransfers) whose sub-benchmarks are the contenders: recordlock, moby,
+// BenchmarkKeyLockAmongRanges) whose sub-benchmarks are the contenders: recordlock, moby,
 // mutex, rocksdb, plain, and P1's floor (what any leased lock must pay on the system clock);
 // for P11 and P12, recordlock's shared and exclusive locks, and RocksDB's GetForUpdate in
-// either mode (rocksdbshared, rocksdbexclusive).
+// either mode (rocksdbshared, rocksdbexclusive); for P14, noranges, the same lock where no
+// range was ever taken. BenchmarkRangeLockHeld, with no target, sweeps the locks held.
 // cmd/benchtable turns the output into the table of medians and ratios.
 package bench
 

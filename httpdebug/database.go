@@ -20,14 +20,22 @@ type database struct {
 	waitsOmitted int
 }
 
-// record identifies a lock: a key in a column family.
+// record identifies a lock: a key in a column family, or a range of one (key is its start, and
+// end its end, "" with no upper bound).
 type record struct {
-	cf  uint32
-	key string
+	cf      uint32
+	key     string
+	isRange bool
+	end     string
 }
 
-func lockRecord(i recordlock.LockInfo) record { return record{i.ColumnFamilyID, string(i.Key)} }
-func waitRecord(i recordlock.WaitInfo) record { return record{i.ColumnFamilyID, string(i.Key)} }
+func lockRecord(i recordlock.LockInfo) record {
+	return record{i.ColumnFamilyID, string(i.Key), i.IsRange, string(i.RangeEnd)}
+}
+
+func waitRecord(i recordlock.WaitInfo) record {
+	return record{i.ColumnFamilyID, string(i.Key), i.IsRange, string(i.RangeEnd)}
+}
 
 // waitsAndHolders is the view package recordlock lends this package (see debugview): every
 // request queued in a database and the holders of the keys they wait for, in one visit of each

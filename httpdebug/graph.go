@@ -79,11 +79,8 @@ func buildGraph(locks []recordlock.LockInfo, waits []recordlock.WaitInfo) graph 
 		return node("txn\x00"+owner, graphNode{Label: owner, Kind: "txn", Sub: "Txn", Title: "Txn " + owner, name: "Txn " + owner})
 	}
 
-	// The holders of each record, made nodes only once something waits for them.
-	holders := map[record][]int{}
-	for i, l := range locks {
-		holders[lockRecord(l)] = append(holders[lockRecord(l)], i)
-	}
+	// The holders, made nodes only once something waits for them.
+	holders := newHolderIndex(locks)
 	type pending struct {
 		from, to  int
 		key       string // as keyText gives it
@@ -95,8 +92,8 @@ func buildGraph(locks []recordlock.LockInfo, waits []recordlock.WaitInfo) graph 
 	// per record, so it is the one a shared request listed next queued behind.
 	exclusiveAhead := map[record]int{}
 	for i, w := range waits {
-		r, key := waitRecord(w), keyText(w.Key)
-		described := describeKey(w.ColumnFamilyID, key)
+		r, key := waitRecord(w), lockText(w.Key, w.IsRange, w.RangeEnd)
+		described := describeKey(w.ColumnFamilyID, key, w.IsRange)
 		from := 0
 		if w.Owner != "" {
 			from = txn(w.Owner)
@@ -113,7 +110,8 @@ func buildGraph(locks []recordlock.LockInfo, waits []recordlock.WaitInfo) graph 
 			continue
 		}
 		first, others := -1, 0
-		for _, j := range holders[r] {
+		waitsFor := holders.of(w)
+		for _, j := range waitsFor {
 			// A Txn upgrading its own share waits for the other sharers only.
 			if o := locks[j].Owner; o == "" || w.Owner == "" || o != w.Owner {
 				if first < 0 {
@@ -128,13 +126,15 @@ func buildGraph(locks []recordlock.LockInfo, waits []recordlock.WaitInfo) graph 
 			if owner := locks[first].Owner; owner != "" {
 				to = txn(owner)
 			} else {
-				to = node("holder\x00"+strconv.Itoa(first), graphNode{Label: key, Kind: "holder", Sub: "holding, outside any Txn",
-					Title: "a lock outside any Txn, holding " + described, name: "a lock outside any Txn"})
+				hl := locks[first]
+				held := lockText(hl.Key, hl.IsRange, hl.RangeEnd) // a range over the key waited for, or the key
+				to = node("holder\x00"+strconv.Itoa(first), graphNode{Label: held, Kind: "holder", Sub: "holding, outside any Txn",
+					Title: "a lock outside any Txn, holding " + describeKey(hl.ColumnFamilyID, held, hl.IsRange), name: "a lock outside any Txn"})
 			}
 			edges = append(edges, pending{from, to, key, described, others})
 		}
-		if len(holders[r]) == 0 {
-			to := node("key\x00"+strconv.FormatUint(uint64(r.cf), 10)+"\x00"+r.key, graphNode{Label: key, Kind: "key", Sub: "holder not listed",
+		if len(waitsFor) == 0 {
+			to := node(fmt.Sprintf("key\x00%d\x00%q\x00%v\x00%q", r.cf, r.key, r.isRange, r.end), graphNode{Label: key, Kind: "key", Sub: "holder not listed",
 				Title: described + ", whose holder is not listed or is being handed over", name: "no listed holder"})
 			edges = append(edges, pending{from, to, key, described, 0})
 		}
@@ -259,12 +259,17 @@ func edgeBetween(a, b graphNode, k int, key, described string, others int) graph
 	}
 }
 
-// describeKey names a key, and its column family unless it is the default one.
-func describeKey(cf uint32, key string) string {
-	if cf == 0 {
-		return "key " + key
+// describeKey names a key, or a range, as lockText gives it, and its column family unless it is
+// the default one.
+func describeKey(cf uint32, key string, isRange bool) string {
+	kind := "key"
+	if isRange {
+		kind = "range"
 	}
-	return fmt.Sprintf("key %s in column family %d", key, cf)
+	if cf == 0 {
+		return kind + " " + key
+	}
+	return fmt.Sprintf("%s %s in column family %d", kind, key, cf)
 }
 
 // shorten cuts s to at most n runes, marking a cut with an ellipsis.

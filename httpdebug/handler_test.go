@@ -34,26 +34,30 @@ type document struct {
 }
 
 type lockDoc struct {
-	Key            string `json:"key"`
-	ColumnFamilyID uint32 `json:"columnFamilyID"`
-	Scope          string `json:"scope"`
-	Owner          string `json:"owner"`
-	Hold           bool   `json:"hold"`
-	AcquiredAt     string `json:"acquiredAt"`
-	ExpiresAt      string `json:"expiresAt"`
-	Remaining      int64  `json:"remaining"`
-	Waiters        int    `json:"waiters"`
-	Token          uint64 `json:"token"`
-	Shared         bool   `json:"shared"`
+	Key            string  `json:"key"`
+	ColumnFamilyID uint32  `json:"columnFamilyID"`
+	Scope          string  `json:"scope"`
+	Owner          string  `json:"owner"`
+	Hold           bool    `json:"hold"`
+	AcquiredAt     string  `json:"acquiredAt"`
+	ExpiresAt      string  `json:"expiresAt"`
+	Remaining      int64   `json:"remaining"`
+	Waiters        int     `json:"waiters"`
+	Token          uint64  `json:"token"`
+	Shared         bool    `json:"shared"`
+	IsRange        bool    `json:"isRange"`
+	RangeEnd       *string `json:"rangeEnd"`
 }
 
 type waitDoc struct {
-	Key            string `json:"key"`
-	ColumnFamilyID uint32 `json:"columnFamilyID"`
-	Owner          string `json:"owner"`
-	Shared         bool   `json:"shared"`
-	Upgrade        bool   `json:"upgrade"`
-	Waited         int64  `json:"waited"`
+	Key            string  `json:"key"`
+	ColumnFamilyID uint32  `json:"columnFamilyID"`
+	Owner          string  `json:"owner"`
+	Shared         bool    `json:"shared"`
+	Upgrade        bool    `json:"upgrade"`
+	Waited         int64   `json:"waited"`
+	IsRange        bool    `json:"isRange"`
+	RangeEnd       *string `json:"rangeEnd"`
 }
 
 // lowerCamel is the JSON name the package doc gives a Go field: its first letter in lower case (every

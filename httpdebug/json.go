@@ -45,26 +45,30 @@ type jsonStats struct {
 }
 
 type jsonLock struct {
-	Key            string `json:"key"`
-	ColumnFamilyID uint32 `json:"columnFamilyID"`
-	Scope          string `json:"scope"`
-	Owner          string `json:"owner"`
-	Hold           bool   `json:"hold"`
-	AcquiredAt     string `json:"acquiredAt"`
-	ExpiresAt      string `json:"expiresAt"`
-	Remaining      int64  `json:"remaining"`
-	Waiters        int    `json:"waiters"`
-	Token          uint64 `json:"token"`
-	Shared         bool   `json:"shared"`
+	Key            string  `json:"key"`
+	ColumnFamilyID uint32  `json:"columnFamilyID"`
+	Scope          string  `json:"scope"`
+	Owner          string  `json:"owner"`
+	Hold           bool    `json:"hold"`
+	AcquiredAt     string  `json:"acquiredAt"`
+	ExpiresAt      string  `json:"expiresAt"`
+	Remaining      int64   `json:"remaining"`
+	Waiters        int     `json:"waiters"`
+	Token          uint64  `json:"token"`
+	Shared         bool    `json:"shared"`
+	IsRange        bool    `json:"isRange"`
+	RangeEnd       *string `json:"rangeEnd"`
 }
 
 type jsonWait struct {
-	Key            string `json:"key"`
-	ColumnFamilyID uint32 `json:"columnFamilyID"`
-	Owner          string `json:"owner"`
-	Shared         bool   `json:"shared"`
-	Upgrade        bool   `json:"upgrade"`
-	Waited         int64  `json:"waited"`
+	Key            string  `json:"key"`
+	ColumnFamilyID uint32  `json:"columnFamilyID"`
+	Owner          string  `json:"owner"`
+	Shared         bool    `json:"shared"`
+	Upgrade        bool    `json:"upgrade"`
+	Waited         int64   `json:"waited"`
+	IsRange        bool    `json:"isRange"`
+	RangeEnd       *string `json:"rangeEnd"`
 }
 
 func writeJSON(w io.Writer, dbs []database) error {
@@ -97,6 +101,8 @@ func writeJSON(w io.Writer, dbs []database) error {
 				Waiters:        l.Waiters,
 				Token:          l.Token,
 				Shared:         l.Shared,
+				IsRange:        l.IsRange,
+				RangeEnd:       rangeEndText(l.RangeEnd),
 			}
 		}
 		for j, wt := range d.waits {
@@ -107,6 +113,8 @@ func writeJSON(w io.Writer, dbs []database) error {
 				Shared:         wt.Shared,
 				Upgrade:        wt.Upgrade,
 				Waited:         int64(wt.Waited),
+				IsRange:        wt.IsRange,
+				RangeEnd:       rangeEndText(wt.RangeEnd),
 			}
 		}
 		doc.Databases[i] = jd
@@ -123,6 +131,29 @@ func keyText(key []byte) string {
 		return string(key)
 	}
 	return "0x" + hex.EncodeToString(key)
+}
+
+// rangeEndText is a range's End as the JSON shows it: as keyText gives it, or null for none (a
+// lock of one key, or a range with no upper bound; isRange tells them apart).
+func rangeEndText(end []byte) *string {
+	if end == nil {
+		return nil
+	}
+	s := keyText(end)
+	return &s
+}
+
+// lockText is how the page shows what a lock or request is for: its key, or for a range
+// "[start, end)", with "∞" for no upper bound (an empty start shows as nothing: "[, b)").
+func lockText(key []byte, isRange bool, end []byte) string {
+	if !isRange {
+		return keyText(key)
+	}
+	e := "∞"
+	if end != nil {
+		e = keyText(end)
+	}
+	return "[" + keyText(key) + ", " + e + ")"
 }
 
 // scopeText names a lock's resolved scope.

@@ -97,7 +97,6 @@ func viewDatabase(i int, d database) databaseView {
 		WaitsOmitted: d.waitsOmitted,
 		Graph:        buildGraph(d.locks, d.waits),
 	}
-	owners := map[record][]string{}
 	for _, l := range d.locks {
 		mode := "exclusive"
 		if l.Shared {
@@ -107,16 +106,17 @@ func viewDatabase(i int, d database) databaseView {
 			mode += ", cluster"
 		}
 		dv.Locks = append(dv.Locks, lockRow{
-			Key: viewKey(l.Key), CF: l.ColumnFamilyID, Mode: mode, Owner: ownerText(l.Owner), Hold: l.Hold,
+			Key: viewKey(lockText(l.Key, l.IsRange, l.RangeEnd)), CF: l.ColumnFamilyID, Mode: mode, Owner: ownerText(l.Owner), Hold: l.Hold,
 			LeaseLeft: fmtDuration(l.Remaining), Waiters: l.Waiters, Token: l.Token,
 		})
-		owner := l.Owner
-		if owner == "" {
-			owner = "a lock outside any Txn"
-		}
-		owners[lockRecord(l)] = append(owners[lockRecord(l)], owner)
 	}
-	waitsForText := map[record]string{} // per record, not per wait: its holders are listed once
+	holders := newHolderIndex(d.locks)
+	// Per record and mode, not per wait: its holders are listed once.
+	type waitKind struct {
+		r      record
+		shared bool
+	}
+	waitsForText := map[waitKind]string{}
 	for _, w := range d.waits {
 		mode := "exclusive"
 		switch {
@@ -125,14 +125,22 @@ func viewDatabase(i int, d database) databaseView {
 		case w.Shared:
 			mode = "shared"
 		}
-		r := waitRecord(w)
-		waitsFor, ok := waitsForText[r]
+		kind := waitKind{waitRecord(w), w.Shared}
+		waitsFor, ok := waitsForText[kind]
 		if !ok {
-			waitsFor = holdersText(owners[r])
-			waitsForText[r] = waitsFor
+			var owners []string
+			for _, i := range holders.of(w) {
+				owner := d.locks[i].Owner
+				if owner == "" {
+					owner = "a lock outside any Txn"
+				}
+				owners = append(owners, owner)
+			}
+			waitsFor = holdersText(owners)
+			waitsForText[kind] = waitsFor
 		}
 		dv.Waits = append(dv.Waits, waitRow{
-			Key: viewKey(w.Key), CF: w.ColumnFamilyID, Mode: mode, Owner: ownerText(w.Owner),
+			Key: viewKey(lockText(w.Key, w.IsRange, w.RangeEnd)), CF: w.ColumnFamilyID, Mode: mode, Owner: ownerText(w.Owner),
 			Waited: fmtDuration(w.Waited), WaitsFor: waitsFor,
 		})
 	}
@@ -154,8 +162,8 @@ func holdersText(owners []string) string {
 	return strings.Join(owners, ", ")
 }
 
-func viewKey(key []byte) keyView {
-	text := keyText(key)
+// viewKey shows text, a key or range as lockText gives it.
+func viewKey(text string) keyView {
 	short := shorten(text, cellRunes)
 	if short == text {
 		return keyView{Text: text}

@@ -12,26 +12,55 @@ const bargeWindow = time.Millisecond
 // admits reports whether a newcomer's request for h, made at mono on c's clock, takes e's key at
 // once (docs/DESIGN.md §15.2): a shared one if nothing is queued and the key is free or held
 // shared; an exclusive one if the key is free and nothing is queued, or its oldest waiter was
-// woken for it less than bargeWindow ago.
+// woken for it and may still be passed (keyEntry.bargeable). In range mode a key can be free
+// with its oldest waiter not woken, kept from it by a range; no newcomer passes that one.
 func (e *keyEntry) admits(h *Hold, c *Tenant, mono time.Duration) bool {
 	if h.flags()&FlagShared != 0 {
 		return e.head == nil && (e.holder == nil || e.shares > 0)
 	}
-	return e.holder == nil && (e.head == nil || !e.head.pastBargeWindow(c, mono))
+	return e.holder == nil && (e.head == nil || e.wakePending && e.bargeable(e.head, c, mono))
 }
 
-// serve grants what the head of e's queue can have now (docs/DESIGN.md §15.2): an upgrade whose
+// serve serves e's queue and, in range mode, the range requests its key may have held up.
+func (sh *shard) serve(e *keyEntry) {
+	rk := e.ranged()
+	sh.serveKey(e) // may take e out of the table
+	if rk != nil {
+		rk.served()
+		sh.keyChanged(rk)
+	}
+}
+
+// keyChanged serves the queued range requests of a column family in range mode whose key's
+// holders or queue changed, if one of them covers the key: only then can the change let one
+// through.
+func (sh *shard) keyChanged(rk *rangedKey) {
+	if rk.space.queuedOver(rk.key) {
+		sh.serveRanges(rk.space)
+	}
+}
+
+// rangeKeeps reports whether, in range mode, a range keeps w, queued for e's key, from it.
+func (sh *shard) rangeKeeps(e *keyEntry, w *waiter, c *Tenant) bool {
+	if e.ranged() == nil {
+		return false
+	}
+	return e.ranged().space.keyBlocked(sh, w.h, e.ranged().key, w.seq, false, c, 0)
+}
+
+// serveKey grants what the head of e's queue can have now (docs/DESIGN.md §15.2): an upgrade whose
 // share is the only one left, or while the key is free or held shared, the shared requests at
 // the head up to the next exclusive one, together; or, while the key is free, the oldest
-// exclusive request, directly once it has waited bargeWindow, and before that woken to compete
-// with newcomers. Nothing else is woken. Waiters of a closed Locker are failed, never granted. A
-// key with neither holder nor waiters leaves the table.
-func (sh *shard) serve(e *keyEntry) {
+// exclusive request, directly once it may not be passed (keyEntry.bargeable: it has waited
+// bargeWindow, or a request queued is of an owner that holds other keys), and before that woken
+// to compete with newcomers. Nothing else is woken. Waiters of a closed Locker are failed, never
+// granted. A key with neither holder nor waiters leaves the table.
+func (sh *shard) serveKey(e *keyEntry) {
 	for !e.wakePending {
 		w := e.head
 		if w == nil {
 			if e.holder == nil {
-				sh.remove(e)
+				sh.remove(e) // in range mode, serve's caller then takes it out of its space
 			}
 			return
 		}
@@ -49,6 +78,8 @@ func (sh *shard) serve(e *keyEntry) {
 				continue
 			case e.shares != 1 || up.Lapsed():
 				return // other shares are left, or its own lapse is about to fail it
+			case sh.rangeKeeps(e, w, c):
+				return
 			}
 			sh.dequeue(e, w)
 			sh.unschedule(w.h)
@@ -60,15 +91,17 @@ func (sh *shard) serve(e *keyEntry) {
 			if e.heldExclusively() {
 				return
 			}
-			sh.grantShared(e)
+			if !sh.grantShared(e) {
+				return // a range keeps the head from the key
+			}
 		default:
-			if e.holder != nil {
+			if e.holder != nil || sh.rangeKeeps(e, w, c) {
 				return
 			}
 			wall, mono := ReadClock(c.clock)
-			if w.pastBargeWindow(c, mono) {
+			if !e.bargeable(w, c, mono) {
 				sh.unqueueGranted(e, w, mono)
-				sh.grant(e, w.h, wall, mono, w.lease, e.head != nil)
+				sh.grantKey(e, w.h, wall, mono, w.lease, e.head != nil || e.rangeWaitsOver())
 				w.finish(waitGranted)
 				return
 			}
@@ -82,7 +115,7 @@ func (sh *shard) serve(e *keyEntry) {
 
 // grantShared grants the shared requests at the head of e's queue, up to the next exclusive
 // one. Their deadlines are watched when a request stays queued behind them.
-func (sh *shard) grantShared(e *keyEntry) {
+func (sh *shard) grantShared(e *keyEntry) (served bool) {
 	end := e.head
 	for end != nil && end.shared {
 		end = end.next
@@ -93,9 +126,13 @@ func (sh *shard) grantShared(e *keyEntry) {
 			sh.drop(w, waitClosed)
 			continue
 		}
+		if sh.rangeKeeps(e, w, c) {
+			return false // nothing behind it passes it
+		}
 		wall, mono := ReadClock(c.clock)
 		sh.unqueueGranted(e, w, mono)
-		sh.grant(e, w.h, wall, mono, w.lease, end != nil)
+		sh.grantKey(e, w.h, wall, mono, w.lease, end != nil || e.rangeWaitsOver())
 		w.finish(waitGranted)
 	}
+	return true
 }

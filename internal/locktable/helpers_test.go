@@ -3,6 +3,7 @@ package locktable
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -43,9 +44,9 @@ func newTestTable(t testing.TB) *Table {
 
 // testOptions are a testLocker's request options: zero Lease and Timeout mean the defaults.
 type testOptions struct {
-	Lease, Timeout time.Duration
-	Shared         bool
-	Hold           bool
+	Lease, Timeout   time.Duration
+	Shared           bool
+	Hold, OwnerHolds bool // OwnerHolds: FlagOwnerHolds, the owner holds other keys as it asks
 }
 
 // testLocker is a tenant of a table, with the lock calls of a Locker.
@@ -102,6 +103,9 @@ func (l *testLocker) Close() error {
 // newHold returns a hold of l for key, with o's flags, on behalf of owner (nil for none).
 func (l *testLocker) newHold(key []byte, o testOptions, owner Owner) *Hold {
 	var f uint32
+	if o.OwnerHolds {
+		f = FlagOwnerHolds
+	}
 	if o.Shared {
 		f |= FlagShared
 	}
@@ -367,6 +371,7 @@ func (t *testTxn) Lock(ctx context.Context, key []byte, o testOptions) (*Hold, e
 		}
 		return h, nil
 	}
+	o.OwnerHolds = slices.ContainsFunc(t.holds, func(h *Hold) bool { return !h.Dead() }) // as Txns
 	h, err := t.l.acquire(ctx, key, o, t, true)
 	if err != nil {
 		return nil, err

@@ -23,8 +23,11 @@ type Hold struct {
 	// AskedLease).
 	leaseHi uint8
 	leaseLo uint32
-	hash    uint64
-	cf      uint32 // column family ID: a record is (cf, key)
+	// hash places the record in its shard: set by Acquire before the hold is published, and
+	// changed only with every shard's mutex held, when its column family enters range mode
+	// (rangemode.go): read it with hashNow, except under the mutex; see lockShard.
+	hash uint64
+	cf   uint32 // column family ID: a record is (cf, key)
 
 	// Written under the shard mutex, read without it: the flags below in the low bits, a
 	// sharer's place in the high ones (holders.go).
@@ -68,6 +71,8 @@ type Cold struct {
 	RoundExpiresAt int64
 	LastVer        int64 // valid with FlagHasVersion
 	Floor          int64 // the candidate floor
+
+	span *span // a range hold's key set, from InitRange on
 }
 
 // A hold is dead, and authorizes no new write, once it is released or expired. The key goes back
@@ -83,11 +88,14 @@ const (
 	FlagCluster                             // joined a cluster round (the API's; the table ignores it)
 	FlagHasVersion                          // a version was issued or noted (the API's)
 	FlagShared                              // a shared lock, until upgraded
+	// FlagOwnerHolds marks a request whose owner held other keys when it asked: while it is
+	// queued, no newcomer passes the key's oldest waiter (docs/DESIGN.md §6).
+	FlagOwnerHolds
 )
 
 // Init readies h, before it is published, for a request of tenant t for the record (cf, key)
-// with the given initial flags (FlagHold, FlagShared). SetOwner then names its owner, if any. It
-// leaves the record's hash to Acquire, so that it is small enough to inline.
+// with the given initial flags (FlagHold, FlagShared, FlagOwnerHolds). SetOwner then names its
+// owner, if any. It leaves the record's hash to Acquire, so that it is small enough to inline.
 func (h *Hold) Init(t *Tenant, cf uint32, key []byte, flags uint32) {
 	h.ten, h.heapIdx, h.cf = t, -1, cf
 	h.setKey(key)
@@ -190,10 +198,37 @@ func (h *Hold) Cold() *Cold {
 // ColdIfAny returns h's cold part, or nil if it has none, with the shard mutex held.
 func (h *Hold) ColdIfAny() *Cold { return h.cold }
 
-func (h *Hold) shard() *shard { return h.ten.tab.shard(h.hash) }
+func (h *Hold) shard() *shard { return h.ten.tab.shard(h.hashNow()) }
+
+func (h *Hold) hashNow() uint64 { return atomic.LoadUint64(&h.hash) }
+
+// lockShard takes the mutex of h's shard and returns the shard. The record moves to another shard
+// only with every mutex held (rangemode.go), so once the mutex of the shard h names is held, h
+// stays there until it is released.
+func (h *Hold) lockShard() *shard {
+	hash := h.hashNow()
+	sh := h.ten.tab.shard(hash)
+	sh.mu.Lock()
+	if h.hash != hash {
+		return h.relockShard(sh)
+	}
+	return sh
+}
+
+// relockShard follows the move of h's record from sh, whose mutex is held, to its new shard.
+func (h *Hold) relockShard(sh *shard) *shard {
+	for {
+		sh.mu.Unlock()
+		sh = h.shard()
+		sh.mu.Lock()
+		if h.shard() == sh {
+			return sh
+		}
+	}
+}
 
 // Lock takes the mutex of h's shard.
-func (h *Hold) Lock() { h.shard().mu.Lock() }
+func (h *Hold) Lock() { h.lockShard() }
 
 // Unlock releases the mutex of h's shard, then runs the release hooks and debug records queued
 // while it was held.
@@ -226,8 +261,7 @@ func (h *Hold) Disown() {
 	if h.owner == nil {
 		return
 	}
-	sh := h.shard()
-	sh.mu.Lock()
+	sh := h.lockShard()
 	h.owner = nil
 	sh.mu.Unlock()
 }
@@ -242,8 +276,7 @@ var closedChan = func() chan struct{} {
 // Done returns a channel that is closed as soon as h stops authorizing writes: release, lease
 // lapse or revocation.
 func (h *Hold) Done() <-chan struct{} {
-	sh := h.shard()
-	sh.mu.Lock()
+	sh := h.lockShard()
 	defer sh.unlockAndRunDeferred()
 	if h.Dead() || h.settle(sh) {
 		return closedChan
@@ -291,14 +324,20 @@ func (h *Hold) IsLeaseExpired() bool {
 // expired or revoked, or is past its deadline (it then completes the expiry). If another
 // goroutine is inside a fence on h, Release waits for the fence to end.
 func (h *Hold) Release() bool {
-	sh := h.shard()
+	hash := h.hashNow()
+	sh := h.ten.tab.shard(hash)
 	// The clock is read before the mutex, which keeps the read out of the critical section that
 	// every lock and release of the shard's keys queues behind. Release takes effect at that
 	// reading: an expiry anyone observed since then was settled under the mutex and is seen below.
 	// Waiting out a fence can take long, so the clock is read again after one.
 	now := h.ten.clock.Mono()
-	if h.lockForChange(sh) {
-		now = h.ten.clock.Mono()
+	sh.mu.Lock()
+	if h.hash != hash || h.flags()&FlagFencing != 0 { // lockForChange, its common case spelled out
+		sh.mu.Unlock()
+		var waited bool
+		if sh, waited = h.lockForChange(); waited {
+			now = h.ten.clock.Mono()
+		}
 	}
 	ok := !h.Dead() && !h.settleAt(sh, now)
 	if ok {
@@ -320,8 +359,7 @@ func (h *Hold) releaseLocked(sh *shard) {
 // release hook fires; after a Release it only settles the flag. It waits for a fence running in
 // another goroutine. Idempotent.
 func (h *Hold) Revoke() {
-	sh := h.shard()
-	h.lockForChange(sh)
+	sh, _ := h.lockForChange()
 	if h.flags()&FlagExpired == 0 {
 		h.SetFlags(FlagExpired)
 		sh.counts.revoked++
@@ -361,8 +399,14 @@ func (h *Hold) DeadErr() error {
 
 // WaitedOn reports whether a request is queued for the key h holds or waits for.
 func (h *Hold) WaitedOn() bool {
-	sh := h.shard()
-	sh.mu.Lock()
+	sh := h.lockShard()
 	defer sh.mu.Unlock()
+	if h.flags()&FlagRange != 0 {
+		if sp := sh.spaces[h.cf]; sp != nil && h.flags()&FlagHeld != 0 {
+			n, _ := sp.rangeWaiters(h)
+			return n > 0
+		}
+		return false
+	}
 	return h.e != nil && h.e.head != nil // the entry's wait queue: requests only, not holders
 }

@@ -6,17 +6,18 @@ package locktable
 // lockForChange takes the shard mutex for Release or Revoke, first waiting for a fence running
 // in another goroutine to end, whatever the hold's state: a lease that lapsed inside a fence still
 // has its commit in flight. It reports whether it had to wait.
-func (h *Hold) lockForChange(sh *shard) (waited bool) {
-	sh.mu.Lock()
+func (h *Hold) lockForChange() (sh *shard, waited bool) {
+	sh = h.lockShard()
 	for h.flags()&FlagFencing != 0 {
-		h.awaitFenceEnd(sh)
+		sh = h.awaitFenceEnd(sh)
 		waited = true
 	}
-	return waited
+	return sh, waited
 }
 
-// awaitFenceEnd releases the shard mutex until the running fence ends, then takes it again.
-func (h *Hold) awaitFenceEnd(sh *shard) {
+// awaitFenceEnd releases the shard mutex until the running fence ends, then takes the mutex of
+// h's shard again and returns that shard.
+func (h *Hold) awaitFenceEnd(sh *shard) *shard {
 	c := h.Cold()
 	if c.fenceEnd == nil {
 		c.fenceEnd = make(chan struct{})
@@ -24,7 +25,7 @@ func (h *Hold) awaitFenceEnd(sh *shard) {
 	end := c.fenceEnd
 	sh.mu.Unlock()
 	<-end
-	sh.mu.Lock()
+	return h.lockShard()
 }
 
 // BeginFence starts a fence once any fence running on h in another goroutine has ended. It
@@ -32,10 +33,9 @@ func (h *Hold) awaitFenceEnd(sh *shard) {
 // tenant is closed; then no fence begins. stray reports that h no longer held its key, so that
 // the fence is counted by the tenant, which Close waits for; EndFence takes it back.
 func (h *Hold) BeginFence() (stray bool, err error) {
-	sh := h.shard()
-	sh.mu.Lock()
+	sh := h.lockShard()
 	for h.flags()&FlagFencing != 0 {
-		h.awaitFenceEnd(sh)
+		sh = h.awaitFenceEnd(sh)
 	}
 	if h.flags()&FlagExpired != 0 || h.settle(sh) {
 		sh.counts.fenced++
@@ -61,8 +61,7 @@ func (h *Hold) BeginFence() (stray bool, err error) {
 // ended inside the fence runs once the fence has ended, so a slow hook holds up no Release
 // waiting for it.
 func (h *Hold) EndFence(stray, releaseUnlessHold bool) {
-	sh := h.shard()
-	sh.mu.Lock()
+	sh := h.lockShard()
 	h.ClearFlags(FlagFencing)
 	if c := h.cold; c != nil && c.fenceEnd != nil {
 		close(c.fenceEnd)

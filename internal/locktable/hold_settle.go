@@ -44,8 +44,7 @@ func (h *Hold) endIfLapsed(sh *shard, c *Tenant, mono time.Duration) bool {
 
 // settleNow takes the shard mutex to complete an expiry found lazily, then runs its hook.
 func (h *Hold) settleNow() {
-	sh := h.shard()
-	sh.mu.Lock()
+	sh := h.lockShard()
 	if h.flags()&FlagReleased == 0 {
 		h.settle(sh)
 	}

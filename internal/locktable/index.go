@@ -1,6 +1,9 @@
 package locktable
 
-import "bytes"
+import (
+	"bytes"
+	"unsafe"
+)
 
 // entryTable is one shard's index of the keys that are held or waited on: an open-addressing
 // hash table with linear probing over the 64-bit key hash the shard was chosen by. It replaces a
@@ -131,17 +134,32 @@ func (t *entryTable) all(f func(*keyEntry)) {
 // once it has left the table (the handles that used it were given back or gave up). The holders
 // are kept as holders.go describes.
 type keyEntry struct {
-	hash        uint64
-	holder      *Hold // the exclusive holder or one sharer; nil exactly while the key is free
-	head, tail  *waiter
-	nextSpare   *keyEntry
+	hash       uint64
+	holder     *Hold // the exclusive holder or one sharer; nil exactly while the key is free
+	head, tail *waiter
+	// link is, while the entry is spare, the next spare entry (nextSpare), and while its key's
+	// column family is in range mode, its ranged key (rangemode.go); never both at once, so one
+	// word serves both and the fields an uncontended Lock and Release touch stay in one cache line.
+	link        unsafe.Pointer
 	shares      int32 // holders in shared mode, holder included; 0 while held exclusively or free
 	wakePending bool  // the head waiter was woken and has not yet looked at the key
 	// unwatched is set when a sharer was granted with nothing queued, so its deadline may be off
 	// the scheduler; the next request to queue watches every holder.
 	unwatched bool
-	sharers   []*Hold // the sharers other than holder, each knowing its place (sharePos)
+	// ownersHolding counts the queued requests whose owner held other keys as it asked (up to
+	// its bound; one past it is not counted, and may be passed as any request may): while there
+	// are any, no newcomer passes the oldest waiter (keyEntry.bargeable). 16 bits keep the
+	// entry's hot fields in one cache line.
+	ownersHolding uint16
+	sharers       []*Hold // the sharers other than holder, each knowing its place (sharePos)
 }
+
+func (e *keyEntry) nextSpare() *keyEntry     { return (*keyEntry)(e.link) }
+func (e *keyEntry) setNextSpare(n *keyEntry) { e.link = unsafe.Pointer(n) }
+
+// ranged is the entry's ranged key, nil unless its column family is in range mode.
+func (e *keyEntry) ranged() *rangedKey     { return (*rangedKey)(e.link) }
+func (e *keyEntry) setRanged(r *rangedKey) { e.link = unsafe.Pointer(r) }
 
 // record is the entry's column family and key, as held by its holder or, while the key is free,
 // its oldest waiter.

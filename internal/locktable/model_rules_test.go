@@ -1,79 +1,184 @@
 package locktable
 
-import "slices"
+import (
+	"slices"
 
-// The model check's rules (docs/DESIGN.md §15.2): per key a list of holders and a FIFO queue,
-// upgrades ahead, served from the head (model_test.go drives them).
+	"pgregory.net/rapid"
+)
 
-// admits is the grant rule for a newcomer (docs/DESIGN.md §15.2), on a settled table.
-func (m *modelRun) admits(k int, shared bool) bool {
-	if shared {
-		return len(m.queues[k]) == 0 && (len(m.holders[k]) == 0 || m.holders[k][0].shared)
+// The model check's rules (docs/DESIGN.md §15.2, §15.3, §17), decided by brute force over the
+// whole state: two locks conflict when their key sets meet, at least one is exclusive, and they
+// are not of one owner; a request is served once no holder and no request queued ahead of it
+// conflicts with it. Where no range is involved, the rules of keys alone (per key a FIFO queue,
+// upgrades ahead, served from its head) decide too, and the two must agree (model_test.go drives
+// them).
+
+// modelConflicts reports whether a lock of owner oa (0: none) on target ta, exclusive when xa,
+// and one of owner ob on tb, exclusive when xb, conflict. Two locks of no owner are of two owners.
+func modelConflicts(oa, ta int, xa bool, ob, tb int, xb bool) bool {
+	if oa != 0 && oa == ob {
+		return false
 	}
-	return len(m.holders[k]) == 0 && len(m.queues[k]) == 0
+	return (xa || xb) && spanOf(ta).meets(spanOf(tb))
 }
 
-// grant makes r, a lock request, a holder of its key now.
+// blockedBy reports whether holder h stops r: an upgrade is not stopped by the hold it upgrades.
+func (r *mReq) blockedBy(h *mHold) bool {
+	return h != r.up && modelConflicts(r.owner, r.target, r.exclusive(), h.owner, h.target, !h.shared)
+}
+
+// behind reports whether r must be served after q, queued ahead of it.
+func (r *mReq) behind(q *mReq) bool {
+	return modelConflicts(r.owner, r.target, r.exclusive(), q.owner, q.target, q.exclusive())
+}
+
+// blocked reports whether r must wait, given the requests queued ahead of it.
+func (m *modelRun) blocked(r *mReq, ahead []*mReq) bool {
+	for _, h := range m.holds {
+		if r.blockedBy(h) {
+			return true
+		}
+	}
+	for _, q := range ahead {
+		if r.behind(q) {
+			return true
+		}
+	}
+	return false
+}
+
+// admits is the grant rule for r on arrival, on a settled table: a lock queues behind every
+// request, an upgrade only behind the upgrades queued. Where no range is involved it must be the
+// rule of keys alone.
+func (m *modelRun) admits(rt *rapid.T, r *mReq) bool {
+	ahead := m.queue
+	if r.up != nil {
+		ahead = m.queue[:m.upgradesQueued()]
+	}
+	ok := !m.blocked(r, ahead)
+	if !m.rangesInvolved() && r.target < modelKeys && ok != m.fifoAdmits(r) {
+		rt.Fatalf("the rules disagree on %v: by conflicts %v, by the key's FIFO queue %v\n%s", r, ok, !ok, m.describe())
+	}
+	return ok
+}
+
+// grant makes r, a lock request, a holder of its target now.
 func (m *modelRun) grant(r *mReq) {
-	m.holders[r.key] = append(m.holders[r.key], &mHold{id: r.id, owner: r.owner, key: r.key, shared: r.shared, deadline: m.now + r.lease, h: r.h})
+	m.holds = append(m.holds, &mHold{id: r.id, owner: r.owner, target: r.target, shared: r.shared, deadline: m.now + r.lease, h: r.h})
 }
 
-// serve grants what the head of key k's queue can have now.
-func (m *modelRun) serve(k int) {
-	for len(m.queues[k]) > 0 {
-		r := m.queues[k][0]
-		switch {
-		case r.up != nil:
-			if len(m.holders[k]) != 1 {
-				return
-			}
+// serve grants every queued request that nothing stops now, oldest first. Where no range is
+// involved, those must be the requests each key's FIFO queue grants from its head.
+func (m *modelRun) serve(rt *rapid.T) {
+	var served []*mReq
+	if !m.rangesInvolved() {
+		for k := range modelKeys {
+			served = append(served, m.fifoServed(k)...)
+		}
+	}
+	keysOnly := !m.rangesInvolved()
+	var left []*mReq
+	for _, r := range m.queue {
+		if m.blocked(r, left) {
+			left = append(left, r)
+			continue
+		}
+		if keysOnly && !slices.Contains(served, r) {
+			rt.Fatalf("the rules disagree: conflicts grant %v, the key's FIFO queue does not\n%s", r, m.describe())
+		}
+		if r.up != nil {
 			r.up.shared = false
-		case r.shared:
-			if m.heldExclusively(k) {
-				return
-			}
-			m.grant(r)
-		default:
-			if len(m.holders[k]) > 0 {
-				return
-			}
+		} else {
 			m.grant(r)
 		}
-		m.queues[k] = m.queues[k][1:]
 		m.ended[r] = nil
 	}
+	if keysOnly && len(m.queue)-len(left) != len(served) {
+		rt.Fatalf("the rules disagree: the keys' FIFO queues grant %v, conflicts only %d of them\n%s", served, len(m.queue)-len(left), m.describe())
+	}
+	m.queue = left
 }
 
-// dequeue takes r out of its queue, ended with err, and serves the key.
-func (m *modelRun) dequeue(r *mReq, err error) {
-	m.queues[r.key] = slices.DeleteFunc(m.queues[r.key], func(x *mReq) bool { return x == r })
+// dequeue takes r out of the queue, ended with err, and serves the queue.
+func (m *modelRun) dequeue(rt *rapid.T, r *mReq, err error) {
+	m.queue = slices.DeleteFunc(m.queue, func(x *mReq) bool { return x == r })
 	m.ended[r] = err
-	m.serve(r.key)
+	m.serve(rt)
 }
 
 // drop ends hold h (released, revoked or lapsed: expired), fails its upgrade if one waits, and
-// serves the key.
-func (m *modelRun) drop(h *mHold, expired bool) {
-	m.holders[h.key] = slices.DeleteFunc(m.holders[h.key], func(x *mHold) bool { return x == h })
-	for _, r := range m.queues[h.key] {
+// serves the queue.
+func (m *modelRun) drop(rt *rapid.T, h *mHold, expired bool) {
+	m.holds = slices.DeleteFunc(m.holds, func(x *mHold) bool { return x == h })
+	for _, r := range m.queue {
 		if r.up == h {
 			err := ErrReleased
 			if expired {
 				err = ErrLeaseExpired
 			}
-			m.queues[h.key] = slices.DeleteFunc(m.queues[h.key], func(x *mReq) bool { return x == r })
+			m.queue = slices.DeleteFunc(m.queue, func(x *mReq) bool { return x == r })
 			m.ended[r] = err
 			break
 		}
 	}
-	m.serve(h.key)
+	m.serve(rt)
 }
 
-// live lists every hold of the model.
-func (m *modelRun) live() []*mHold {
-	var hs []*mHold
-	for k := range modelKeys {
-		hs = append(hs, m.holders[k]...)
+// rangesInvolved reports whether a range is held or queued.
+func (m *modelRun) rangesInvolved() bool {
+	return slices.ContainsFunc(m.holds, func(h *mHold) bool { return h.target >= modelKeys }) ||
+		slices.ContainsFunc(m.queue, func(r *mReq) bool { return r.target >= modelKeys })
+}
+
+// keyHolders and keyQueue are key k's holders and queue, for the rules of keys alone.
+func (m *modelRun) keyHolders(k int) []*mHold {
+	return slices.DeleteFunc(slices.Clone(m.holds), func(h *mHold) bool { return h.target != k })
+}
+
+func (m *modelRun) keyQueue(k int) []*mReq {
+	return slices.DeleteFunc(slices.Clone(m.queue), func(r *mReq) bool { return r.target != k })
+}
+
+// fifoAdmits is the rule of keys alone for a newcomer (docs/DESIGN.md §15.2): a shared request
+// is granted when nothing is queued and the key is free or held shared, an exclusive one when
+// the key is free and nothing is queued, an upgrade when its share is the only one.
+func (m *modelRun) fifoAdmits(r *mReq) bool {
+	holders, q := m.keyHolders(r.target), m.keyQueue(r.target)
+	switch {
+	case r.up != nil:
+		return len(holders) == 1
+	case r.shared:
+		return len(q) == 0 && (len(holders) == 0 || holders[0].shared)
 	}
-	return hs
+	return len(holders) == 0 && len(q) == 0
+}
+
+// fifoServed lists what the head of key k's queue is granted now by the rule of keys alone: an
+// upgrade whose share is the only one, every shared request up to the next exclusive one while
+// the key is free or held shared, an exclusive request when the key is free.
+func (m *modelRun) fifoServed(k int) []*mReq {
+	holders := m.keyHolders(k)
+	n, exclusive := len(holders), len(holders) == 1 && !holders[0].shared
+	var out []*mReq
+	for _, r := range m.keyQueue(k) {
+		switch {
+		case r.up != nil:
+			if n != 1 {
+				return out
+			}
+			exclusive = true
+		case r.shared:
+			if exclusive {
+				return out
+			}
+			n++
+		default:
+			if n > 0 {
+				return out
+			}
+			n, exclusive = 1, true
+		}
+		out = append(out, r)
+	}
+	return out
 }

@@ -1,12 +1,13 @@
 package locktable
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,12 +17,15 @@ import (
 
 // The model check: rapid drives a table through random sequences of lock, try, release, revoke,
 // upgrade, cancel and clock steps (lapses and timeouts), shared and exclusive, by owners and by
-// requests of no owner, on a few keys. After every step the table is compared with the model
-// below, which keeps the rules of docs/DESIGN.md §15 in the plainest form: per key a list of
-// holders and a FIFO queue, served from its head. The comparison covers who holds each key in
-// which mode, the order and kind of every queue (so who is granted next), and how every request
-// that returned ended. The wait-for graph is then brute-forced from the whole state: no cycle may
-// persist among waiting owners, and every DeadlockError must name a cycle that was real.
+// requests of no owner, on a few keys and on ranges over them. After every step the table is
+// compared with the model, which keeps the rules of docs/DESIGN.md §15 in the plainest form: one
+// list of holders and one queue in arrival order (upgrades ahead), and a request is served once no
+// holder and no request ahead of it conflicts with it, decided by brute force over the whole state
+// (model_rules_test.go). Where no range is involved the model also applies the rules of keys alone,
+// per key a FIFO queue served from its head, and requires both to agree. The comparison covers who
+// holds each key or range in which mode, the queues, and how every request that returned ended.
+// The wait-for graph is then brute-forced from the whole state: no cycle may persist among waiting
+// owners, and every DeadlockError must name a cycle that was real (model_check_test.go).
 //
 // Every request waits in a goroutine of its own; a step is over once each of them has returned or
 // is queued with its deadlock check done. Leases and timeouts end a few nanoseconds apart, so
@@ -37,10 +41,8 @@ var modelSteps, modelDeadlocks atomic.Int64
 const modelChecks, modelStepsEach = "200", "100"
 
 func TestModel(t *testing.T) {
-	set := map[string]bool{}
-	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	for name, v := range map[string]string{"rapid.checks": modelChecks, "rapid.steps": modelStepsEach} {
-		if !set[name] {
+		if !flagSet(name) {
 			if err := flag.Set(name, v); err != nil {
 				t.Fatal(err)
 			}
@@ -53,10 +55,66 @@ func TestModel(t *testing.T) {
 	t.Logf("%d steps, %d deadlocks reported", modelSteps.Load(), modelDeadlocks.Load())
 }
 
+// flagSet reports whether the flag name was given on the command line. The flags are read once,
+// before any test sets one for itself: flag.Visit also lists those.
+func flagSet(name string) bool { return commandLineFlags()[name] }
+
+var commandLineFlags = sync.OnceValue(func() map[string]bool {
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+})
+
 const (
-	modelKeys   = 2
+	modelKeys   = 4 // the keys a, b, c, d: targets 0..3
 	modelOwners = 4 // owners 1..4; 0 is a request of no owner
 )
+
+// modelRanges are the ranges the check locks, targets modelKeys and up: [Start, End), End nil for
+// no upper bound.
+var modelRanges = []mSpan{
+	{[]byte("a"), []byte("b")},
+	{[]byte("a"), []byte("c")},
+	{[]byte("b"), []byte("d")},
+	{[]byte("c"), nil},
+	{[]byte{}, nil},
+}
+
+// modelTargets counts the keys and ranges a lock of the check is for.
+var modelTargets = modelKeys + len(modelRanges)
+
+// mSpan is the set of keys a lock covers: start <= k < end, end nil for no upper bound.
+type mSpan struct{ start, end []byte }
+
+// meets reports whether a and b have a key in common.
+func (a mSpan) meets(b mSpan) bool {
+	return (b.end == nil || bytes.Compare(a.start, b.end) < 0) && (a.end == nil || bytes.Compare(b.start, a.end) < 0)
+}
+
+// modelKey is the key of target k < modelKeys.
+func modelKey(k int) []byte { return []byte{'a' + byte(k)} }
+
+// spanOf is the set of keys of target t: a key is the set of itself alone, the keys up to its
+// successor key+"\x00".
+func spanOf(t int) mSpan {
+	if t < modelKeys {
+		return mSpan{modelKey(t), append(modelKey(t), 0)}
+	}
+	return modelRanges[t-modelKeys]
+}
+
+// targetName prints target t as a key or as [start, end).
+func targetName(t int) string {
+	if t < modelKeys {
+		return string(modelKey(t))
+	}
+	s := spanOf(t)
+	end := "∞"
+	if s.end != nil {
+		end = string(s.end)
+	}
+	return fmt.Sprintf("[%s,%s)", s.start, end)
+}
 
 // modelOwner is an owner of the check, named o1, o2, o3.
 type modelOwner struct{ name string }
@@ -67,7 +125,7 @@ func (o *modelOwner) Name() string { return o.name }
 type mHold struct {
 	id       int
 	owner    int
-	key      int
+	target   int
 	shared   bool
 	deadline time.Duration
 	h        *Hold
@@ -77,7 +135,7 @@ type mHold struct {
 type mReq struct {
 	id       int
 	owner    int
-	key      int
+	target   int
 	shared   bool
 	up       *mHold
 	lease    time.Duration
@@ -94,6 +152,9 @@ func (r *mReq) result() error {
 	return <-r.done
 }
 
+// exclusive reports whether r asks for an exclusive lock: an exclusive request or an upgrade.
+func (r *mReq) exclusive() bool { return r.up != nil || !r.shared }
+
 func (r *mReq) String() string {
 	kind := "x"
 	switch {
@@ -102,7 +163,7 @@ func (r *mReq) String() string {
 	case r.shared:
 		kind = "s"
 	}
-	return fmt.Sprintf("r%d(o%d %s k%d)", r.id, r.owner, kind, r.key)
+	return fmt.Sprintf("r%d(o%d %s %s)", r.id, r.owner, kind, targetName(r.target))
 }
 
 // modelRun is one sequence: the table, its clock and tenant, and the model.
@@ -113,10 +174,10 @@ type modelRun struct {
 	l      *testLocker
 	owners [modelOwners + 1]*modelOwner
 
-	now     time.Duration // the model's Mono
-	seq     int           // ids of holds and requests
-	holders [modelKeys][]*mHold
-	queues  [modelKeys][]*mReq
+	now   time.Duration // the model's Mono
+	seq   int           // ids of holds and requests
+	holds []*mHold      // every holder, of keys and ranges
+	queue []*mReq       // every queued request, in the order the rules serve them
 	// ended are the requests the model ended in this step, with how each must have ended: nil
 	// for a grant, else the error.
 	ended map[*mReq]error
@@ -134,8 +195,6 @@ func newModelRun(t *testing.T, rt *rapid.T) *modelRun {
 	}
 	return m
 }
-
-func (m *modelRun) key(k int) []byte { return []byte{'k', byte('0' + k)} }
 
 // spread is under 17 ms, pseudo-random, to make each deadline unique: sums of these rarely meet.
 func (m *modelRun) spread() time.Duration {
@@ -160,209 +219,19 @@ func (m *modelRun) run(rt *rapid.T) {
 
 // finish releases everything and cancels every request, leaving the table empty.
 func (m *modelRun) finish(rt *rapid.T) {
-	for k := range modelKeys {
-		for _, r := range m.queues[k] {
-			r.cancel()
-			if !r.returned {
-				r.result()
-			}
+	for _, r := range m.queue {
+		r.cancel()
+		if !r.returned {
+			r.result()
 		}
-		for _, h := range m.holders[k] {
-			h.h.Release()
-		}
+	}
+	for _, h := range m.holds {
+		h.h.Release()
 	}
 	m.l.Close()
 	if !m.tab.Empty() || m.tab.Deadlines() != 0 {
 		rt.Fatalf("the table is not empty once everything was released")
 	}
-}
-
-// waiting reports whether owner o has a request queued.
-func (m *modelRun) waiting(o int) bool {
-	for k := range modelKeys {
-		for _, r := range m.queues[k] {
-			if r.owner == o {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// heldBy returns the model's hold of owner o on key k, or nil.
-func (m *modelRun) heldBy(o, k int) *mHold {
-	for _, h := range m.holders[k] {
-		if o != 0 && h.owner == o {
-			return h
-		}
-	}
-	return nil
-}
-
-func (m *modelRun) heldExclusively(k int) bool {
-	return len(m.holders[k]) == 1 && !m.holders[k][0].shared
-}
-
-// stepLock is a lock request (Lock or TryLock), or by an owner that holds the key shared an
-// exclusive request, which upgrades its hold.
-func (m *modelRun) stepLock(rt *rapid.T) {
-	o := rapid.IntRange(0, modelOwners).Draw(rt, "owner")
-	k := rapid.IntRange(0, modelKeys-1).Draw(rt, "key")
-	shared := rapid.Bool().Draw(rt, "shared")
-	wait := rapid.IntRange(0, 5).Draw(rt, "try") > 0 // a TryLock one time in six
-	lease := time.Duration(rapid.SampledFrom([]int{20, 50, 100}).Draw(rt, "lease"))*time.Millisecond + m.spread()
-	timeout := time.Duration(rapid.SampledFrom([]int{30, 70}).Draw(rt, "timeout"))*time.Millisecond + m.spread()
-	if o != 0 && m.waiting(o) {
-		rt.Skip("an owner waits for one key at a time")
-	}
-	if held := m.heldBy(o, k); held != nil && (shared || !held.shared || !wait) {
-		rt.Skip("a re-entrant request does not reach the table")
-	}
-	m.lock(rt, o, k, shared, wait, lease, timeout)
-}
-
-// lock is a lock request of owner o (0: none) for key k, or by an owner that holds the key
-// shared an exclusive request, which upgrades its hold; it returns the request.
-func (m *modelRun) lock(rt *rapid.T, o, k int, shared, wait bool, lease, timeout time.Duration) *mReq {
-	var owner Owner
-	if o != 0 {
-		owner = m.owners[o]
-	}
-	if held := m.heldBy(o, k); held != nil {
-		return m.upgrade(rt, held, timeout)
-	}
-	h := m.l.newHold(m.key(k), testOptions{Shared: shared}, owner)
-	h.SetAskedLease(lease)
-	m.seq++
-	r := &mReq{id: m.seq, owner: o, key: k, shared: shared, lease: lease, deadline: m.now + timeout, h: h}
-	admitted := m.admits(k, shared)
-	if !wait {
-		_, err := h.Acquire(context.Background(), lease, timeout, false, false)
-		switch {
-		case admitted && err == nil:
-			m.grant(r)
-		case !admitted && err == ErrLocked:
-		default:
-			rt.Fatalf("TryLock of %v: got %v, the model admits it: %v", r, err, admitted)
-		}
-		m.settle(rt)
-		return r
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel, r.done = cancel, make(chan error, 1)
-	go func() {
-		_, err := h.Acquire(ctx, lease, timeout, true, false)
-		r.done <- err
-	}()
-	if admitted {
-		m.grant(r)
-		m.ended[r] = nil
-	} else {
-		m.queues[k] = append(m.queues[k], r)
-	}
-	m.settle(rt)
-	return r
-}
-
-// upgrade asks to make held, a shared hold of its owner, exclusive.
-func (m *modelRun) upgrade(rt *rapid.T, held *mHold, timeout time.Duration) *mReq {
-	m.seq++
-	r := &mReq{id: m.seq, owner: held.owner, key: held.key, up: held, deadline: m.now + timeout, h: held.h}
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel, r.done = cancel, make(chan error, 1)
-	go func() { r.done <- held.h.Upgrade(ctx, timeout) }()
-	k := held.key
-	if len(m.holders[k]) == 1 {
-		held.shared = false
-		m.ended[r] = nil
-	} else {
-		at := 0
-		for at < len(m.queues[k]) && m.queues[k][at].up != nil {
-			at++
-		}
-		m.queues[k] = slices.Insert(m.queues[k], at, r)
-	}
-	m.settle(rt)
-	return r
-}
-
-// stepEnd releases or revokes a holder.
-func (m *modelRun) stepEnd(rt *rapid.T, revoke bool) {
-	hs := m.live()
-	if len(hs) == 0 {
-		rt.Skip("nothing is held")
-	}
-	h := rapid.SampledFrom(hs).Draw(rt, "holder")
-	if revoke {
-		h.h.Revoke()
-	} else if !h.h.Release() {
-		rt.Fatalf("Release of a live hold (lease ends at %v, now %v) returned false", h.deadline, m.now)
-	}
-	m.drop(h, revoke)
-	m.settle(rt)
-}
-
-// stepCancel cancels the ctx of a queued request.
-func (m *modelRun) stepCancel(rt *rapid.T) {
-	var rs []*mReq
-	for k := range modelKeys {
-		rs = append(rs, m.queues[k]...)
-	}
-	if len(rs) == 0 {
-		rt.Skip("nothing is queued")
-	}
-	m.cancel(rt, rapid.SampledFrom(rs).Draw(rt, "request"))
-}
-
-// cancel cancels the ctx of r, a queued request.
-func (m *modelRun) cancel(rt *rapid.T, r *mReq) {
-	r.cancel()
-	m.dequeue(r, context.Canceled)
-	m.settle(rt)
-}
-
-// stepAdvance moves the clock by up to d, and onto the next deadline (a lease's end or a wait's
-// timeout) if that comes first, which then ends.
-func (m *modelRun) stepAdvance(rt *rapid.T) {
-	d := time.Duration(rapid.SampledFrom([]int{1, 10, 40}).Draw(rt, "advance")) * time.Millisecond
-	next, nextHold, nextReq := m.now+d, (*mHold)(nil), (*mReq)(nil)
-	for _, h := range m.live() {
-		if h.deadline <= next {
-			next, nextHold, nextReq = h.deadline, h, nil
-		}
-	}
-	for k := range modelKeys {
-		for _, r := range m.queues[k] {
-			if r.deadline <= next {
-				next, nextHold, nextReq = r.deadline, nil, r
-			}
-		}
-	}
-	ties := 0
-	for _, h := range m.live() {
-		if h.deadline == next {
-			ties++
-		}
-	}
-	for k := range modelKeys {
-		for _, r := range m.queues[k] {
-			if r.deadline == next {
-				ties++
-			}
-		}
-	}
-	if ties > 1 {
-		rt.Skip("two deadlines meet")
-	}
-	m.clk.Advance(next - m.now)
-	m.now = next
-	switch {
-	case nextHold != nil:
-		m.drop(nextHold, true)
-	case nextReq != nil:
-		m.dequeue(nextReq, ErrTimeout)
-	}
-	m.settle(rt)
 }
 
 // check is rapid's invariant hook; the comparison runs after every step already.
@@ -371,17 +240,14 @@ func (m *modelRun) check(*rapid.T) {}
 // describe prints the model's state.
 func (m *modelRun) describe() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "now %v\n", m.now)
-	for k := range modelKeys {
-		fmt.Fprintf(&b, "k%d held by", k)
-		for _, h := range m.holders[k] {
-			mode := "x"
-			if h.shared {
-				mode = "s"
-			}
-			fmt.Fprintf(&b, " o%d/%s(until %v)", h.owner, mode, h.deadline)
+	fmt.Fprintf(&b, "now %v\nheld:", m.now)
+	for _, h := range m.holds {
+		mode := "x"
+		if h.shared {
+			mode = "s"
 		}
-		fmt.Fprintf(&b, "; queued %v\n", m.queues[k])
+		fmt.Fprintf(&b, " %s by o%d/%s(until %v)", targetName(h.target), h.owner, mode, h.deadline)
 	}
+	fmt.Fprintf(&b, "\nqueued: %v\n", m.queue)
 	return b.String()
 }

@@ -10,8 +10,9 @@ func (t *Table) Empty() bool {
 		sh := &t.shards[i]
 		sh.mu.Lock()
 		n := sh.index.n
+		empty := sh.rangesEmpty()
 		sh.mu.Unlock()
-		if n != 0 {
+		if n != 0 || !empty {
 			return false
 		}
 	}
@@ -35,7 +36,7 @@ func (t *Table) Deadlines() int {
 // deadlock check done (as Counts.Waiting counts it) and no check again pending or running
 // (recheckBehind), so that a test that goes on to close a cycle is the one whose check finds it.
 func (t *Table) Queued(cf uint32, key []byte) (queued, woken int) {
-	hash := t.hash(cf, key)
+	hash := t.placed(cf, key)
 	sh := t.shard(hash)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -56,7 +57,7 @@ func (t *Table) Queued(cf uint32, key []byte) (queued, woken int) {
 }
 
 // ShardOf is the shard of the record (cf, key).
-func (t *Table) ShardOf(cf uint32, key []byte) int { return int(t.hash(cf, key) & (ShardCount - 1)) }
+func (t *Table) ShardOf(cf uint32, key []byte) int { return int(t.placed(cf, key) & (ShardCount - 1)) }
 
 // schedulers calls f on every scheduler of the shard's taken clock slots.
 func (sh *shard) schedulers(f func(*scheduler)) {

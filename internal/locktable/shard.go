@@ -47,6 +47,8 @@ type shardState struct {
 	ownEntries [2]keyEntry
 	deferred   []deferredCall // release hooks and debug records to run once mu is released
 	counts     shardCounts    // what only contended and failing calls count
+	// spaces are the column families in range mode whose home this shard is (rangemode.go).
+	spaces map[uint32]*rangeSpace
 }
 
 // init makes the shard part of t and its own entries spare, before the table is used.
@@ -54,7 +56,8 @@ func (sh *shard) init(t *Table) {
 	sh.tab = t
 	for i := range sh.ownEntries {
 		e := &sh.ownEntries[i]
-		e.nextSpare, sh.spareOwn = sh.spareOwn, e
+		e.setNextSpare(sh.spareOwn)
+		sh.spareOwn = e
 	}
 }
 
@@ -67,9 +70,13 @@ func (sh *shard) lookup(h *Hold) *keyEntry { return sh.index.find(h.hash, h.cf, 
 // failure it returns ErrClosed, ErrLocked (the key is busy and !wait), ErrTimeout, ctx's error or
 // a *DeadlockError, and h holds nothing and waits for nothing, except that a grant that raced
 // with the tenant's close returns ErrGrantedAfterClose with the key held, for the caller to
-// release.
+// release. A range hold takes its range the same way: its column family is in range mode from
+// InitRange on, so its request goes the way of acquireRouted (rangemode.go).
 func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
 	c := h.ten
+	if c.tab.routes.Load() != nil {
+		return h.acquireRouted(ctx, lease, timeout, wait, ctxBounds)
+	}
 	hash := c.tab.hash(h.cf, h.key())
 	h.hash = hash
 	sh := c.tab.shard(hash)
@@ -78,6 +85,10 @@ func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, 
 	// be shorter for the time spent waiting for the mutex, and timers are armed from a fresh one.
 	wall, mono := ReadClock(c.clock)
 	sh.mu.Lock()
+	if c.tab.routes.Load() != nil { // a column family entered range mode meanwhile
+		sh.mu.Unlock()
+		return h.acquireRouted(ctx, lease, timeout, wait, ctxBounds)
+	}
 	if c.closed.Load() {
 		sh.mu.Unlock()
 		return 0, ErrClosed
@@ -88,7 +99,7 @@ func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, 
 	}
 	switch {
 	case e == nil:
-		e = sh.newEntry(h.hash)
+		e = sh.newEntry(hash)
 		sh.grant(e, h, wall, mono, lease, false)
 		sh.index.insert(e)
 	case e.admits(h, c, mono):
@@ -143,6 +154,16 @@ func (sh *shard) grant(e *keyEntry, h *Hold, wall int64, mono, lease time.Durati
 	}
 }
 
+// grantKey is grant anywhere but Acquire's path for a table with no column family in range mode:
+// a holder of a key in range mode is marked so (FlagRanged), so that giving it back serves the
+// ranges its key may hold up.
+func (sh *shard) grantKey(e *keyEntry, h *Hold, wall int64, mono, lease time.Duration, watch bool) {
+	sh.grant(e, h, wall, mono, lease, watch)
+	if e.ranged() != nil {
+		h.SetFlags(FlagRanged)
+	}
+}
+
 // watch arms h's lease deadline on its clock's timer, if it is not armed yet, once someone can
 // observe the lease ending: a waiter queues for its key, Done is called, or a release hook is set.
 // Until then nothing can tell a lapse settled at the deadline from one settled when the handle or
@@ -175,8 +196,15 @@ func (sh *shard) watchHolders(e *keyEntry) {
 func (sh *shard) giveBack(h *Hold, set uint32) {
 	e := h.e
 	f := h.flags()
-	if f&FlagShared != 0 {
-		sh.giveBackShare(h, e, f, set)
+	if f&(FlagShared|FlagRange|FlagRanged) != 0 {
+		switch {
+		case f&FlagRange != 0:
+			sh.giveBackRange(h, f, set)
+		case f&FlagShared != 0:
+			sh.giveBackShare(h, e, f, set)
+		default:
+			sh.giveBackRanged(h, e, f, set)
+		}
 		return
 	}
 	if e == nil || e.holder != h {
@@ -186,6 +214,20 @@ func (sh *shard) giveBack(h *Hold, set uint32) {
 	}
 	h.state.Store(f&^FlagHeld | set)
 	h.e = nil // the entry may be reused once the key leaves the table
+	e.holder = nil
+	sh.held--
+	sh.serveKey(e) // not serve: the key is not in range mode (FlagRanged)
+}
+
+// giveBackRanged is giveBack of the exclusive holder of a key in range mode, whose flags are f.
+func (sh *shard) giveBackRanged(h *Hold, e *keyEntry, f, set uint32) {
+	if e == nil || e.holder != h {
+		h.SetFlags(set)
+		sh.tab.logFault(h.ten, "a handle gave back a key it did not hold")
+		return
+	}
+	h.state.Store(f&^FlagHeld | set)
+	h.e = nil
 	e.holder = nil
 	sh.held--
 	sh.serve(e)
@@ -266,7 +308,7 @@ func (sh *shard) evict(c *Tenant, held []*Hold) []*Hold {
 			}
 		}
 	}
-	return held
+	return sh.evictRanges(c, held)
 }
 
 // Unbounded is the timeout of a wait that only its ctx bounds: no clock reaches it (about 146

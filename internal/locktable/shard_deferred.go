@@ -3,12 +3,15 @@ package locktable
 // Release hooks and debug records are collected under the shard mutex and run once it is
 // released: never while a table lock is held.
 
-// deferredCall is a release hook (fn), or a debug record (note), to run once the shard mutex is
-// released.
+// deferredCall is a release hook (fn), a debug record (note) or a holder's waited-on call (tell),
+// to run once the shard mutex is released.
 type deferredCall struct {
 	h    *Hold
 	fn   func() error
 	note func()
+	// tell, when set, is a tenant's waited-on function, called with owner.
+	tell  func(Owner)
+	owner Owner
 }
 
 // deferHook moves h's release hook, if any, to the list run after mu is released.
@@ -31,6 +34,10 @@ func (sh *shard) drainDeferred() []deferredCall {
 
 func runDeferred(hs []deferredCall) {
 	for _, p := range hs {
+		if p.tell != nil {
+			p.tell(p.owner)
+			continue
+		}
 		if p.note != nil {
 			p.note()
 			continue
@@ -44,4 +51,22 @@ func (sh *shard) unlockAndRunDeferred() {
 	hs := sh.drainDeferred()
 	sh.mu.Unlock()
 	runDeferred(hs)
+}
+
+// tellHolders queues, to run once mu is released, a call of the waited-on function of each
+// owner's hold of e's key whose tenant has one (Tenant.SetOnWaitedOn): a request just queued.
+func (sh *shard) tellHolders(e *keyEntry) {
+	if e.holder != nil {
+		sh.tellHolder(e.holder)
+	}
+	for _, x := range e.sharers {
+		sh.tellHolder(x)
+	}
+}
+
+// tellHolder queues the call of tellHolders for x.
+func (sh *shard) tellHolder(x *Hold) {
+	if f := x.ten.onWaitedOn; f != nil && x.owner != nil {
+		sh.deferred = append(sh.deferred, deferredCall{tell: f, owner: x.owner})
+	}
 }

@@ -70,7 +70,7 @@ func TestShardTableShrinksOnceKeysLeave(t *testing.T) {
 	assert.Nil(t, sh.spare, "an idle shard keeps no allocated entry")
 	assert.Zero(t, sh.nSpare)
 	own := 0
-	for e := sh.spareOwn; e != nil; e = e.nextSpare {
+	for e := sh.spareOwn; e != nil; e = e.nextSpare() {
 		assert.True(t, sh.owns(e))
 		own++
 	}

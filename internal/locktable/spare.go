@@ -12,15 +12,16 @@ func (sh *shard) newEntry(hash uint64) *keyEntry {
 	e := sh.spareOwn
 	switch {
 	case e != nil:
-		sh.spareOwn = e.nextSpare
+		sh.spareOwn = e.nextSpare()
 	case sh.spare != nil:
 		e = sh.spare
-		sh.spare = e.nextSpare
+		sh.spare = e.nextSpare()
 		sh.nSpare--
 	default:
 		return &keyEntry{hash: hash}
 	}
-	e.nextSpare, e.hash = nil, hash
+	e.setNextSpare(nil)
+	e.hash = hash
 	return e
 }
 
@@ -37,15 +38,19 @@ func (sh *shard) owns(e *keyEntry) bool {
 // remove takes e, which has neither holder nor waiters, out of the table and keeps it for reuse.
 // Once no key of the shard is held or waited on, the shard holds no allocated entry: a table
 // whose keys come and go returns to its idle size.
+// An entry in range mode leaves its space's index after it (rangedKey.served).
 func (sh *shard) remove(e *keyEntry) {
 	sh.index.remove(e)
-	// e has no holder and no waiters, so its pointers are nil already but for the link.
+	// e has no holder and no waiters, so its pointers are nil already but for the link, which the
+	// spare list takes over.
 	e.wakePending = false
 	switch {
 	case sh.owns(e):
-		e.nextSpare, sh.spareOwn = sh.spareOwn, e
+		e.setNextSpare(sh.spareOwn)
+		sh.spareOwn = e
 	case sh.nSpare < maxSpare:
-		e.nextSpare, sh.spare = sh.spare, e
+		e.setNextSpare(sh.spare)
+		sh.spare = e
 		sh.nSpare++
 	}
 	if sh.index.n == 0 {

@@ -48,42 +48,85 @@ func (t *Table) Counts() Counts {
 }
 
 // VisitHolders calls f, under the mutex of shard i (0 <= i < ShardCount), on every holder of a
-// key in that shard, with the number of requests queued for its key. A holder whose lease lapsed
-// unwatched is settled first, as any look at its key settles it, and not visited. f may read the
-// hold but must not call into the table. A key with s holders and q requests queued costs
-// O(s + q): its queue is counted once, not once per holder.
+// key or range in that shard, with the number of requests queued that conflict with it. A holder
+// whose lease lapsed unwatched is settled first, as any look at its key settles it, and not
+// visited. f may read the hold but must not call into the table. A key with s holders and q
+// requests queued costs O(s + q): its queue is counted once, not once per holder. The mutex is
+// taken once to list the shard's keys and ranges (a pointer each), then once per key or range, so
+// no request waits behind more than one key's visit.
 func (t *Table) VisitHolders(i int, f func(h *Hold, waiters int)) {
 	sh := &t.shards[i]
-	sh.mu.Lock()
-	defer sh.unlockAndRunDeferred()
-	if sh.held == 0 {
-		return
+	keys, ranges := sh.listKeys(func(e *keyEntry) bool { return e.holder != nil })
+	for _, r := range ranges {
+		sh.mu.Lock()
+		sh.visitRange(r, f)
+		sh.unlockAndRunDeferred()
 	}
-	var entries []*keyEntry // collected first: settling can take an entry out of the index
-	sh.index.all(func(e *keyEntry) {
-		if e.holder != nil {
-			entries = append(entries, e)
-		}
-	})
 	var holders []*Hold
-	for _, e := range entries {
-		holders = e.appendHolders(holders[:0])
-		live := holders[:0]
-		for _, h := range holders {
-			if h.flags()&FlagFencing == 0 && h.settle(sh) {
-				continue
-			}
-			live = append(live, h)
+	for _, k := range keys {
+		sh.mu.Lock()
+		if e := k.find(sh); e != nil && e.holder != nil {
+			holders = sh.visitHolders(e, holders[:0], f)
 		}
-		if len(live) == 0 {
+		sh.unlockAndRunDeferred()
+	}
+}
+
+// visitHolders is VisitHolders of e's key, with the mutex held; out is scratch space.
+func (sh *shard) visitHolders(e *keyEntry, out []*Hold, f func(h *Hold, waiters int)) []*Hold {
+	out = e.appendHolders(out)
+	live := out[:0] // filtered in place
+	for _, h := range out {
+		if h.flags()&FlagFencing == 0 && h.settle(sh) {
 			continue
 		}
-		waiters := e.queued()
-		sh.counts.visited += uint64(len(holders) + waiters)
-		for _, h := range live {
-			f(h, waiters)
-		}
+		live = append(live, h)
 	}
+	if len(live) == 0 {
+		return out
+	}
+	waiters := e.queued()
+	sh.counts.visited += uint64(len(out) + waiters)
+	cf, key := e.record()
+	for _, h := range live {
+		f(h, waiters+sh.queuedRangesOver(cf, key, h)) // range requests queued over the key wait too
+	}
+	return out
+}
+
+// keyRef names a key of a shard across a release of its mutex, in which its entry may leave the
+// table and be reused: by the entry's hash and a hold of the key (a holder or a queued request),
+// whose record never changes.
+type keyRef struct {
+	hash uint64
+	h    *Hold
+}
+
+// find returns the entry of the key, if it is still in the shard, with the mutex held.
+func (k keyRef) find(sh *shard) *keyEntry { return sh.index.find(k.hash, k.h.cf, k.h.key()) }
+
+// listKeys lists, under the shard mutex, the keys whose entries want accepts and the range holds
+// and requests of the shard's spaces.
+func (sh *shard) listKeys(want func(*keyEntry) bool) (keys []keyRef, ranges []*Hold) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.index.all(func(e *keyEntry) {
+		if !want(e) {
+			return
+		}
+		h := e.holder
+		if h == nil {
+			h = e.head.h
+		}
+		keys = append(keys, keyRef{hash: e.hash, h: h})
+	})
+	for _, sp := range sh.spaces {
+		sp.ranges.meeting(nil, nil, func(it *rangeItem) bool {
+			ranges = append(ranges, it.h)
+			return true
+		})
+	}
+	return keys, ranges
 }
 
 // QueuedRequest is one request queued for a busy key, as VisitWaits shows it.
@@ -98,29 +141,39 @@ type QueuedRequest struct {
 // first per key, and, unless holder is nil, holder on each holder of each key with a request
 // queued, with their number, read in the same visit so that a wait and what it waits for agree. It
 // settles nothing: the holder of a key with a request queued has its deadline on a timer, which
-// settles it.
+// settles it. As VisitHolders, it holds the mutex for one key's visit at a time.
 func (t *Table) VisitWaits(i int, wait func(QueuedRequest), holder func(h *Hold, waiters int)) {
 	sh := &t.shards[i]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	sh.index.all(func(e *keyEntry) {
-		if e.head == nil {
-			return
+	keys, ranges := sh.listKeys(func(e *keyEntry) bool { return e.head != nil })
+	if len(ranges) > 0 {
+		sh.mu.Lock()
+		sh.visitRangeWaits(wait, holder)
+		sh.mu.Unlock()
+	}
+	for _, k := range keys {
+		sh.mu.Lock()
+		if e := k.find(sh); e != nil && e.head != nil {
+			sh.visitWaits(e, wait, holder)
 		}
-		waiters := 0
-		for w := e.head; w != nil; w = w.next {
-			waiters++
-			h := w.h
-			shared, upgrade := w.mode()
-			wait(QueuedRequest{Hold: h, Waited: max(0, h.ten.clock.Mono()-w.since), Shared: shared, Upgrade: upgrade})
+		sh.mu.Unlock()
+	}
+}
+
+// visitWaits is VisitWaits of e's key, with the mutex held.
+func (sh *shard) visitWaits(e *keyEntry, wait func(QueuedRequest), holder func(h *Hold, waiters int)) {
+	waiters := 0
+	for w := e.head; w != nil; w = w.next {
+		waiters++
+		h := w.h
+		shared, upgrade := w.mode()
+		wait(QueuedRequest{Hold: h, Waited: max(0, h.ten.clock.Mono()-w.since), Shared: shared, Upgrade: upgrade})
+	}
+	sh.counts.visited += uint64(waiters)
+	if holder != nil && e.holder != nil {
+		holder(e.holder, waiters)
+		for _, s := range e.sharers {
+			holder(s, waiters)
 		}
-		sh.counts.visited += uint64(waiters)
-		if holder != nil && e.holder != nil {
-			holder(e.holder, waiters)
-			for _, s := range e.sharers {
-				holder(s, waiters)
-			}
-			sh.counts.visited += uint64(1 + len(e.sharers))
-		}
-	})
+		sh.counts.visited += uint64(1 + len(e.sharers))
+	}
 }

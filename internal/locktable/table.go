@@ -40,6 +40,7 @@ type Table struct {
 	shards [ShardCount]shard
 	clocks clockSlots
 	graph  waitGraph // the wait-for graph of the database's owners
+	modes  rangeModes
 
 	hookFailures atomic.Uint64 // hooks fail rarely, so one shared counter is cheap
 	faultOnce    sync.Once     // a table fault is logged once per database
@@ -49,6 +50,9 @@ type tableHeader struct {
 	path   string // the database's, for log records
 	seed   maphash.Seed
 	stamps *Stamps
+	// routes places the records of the column families in range mode; nil until one is
+	// (rangemode.go). Every request reads it, so it is kept here with the seed.
+	routes atomic.Pointer[rangeRoutes]
 }
 
 // New returns the table of the database at path, whose grants mint AcquiredAt from stamps.

@@ -17,6 +17,9 @@ type Tenant struct {
 	log     *slog.Logger
 	closed  atomic.Bool
 	strays  strayFences
+	// onWaitedOn, when set, is told the owner of a hold of the tenant when a request queues for
+	// its key (SetOnWaitedOn).
+	onWaitedOn func(Owner)
 
 	warnMu   sync.Mutex
 	lastWarn map[string]time.Duration // Mono of the last warning per kind of hook failure
@@ -28,6 +31,12 @@ func (tab *Table) Open(t *Tenant, c Clock, log *slog.Logger) {
 	t.clockID = tab.openClock(c)
 	t.lastWarn = map[string]time.Duration{}
 }
+
+// SetOnWaitedOn makes f the function told, outside every table mutex, the owner of a hold of the
+// tenant each time a request queues for the hold's key: what that owner does before it lets go
+// now holds up another (the API's commit queue, docs/DESIGN.md §5.4). Set it before the tenant's
+// first request; f must not block.
+func (t *Tenant) SetOnWaitedOn(f func(Owner)) { t.onWaitedOn = f }
 
 // Closed reports whether the tenant is closed.
 func (t *Tenant) Closed() bool { return t.closed.Load() }

@@ -14,13 +14,12 @@ import (
 // or ErrLeaseExpired when h's share ends first (or had ended), and else fails as Acquire does. On
 // failure h is unchanged.
 func (h *Hold) Upgrade(ctx context.Context, timeout time.Duration) error {
-	return h.shard().upgrade(ctx, h, timeout)
-}
-
-func (sh *shard) upgrade(ctx context.Context, h *Hold, timeout time.Duration) error {
+	if h.flags()&FlagRange != 0 {
+		return h.upgradeRange(ctx, timeout)
+	}
 	c := h.ten
 	_, mono := ReadClock(c.clock)
-	sh.mu.Lock()
+	sh := h.lockShard()
 	if c.closed.Load() {
 		sh.mu.Unlock()
 		return ErrClosed
@@ -35,13 +34,14 @@ func (sh *shard) upgrade(ctx context.Context, h *Hold, timeout time.Duration) er
 		return nil
 	}
 	sh.settleOtherSharers(e, h, c, mono)
-	if e.shares == 1 {
+	stand := &Hold{ten: h.ten, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, cf: h.cf, owner: h.owner}
+	stand.hash = h.hash
+	if e.shares == 1 && (e.ranged() == nil || !e.ranged().space.keyBlocked(sh, stand, e.ranged().key, 0, false, c, mono)) {
 		e.shares = 0
 		h.ClearFlags(FlagShared)
 		sh.unlockAndRunDeferred()
 		return nil
 	}
-	stand := &Hold{ten: h.ten, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, hash: h.hash, cf: h.cf, owner: h.owner}
 	w := &waiter{h: stand, since: mono, wake: make(chan struct{}, 1), upgrade: h}
 	sh.enqueueUpgrade(e, w)
 	err := sh.sleep(ctx, e, w, MonoAfter(mono, timeout))
@@ -68,8 +68,7 @@ func (sh *shard) settleOtherSharers(e *keyEntry, h *Hold, c *Tenant, mono time.D
 // Downgrade makes h shared again, undoing an Upgrade; if h still holds its key, the shared
 // requests at the head of the queue join it.
 func (h *Hold) Downgrade() {
-	sh := h.shard()
-	sh.mu.Lock()
+	sh := h.lockShard()
 	if h.flags()&FlagShared == 0 {
 		e := h.e
 		if e != nil && e.heldExclusively() && e.holder == h {

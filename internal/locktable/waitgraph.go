@@ -36,11 +36,11 @@ type waitGraph struct {
 	skipped uint64
 }
 
-// enter records that h's owner waits with h, which is queued in sh, unless that would close a
+// enter records that h's owner waits with h, which is queued, unless that would close a
 // cycle: then h's waiter is taken out of the queue and the error names the cycle, with, for the
 // debug record, how many other requests were queued for h's key and how long its holder (the
 // first, when it is held shared) had held it.
-func (g *waitGraph) enter(sh *shard, h *Hold) error {
+func (g *waitGraph) enter(h *Hold) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.waiting == nil {
@@ -52,15 +52,18 @@ func (g *waitGraph) enter(sh *shard, h *Hold) error {
 		return nil
 	}
 	delete(g.waiting, h.owner)
-	sh.mu.Lock()
+	sh := h.lockShard()
 	w := h.w
 	if w == nil { // granted, timed out or closed since: the wait loop reports it
 		sh.mu.Unlock()
 		return nil
 	}
-	err := &DeadlockError{Cycle: cycle, Waiters: h.e.queued() - 1} // w is still queued
-	if hd := h.e.holder; hd != nil {
-		err.HolderAge = time.Duration(h.ten.clock.Now().UnixNano() - hd.acquiredAt)
+	err := &DeadlockError{Cycle: cycle}
+	if e := h.e; e != nil { // a range request has no key entry, and leaves both figures zero
+		err.Waiters = e.queued() - 1 // w is still queued
+		if hd := e.holder; hd != nil {
+			err.HolderAge = time.Duration(h.ten.clock.Now().UnixNano() - hd.acquiredAt)
+		}
 	}
 	sh.abandon(w, waitDeadlock)
 	sh.unlockAndRunDeferred()
@@ -90,10 +93,9 @@ func (g *waitGraph) leave(h *Hold) {
 // conflicts with no holder of a record held shared, which is why it needs the edge to the
 // exclusive request it queued behind; that one waits for the rest.
 func (g *waitGraph) blockers(t Owner, h *Hold, out []Owner) []Owner {
-	sh := h.shard()
-	sh.mu.Lock()
+	sh := h.lockShard()
 	defer sh.mu.Unlock()
-	if h.w == nil || h.e == nil {
+	if h.w == nil || (h.e == nil && h.w.space == nil) {
 		return out
 	}
 	w, e := h.w, h.e
@@ -109,6 +111,24 @@ func (g *waitGraph) blockers(t Owner, h *Hold, out []Owner) []Owner {
 		if !x.lapsedAt(x.monoFor(h.ten, now)) {
 			add(x.owner)
 		}
+	}
+	if w.space != nil || e.ranged() != nil {
+		// What a request of no owner ahead passes on may lead back to t itself.
+		through := func(o Owner) {
+			if o != nil {
+				out = append(out, o)
+			}
+		}
+		sink := &rangeEdgeSink{owner: add, through: through, holder: addHolder, throughHolder: func(x *Hold) {
+			if !x.lapsedAt(x.monoFor(h.ten, now)) {
+				through(x.owner)
+			}
+		}}
+		if w.space != nil {
+			w.space.rangeEdges(h, w, sink)
+			return out
+		}
+		e.ranged().space.rangeEdges(h, w, sink)
 	}
 	switch {
 	case e.holder == nil:

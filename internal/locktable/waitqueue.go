@@ -2,6 +2,7 @@ package locktable
 
 import (
 	"context"
+	"math"
 	"time"
 )
 
@@ -38,12 +39,18 @@ type waiter struct {
 	ownedAhead *waiter
 	state      waitState
 	shared     bool // a shared request
+	ownerHolds bool // its owner held other keys as it asked: counted in keyEntry.ownersHolding
 	counted    bool // counted in Stats.Waiting
 	left       bool // no longer in the queue
 	// recheck asks the waiting owner to look for a cycle through it again: its edge to the
 	// exclusive request ahead moved to another waiting owner (recheckBehind). checking is set
 	// while that search runs, so that the table's probes do not count the wait as settled.
 	recheck, checking bool
+	// seq is the request's place in the order of arrival of its column family, in range mode
+	// (rangegrant.go); 0 for one queued before it entered range mode, and for an upgrade.
+	seq uint64
+	// space is the column family of a queued range request; nil for a key's request.
+	space *rangeSpace
 }
 
 // mode reports what w asks for: a shared lock, or the upgrade of a shared lock its Txn holds.
@@ -62,10 +69,14 @@ func (w *waiter) finish(s waitState) {
 	w.signal()
 }
 
-// pastBargeWindow reports whether w, the oldest waiter of a free key, has waited bargeWindow, so
-// that the key goes to it rather than to a newcomer. mono is a reading of c's clock.
-func (w *waiter) pastBargeWindow(c *Tenant, mono time.Duration) bool {
-	return w.h.monoFor(c, mono)-w.since >= bargeWindow
+// bargeable reports whether a newcomer may take e's free key before the oldest waiter, w (docs/
+// DESIGN.md §6): only while w has waited less than bargeWindow, and only when no request queued
+// for the key is of an owner that held other keys as it asked (FlagOwnerHolds). Every wait for
+// the keys such an owner holds waits for its request too, and a newcomer that took the key and
+// then asked for one of them would close a cycle, lose it, and, retried at once, take the key
+// again before that owner's turn. mono is a reading of c's clock.
+func (e *keyEntry) bargeable(w *waiter, c *Tenant, mono time.Duration) bool {
+	return e.ownersHolding == 0 && w.h.monoFor(c, mono)-w.since < bargeWindow
 }
 
 // wait queues h for e's key and blocks until it is granted, the timeout passes at deadline, ctx is
@@ -73,30 +84,40 @@ func (w *waiter) pastBargeWindow(c *Tenant, mono time.Duration) bool {
 // first checked for a deadlock. It is called with mu held and returns with it released.
 func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Hold, lease, deadline, mono time.Duration) error {
 	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&FlagShared != 0}
+	if e.ranged() != nil {
+		w.seq = e.ranged().space.nextSeq()
+	}
 	sh.enqueue(e, w)
 	return sh.sleep(ctx, e, w, deadline)
 }
 
-// sleep arms the timeout of w, queued for e's key, at deadline and blocks until w is granted, the
-// timeout passes, ctx is done, the Locker closes or, for an upgrade, its share ends. A Txn's wait
-// is first checked for a deadlock. It is called with mu held and returns with it released.
+// sleep arms the timeout of w, queued for e's key (for a range request, e is nil), at deadline and
+// blocks until w is granted, the timeout passes, ctx is done, the Locker closes or, for an
+// upgrade, its share ends. A Txn's wait is first checked for a deadlock. It is called with mu
+// held and returns with it released. The record may move to another shard meanwhile
+// (rangemode.go), so the shard and entry are looked up again whenever the mutex is taken again.
 func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline time.Duration) error {
 	h := w.h
 	c := h.ten
 	h.w, h.e = w, e
 	h.deadline.Store(int64(deadline)) // the wait's timeout until the key is granted
 	sh.schedule(h)
-	sh.watchHolders(e) // the key must pass on at the holders' deadlines
+	if e != nil {
+		sh.watchHolders(e) // the key must pass on at the holders' deadlines
+		sh.tellHolders(e)
+	} else {
+		sh.watchSpan(w.space, h) // and tells their holders, as tellHolders does
+	}
 	if h.owner == nil {
 		sh.countWaiting(w)
 	}
 	sh.unlockAndRunDeferred()
 	if h.owner != nil {
-		if err := sh.tab.graph.enter(sh, h); err != nil {
+		if err := sh.tab.graph.enter(h); err != nil {
 			return err
 		}
 		defer sh.tab.graph.leave(h)
-		sh.mu.Lock()
+		sh = h.lockShard()
 		if h.w == w {
 			sh.countWaiting(w)
 		}
@@ -107,7 +128,7 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 		case <-w.wake:
 		case <-ctx.Done():
 		}
-		sh.mu.Lock()
+		sh = h.lockShard()
 		switch w.state {
 		case waitGranted:
 			sh.unlockAndRunDeferred()
@@ -134,11 +155,12 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 				sh.unlockAndRunDeferred()
 				return ErrClosed
 			}
-			if e.holder == nil {
+			e = h.e
+			if e.holder == nil && !sh.rangeKeeps(e, w, c) {
 				wall, now := ReadClock(c.clock)
 				sh.unqueueGranted(e, w, now)
 				h.w = nil
-				sh.grant(e, h, wall, now, w.lease, e.head != nil)
+				sh.grantKey(e, h, wall, now, w.lease, e.head != nil || e.rangeWaitsOver())
 				sh.unlockAndRunDeferred()
 				return nil
 			}
@@ -156,10 +178,10 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 		sh.mu.Unlock()
 		if recheck {
 			// Checked as a new wait is: the graph's mutex orders this search after the change.
-			if err := sh.tab.graph.enter(sh, h); err != nil {
+			if err := sh.tab.graph.enter(h); err != nil {
 				return err
 			}
-			sh.mu.Lock()
+			sh = h.lockShard()
 			w.checking = false
 			sh.mu.Unlock()
 		}
@@ -177,6 +199,10 @@ func (sh *shard) enqueue(e *keyEntry, w *waiter) {
 		if !w.shared && w.h.owner == nil {
 			w.ownedAhead, _ = e.ownedExclusiveAhead(w.exAhead)
 		}
+	}
+	if w.h.flags()&FlagOwnerHolds != 0 && e.ownersHolding < math.MaxUint16 {
+		w.ownerHolds = true
+		e.ownersHolding++
 	}
 	w.prev = e.tail
 	if e.tail != nil {
@@ -288,6 +314,9 @@ func (sh *shard) dequeue(e *keyEntry, w *waiter) {
 	}
 	w.next, w.prev = nil, nil
 	w.left = true
+	if w.ownerHolds {
+		e.ownersHolding--
+	}
 	if w.state == waitWoken {
 		e.wakePending = false
 	}
@@ -335,6 +364,11 @@ func (sh *shard) countWaiting(w *waiter) {
 // abandon removes a waiter that gives up (timeout, ctx, Close, deadlock) and serves the key's
 // queue: it may have been the one woken for the key, or held up requests behind it.
 func (sh *shard) abandon(w *waiter, outcome waitState) {
+	if sp := w.space; sp != nil {
+		sh.dropRange(w, outcome)
+		sh.serveAfterRange(sp, w.h.key(), w.h.cold.span.end)
+		return
+	}
 	e := w.h.e
 	sh.drop(w, outcome)
 	sh.serve(e)
@@ -342,6 +376,10 @@ func (sh *shard) abandon(w *waiter, outcome waitState) {
 
 // drop takes w out of the queue with the given outcome, without serving the queue.
 func (sh *shard) drop(w *waiter, outcome waitState) {
+	if w.space != nil {
+		sh.dropRange(w, outcome)
+		return
+	}
 	e := w.h.e
 	behind := w.next
 	sh.dequeue(e, w)
@@ -351,6 +389,11 @@ func (sh *shard) drop(w *waiter, outcome waitState) {
 	w.h.e = nil
 	sh.unschedule(w.h)
 	w.finish(outcome)
+	sh.countOutcome(outcome)
+}
+
+// countOutcome counts a wait that ended ungranted.
+func (sh *shard) countOutcome(outcome waitState) {
 	switch outcome {
 	case waitTimedOut:
 		sh.counts.timeouts++

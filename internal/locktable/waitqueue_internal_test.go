@@ -121,3 +121,70 @@ func TestCloseAbandonsEveryWaiterWhenOneIsHandedTheKey(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, h.Release())
 }
+
+// No newcomer takes a freed key ahead of its queue while a request queued for it is of an owner
+// that holds other keys (FlagOwnerHolds), even within bargeWindow: every wait for that owner's
+// keys waits for its request too. The key is handed to the oldest waiter at the release, and a
+// woken oldest waiter keeps it from newcomers.
+func TestNoBargingWhileAnOwnerThatHoldsWaits(t *testing.T) {
+	tab := newTestTable(t)
+	clk := NewManualClock(time.Unix(1, 0))
+	l := newTestLocker(t, tab, clk)
+	key := []byte("k")
+	queue := func(o testOptions, n int) <-chan lockResult {
+		o.Timeout = time.Minute
+		c := lockAsync(context.Background(), l, key, o)
+		WaitQueued(t, l, key, n)
+		return c
+	}
+	grantedTo := func(c <-chan lockResult) {
+		t.Helper()
+		r := Await(t, c, "the waiter's grant")
+		require.NoError(t, r.err)
+		require.True(t, r.h.Release())
+	}
+
+	t.Run("a woken waiter is not passed", func(t *testing.T) {
+		holder, err := l.TryLock(key, testOptions{})
+		require.NoError(t, err)
+		got := queue(testOptions{OwnerHolds: true}, 1)
+		w := releaseWokenNotRun(t, holder) // within the window, a newcomer could pass it
+		_, err = l.TryLock(key, testOptions{})
+		require.ErrorIs(t, err, ErrLocked, "no barging past a request whose owner holds other keys")
+		w.signal()
+		grantedTo(got)
+	})
+
+	t.Run("the oldest waiter is handed the key at the release", func(t *testing.T) {
+		holder, err := l.TryLock(key, testOptions{})
+		require.NoError(t, err)
+		first := queue(testOptions{}, 1) // holds nothing, but one behind it does
+		second := queue(testOptions{OwnerHolds: true}, 2)
+		sh := holder.shard()
+		sh.mu.Lock()
+		head := holder.e.head
+		sh.mu.Unlock()
+		require.True(t, holder.Release())
+		sh.mu.Lock()
+		state := head.state
+		sh.mu.Unlock()
+		assert.Equal(t, waitGranted, state, "handed over at the release, not woken to compete")
+		_, err = l.TryLock(key, testOptions{})
+		require.ErrorIs(t, err, ErrLocked)
+		grantedTo(first)
+		grantedTo(second)
+	})
+
+	t.Run("without such a request, barging as before", func(t *testing.T) {
+		holder, err := l.TryLock(key, testOptions{})
+		require.NoError(t, err)
+		got := queue(testOptions{}, 1)
+		w := releaseWokenNotRun(t, holder)
+		barger, err := l.TryLock(key, testOptions{})
+		require.NoError(t, err, "a newcomer may pass a waiter of no other key within the window")
+		w.signal()
+		require.True(t, barger.Release())
+		grantedTo(got)
+	})
+	assert.True(t, ProbeTableEmpty(l))
+}

@@ -17,14 +17,22 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 )
 
-// byQueue is the benchmark shown against a parameter of its sub-benchmarks, in a table after the
-// main one and in a chart: each contender's time per op at each value of param, from
-// sub-benchmarks named bench/param=N/contender.
-var byQueue = struct {
+// sweep is a benchmark shown against a parameter of its sub-benchmarks, in a table after the main
+// one and in a chart: each contender's time per op at each value of param, from sub-benchmarks
+// named bench/param=N/contender.
+type sweep struct {
 	id, bench, param, what string
 	contenders             []string
 	legend                 map[string]string // a contender's name in the chart
-}{
+	// vsFirst adds the ratio of the first contender to each other one to the table.
+	vsFirst bool
+	// yLabel names the chart's Y axis, whose unit is yDiv ns.
+	yLabel string
+	yDiv   float64
+}
+
+// byQueue is P10: one hot record as the queue for it grows.
+var byQueue = sweep{
 	id: "P10", bench: "HotRecordQueue", param: "goroutines",
 	what:       "one hot record, time per committed increment",
 	contenders: []string{contender, "locker", "rocksdb"},
@@ -33,9 +41,30 @@ var byQueue = struct {
 		"locker":  "Locker.Lock + fenced Get/Put",
 		"rocksdb": "RocksDB pessimistic txn, deadlock detection",
 	},
+	vsFirst: true,
+	yLabel:  "µs per committed increment (median, range of runs)",
+	yDiv:    1e3,
 }
 
-// point is one contender's ns/op at one value of byQueue's param: the median and the range of
+// byHeld is the cost of a range or key lock as the locks held in its column family grow.
+var byHeld = sweep{
+	id: "Ranges", bench: "RangeLockHeld", param: "held",
+	what:       "uncontended lock and release among n held locks",
+	contenders: []string{"ranges", "keys", "keyinranges"},
+	legend: map[string]string{
+		"ranges":      "a range among n held ranges",
+		"keys":        "a range among n held keys",
+		"keyinranges": "a key among n held ranges",
+	},
+	yLabel: "µs per lock and release (median, range of runs)",
+	yDiv:   1e3,
+}
+
+// sweeps are the benchmarks drawn against a parameter, in the order their tables follow the
+// main one.
+var sweeps = []*sweep{&byQueue, &byHeld}
+
+// point is one contender's ns/op at one value of a sweep's param: the median and the range of
 // the runs.
 type point struct {
 	n                int
@@ -43,10 +72,10 @@ type point struct {
 	runs             int
 }
 
-// queueSeries returns, for each contender of byQueue with results in the main run, its points in
+// series returns, for each contender of sw with results in the main run, its points in
 // increasing order of the parameter.
-func queueSeries(s *samples) map[string][]point {
-	prefix := byQueue.bench + "/" + byQueue.param + "="
+func (sw *sweep) series(s *samples) map[string][]point {
+	prefix := sw.bench + "/" + sw.param + "="
 	out := map[string][]point{}
 	for k, byUnit := range s.main {
 		rest, ok := strings.CutPrefix(k.name, prefix)
@@ -56,7 +85,7 @@ func queueSeries(s *samples) map[string][]point {
 		num, name, ok := strings.Cut(rest, "/")
 		n, err := strconv.Atoi(num)
 		vs := byUnit["ns/op"]
-		if !ok || err != nil || len(vs) == 0 || !slices.Contains(byQueue.contenders, name) {
+		if !ok || err != nil || len(vs) == 0 || !slices.Contains(sw.contenders, name) {
 			continue
 		}
 		median, runs := medianOf(vs)
@@ -68,9 +97,9 @@ func queueSeries(s *samples) map[string][]point {
 	return out
 }
 
-// queueParams returns every value of byQueue's param that some contender has a point at, in
+// params returns every value of a sweep's param that some contender has a point at, in
 // increasing order.
-func queueParams(series map[string][]point) []int {
+func params(series map[string][]point) []int {
 	var ns []int
 	for _, ps := range series {
 		for _, p := range ps {
@@ -91,11 +120,12 @@ func pointAt(ps []point, n int) (point, bool) {
 	return point{}, false
 }
 
-// writeQueueTable writes the table of byQueue: one line per value of its param, each contender's
-// median and recordlock's ratio to each other contender; nothing when there are no results.
-func writeQueueTable(b *strings.Builder, s *samples) error {
-	series := queueSeries(s)
-	ns := queueParams(series)
+// writeTable writes the table of sw: one line per value of its param, each contender's median
+// and, with vsFirst, the first contender's ratio to each other one; nothing when there are no
+// results.
+func (sw *sweep) writeTable(b *strings.Builder, s *samples) error {
+	series := sw.series(s)
+	ns := params(series)
 	if len(ns) == 0 {
 		return nil
 	}
@@ -105,29 +135,29 @@ func writeQueueTable(b *strings.Builder, s *samples) error {
 			runs = max(runs, p.runs)
 		}
 	}
-	fmt.Fprintf(b, "\n%s by %s (%s), medians of %d runs, the range of the runs in brackets.\n\n", byQueue.id, byQueue.param, byQueue.what, runs)
+	fmt.Fprintf(b, "\n%s by %s (%s), medians of %d runs, the range of the runs in brackets.\n\n", sw.id, sw.param, sw.what, runs)
 	tw := tabwriter.NewWriter(b, 0, 0, 1, ' ', tabwriter.Debug)
 	cells := func(cells ...string) { fmt.Fprintf(tw, "| %s |\n", strings.Join(cells, "\t| ")) }
-	head, align := []string{byQueue.param}, []string{"---:"}
-	for _, c := range byQueue.contenders {
+	head, align := []string{sw.param}, []string{"---:"}
+	for _, c := range sw.contenders {
 		head, align = append(head, c), append(align, "---:")
 	}
-	for _, c := range byQueue.contenders[1:] {
-		head, align = append(head, contender+" / "+c), append(align, "---:")
+	for _, c := range sw.ratioed() {
+		head, align = append(head, sw.contenders[0]+" / "+c), append(align, "---:")
 	}
 	cells(head...)
 	cells(align...)
 	for _, n := range ns {
 		line := []string{strconv.Itoa(n)}
-		for _, c := range byQueue.contenders {
+		for _, c := range sw.contenders {
 			cell := "no data"
 			if p, ok := pointAt(series[c], n); ok {
 				cell = fmt.Sprintf("%s (%s–%s)", show(p.median, "ns/op", statusMet), show(p.min, "ns/op", statusMet), show(p.max, "ns/op", statusMet))
 			}
 			line = append(line, cell)
 		}
-		mine, okMine := pointAt(series[contender], n)
-		for _, c := range byQueue.contenders[1:] {
+		mine, okMine := pointAt(series[sw.contenders[0]], n)
+		for _, c := range sw.ratioed() {
 			cell := "–"
 			if theirs, ok := pointAt(series[c], n); ok && okMine {
 				cell = fmt.Sprintf("%.2f×", mine.median/theirs.median)
@@ -139,20 +169,28 @@ func writeQueueTable(b *strings.Builder, s *samples) error {
 	return tw.Flush()
 }
 
-// queueChart draws byQueue's results as an SVG chart: time per op against the param, one line
-// per contender through its medians, with a bar over the range of its runs. It reports false,
-// and writes nothing, when there are no results.
-func queueChart(s *samples, w io.Writer) (bool, error) {
-	series := queueSeries(s)
-	ns := queueParams(series)
+// ratioed returns the contenders the table gives the first one's ratio to: none without vsFirst.
+func (sw *sweep) ratioed() []string {
+	if !sw.vsFirst {
+		return nil
+	}
+	return sw.contenders[1:]
+}
+
+// chart draws sw's results as an SVG chart: time per op against the param, one line per
+// contender through its medians, with a bar over the range of its runs. It reports false, and
+// writes nothing, when there are no results.
+func (sw *sweep) chart(s *samples, w io.Writer) (bool, error) {
+	series := sw.series(s)
+	ns := params(series)
 	if len(ns) == 0 {
 		return false, nil
 	}
 	plot.DefaultFont = font.Font{Typeface: "Liberation", Variant: "Sans"} // easier to read small than the serif default
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s: %s", byQueue.id, byQueue.what)
-	p.X.Label.Text = byQueue.param + " (log scale)"
-	p.Y.Label.Text = "µs per committed increment (median, range of runs)"
+	p.Title.Text = fmt.Sprintf("%s: %s", sw.id, sw.what)
+	p.X.Label.Text = sw.param + " (log scale)"
+	p.Y.Label.Text = sw.yLabel
 	p.X.Scale = plot.LogScale{}
 	var ticks []plot.Tick
 	for _, n := range ns {
@@ -165,7 +203,7 @@ func queueChart(s *samples, w io.Writer) (bool, error) {
 	top := 0.0
 	for _, ps := range series {
 		for _, pt := range ps {
-			top = max(top, pt.max/1e3)
+			top = max(top, pt.max/sw.yDiv)
 		}
 	}
 	p.Y.Min, p.Y.Max = 0, top*1.45
@@ -179,13 +217,13 @@ func queueChart(s *samples, w io.Writer) (bool, error) {
 		color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
 	}
 	shapes := []draw.GlyphDrawer{draw.CircleGlyph{}, draw.SquareGlyph{}, draw.TriangleGlyph{}}
-	for i, c := range byQueue.contenders {
+	for i, c := range sw.contenders {
 		ps := series[c]
 		if len(ps) == 0 {
 			continue
 		}
 		// Each contender's points are drawn a little apart, so that their bars do not overlap.
-		pts := spread{points: ps, dodge: math.Pow(1.07, float64(i-len(byQueue.contenders)/2))}
+		pts := spread{points: ps, dodge: math.Pow(1.07, float64(i-len(sw.contenders)/2)), div: sw.yDiv}
 		line, marks, err := plotter.NewLinePoints(pts)
 		if err != nil {
 			return false, err
@@ -199,7 +237,7 @@ func queueChart(s *samples, w io.Writer) (bool, error) {
 		marks.Shape = shapes[i%len(shapes)]
 		marks.Radius = vg.Points(3)
 		p.Add(line, marks, bars)
-		p.Legend.Add(byQueue.legend[c], line, marks)
+		p.Legend.Add(sw.legend[c], line, marks)
 	}
 	wt, err := p.WriterTo(7*vg.Inch, 4.5*vg.Inch, "svg")
 	if err != nil {
@@ -210,19 +248,19 @@ func queueChart(s *samples, w io.Writer) (bool, error) {
 }
 
 // spread is one contender's points as the plotter reads them: X the param times dodge, Y the
-// median in microseconds, and the range of the runs as the Y error.
+// median in ns divided by div, and the range of the runs as the Y error.
 type spread struct {
-	points []point
-	dodge  float64
+	points     []point
+	dodge, div float64
 }
 
 func (s spread) Len() int { return len(s.points) }
 func (s spread) XY(i int) (float64, float64) {
-	return float64(s.points[i].n) * s.dodge, s.points[i].median / 1e3
+	return float64(s.points[i].n) * s.dodge, s.points[i].median / s.div
 }
 func (s spread) YError(i int) (float64, float64) {
 	p := s.points[i]
-	return (p.median - p.min) / 1e3, (p.max - p.median) / 1e3
+	return (p.median - p.min) / s.div, (p.max - p.median) / s.div
 }
 
 // roundTicks returns ticks from 0 to top at a round step (1, 2 or 5 times a power of ten), at

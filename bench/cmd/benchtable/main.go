@@ -1,5 +1,5 @@
 // Command benchtable reads `go test -bench` output of the bench package on stdin and prints a
-// markdown table: for every performance target (P1 … P12), recordlock's median over the -count
+// markdown table: for every performance target (P1 … P14), recordlock's median over the -count
 // runs (of the sub-benchmark the target measures: P11 and P12 measure the shared lock), the
 // peer's median, their ratio, the target and whether it is met. The table is at one
 // GOMAXPROCS, the one most benchmarks ran at (the larger on a tie).
@@ -14,7 +14,9 @@
 // A third table follows when the input has P10 (BenchmarkHotRecordQueue): each contender's time
 // per committed increment at each number of goroutines. With -svg FILE, benchtable also draws it
 // as a chart into FILE (`make bench` writes docs/p10-hot-record-queue.svg); an input without P10
-// leaves FILE as it was.
+// leaves FILE as it was. A fourth, of BenchmarkRangeLockHeld, shows the cost of a range or key
+// lock at each number of locks held, and -ranges-svg FILE draws it (`make bench` writes
+// docs/ranges-held-locks.svg).
 //
 // With -check it exits with status 1 when a measured target is not met. A target with no
 // results (a contender not yet written) is reported as pending and never fails the check.
@@ -31,8 +33,9 @@ import (
 func main() {
 	check := flag.Bool("check", false, "exit with status 1 when a measured target is not met")
 	svg := flag.String("svg", "", "also draw P10's chart, as SVG, into this file")
+	rangesSVG := flag.String("ranges-svg", "", "also draw the chart of range locks by locks held, as SVG, into this file")
 	flag.Parse()
-	ok, err := run(os.Stdin, os.Stdout, *svg)
+	ok, err := run(os.Stdin, os.Stdout, map[*sweep]string{&byQueue: *svg, &byHeld: *rangesSVG})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchtable:", err)
 		os.Exit(2)
@@ -42,9 +45,9 @@ func main() {
 	}
 }
 
-// run reads results from in and writes the table to out, and P10's chart to the file svg unless
-// svg is "". It reports whether every measured target was met.
-func run(in io.Reader, out io.Writer, svg string) (bool, error) {
+// run reads results from in and writes the table to out, and the chart of each sweep to the file
+// charts names for it, unless that is "". It reports whether every measured target was met.
+func run(in io.Reader, out io.Writer, charts map[*sweep]string) (bool, error) {
 	s, err := readSamples(in)
 	if err != nil {
 		return false, err
@@ -53,14 +56,9 @@ func run(in io.Reader, out io.Writer, svg string) (bool, error) {
 	if err := writeTable(out, s, rows); err != nil {
 		return false, err
 	}
-	if svg != "" {
-		var chart bytes.Buffer
-		drawn, err := queueChart(s, &chart)
-		if err != nil {
-			return false, fmt.Errorf("drawing the %s chart: %w", byQueue.id, err)
-		}
-		if drawn {
-			if err := os.WriteFile(svg, chart.Bytes(), 0o644); err != nil {
+	for _, sw := range sweeps {
+		if file := charts[sw]; file != "" {
+			if err := writeChart(s, sw, file); err != nil {
 				return false, err
 			}
 		}
@@ -71,4 +69,18 @@ func run(in io.Reader, out io.Writer, svg string) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// writeChart draws sw's chart into file, or leaves file as it was when the input has no results
+// of sw.
+func writeChart(s *samples, sw *sweep, file string) error {
+	var chart bytes.Buffer
+	drawn, err := sw.chart(s, &chart)
+	if err != nil {
+		return fmt.Errorf("drawing the %s chart: %w", sw.id, err)
+	}
+	if !drawn {
+		return nil
+	}
+	return os.WriteFile(file, chart.Bytes(), 0o644)
 }

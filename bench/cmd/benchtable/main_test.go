@@ -34,7 +34,7 @@ PASS
 
 func TestRunTable(t *testing.T) {
 	var out strings.Builder
-	ok, err := run(strings.NewReader(input), &out, "")
+	ok, err := run(strings.NewReader(input), &out, nil)
 	require.NoError(t, err)
 	assert.False(t, ok, "P1 is 200/80 = 2.5× moby, over its 2.0× target")
 	assert.Contains(t, out.String(), "Medians of 3 runs; cpu: Test CPU; GOMAXPROCS 2.")
@@ -66,13 +66,13 @@ func rowOf(t *testing.T, table, id, what string) string {
 func TestRunAllMet(t *testing.T) {
 	in := "BenchmarkParallelDistinctKeys/recordlock-2 10 50 ns/op\nBenchmarkParallelDistinctKeys/moby-2 10 100 ns/op\n"
 	var out strings.Builder
-	ok, err := run(strings.NewReader(in), &out, "")
+	ok, err := run(strings.NewReader(in), &out, nil)
 	require.NoError(t, err)
 	assert.True(t, ok, "P2 at 0.5× meets its target and every other row is pending")
 }
 
 func TestRunNoResults(t *testing.T) {
-	_, err := run(strings.NewReader("PASS\nok x 1s\n"), &strings.Builder{}, "")
+	_, err := run(strings.NewReader("PASS\nok x 1s\n"), &strings.Builder{}, nil)
 	assert.ErrorContains(t, err, "no benchmark results")
 }
 
@@ -82,7 +82,7 @@ BenchmarkHotRecord/rocksdb-2    	 100	 10000 ns/op	 100000 increments/s	 8.0 us-
 BenchmarkHotRecord/moby-2       	 100	 8000 ns/op	 125000 increments/s	 6.0 us-p50	 2500 us-p99
 `
 	var out strings.Builder
-	ok, err := run(strings.NewReader(in), &out, "")
+	ok, err := run(strings.NewReader(in), &out, nil)
 	require.NoError(t, err)
 	assert.False(t, ok, "P8 is 9000/8000 = 1.125× moby's ns/op, over 1/0.9")
 	vsRocksDB := rowOf(t, out.String(), "P8", "RocksDB")
@@ -115,7 +115,7 @@ BenchmarkParallelDistinctKeys/moby-2       	 10	 60 ns/op
 
 func TestRunProcsTable(t *testing.T) {
 	var out strings.Builder
-	ok, err := run(strings.NewReader(sweepInput), &out, "")
+	ok, err := run(strings.NewReader(sweepInput), &out, nil)
 	require.NoError(t, err)
 	assert.True(t, ok, "the main table has P2 at 0.5× and P3 at 3.0×, from the main run alone")
 	table := out.String()
@@ -135,7 +135,7 @@ BenchmarkParallelDistinctKeys/recordlock-2 	 10	 90 ns/op
 BenchmarkParallelDistinctKeys/moby-2       	 10	 60 ns/op
 `
 	var out strings.Builder
-	_, err := run(strings.NewReader(in), &out, "")
+	_, err := run(strings.NewReader(in), &out, nil)
 	require.NoError(t, err)
 	table := out.String()
 	assert.Contains(t, table, "GOMAXPROCS 2.")
@@ -146,7 +146,7 @@ BenchmarkParallelDistinctKeys/moby-2       	 10	 60 ns/op
 
 func TestRunNoProcsTable(t *testing.T) {
 	var out strings.Builder
-	_, err := run(strings.NewReader(input), &out, "")
+	_, err := run(strings.NewReader(input), &out, nil)
 	require.NoError(t, err)
 	assert.NotContains(t, out.String(), "by GOMAXPROCS", "the input has no P2 results")
 }
@@ -182,7 +182,7 @@ BenchmarkHotRecordQueue/goroutines=512/rocksdb-2    	 100	 40000 ns/op	 7.0 us-p
 func TestRunHotRecordQueue(t *testing.T) {
 	svg := filepath.Join(t.TempDir(), "p10.svg")
 	var out strings.Builder
-	ok, err := run(strings.NewReader(queueInput), &out, svg)
+	ok, err := run(strings.NewReader(queueInput), &out, map[*sweep]string{&byQueue: svg})
 	require.NoError(t, err)
 	assert.False(t, ok, "P10 at 512 is 32/20 = 1.6× locker, over its 1.25× target")
 	table := out.String()
@@ -207,7 +207,7 @@ func TestRunHotRecordQueue(t *testing.T) {
 func TestRunNoChartWithoutQueueResults(t *testing.T) {
 	svg := filepath.Join(t.TempDir(), "p10.svg")
 	var out strings.Builder
-	_, err := run(strings.NewReader(input), &out, svg)
+	_, err := run(strings.NewReader(input), &out, map[*sweep]string{&byQueue: svg})
 	require.NoError(t, err)
 	assert.NotContains(t, out.String(), "by goroutines")
 	_, err = os.Stat(svg)
@@ -232,7 +232,7 @@ BenchmarkUncontendedSharedLockRelease/exclusive-2 	 100	 200 ns/op	 128 B/op	 1 
 
 func TestRunSharedLocks(t *testing.T) {
 	var out strings.Builder
-	ok, err := run(strings.NewReader(sharedInput), &out, "")
+	ok, err := run(strings.NewReader(sharedInput), &out, nil)
 	require.NoError(t, err)
 	assert.False(t, ok, "P11 is 7/8 = 0.875× RocksDB's shared GetForUpdate, over its 0.85× target")
 	table := out.String()
@@ -242,4 +242,47 @@ func TestRunSharedLocks(t *testing.T) {
 	vsRocksDB := rowOf(t, table, "P11", "exclusive=false")
 	assert.Contains(t, vsRocksDB, "| 7.00 µs | rocksdbshared 8.00 µs | 0.88× | ≤ 0.85× rocksdbshared | **not met** |")
 	assert.Contains(t, rowOf(t, table, "P12", "uncontended"), "| 220.0 ns | exclusive 200.0 ns | 1.10× | ≤ 1.10× exclusive | met |")
+}
+
+// rangesInput has two runs of P13's and P14's contenders and of the held-locks sweep at two sizes.
+const rangesInput = `cpu: Test CPU
+BenchmarkSharedRangeScan/recordlock-2 	 100	 300000 ns/op	 100 B/op	 5 allocs/op
+BenchmarkSharedRangeScan/recordlock-2 	 100	 340000 ns/op	 100 B/op	 5 allocs/op
+BenchmarkSharedRangeScan/rocksdb-2    	 100	 1600000 ns/op	 100 B/op	 5 allocs/op
+BenchmarkSharedRangeScan/rocksdb-2    	 100	 1600000 ns/op	 100 B/op	 5 allocs/op
+BenchmarkKeyLockAmongRanges/recordlock-2 	 100	 250 ns/op	 128 B/op	 1 allocs/op
+BenchmarkKeyLockAmongRanges/recordlock-2 	 100	 250 ns/op	 128 B/op	 1 allocs/op
+BenchmarkKeyLockAmongRanges/noranges-2   	 100	 200 ns/op	 128 B/op	 1 allocs/op
+BenchmarkKeyLockAmongRanges/noranges-2   	 100	 200 ns/op	 128 B/op	 1 allocs/op
+BenchmarkRangeLockHeld/held=1000/ranges-2 	 100	 500 ns/op
+BenchmarkRangeLockHeld/held=1000/ranges-2 	 100	 700 ns/op
+BenchmarkRangeLockHeld/held=1000/keys-2 	 100	 400 ns/op
+BenchmarkRangeLockHeld/held=1000/keys-2 	 100	 400 ns/op
+BenchmarkRangeLockHeld/held=100000/ranges-2 	 100	 900 ns/op
+BenchmarkRangeLockHeld/held=100000/ranges-2 	 100	 900 ns/op
+BenchmarkRangeLockHeld/held=100000/keys-2 	 100	 800 ns/op
+BenchmarkRangeLockHeld/held=100000/keys-2 	 100	 800 ns/op
+BenchmarkRangeLockHeld/held=100000/keyinranges-2 	 100	 300 ns/op
+BenchmarkRangeLockHeld/held=100000/keyinranges-2 	 100	 300 ns/op
+`
+
+func TestRunRanges(t *testing.T) {
+	svg := filepath.Join(t.TempDir(), "ranges.svg")
+	var out strings.Builder
+	ok, err := run(strings.NewReader(rangesInput), &out, map[*sweep]string{&byHeld: svg})
+	require.NoError(t, err)
+	assert.True(t, ok, "P13 is 320/1600 = 0.20× and P14 250/200 = 1.25×: both met, and nothing else measured")
+	table := out.String()
+	assert.Contains(t, rowOf(t, table, "P13", "1,000 records"), "| 320.00 µs | rocksdb 1.60 ms | 0.20× | ≤ 0.25× rocksdb | met |")
+	assert.Contains(t, rowOf(t, table, "P14", "10,000 held ranges"), "| 250.0 ns | noranges 200.0 ns | 1.25× | ≤ 2.00× noranges | met |")
+
+	assert.Contains(t, table, "Ranges by held (uncontended lock and release among n held locks), medians of 2 runs")
+	assert.Contains(t, lineOf(t, table, "| 1000 "), "| 1000 | 600.0 ns (500.0 ns–700.0 ns) | 400.0 ns (400.0 ns–400.0 ns) | no data |")
+	assert.Contains(t, lineOf(t, table, "| 100000 "), "| 100000 | 900.0 ns (900.0 ns–900.0 ns) | 800.0 ns (800.0 ns–800.0 ns) | 300.0 ns (300.0 ns–300.0 ns) |")
+
+	chart, err := os.ReadFile(svg)
+	require.NoError(t, err, "the chart is written")
+	for _, name := range []string{"<svg", "a range among n held ranges", "a key among n held ranges", ">100000<", ">1000<"} {
+		assert.Contains(t, string(chart), name)
+	}
 }

@@ -27,8 +27,10 @@ func writeTable(out io.Writer, s *samples, rows []row) error {
 	if err := writeProcsTable(&b, s); err != nil {
 		return err
 	}
-	if err := writeQueueTable(&b, s); err != nil {
-		return err
+	for _, sw := range sweeps {
+		if err := sw.writeTable(&b, s); err != nil {
+			return err
+		}
 	}
 	// tabwriter.Debug separates cells with '|'; drop the doubled bars it leaves.
 	_, err := io.WriteString(out, strings.ReplaceAll(b.String(), "|| ", "| "))

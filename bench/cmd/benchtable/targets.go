@@ -7,7 +7,7 @@ const contender = "recordlock"
 
 // target is one row of the table: one criterion of one target id.
 type target struct {
-	id    string // P1 … P12
+	id    string // P1 … P14
 	bench string // the benchmark function, without "Benchmark"; its sub-benchmarks are the contenders
 	mine  string // the sub-benchmark measured; "" for contender
 	what  string
@@ -50,6 +50,9 @@ var targets = []target{
 	{id: "P11", bench: "HotPrice", mine: "shared", what: "read-mostly hot record, 8 goroutines, price shared vs exclusive", unit: "ns/op", peer: "exclusive", limit: 0.7, also: []string{"rocksdbshared", "rocksdbexclusive"}, detail: "us-p99"},
 	{id: "P11", bench: "HotPrice", mine: "shared", what: "read-mostly hot record, 8 goroutines, vs RocksDB GetForUpdate(exclusive=false)", unit: "ns/op", peer: "rocksdbshared", limit: 0.85},
 	{id: "P12", bench: "UncontendedSharedLockRelease", mine: "shared", what: "uncontended Lock+Release, shared vs exclusive", unit: "ns/op", peer: "exclusive", limit: 1.1},
+	// One op is one Txn over 1,000 records; RocksDB locks each as its iterator reaches it.
+	{id: "P13", bench: "SharedRangeScan", what: "Txn: shared lock on 1,000 records, scan, commit, vs RocksDB iterator + GetForUpdate(exclusive=false) each", unit: "ns/op", peer: "rocksdb", limit: 0.25},
+	{id: "P14", bench: "KeyLockAmongRanges", what: "uncontended Lock+Release among 10,000 held ranges, vs no range ever taken", unit: "ns/op", peer: "noranges", limit: 2.0},
 }
 
 // byProcs is the benchmark shown by GOMAXPROCS in the table after the main one: recordlock

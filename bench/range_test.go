@@ -1,0 +1,257 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/linxGnu/grocksdb"
+
+	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/bench/internal/rocksshared"
+	"github.com/recordlock/recordlock/internal/tempdb"
+)
+
+// Range locks. Each benchmark here runs on a database of its own (a fresh copy of the seed): a
+// column family that has had a range lock keeps its locks in the table's range order for the rest
+// of the database's life, and the other benchmarks must measure a database where none was taken.
+
+// scanLen is the number of consecutive records P13 locks and scans.
+const scanLen = 1000
+
+// rangeLockOpts is lockOpts shared: the range lock of P13's recordlock contender.
+var rangeLockOpts = recordlock.Options{Lease: lockOpts.Lease, Scope: lockOpts.Scope, Shared: true}
+
+// BenchmarkSharedRangeScan (P13) is a Txn that takes a shared lock on 1,000 consecutive records,
+// reads them all in key order and commits, the start rotating over the 65,536 records:
+//   - recordlock: Txn.LockRange of the 1,000 records' range, shared, then Txn.Scan of it, then
+//     Commit (which writes nothing);
+//   - rocksdb: a RocksDB pessimistic transaction iterates the same records with its own iterator
+//     and locks each with GetForUpdate(exclusive=false) as it reaches it, then commits.
+//
+// One op is one Txn. Every run gets its own copy of the seed database, as P4's do.
+// Target: recordlock ≤ 0.25× rocksdb.
+func BenchmarkSharedRangeScan(b *testing.B) {
+	b.Run("recordlock", func(b *testing.B) {
+		l := lockerOn(b, freshDB(b))
+		ctx := context.Background()
+		var seen int
+		count := func(_, _ []byte) error { seen++; return nil }
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			r := scanRange(i)
+			txn := l.Begin()
+			if _, err := txn.LockRange(ctx, r, rangeLockOpts); err != nil {
+				b.Fatal(err)
+			}
+			seen = 0
+			if err := txn.Scan(r, count); err != nil {
+				b.Fatal(err)
+			}
+			if err := txn.Commit(); err != nil {
+				b.Fatal(err)
+			}
+			if seen != scanLen {
+				b.Fatalf("scanned %d records, want %d", seen, scanLen)
+			}
+		}
+	})
+	b.Run("rocksdb", func(b *testing.B) {
+		tdb := freshTxnDB(b)
+		ro := grocksdb.NewDefaultReadOptions()
+		defer ro.Destroy()
+		var txn *grocksdb.Transaction
+		defer func() {
+			if txn != nil {
+				txn.Destroy()
+			}
+		}()
+		var buf []byte
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			r := scanRange(i)
+			txn = tdb.TransactionBegin(fx.wo, fx.to, txn)
+			ro.SetIterateUpperBound(r.End)
+			it := txn.NewIterator(ro)
+			seen := 0
+			for it.Seek(r.Start); it.Valid(); it.Next() {
+				k := it.Key()
+				var err error
+				buf, _, err = rocksshared.GetForUpdate(buf[:0], txn, fx.ro, k.Data(), false)
+				k.Free()
+				if err != nil {
+					b.Fatal(err)
+				}
+				seen++
+			}
+			err := it.Err()
+			it.Close()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := txn.Commit(); err != nil {
+				b.Fatal(err)
+			}
+			if seen != scanLen {
+				b.Fatalf("scanned %d records, want %d", seen, scanLen)
+			}
+		}
+	})
+}
+
+// scanRange is the range of P13's i-th Txn: scanLen consecutive records.
+func scanRange(i int) recordlock.Range {
+	start := (i * scanLen) % (nKeys - scanLen)
+	return recordlock.Range{Start: key(start), End: key(start + scanLen)}
+}
+
+// rangesHeld is the number of range locks P14 holds.
+const rangesHeld = 10_000
+
+// heldLockOpts is the lock of the ranges and keys held while a benchmark runs: exclusive, with a
+// lease that outlasts any run.
+var heldLockOpts = recordlock.Options{Lease: recordlock.MaxLease, Scope: recordlock.ScopeNode}
+
+// BenchmarkKeyLockAmongRanges (P14) is P1's uncontended Lock+Release of one key, rotating over
+// the 65,536 records, in a column family where 10,000 disjoint range locks are held, each over
+// the keys between two records, so that none holds a record and the ranges lie among the keys
+// locked:
+//   - recordlock: with the 10,000 ranges held by the same Locker;
+//   - noranges: the same on a database where no range lock was ever taken.
+//
+// Target: recordlock ≤ 2.0× noranges.
+func BenchmarkKeyLockAmongRanges(b *testing.B) {
+	run := func(b *testing.B, ranges int) {
+		l := lockerOn(b, freshDB(b))
+		ctx := context.Background()
+		step := nKeys / max(ranges, 1)
+		for j := range ranges {
+			// The keys strictly between record j*step and the next one.
+			k := key(j * step)
+			r := recordlock.Range{Start: append(bytes.Clone(k), 0), End: key(j*step + 1)}
+			if _, err := l.LockRange(ctx, r, heldLockOpts); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			h, err := l.Lock(ctx, key(i), lockOpts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			h.Release()
+		}
+	}
+	b.Run("recordlock", func(b *testing.B) { run(b, rangesHeld) })
+	b.Run("noranges", func(b *testing.B) { run(b, 0) })
+}
+
+// heldCounts are the numbers of locks held in BenchmarkRangeLockHeld's sweep.
+var heldCounts = []int{1_000, 10_000, 100_000}
+
+// BenchmarkRangeLockHeld is the cost of a lock as the locks held in its column family grow: with
+// n held (1,000, 10,000, 100,000), one op is an uncontended lock and release of
+//   - ranges: a range, among n held disjoint ranges;
+//   - keys: a range, among n held keys;
+//   - keyinranges: a key, among n held disjoint ranges (P14's op, at every n).
+//
+// The held locks and the locked one interleave: held i is over the keys from heldKey(2i) up to
+// heldKey(2i+1), or the key heldKey(2i) alone, and the op's range is from heldKey(2j+1) up to
+// heldKey(2j+2) (its key heldKey(2j+1)), j rotating over n, so it lies between two held locks and
+// conflicts with neither. BENCHMARKS.md draws it as a chart.
+func BenchmarkRangeLockHeld(b *testing.B) {
+	for _, n := range heldCounts {
+		keys := heldKeys(2*n + 1)
+		b.Run(fmt.Sprintf("held=%d", n), func(b *testing.B) {
+			b.Run("ranges", func(b *testing.B) {
+				l := heldLocker(b, keys, n, true)
+				benchLockRelease(b, func(j int) (*recordlock.Handle, error) {
+					return l.LockRange(context.Background(), recordlock.Range{Start: keys[2*j+1], End: keys[2*j+2]}, lockOpts)
+				}, n)
+			})
+			b.Run("keys", func(b *testing.B) {
+				l := heldLocker(b, keys, n, false)
+				benchLockRelease(b, func(j int) (*recordlock.Handle, error) {
+					return l.LockRange(context.Background(), recordlock.Range{Start: keys[2*j+1], End: keys[2*j+2]}, lockOpts)
+				}, n)
+			})
+			b.Run("keyinranges", func(b *testing.B) {
+				l := heldLocker(b, keys, n, true)
+				benchLockRelease(b, func(j int) (*recordlock.Handle, error) {
+					return l.Lock(context.Background(), keys[2*j+1], lockOpts)
+				}, n)
+			})
+		})
+	}
+}
+
+// heldKeys returns n keys in ascending order, "held/" and 8 digits.
+func heldKeys(n int) [][]byte {
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "held/%08d", i)
+	}
+	return keys
+}
+
+// heldLocker returns a Locker on a fresh database that holds n locks among keys: the ranges from
+// keys[2i] up to keys[2i+1] when ranges is true, else the keys keys[2i]. Its database is empty (the
+// locks cover keys whether or not they exist), so the setup writes nothing; its column family has
+// had a range lock before the held locks are taken, in either case.
+func heldLocker(b *testing.B, keys [][]byte, n int, ranges bool) *recordlock.Locker {
+	b.Helper()
+	l := lockerOn(b, emptyDB(b))
+	ctx := context.Background()
+	// The column family's first range lock moves its key locks to the range order, once: taken
+	// and released here, it keeps that move out of the timed loop (and the keys go there at once).
+	h, err := l.LockRange(ctx, recordlock.Prefix([]byte("first/")), heldLockOpts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h.Release()
+	start := time.Now()
+	for i := range n {
+		var err error
+		if ranges {
+			_, err = l.LockRange(ctx, recordlock.Range{Start: keys[2*i], End: keys[2*i+1]}, heldLockOpts)
+		} else {
+			_, err = l.Lock(ctx, keys[2*i], heldLockOpts)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	if d := time.Since(start); d > recordlock.MaxLease/2 {
+		b.Fatalf("taking %d locks took %v, too close to their lease", n, d)
+	}
+	return l
+}
+
+// benchLockRelease times lock(j) and Release, j rotating over n.
+func benchLockRelease(b *testing.B, lock func(j int) (*recordlock.Handle, error), n int) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		h, err := lock(i % n)
+		if err != nil {
+			b.Fatal(err)
+		}
+		h.Release()
+	}
+}
+
+// emptyDB opens a new empty database, closed when tb's run ends.
+func emptyDB(tb testing.TB) *grocksdb.DB {
+	tb.Helper()
+	db, err := tempdb.OpenAt(tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(db.Close)
+	return db
+}

@@ -1,0 +1,102 @@
+package locktable
+
+import (
+	"fmt"
+	"slices"
+
+	"pgregory.net/rapid"
+)
+
+// The model check's view of range locks in the table (model_test.go): how a range request is
+// made, and how the table's range holders and queued range requests are read to compare them
+// with the model.
+
+// newRangeHold returns a hold of the check's tenant for the range s, on behalf of owner.
+func (m *modelRun) newRangeHold(owner Owner, s mSpan, shared bool) *Hold {
+	var f uint32
+	if shared {
+		f |= FlagShared
+	}
+	h := &Hold{}
+	h.InitRange(&m.l.ten, 0, s.start, s.end, f)
+	if owner != nil {
+		h.SetOwner(owner)
+	}
+	return h
+}
+
+// rangeSpaceLocked takes the mutex of the home shard of column family 0 and returns it with the
+// column family's range space, or returns nil while it has had no range lock.
+func (m *modelRun) rangeSpaceLocked() (*shard, *rangeSpace) {
+	r := m.tab.routes.Load()
+	if r == nil {
+		return nil, nil
+	}
+	home, ok := r.home[0]
+	if !ok {
+		return nil, nil
+	}
+	sh := &m.tab.shards[home]
+	sh.mu.Lock()
+	return sh, sh.spaces[0]
+}
+
+// rangeQueuedInTable reports whether r, a range request, is queued in the table, counted, asleep.
+func (m *modelRun) rangeQueuedInTable(r *mReq) bool {
+	sh, sp := m.rangeSpaceLocked()
+	if sh == nil {
+		return false
+	}
+	defer sh.mu.Unlock()
+	for _, it := range sp.queue {
+		if w := it.w; w.h == r.h || w.upgrade == r.h {
+			return w.counted && !w.recheck && !w.checking && w.state == waitQueued
+		}
+	}
+	return false
+}
+
+// compareRanges requires the table's range locks and queued range requests to be the model's:
+// the holders in mode, the queue in order. A range whose lease has passed counts as gone.
+func (m *modelRun) compareRanges(rt *rapid.T) {
+	var got, want []string
+	if sh, sp := m.rangeSpaceLocked(); sh != nil {
+		var hs []string
+		sp.ranges.meeting(nil, nil, func(it *rangeItem) bool {
+			if it.w == nil && it.h.dueAt() > m.now {
+				hs = append(hs, fmt.Sprintf("%p/%v", it.h, it.h.flags()&FlagShared != 0))
+			}
+			return true
+		})
+		slices.Sort(hs)
+		got = append(got, hs...)
+		for _, it := range sp.queue {
+			if w := it.w; w.upgrade != nil {
+				got = append(got, fmt.Sprintf("up %p", w.upgrade))
+			} else {
+				got = append(got, fmt.Sprintf("q %p/%v", w.h, w.shared))
+			}
+		}
+		sh.mu.Unlock()
+	}
+	var hs []string
+	for _, h := range m.holds {
+		if h.target >= modelKeys {
+			hs = append(hs, fmt.Sprintf("%p/%v", h.h, h.shared))
+		}
+	}
+	slices.Sort(hs)
+	want = append(want, hs...)
+	for _, r := range m.queue {
+		switch {
+		case r.target < modelKeys:
+		case r.up != nil:
+			want = append(want, fmt.Sprintf("up %p", r.h))
+		default:
+			want = append(want, fmt.Sprintf("q %p/%v", r.h, r.shared))
+		}
+	}
+	if !slices.Equal(got, want) {
+		rt.Fatalf("ranges: the table has %v, the model %v\n%s", got, want, m.describe())
+	}
+}

@@ -1,0 +1,290 @@
+package locktable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// rangeHold is a testLocker's range request over [start, end), on behalf of owner.
+func (l *testLocker) acquireRange(ctx context.Context, start, end []byte, o testOptions, owner Owner, wait bool) (*Hold, error) {
+	var f uint32
+	if o.Shared {
+		f |= FlagShared
+	}
+	lease, timeout := o.Lease, o.Timeout
+	if lease == 0 {
+		lease = defaultLease
+	}
+	if timeout == 0 {
+		timeout = defaultTimeout
+	}
+	h := &Hold{}
+	h.InitRange(&l.ten, 0, start, end, f)
+	if owner != nil {
+		h.SetOwner(owner)
+	}
+	if _, err := h.Acquire(ctx, lease, timeout, wait, false); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func (l *testLocker) TryLockRange(start, end string, o testOptions) (*Hold, error) {
+	return l.acquireRange(context.Background(), []byte(start), endOf(end), o, nil, false)
+}
+
+func rangeAsync(l *testLocker, start, end string, o testOptions, owner Owner) <-chan lockResult {
+	ch := make(chan lockResult, 1)
+	go func() {
+		h, err := l.acquireRange(context.Background(), []byte(start), endOf(end), o, owner, true)
+		ch <- lockResult{h, err}
+	}()
+	return ch
+}
+
+// endOf is a test's range end: "" for no bound.
+func endOf(end string) []byte {
+	if end == "" {
+		return nil
+	}
+	return []byte(end)
+}
+
+func waitRangesQueued(t *testing.T, l *testLocker, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return l.tab.QueuedRanges(0) == n }, 5*time.Second, time.Millisecond)
+}
+
+func TestRangeConflictsWithKeysAndRanges(t *testing.T) {
+	l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
+	b, err := l.TryLock([]byte("b"), testOptions{Shared: true})
+	require.NoError(t, err)
+
+	_, err = l.TryLockRange("a", "c", testOptions{})
+	assert.ErrorIs(t, err, ErrLocked, "an exclusive range waits for a sharer inside it")
+	ac, err := l.TryLockRange("a", "c", testOptions{Shared: true})
+	require.NoError(t, err, "shared locks of one key set do not conflict")
+	cx, err := l.TryLockRange("c", "", testOptions{})
+	require.NoError(t, err, "a range beside another does not meet it")
+	for _, k := range []string{"c", "zzz", "c\x00"} {
+		_, err = l.TryLock([]byte(k), testOptions{Shared: true})
+		assert.ErrorIs(t, err, ErrLocked, "%q is inside [c, ∞)", k)
+	}
+	_, err = l.TryLock([]byte("a"), testOptions{})
+	assert.ErrorIs(t, err, ErrLocked, "an exclusive key waits for a shared range over it")
+	bb, err := l.TryLock([]byte("b"), testOptions{Shared: true})
+	require.NoError(t, err)
+	_, err = l.TryLockRange("", "a\x00", testOptions{})
+	assert.ErrorIs(t, err, ErrLocked, "[\"\", a\\0) meets [a, c)")
+	x, err := l.TryLockRange("", "a", testOptions{})
+	require.NoError(t, err, "[\"\", a) ends where [a, c) starts")
+
+	for _, h := range []*Hold{b, ac, cx, bb, x} {
+		require.True(t, h.Release())
+	}
+	assert.True(t, ProbeTableEmpty(l))
+}
+
+func TestKeyWaitsForRangeAndRangeForKey(t *testing.T) {
+	l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
+	r, err := l.TryLockRange("a", "c", testOptions{})
+	require.NoError(t, err)
+	got := lockAsync(context.Background(), l, []byte("b"), testOptions{})
+	WaitQueued(t, l, []byte("b"), 1)
+	require.True(t, r.Release())
+	b := Await(t, got, "the key, once the range is released")
+	require.NoError(t, b.err)
+
+	gotRange := rangeAsync(l, "a", "", testOptions{}, nil)
+	waitRangesQueued(t, l, 1)
+	require.True(t, b.h.Release())
+	res := Await(t, gotRange, "the range, once the key inside it is released")
+	require.NoError(t, res.err)
+	require.True(t, res.h.Release())
+	assert.True(t, ProbeTableEmpty(l))
+}
+
+// A queued range holds up newcomers it conflicts with, and no other.
+func TestQueuedRangeDelaysOnlyWhatItConflictsWith(t *testing.T) {
+	l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
+	b, err := l.TryLock([]byte("b"), testOptions{})
+	require.NoError(t, err)
+	gotRange := rangeAsync(l, "a", "c", testOptions{}, nil)
+	waitRangesQueued(t, l, 1)
+
+	x, err := l.TryLock([]byte("x"), testOptions{})
+	require.NoError(t, err, "a queued range over [a, c) does not delay x")
+	_, err = l.TryLock([]byte("a"), testOptions{Shared: true})
+	assert.ErrorIs(t, err, ErrLocked, "a newcomer inside the queued range does not pass it")
+	_, err = l.TryLockRange("b", "d", testOptions{Shared: true})
+	assert.ErrorIs(t, err, ErrLocked, "nor does a range that meets it")
+
+	require.True(t, b.Release())
+	res := Await(t, gotRange, "the range")
+	require.NoError(t, res.err)
+	require.True(t, res.h.Release())
+	require.True(t, x.Release())
+	assert.True(t, ProbeTableEmpty(l))
+}
+
+// A column family's first range moves its held and queued keys, from every shard, under the
+// range's home; they are released, granted and counted there as before.
+func TestFirstRangeMovesTheKeysAlreadyThere(t *testing.T) {
+	tab := newTestTable(t)
+	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+	var held []*Hold
+	var waiting []<-chan lockResult
+	for i := range 64 {
+		k := []byte(fmt.Sprintf("k%02d", i))
+		h, err := l.TryLock(k, testOptions{})
+		require.NoError(t, err)
+		held = append(held, h)
+		if i%8 == 0 {
+			waiting = append(waiting, lockAsync(context.Background(), l, k, testOptions{}))
+			WaitQueued(t, l, k, 1)
+		}
+	}
+	require.Equal(t, 64, tab.Counts().Held)
+
+	_, err := l.TryLockRange("k10", "k20", testOptions{Shared: true})
+	assert.ErrorIs(t, err, ErrLocked, "the range sees the keys held before it")
+	r, err := l.TryLockRange("k64", "", testOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 65, tab.Counts().Held)
+	assert.Equal(t, len(waiting), tab.Counts().Waiting)
+	_, err = l.TryLock([]byte("k65"), testOptions{})
+	assert.ErrorIs(t, err, ErrLocked)
+
+	for _, h := range held {
+		require.True(t, h.Release())
+	}
+	for _, ch := range waiting {
+		res := Await(t, ch, "a waiter queued before the move")
+		require.NoError(t, res.err)
+		require.True(t, res.h.Release())
+	}
+	require.True(t, r.Release())
+	assert.True(t, ProbeTableEmpty(l))
+}
+
+func TestRangeLeaseLapsesAndPassesItsKeysOn(t *testing.T) {
+	clk := NewManualClock(time.Unix(1, 0))
+	l := newTestLocker(t, newTestTable(t), clk)
+	r, err := l.TryLockRange("a", "c", testOptions{Lease: time.Second})
+	require.NoError(t, err)
+	got := lockAsync(context.Background(), l, []byte("b"), testOptions{Timeout: time.Minute})
+	WaitQueued(t, l, []byte("b"), 1)
+	clk.Advance(time.Second)
+	res := Await(t, got, "the key, at the range's deadline")
+	require.NoError(t, res.err)
+	assert.True(t, r.IsLeaseExpired())
+	assert.False(t, r.Release())
+	_, err = r.BeginFence()
+	assert.ErrorIs(t, err, ErrLeaseExpired)
+	require.True(t, res.h.Release())
+
+	// A lapse nobody settled yet gives way to a newcomer, as a key's does.
+	r, err = l.TryLockRange("a", "", testOptions{Lease: time.Second})
+	require.NoError(t, err)
+	r.Cold() // nothing else touches it
+	clk.Advance(time.Second)
+	k, err := l.TryLock([]byte("q"), testOptions{})
+	require.NoError(t, err)
+	assert.True(t, r.IsExpired())
+	require.True(t, k.Release())
+	assert.True(t, ProbeTableEmpty(l))
+}
+
+func TestOwnLocksNeverConflict(t *testing.T) {
+	l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
+	txn := l.Begin()
+	_, err := txn.Lock(context.Background(), []byte("b"), testOptions{})
+	require.NoError(t, err)
+	r, err := l.acquireRange(context.Background(), []byte("a"), []byte("c"), testOptions{}, txn, false)
+	require.NoError(t, err, "a Txn's range over its own key")
+	txn.holds = append(txn.holds, r)
+	_, err = l.TryLock([]byte("b"), testOptions{Shared: true})
+	assert.ErrorIs(t, err, ErrLocked)
+	txn.Rollback()
+	assert.True(t, ProbeTableEmpty(l))
+}
+
+func TestDeadlockThroughRangeAndKey(t *testing.T) {
+	l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
+	a, b := l.Begin(), l.Begin()
+	a.name, b.name = "a", "b"
+	_, err := a.Lock(context.Background(), []byte("k"), testOptions{})
+	require.NoError(t, err)
+	rb, err := l.acquireRange(context.Background(), []byte("r"), []byte("s"), testOptions{}, b, false)
+	require.NoError(t, err)
+	b.holds = append(b.holds, rb)
+
+	aWaits := rangeAsync(l, "q", "t", testOptions{Timeout: time.Minute}, a)
+	waitRangesQueued(t, l, 1)
+	_, err = b.Lock(context.Background(), []byte("k"), testOptions{Timeout: time.Minute})
+	var dl *DeadlockError
+	require.ErrorAs(t, err, &dl, "b's wait for k closes b → a → b")
+	assert.Len(t, dl.Cycle, 2)
+	b.Rollback()
+	res := Await(t, aWaits, "a's range once b rolled back")
+	require.NoError(t, res.err)
+	a.holds = append(a.holds, res.h)
+	a.Rollback()
+	assert.True(t, ProbeTableEmpty(l))
+}
+
+func TestRangeUpgradeWaitsForOtherSharers(t *testing.T) {
+	l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
+	txn := l.Begin()
+	r, err := l.acquireRange(context.Background(), []byte("a"), []byte("c"), testOptions{Shared: true}, txn, false)
+	require.NoError(t, err)
+	txn.holds = append(txn.holds, r)
+	other, err := l.TryLock([]byte("b"), testOptions{Shared: true})
+	require.NoError(t, err)
+	queued := rangeAsync(l, "a", "z", testOptions{}, nil)
+	waitRangesQueued(t, l, 1)
+
+	done := make(chan error, 1)
+	go func() { done <- r.Upgrade(context.Background(), time.Minute) }()
+	waitRangesQueued(t, l, 2)
+	select {
+	case err := <-done:
+		t.Fatalf("upgraded past a sharer of b: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	require.True(t, other.Release())
+	require.NoError(t, Await(t, done, "the upgrade"))
+	assert.Zero(t, r.Flags()&FlagShared, "the same handle is exclusive now")
+	_, err = l.TryLock([]byte("b"), testOptions{Shared: true})
+	assert.ErrorIs(t, err, ErrLocked)
+	txn.Rollback()
+	res := Await(t, queued, "the range queued before the upgrade, after it")
+	require.NoError(t, res.err)
+	require.True(t, res.h.Release())
+	assert.True(t, ProbeTableEmpty(l))
+}
+
+func TestRangeWaitTimesOutAndChangesNothing(t *testing.T) {
+	clk := NewManualClock(time.Unix(1, 0))
+	l := newTestLocker(t, newTestTable(t), clk)
+	k, err := l.TryLock([]byte("b"), testOptions{})
+	require.NoError(t, err)
+	got := rangeAsync(l, "a", "c", testOptions{Timeout: time.Second}, nil)
+	waitRangesQueued(t, l, 1)
+	behind := lockAsync(context.Background(), l, []byte("a"), testOptions{Timeout: time.Hour})
+	WaitQueued(t, l, []byte("a"), 1)
+	clk.Advance(time.Second)
+	res := Await(t, got, "the range's timeout")
+	assert.True(t, errors.Is(res.err, ErrTimeout), "%v", res.err)
+	a := Await(t, behind, "the key the timed-out range held up")
+	require.NoError(t, a.err)
+	require.True(t, a.h.Release())
+	require.True(t, k.Release())
+	assert.True(t, ProbeTableEmpty(l))
+}

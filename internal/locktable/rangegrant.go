@@ -1,0 +1,377 @@
+package locktable
+
+import (
+	"context"
+	"time"
+)
+
+// The grant rule of a column family in range mode (docs/DESIGN.md §17): two locks conflict when
+// their key sets meet and one is exclusive, unless one owner holds both; a request is served after
+// every conflicting request queued before it (sp.seq orders them) and never waits for one it does
+// not conflict with. Key requests keep the rule of their key (grant.go) and, on top of it, wait
+// for the ranges that cover their key. Everything here runs under the home shard's mutex.
+
+// newest is a newcomer's place in the order of arrival: after every queued request.
+const newest = ^uint64(0)
+
+// conflicts reports whether a and b, locks or requests whose key sets meet, conflict.
+func conflicts(a, b *Hold) bool {
+	if a == b || a.owner != nil && a.owner == b.owner {
+		return false
+	}
+	return a.flags()&FlagShared == 0 || b.flags()&FlagShared == 0
+}
+
+// keyBlocked reports whether a range keeps h, a request for key placed seq in the order of
+// arrival, from its key: a conflicting range lock, or a conflicting range request queued before
+// it. With settle, a conflicting range lock whose lease lapsed at mono (a reading of c's clock) is
+// settled first, as a newcomer settles a key's lapsed holders; without, a lapsed range blocks
+// until its timer settles it, so that serving a key never ends another lease under it.
+func (sp *rangeSpace) keyBlocked(sh *shard, h *Hold, key []byte, seq uint64, settle bool, c *Tenant, mono time.Duration) bool {
+	if sp.ranges.n == 0 || sh.tab.modes.noConflicts.Load() || !sp.ranges.containsAny(key) {
+		return false
+	}
+	if settle {
+		var lapsed []*Hold
+		sp.ranges.containing(key, func(it *rangeItem) bool {
+			if it.w == nil && conflicts(h, it.h) && lapsedFor(it.h, c, mono) {
+				lapsed = append(lapsed, it.h)
+			}
+			return true
+		})
+		for _, x := range lapsed {
+			x.endIfLapsed(sh, c, mono)
+		}
+	}
+	blocked := false
+	sp.ranges.containing(key, func(it *rangeItem) bool {
+		if it.w == nil {
+			blocked = conflicts(h, it.h)
+		} else {
+			blocked = it.seq < seq && conflicts(h, it.h)
+		}
+		return !blocked
+	})
+	return blocked
+}
+
+// lapsedFor reports whether x's lease, not yet ended, has lapsed at mono, a reading of c's clock.
+func lapsedFor(x *Hold, c *Tenant, mono time.Duration) bool {
+	return x.flags()&FlagExpired == 0 && x.lapsedAt(x.monoFor(c, mono))
+}
+
+// rangeBlocked reports whether h, a range request placed seq in the order of arrival, must wait:
+// a conflicting holder of a key or range inside or across it, or a conflicting request queued
+// before it. settle is as for keyBlocked.
+func (sp *rangeSpace) rangeBlocked(sh *shard, h *Hold, seq uint64, settle bool, c *Tenant, mono time.Duration) bool {
+	if sh.tab.modes.noConflicts.Load() {
+		return false
+	}
+	start, end := h.key(), h.cold.span.end
+	if settle {
+		var lapsed, holders []*Hold
+		sp.keysIn(start, end, func(e *keyEntry) bool {
+			holders = e.appendHolders(holders[:0])
+			for _, x := range holders {
+				if conflicts(h, x) && lapsedFor(x, c, mono) {
+					lapsed = append(lapsed, x)
+				}
+			}
+			return true
+		})
+		sp.ranges.meeting(start, end, func(it *rangeItem) bool {
+			if it.w == nil && conflicts(h, it.h) && lapsedFor(it.h, c, mono) {
+				lapsed = append(lapsed, it.h)
+			}
+			return true
+		})
+		for _, x := range lapsed {
+			x.endIfLapsed(sh, c, mono)
+		}
+	}
+	blocked := false
+	sp.keysIn(start, end, func(e *keyEntry) bool {
+		blocked = e.blocksRange(h, seq)
+		return !blocked
+	})
+	if blocked {
+		return true
+	}
+	sp.ranges.meeting(start, end, func(it *rangeItem) bool {
+		if it.w == nil {
+			blocked = conflicts(h, it.h)
+		} else {
+			blocked = it.seq < seq && conflicts(h, it.h)
+		}
+		return !blocked
+	})
+	return blocked
+}
+
+// blocksRange reports whether e's key keeps h, a range request over it placed seq in the order
+// of arrival, waiting: a conflicting holder, or a conflicting request queued before it.
+func (e *keyEntry) blocksRange(h *Hold, seq uint64) bool {
+	if e.holder != nil {
+		if conflicts(h, e.holder) {
+			return true
+		}
+		for _, x := range e.sharers {
+			if conflicts(h, x) {
+				return true
+			}
+		}
+	}
+	for w := e.head; w != nil; w = w.next {
+		if w.seq < seq && conflicts(h, w.h) {
+			return true
+		}
+	}
+	return false
+}
+
+// keysIn calls f on the entries of the keys in [start, end) (end nil: no bound), in key order,
+// until f returns false.
+func (sp *rangeSpace) keysIn(start, end []byte, f func(*keyEntry) bool) {
+	each := func(rk *rangedKey) bool { return f(rk.e) }
+	from := &rangedKey{key: start}
+	if end == nil {
+		sp.keys.AscendGreaterOrEqual(from, each)
+		return
+	}
+	sp.keys.AscendRange(from, &rangedKey{key: end}, each)
+}
+
+// newRangedEntry adds an entry for h's key, of a column family in range mode, to the shard.
+func (sh *shard) newRangedEntry(sp *rangeSpace, h *Hold) *keyEntry {
+	e := sh.newEntry(h.hash)
+	// The hold's key never changes, and the slice keeps it alive for as long as the entry needs it.
+	rk := &rangedKey{key: h.key(), space: sp, e: e}
+	e.setRanged(rk)
+	sh.index.insert(e)
+	sp.keys.ReplaceOrInsert(rk)
+	return e
+}
+
+// acquireRange is Acquire of a range hold.
+func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
+	c := h.ten
+	if c.closed.Load() {
+		return 0, ErrClosed
+	}
+	sh := c.tab.enterRangeMode(h.cf)
+	h.hash = routed(c.tab.hash(h.cf, h.key()), homeOf(h.cf))
+	wall, mono := ReadClock(c.clock)
+	sh.mu.Lock()
+	if c.closed.Load() {
+		sh.mu.Unlock()
+		return 0, ErrClosed
+	}
+	sp := sh.spaces[h.cf]
+	it := &h.cold.span.item
+	sp.ids++
+	it.id = sp.ids
+	if !sp.rangeBlocked(sh, h, newest, true, c, mono) {
+		sh.grantRange(sp, it, wall, mono, lease)
+		sh.unlockAndRunDeferred()
+		return mono, nil
+	}
+	if !wait {
+		sh.unlockAndRunDeferred()
+		return 0, ErrLocked
+	}
+	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&FlagShared != 0, space: sp}
+	it.w, it.seq = w, sp.nextSeq()
+	w.seq = it.seq // the wait graph reads the requests ahead by the waiter's place
+	sp.ranges.insert(it)
+	sp.queue = append(sp.queue, it)
+	return mono, sh.sleep(ctx, nil, w, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)))
+}
+
+// grantRange makes it's hold a holder of its range, with a lease of lease from the readings wall
+// and mono of its clock. A range's deadline is always on a timer: requests for keys inside it
+// can queue without looking at it again.
+func (sh *shard) grantRange(sp *rangeSpace, it *rangeItem, wall int64, mono, lease time.Duration) {
+	h := it.h
+	it.w = nil
+	if !it.inTree {
+		sp.ranges.insert(it)
+	}
+	h.e = nil
+	h.acquiredAt = sh.tab.stamps.Mint(wall)
+	h.expiresAt = wall + int64(lease)
+	h.deadline.Store(int64(MonoAfter(mono, lease)))
+	h.state.Store(h.flags() | FlagHeld)
+	sh.acquired++
+	sh.held++
+	sh.schedule(h)
+}
+
+// serveRanges grants, oldest first, the queued range requests of sp that nothing keeps waiting
+// any more. A call made while it runs (settling or serving a key can come back here) asks it to
+// go over the queue once more instead.
+func (sh *shard) serveRanges(sp *rangeSpace) {
+	if len(sp.queue) == 0 {
+		return
+	}
+	if sp.serving {
+		sp.again = true
+		return
+	}
+	sp.serving = true
+	for again := true; again; again = sp.again {
+		sp.again = false
+		for i := 0; i < len(sp.queue); {
+			it := sp.queue[i]
+			w := it.w
+			c := w.h.ten
+			if c.closed.Load() {
+				sh.dropRange(w, waitClosed)
+				sh.serveAfterRange(sp, it.start(), it.end())
+				continue
+			}
+			if up := w.upgrade; up != nil && up.Dead() {
+				sh.dropRange(w, waitShareEnded)
+				sh.serveAfterRange(sp, it.start(), it.end())
+				continue
+			}
+			wall, mono := ReadClock(c.clock)
+			if sp.rangeBlocked(sh, w.h, it.seq, false, c, mono) {
+				i++
+				continue
+			}
+			if w.upgrade != nil {
+				sh.finishRangeUpgrade(sp, it, mono)
+				continue
+			}
+			sp.unlinkQueued(sh, it)
+			sh.unschedule(w.h)
+			sh.counts.contended++
+			sh.counts.waitTime += mono - w.since
+			sh.grantRange(sp, it, wall, mono, w.lease)
+			w.finish(waitGranted)
+		}
+	}
+	sp.serving = false
+}
+
+// served takes rk out of its space's index if serving its entry took the entry out of the table
+// (serveKey does exactly when the key has neither holder nor waiter).
+func (rk *rangedKey) served() {
+	if rk.e.holder == nil && rk.e.head == nil {
+		rk.space.keys.Delete(rk)
+	}
+}
+
+// queuedOver reports whether a range request queued in sp covers key: only then can a change
+// to key's holders or queue let one through.
+func (sp *rangeSpace) queuedOver(key []byte) bool {
+	if len(sp.queue) == 0 {
+		return false
+	}
+	found := false
+	sp.ranges.containing(key, func(it *rangeItem) bool {
+		found = it.w != nil
+		return !found
+	})
+	return found
+}
+
+// unlinkQueued takes it out of sp's queue of range requests; it stays in the tree.
+func (sp *rangeSpace) unlinkQueued(sh *shard, it *rangeItem) {
+	for i, x := range sp.queue {
+		if x == it {
+			copy(sp.queue[i:], sp.queue[i+1:])
+			sp.queue[len(sp.queue)-1] = nil
+			sp.queue = sp.queue[:len(sp.queue)-1]
+			break
+		}
+	}
+	w := it.w
+	w.left = true
+	if w.counted {
+		w.counted = false
+		sh.counts.waiting--
+	}
+}
+
+// dropRange takes w, a queued range request, out of the queue with the given outcome, without
+// serving what it held up.
+func (sh *shard) dropRange(w *waiter, outcome waitState) {
+	sp := w.space
+	it := &w.h.cold.span.item
+	sp.unlinkQueued(sh, it)
+	sp.ranges.remove(it)
+	it.w = nil
+	sh.unschedule(w.h)
+	w.finish(outcome)
+	sh.countOutcome(outcome)
+}
+
+// giveBackRange is giveBack of a range hold whose flags are f.
+func (sh *shard) giveBackRange(h *Hold, f, set uint32) {
+	it := &h.cold.span.item
+	if f&FlagHeld == 0 || !it.inTree || it.w != nil {
+		h.SetFlags(set)
+		sh.tab.logFault(h.ten, "a handle gave back a range it did not hold")
+		return
+	}
+	sp := sh.spaces[h.cf]
+	sp.ranges.remove(it)
+	h.state.Store(f&^FlagHeld | set)
+	if w := sp.upgradeOfRange(h); w != nil {
+		sh.dropRange(w, waitShareEnded)
+	}
+	sh.held--
+	sh.serveAfterRange(sp, h.key(), h.cold.span.end)
+}
+
+// serveAfterRange serves what a range lock or request over [start, end) that left may have held
+// up: the queues of the keys inside it, and the queued ranges.
+func (sh *shard) serveAfterRange(sp *rangeSpace, start, end []byte) {
+	var waited []*keyEntry // collected first: serving a key can take its entry out
+	sp.keysIn(start, end, func(e *keyEntry) bool {
+		if e.head != nil {
+			waited = append(waited, e)
+		}
+		return true
+	})
+	for _, e := range waited {
+		rk := e.ranged()
+		sh.serveKey(e)
+		rk.served()
+	}
+	sh.serveRanges(sp)
+}
+
+// watchSpan watches the holders of the keys inside h's range, for a range request that queues
+// (range locks are always watched), and tells them and the range locks it meets that a request
+// waits for them (tellHolders).
+func (sh *shard) watchSpan(sp *rangeSpace, h *Hold) {
+	sp.keysIn(h.key(), h.cold.span.end, func(e *keyEntry) bool {
+		sh.watchHolders(e)
+		sh.tellHolders(e)
+		return true
+	})
+	sp.ranges.meeting(h.key(), h.cold.span.end, func(it *rangeItem) bool {
+		if it.w == nil {
+			sh.tellHolder(it.h)
+		}
+		return true
+	})
+}
+
+// rangeWaitsOver reports whether, in range mode, a range request over e's key is queued: a
+// holder the key's queue is granted then must be watched, since that request may wait for it to
+// lapse as well (range requests watch only the holders there when they queue, watchSpan).
+func (e *keyEntry) rangeWaitsOver() bool {
+	rk := e.ranged()
+	if rk == nil || len(rk.space.queue) == 0 {
+		return false
+	}
+	queued := false
+	rk.space.ranges.containing(rk.key, func(it *rangeItem) bool {
+		queued = it.w != nil
+		return !queued
+	})
+	return queued
+}

@@ -1,0 +1,122 @@
+package locktable
+
+// The wait-for edges of range mode (docs/DESIGN.md §17): a request waits for every conflicting
+// holder of a key or range that meets it, and for every conflicting request queued before it.
+// A request of no owner queued before it passes on its own waits: the request behind waits,
+// through it, for everything that request waits for, the holders it conflicts with and the
+// requests queued before it, whose own waits a request of no owner passes on again. In range mode
+// a request's own owner can be among those: its locks never conflict with its own request, but
+// they do with a request of no owner queued ahead of it, which it cannot pass.
+
+// rangeEdgeSink receives the owners rangeEdges finds. owner and holder skip the waiting owner
+// itself; through and throughHolder, for what a request of no owner passes on, do not. holder
+// and throughHolder skip a holder whose lease has passed.
+type rangeEdgeSink struct {
+	owner, through        func(Owner)
+	holder, throughHolder func(*Hold)
+	passed                []*waiter // the requests of no owner already passed through
+}
+
+// rangeEdges adds to s the owners that w, the waiting request of h in sp, waits for by range
+// mode's rule. For a key's request the edges to its key's own holders are the key's rule's
+// (waitgraph.go); its edges to the requests queued ahead of it for its key are added here, since
+// in range mode they need not wait for the same holders as it does.
+func (sp *rangeSpace) rangeEdges(h *Hold, w *waiter, s *rangeEdgeSink) {
+	sp.requestsAhead(w, func(x *waiter) { sp.passOn(x, s, s.owner) })
+	if w.space == nil { // a key's request: the range locks over its key
+		sp.ranges.containing(h.e.ranged().key, func(it *rangeItem) bool {
+			if it.w == nil && conflicts(h, it.h) {
+				s.holder(it.h)
+			}
+			return true
+		})
+		return
+	}
+	sp.holdersBlocking(h, s.holder)
+}
+
+// requestsAhead calls f on every request that conflicts with x, a queued request of sp, and is
+// served before it: for a key's request, those queued ahead of it for its key, and the range
+// requests over its key queued before it; for a range request, the requests for the keys inside
+// it and the range requests over it queued before it.
+func (sp *rangeSpace) requestsAhead(x *waiter, f func(*waiter)) {
+	xh := x.h
+	if x.space == nil {
+		e := xh.e
+		for y := e.head; y != nil && y != x; y = y.next {
+			if conflicts(xh, y.h) {
+				f(y)
+			}
+		}
+		sp.ranges.containing(e.ranged().key, func(it *rangeItem) bool {
+			if it.w != nil && it.seq < x.seq && conflicts(xh, it.h) {
+				f(it.w)
+			}
+			return true
+		})
+		return
+	}
+	start, end := xh.key(), xh.cold.span.end
+	sp.keysIn(start, end, func(e *keyEntry) bool {
+		for y := e.head; y != nil; y = y.next {
+			if y.seq < x.seq && conflicts(xh, y.h) {
+				f(y)
+			}
+		}
+		return true
+	})
+	sp.ranges.meeting(start, end, func(it *rangeItem) bool {
+		if it.w != nil && it.seq < x.seq && conflicts(xh, it.h) {
+			f(it.w)
+		}
+		return true
+	})
+}
+
+// passOn adds x's owner through add, or, for a request of no owner, everything it waits for
+// through s.through and s.throughHolder, once per request.
+func (sp *rangeSpace) passOn(x *waiter, s *rangeEdgeSink, add func(Owner)) {
+	if x.h.owner != nil {
+		add(x.h.owner)
+		return
+	}
+	for _, p := range s.passed {
+		if p == x {
+			return
+		}
+	}
+	s.passed = append(s.passed, x)
+	sp.holdersBlocking(x.h, s.throughHolder)
+	sp.requestsAhead(x, func(y *waiter) { sp.passOn(y, s, s.through) })
+}
+
+// holdersBlocking calls f on the holders that conflict with x, a queued request of sp: those of
+// its key or of the keys in its range, and the range locks that meet it.
+func (sp *rangeSpace) holdersBlocking(x *Hold, f func(*Hold)) {
+	var start, end []byte
+	if x.IsRange() {
+		start, end = x.key(), x.cold.span.end
+		sp.keysIn(start, end, func(e *keyEntry) bool {
+			for _, y := range e.appendHolders(nil) {
+				if conflicts(x, y) {
+					f(y)
+				}
+			}
+			return true
+		})
+	} else if e := x.e; e != nil {
+		for _, y := range e.appendHolders(nil) {
+			if conflicts(x, y) {
+				f(y)
+			}
+		}
+		start = e.ranged().key
+		end = append(start[:len(start):len(start)], 0)
+	}
+	sp.ranges.meeting(start, end, func(it *rangeItem) bool {
+		if it.w == nil && conflicts(x, it.h) {
+			f(it.h)
+		}
+		return true
+	})
+}

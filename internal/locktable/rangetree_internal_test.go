@@ -1,0 +1,100 @@
+package locktable
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// The tree of ranges answers containsAny, containing and meeting as a scan of every item does,
+// whatever ranges come and go: items over a small key space, so that they overlap, share starts
+// and ends, and some have no end.
+func TestRangeTreeAgreesWithAScan(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		var tree rangeTree
+		var items []*rangeItem
+		var ids uint64
+		keyGen := rapid.SampledFrom([]string{"", "a", "b", "bb", "c", "d", "e", "record/1", "record/10", "record/100000001", "record/100000001\x00", "record/1000000010", "record/100000002", "record/2", "b\x00"})
+		newItem := func() *rangeItem {
+			start := keyGen.Draw(rt, "start")
+			var end []byte
+			if e := keyGen.Draw(rt, "end"); e > start {
+				end = []byte(e)
+			}
+			h := &Hold{}
+			h.setKey([]byte(start))
+			h.cold = &Cold{span: &span{end: end}}
+			it := &h.cold.span.item
+			ids++
+			it.h, it.id = h, ids
+			return it
+		}
+		for range rapid.IntRange(1, 60).Draw(rt, "steps") {
+			if len(items) > 0 && rapid.Bool().Draw(rt, "remove") {
+				i := rapid.IntRange(0, len(items)-1).Draw(rt, "which")
+				tree.remove(items[i])
+				items = slices.Delete(items, i, i+1)
+			} else {
+				it := newItem()
+				tree.insert(it)
+				items = append(items, it)
+			}
+			if tree.n != len(items) {
+				rt.Fatalf("tree holds %d items, not %d", tree.n, len(items))
+			}
+			key := []byte(keyGen.Draw(rt, "key"))
+			var want []*rangeItem
+			for _, it := range items {
+				if spanContains(it.start(), it.end(), key) {
+					want = append(want, it)
+				}
+			}
+			if got := tree.containsAny(key); got != (len(want) > 0) {
+				rt.Fatalf("containsAny(%q) = %v, but %d items hold it", key, got, len(want))
+			}
+			var got []*rangeItem
+			tree.containing(key, func(it *rangeItem) bool { got = append(got, it); return true })
+			sameItems(rt, fmt.Sprintf("containing(%q)", key), got, want)
+
+			start, end := key, []byte(nil)
+			if e := keyGen.Draw(rt, "spanEnd"); e > string(start) {
+				end = []byte(e)
+			}
+			want = want[:0]
+			for _, it := range items {
+				if spansMeet(it.start(), it.end(), start, end) {
+					want = append(want, it)
+				}
+			}
+			got = got[:0]
+			tree.meeting(start, end, func(it *rangeItem) bool { got = append(got, it); return true })
+			sameItems(rt, fmt.Sprintf("meeting(%q, %q)", start, end), got, want)
+		}
+	})
+}
+
+func sameItems(rt *rapid.T, what string, got, want []*rangeItem) {
+	byID := func(a, b *rangeItem) int { return int(a.id) - int(b.id) }
+	slices.SortFunc(got, byID)
+	slices.SortFunc(want, byID)
+	if !slices.Equal(got, want) {
+		rt.Fatalf("%s found %d items, a scan %d", what, len(got), len(want))
+	}
+}
+
+// compareKeys orders keys as bytes.Compare does, across the eight-byte steps and the tail.
+func TestCompareKeysIsBytesCompare(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		gen := rapid.SliceOfN(rapid.ByteRange(0xfe, 0xff), 0, 20) // two values: long shared prefixes
+		a, b := gen.Draw(rt, "a"), gen.Draw(rt, "b")
+		if rapid.Bool().Draw(rt, "prefix") {
+			b = append(a[:len(a):len(a)], b...)
+		}
+		if got, want := compareKeys(a, b), bytes.Compare(a, b); got != want {
+			rt.Fatalf("compareKeys(%x, %x) = %d, bytes.Compare %d", a, b, got, want)
+		}
+	})
+}

@@ -1,0 +1,84 @@
+package locktable
+
+import (
+	"context"
+	"time"
+)
+
+// Upgrading a shared range lock to exclusive (docs/DESIGN.md §17): as a key's upgrade, it waits
+// only for the conflicting holders, ahead of every queued request, through a stand-in request
+// over the same range that the wait graph sees.
+
+func (h *Hold) upgradeRange(ctx context.Context, timeout time.Duration) error {
+	c := h.ten
+	_, mono := ReadClock(c.clock)
+	sh := h.lockShard()
+	if c.closed.Load() {
+		sh.mu.Unlock()
+		return ErrClosed
+	}
+	if err := h.DeadErr(); err != nil {
+		sh.unlockAndRunDeferred()
+		return err
+	}
+	if h.flags()&FlagShared == 0 {
+		sh.mu.Unlock()
+		return nil
+	}
+	sp := sh.spaces[h.cf]
+	stand := &Hold{ten: h.ten, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, cf: h.cf, owner: h.owner}
+	stand.hash = h.hash
+	stand.state.Store(FlagRange)
+	stand.cold = &Cold{span: &span{end: h.cold.span.end}}
+	it := &stand.cold.span.item
+	it.h = stand
+	sp.ids++
+	it.id = sp.ids
+	if !sp.rangeBlocked(sh, stand, 0, true, c, mono) {
+		h.ClearFlags(FlagShared)
+		sh.unlockAndRunDeferred()
+		return nil
+	}
+	w := &waiter{h: stand, since: mono, wake: make(chan struct{}, 1), upgrade: h, space: sp}
+	it.w = w // seq 0: ahead of every request but the upgrades queued before it
+	sp.ranges.insert(it)
+	at := 0
+	for at < len(sp.queue) && sp.queue[at].seq == 0 {
+		at++
+	}
+	sp.queue = append(sp.queue, nil)
+	copy(sp.queue[at+1:], sp.queue[at:])
+	sp.queue[at] = it
+	err := sh.sleep(ctx, nil, w, MonoAfter(mono, timeout))
+	if err == ErrGrantedAfterClose {
+		err = ErrClosed // Close releases h
+	}
+	return err
+}
+
+// finishRangeUpgrade ends it, a queued range upgrade: granted, its hold becomes exclusive; or its
+// share ended first.
+func (sh *shard) finishRangeUpgrade(sp *rangeSpace, it *rangeItem, mono time.Duration) {
+	w := it.w
+	sp.unlinkQueued(sh, it)
+	sp.ranges.remove(it)
+	it.w = nil
+	sh.unschedule(w.h)
+	sh.counts.contended++
+	sh.counts.waitTime += mono - w.since
+	w.upgrade.ClearFlags(FlagShared) // not a new grant
+	w.finish(waitGranted)
+}
+
+// upgradeOfRange returns the upgrade queued for h, a shared range lock of sp, or nil.
+func (sp *rangeSpace) upgradeOfRange(h *Hold) *waiter {
+	for _, it := range sp.queue {
+		if it.seq != 0 {
+			break
+		}
+		if it.w.upgrade == h {
+			return it.w
+		}
+	}
+	return nil
+}

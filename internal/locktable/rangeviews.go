@@ -1,0 +1,139 @@
+package locktable
+
+// What the table's views, probes and Shutdown see of range locks: each is read in its column
+// family's home shard, with that shard's keys.
+
+// evictRanges is evict for the range locks and requests of c in the shard's spaces.
+func (sh *shard) evictRanges(c *Tenant, held []*Hold) []*Hold {
+	for _, sp := range sh.spaces {
+		var mine []*waiter
+		sp.ranges.meeting(nil, nil, func(it *rangeItem) bool {
+			switch {
+			case it.h.ten != c:
+			case it.w == nil:
+				held = append(held, it.h)
+			default:
+				mine = append(mine, it.w)
+			}
+			return true
+		})
+		for _, w := range mine {
+			if w.h.w == w {
+				sh.abandon(w, waitClosed)
+			}
+		}
+	}
+	return held
+}
+
+// rangeWaiters counts the queued requests that conflict with h, a range lock of sp: those for
+// keys inside it, and range requests over it.
+func (sp *rangeSpace) rangeWaiters(h *Hold) (n, read int) {
+	sp.keysIn(h.key(), h.cold.span.end, func(e *keyEntry) bool {
+		for w := e.head; w != nil; w = w.next {
+			read++
+			if conflicts(h, w.h) {
+				n++
+			}
+		}
+		return true
+	})
+	for _, it := range sp.queue {
+		read++
+		if spansMeet(h.key(), h.cold.span.end, it.start(), it.end()) && conflicts(h, it.h) {
+			n++
+		}
+	}
+	return n, read
+}
+
+// queuedRangesOver counts the range requests queued in the shard's space of column family cf
+// that cover key and conflict with h, a holder of key.
+func (sh *shard) queuedRangesOver(cf uint32, key []byte, h *Hold) int {
+	sp := sh.spaces[cf]
+	if sp == nil || len(sp.queue) == 0 {
+		return 0
+	}
+	n := 0
+	sp.ranges.containing(key, func(it *rangeItem) bool {
+		if it.w != nil && conflicts(h, it.h) {
+			n++
+		}
+		return true
+	})
+	sh.counts.visited += uint64(n)
+	return n
+}
+
+// visitRange calls f on h, a range hold or request of the shard listed before the mutex was
+// taken, if it still holds its range and its lease is live (a lapse is settled), with the number
+// of queued requests that conflict with it.
+func (sh *shard) visitRange(h *Hold, f func(h *Hold, waiters int)) {
+	it := &h.cold.span.item
+	if !it.inTree || it.w != nil || h.flags()&FlagHeld == 0 {
+		return
+	}
+	if h.flags()&FlagFencing == 0 && h.settle(sh) {
+		return
+	}
+	n, read := sh.spaces[h.cf].rangeWaiters(h)
+	sh.counts.visited += uint64(1 + read)
+	f(h, n)
+}
+
+// visitRangeWaits calls wait on every queued range request of the shard's spaces, oldest first,
+// and, unless holder is nil, holder on every range lock with a conflicting request queued.
+func (sh *shard) visitRangeWaits(wait func(QueuedRequest), holder func(h *Hold, waiters int)) {
+	for _, sp := range sh.spaces {
+		for _, it := range sp.queue {
+			w := it.w
+			sh.counts.visited++
+			wait(QueuedRequest{Hold: w.h, Waited: max(0, w.h.ten.clock.Mono()-w.since), Shared: w.shared, Upgrade: w.upgrade != nil})
+		}
+		if holder == nil {
+			continue
+		}
+		sp.ranges.meeting(nil, nil, func(it *rangeItem) bool {
+			if it.w == nil {
+				if n, read := sp.rangeWaiters(it.h); n > 0 {
+					sh.counts.visited += uint64(read)
+					holder(it.h, n)
+				}
+			}
+			return true
+		})
+	}
+}
+
+// rangesEmpty reports whether the shard's spaces hold no range lock or request.
+func (sh *shard) rangesEmpty() bool {
+	for _, sp := range sh.spaces {
+		if sp.ranges.n != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// QueuedRanges counts the range requests fully queued (as Queued counts a key's) in column
+// family cf.
+func (t *Table) QueuedRanges(cf uint32) int {
+	r := t.routes.Load()
+	if r == nil {
+		return 0
+	}
+	home, ok := r.home[cf]
+	if !ok {
+		return 0
+	}
+	sh := &t.shards[home]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	n := 0
+	for _, it := range sh.spaces[cf].queue {
+		if w := it.w; w.counted && !w.recheck && !w.checking {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,68 @@
+package recordlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock/internal/tempdb"
+)
+
+// Commit fences a range the Txn holds, with or without a write under it: once Commit has checked
+// it, a key inside it cannot pass to another holder until the write returns, even if the range's
+// lease lapses meanwhile (docs/DESIGN.md §16.1).
+func TestTxnCommitFencesRanges(t *testing.T) {
+	for _, staged := range []bool{true, false} {
+		t.Run(map[bool]string{true: "with a write", false: "read-only"}[staged], func(t *testing.T) {
+			db := tempdb.New(t)
+			clk := NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+			var inFence func()
+			l := newHookedLocker(t, db, clk, &inFence)
+			other := newTestLocker(t, db, clk)
+			ctx := context.Background()
+
+			txn := l.Begin()
+			defer txn.Rollback()
+			r, err := txn.LockRange(ctx, Range{Start: []byte("a"), End: []byte("c")}, Options{Scope: ScopeNode, Lease: time.Second})
+			require.NoError(t, err)
+			if staged {
+				require.NoError(t, txn.Put([]byte("b"), []byte("v")))
+			}
+			var inside bool
+			inFence = func() {
+				inside = true
+				clk.Advance(time.Second) // the range lapses after the check
+				assert.True(t, r.IsLeaseExpired())
+				_, err := other.TryLock([]byte("b"), Options{})
+				assert.ErrorIs(t, err, ErrLocked, "a key of the range must not pass on mid-commit")
+			}
+			require.NoError(t, txn.Commit(), "a commit that entered its fences in time succeeds")
+			require.True(t, inside)
+			h, err := other.TryLock([]byte("b"), Options{})
+			require.NoError(t, err, "the range's keys pass on once the commit returns")
+			assert.True(t, h.Release())
+			if staged {
+				assert.Equal(t, []byte("v"), DBGet(t, db, "b"))
+			}
+			assert.True(t, l.tab.Empty(), "nothing is left locked or queued")
+		})
+	}
+}
+
+// A Txn that never locked a range has no txnRare for it: the lookups of its Lock, Get and writes
+// stop at a nil check.
+func TestTxnWithoutRangesHasNone(t *testing.T) {
+	l := newTestLocker(t, tempdb.New(t), NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)))
+	txn := l.Begin()
+	defer txn.Rollback()
+	_, err := txn.Lock(context.Background(), []byte("k"), Options{})
+	require.NoError(t, err)
+	require.NoError(t, txn.Put([]byte("k"), []byte("v")))
+	_, err = txn.Get([]byte("k"))
+	require.NoError(t, err)
+	assert.Nil(t, txn.rare)
+	assert.Nil(t, txn.ranges())
+}
