@@ -198,42 +198,6 @@ func (h *Hold) Cold() *Cold {
 // ColdIfAny returns h's cold part, or nil if it has none, with the shard mutex held.
 func (h *Hold) ColdIfAny() *Cold { return h.cold }
 
-func (h *Hold) shard() *shard { return h.ten.tab.shard(h.hashNow()) }
-
-func (h *Hold) hashNow() uint64 { return atomic.LoadUint64(&h.hash) }
-
-// lockShard takes the mutex of h's shard and returns the shard. The record moves to another shard
-// only with every mutex held (rangemode.go), so once the mutex of the shard h names is held, h
-// stays there until it is released.
-func (h *Hold) lockShard() *shard {
-	hash := h.hashNow()
-	sh := h.ten.tab.shard(hash)
-	sh.mu.Lock()
-	if h.hash != hash {
-		return h.relockShard(sh)
-	}
-	return sh
-}
-
-// relockShard follows the move of h's record from sh, whose mutex is held, to its new shard.
-func (h *Hold) relockShard(sh *shard) *shard {
-	for {
-		sh.mu.Unlock()
-		sh = h.shard()
-		sh.mu.Lock()
-		if h.shard() == sh {
-			return sh
-		}
-	}
-}
-
-// Lock takes the mutex of h's shard.
-func (h *Hold) Lock() { h.lockShard() }
-
-// Unlock releases the mutex of h's shard, then runs the release hooks and debug records queued
-// while it was held.
-func (h *Hold) Unlock() { h.shard().unlockAndRunDeferred() }
-
 // monoFor returns the Mono of h's clock, given mono, a reading of c's clock: the same reading
 // when both tenants run on one clock.
 func (h *Hold) monoFor(c *Tenant, mono time.Duration) time.Duration {

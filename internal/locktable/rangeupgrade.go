@@ -9,25 +9,11 @@ import (
 // only for the conflicting holders, ahead of every queued request, through a stand-in request
 // over the same range that the wait graph sees.
 
-func (h *Hold) upgradeRange(ctx context.Context, timeout time.Duration) error {
+// upgradeRange is Upgrade of a shared range lock, with the mutex held (it returns with it
+// released); stand is the stand-in its wait goes through, made a request over h's range here.
+func (sh *shard) upgradeRange(ctx context.Context, h, stand *Hold, mono, timeout time.Duration) error {
 	c := h.ten
-	_, mono := ReadClock(c.clock)
-	sh := h.lockShard()
-	if c.closed.Load() {
-		sh.mu.Unlock()
-		return ErrClosed
-	}
-	if err := h.DeadErr(); err != nil {
-		sh.unlockAndRunDeferred()
-		return err
-	}
-	if h.flags()&FlagShared == 0 {
-		sh.mu.Unlock()
-		return nil
-	}
 	sp := sh.spaces[h.cf]
-	stand := &Hold{ten: h.ten, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, cf: h.cf, owner: h.owner}
-	stand.hash = h.hash
 	stand.state.Store(FlagRange)
 	stand.cold = &Cold{span: &span{end: h.cold.span.end}}
 	it := &stand.cold.span.item
@@ -49,11 +35,7 @@ func (h *Hold) upgradeRange(ctx context.Context, timeout time.Duration) error {
 	sp.queue = append(sp.queue, nil)
 	copy(sp.queue[at+1:], sp.queue[at:])
 	sp.queue[at] = it
-	err := sh.sleep(ctx, nil, w, MonoAfter(mono, timeout))
-	if err == ErrGrantedAfterClose {
-		err = ErrClosed // Close releases h
-	}
-	return err
+	return sh.sleep(ctx, nil, w, MonoAfter(mono, timeout))
 }
 
 // finishRangeUpgrade ends it, a queued range upgrade: granted, its hold becomes exclusive; or its

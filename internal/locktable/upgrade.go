@@ -14,9 +14,6 @@ import (
 // or ErrLeaseExpired when h's share ends first (or had ended), and else fails as Acquire does. On
 // failure h is unchanged.
 func (h *Hold) Upgrade(ctx context.Context, timeout time.Duration) error {
-	if h.flags()&FlagRange != 0 {
-		return h.upgradeRange(ctx, timeout)
-	}
 	c := h.ten
 	_, mono := ReadClock(c.clock)
 	sh := h.lockShard()
@@ -28,14 +25,29 @@ func (h *Hold) Upgrade(ctx context.Context, timeout time.Duration) error {
 		sh.unlockAndRunDeferred()
 		return err
 	}
-	e := h.e
 	if h.flags()&FlagShared == 0 {
 		sh.mu.Unlock()
 		return nil
 	}
-	sh.settleOtherSharers(e, h, c, mono)
 	stand := &Hold{ten: h.ten, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, cf: h.cf, owner: h.owner}
 	stand.hash = h.hash
+	var err error
+	if h.flags()&FlagRange != 0 {
+		err = sh.upgradeRange(ctx, h, stand, mono, timeout)
+	} else {
+		err = sh.upgradeKey(ctx, h, stand, mono, timeout)
+	}
+	if err == ErrGrantedAfterClose {
+		err = ErrClosed // Close releases h
+	}
+	return err
+}
+
+// upgradeKey is Upgrade of a key's share, with the mutex held (it returns with it released);
+// stand is the stand-in its wait would go through.
+func (sh *shard) upgradeKey(ctx context.Context, h, stand *Hold, mono, timeout time.Duration) error {
+	c, e := h.ten, h.e
+	sh.settleOtherSharers(e, h, c, mono)
 	if e.shares == 1 && (e.ranged() == nil || !e.ranged().space.keyBlocked(sh, stand, e.ranged().key, 0, false, c, mono)) {
 		e.shares = 0
 		h.ClearFlags(FlagShared)
@@ -44,11 +56,7 @@ func (h *Hold) Upgrade(ctx context.Context, timeout time.Duration) error {
 	}
 	w := &waiter{h: stand, since: mono, wake: make(chan struct{}, 1), upgrade: h}
 	sh.enqueueUpgrade(e, w)
-	err := sh.sleep(ctx, e, w, MonoAfter(mono, timeout))
-	if err == ErrGrantedAfterClose {
-		err = ErrClosed // Close releases h
-	}
-	return err
+	return sh.sleep(ctx, e, w, MonoAfter(mono, timeout))
 }
 
 // settleOtherSharers settles the lapsed sharers of e other than h, at mono on c's clock, so that
