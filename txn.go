@@ -49,6 +49,9 @@ type Txn struct {
 	spareN uint8 // how much of spare is taken
 	scans  uint8 // how many Scans of this Txn are running (fn may scan again); see Txn.scan
 	done   bool
+	// parked: the Txn's commit is in its Locker's commit queue's waiting list (commitQueue.waiting,
+	// whose mutex guards it), so a waited-on call for a Txn not there needs no scan of the list.
+	parked bool
 	// unlockedWrites and mode are TxnOptions.AllowUnlockedWrites and the write options of
 	// Commit; both are fixed when the Txn begins.
 	unlockedWrites bool

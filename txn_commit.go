@@ -194,8 +194,9 @@ func fenced(hs []*Handle, write func() error) error {
 
 // checked appends to hs the handles Commit checks, each once: the handle protecting each staged
 // write, and the latest handle of each record, and of each range, that no Release returning true
-// gave back (the locks the Txn still holds). They are sorted by record (column family ID, then key) so that fences
-// nest in a deterministic order; handles of one record keep the order they were taken in.
+// gave back (the locks the Txn still holds). They are sorted by record (column family ID, then
+// key) so that fences nest in a deterministic order; handles of one record keep the order they
+// were taken in.
 func (t *Txn) checked(hs []*Handle) []*Handle {
 	for i, x := range t.locks.items {
 		if x.protects || (!x.h.released() && t.locks.find(x.entryCF(), x.entryKey()) == i) {

@@ -65,6 +65,7 @@ func (q *commitQueue) write(t *Txn) error {
 	w := commitWaiterPool.Get().(*commitWaiter)
 	w.t, w.merges = t, merges
 	q.waiting = append(q.waiting, w)
+	t.parked = true
 	q.mu.Unlock()
 	// Parked first, asked second: a request queued for a key of t's before it parked is seen
 	// here, and one queued after tells the queue to hurry t. Only this contended path asks.
@@ -94,7 +95,9 @@ func (q *commitQueue) writeBeside(t *Txn) error {
 // queued (locktable.Tenant.SetOnWaitedOn). If that owner is a Txn of this queue parked with a
 // batch that may bypass, it leaves the queue and writes at once beside it, as it would have had
 // the request come before it parked: the waiter waits for its commit and should not also wait
-// for the queue. It scans the parked Txns, as many as the goroutines committing.
+// for the queue. A request queued behind n sharers tells n owners, so a call for a Txn that is
+// not parked costs one mutex round trip and no scan; one for a parked Txn scans the parked
+// Txns, as many as the goroutines committing.
 func (q *commitQueue) hurry(o locktable.Owner) {
 	if t, ok := o.(*Txn); ok {
 		q.hurryTxn(t)
@@ -105,12 +108,16 @@ func (q *commitQueue) hurry(o locktable.Owner) {
 func (q *commitQueue) hurryTxn(t *Txn) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if !t.parked || !q.canBypass() {
+		return
+	}
 	i := slices.IndexFunc(q.waiting, func(w *commitWaiter) bool { return w.t == t })
-	if i < 0 || !q.waiting[i].merges || !q.canBypass() {
+	if !q.waiting[i].merges {
 		return
 	}
 	w := q.waiting[i]
 	q.waiting = slices.Delete(q.waiting, i, i+1)
+	t.parked = false
 	q.bypasses++
 	w.bypass = true
 	w.wake <- struct{}{}
@@ -163,6 +170,7 @@ func (q *commitQueue) done(bypass bool) {
 	w := q.waiting[0]
 	q.waiting[0] = nil
 	q.waiting = q.waiting[1:]
+	w.t.parked = false
 	q.start(w.merges)
 	w.lead = true
 	w.wake <- struct{}{}
@@ -215,6 +223,7 @@ func (q *commitQueue) takeGroup(lead *commitWaiter) []*commitWaiter {
 	for ; i < len(q.waiting) && size < maxGroupBytes; i++ {
 		if w := q.waiting[i]; w.merges && w.t.mode == lead.t.mode {
 			size += w.t.stagedBytes()
+			w.t.parked = false
 			group = append(group, w)
 		} else {
 			rest = append(rest, w)
