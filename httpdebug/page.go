@@ -111,12 +111,7 @@ func viewDatabase(i int, d database) databaseView {
 		})
 	}
 	holders := newHolderIndex(d.locks)
-	// Per record and mode, not per wait: its holders are listed once.
-	type waitKind struct {
-		r      record
-		shared bool
-	}
-	waitsForText := map[waitKind]string{}
+	waitsForText := map[waitKind]string{} // per record and mode, not per wait: its holders are listed once
 	for _, w := range d.waits {
 		mode := "exclusive"
 		switch {
@@ -125,7 +120,7 @@ func viewDatabase(i int, d database) databaseView {
 		case w.Shared:
 			mode = "shared"
 		}
-		kind := waitKind{waitRecord(w), w.Shared}
+		kind := kindOf(w)
 		waitsFor, ok := waitsForText[kind]
 		if !ok {
 			var owners []string
