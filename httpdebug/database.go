@@ -52,10 +52,12 @@ var waitsAndHolders = debugview.Borrow[*recordlock.Locker, recordlock.WaitInfo, 
 
 // read copies what the page shows of l's database. Past the limit it keeps the longest waits
 // (in the order they are queued, which the wait-for graph draws), then the holders those wait
-// for (of their keys, or ranges over them), read in the same visit of each shard as the waits, so that the wait-for graph
-// is whole; other holders fill the rest in the order Locks yields them, and Locks stops as soon
-// as the rows are full, having copied no more than the shards it visited. Stats is read last, and
-// the holders left out are Stats.Held less those shown: under churn, an estimate.
+// for, read in the same visit of each shard as the waits, so that the wait-for graph is whole:
+// the holders of the keys waited for and the ranges over them (the holders of keys inside a
+// waiting range that no key request waits for are not in that visit, and come from Locks); other
+// holders fill the rest in the order Locks yields them, and Locks stops as soon as the rows are
+// full, having copied no more than the shards it visited. Stats is read last, and the holders
+// left out are Stats.Held less those shown: under churn, an estimate.
 func read(name string, l *recordlock.Locker, limit int) database {
 	d := database{name: name}
 	waits, holders := waitsAndHolders(l)

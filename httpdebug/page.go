@@ -111,7 +111,8 @@ func viewDatabase(i int, d database) databaseView {
 		})
 	}
 	holders := newHolderIndex(d.locks)
-	waitsForText := map[waitKind]string{} // per record and mode, not per wait: its holders are listed once
+	// Per record and mode, not per wait: its holders are listed once.
+	waitsForText := map[waitKind]string{}
 	for _, w := range d.waits {
 		mode := "exclusive"
 		switch {
