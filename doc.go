@@ -41,9 +41,10 @@
 // conflicts with each lock of a key or range that shares a key with it, unless both are shared.
 // A Txn that holds a shared or exclusive range lock, scans the range and commits has read exactly
 // the keys the range holds when its commit lands: no phantom. Inside a Txn the keys of its range
-// need no locks of their own: [Txn.Lock] of one returns the range's handle, and Put and Delete of
-// one are protected by an exclusive range. A range lock is a [Handle] like any other (lease, Hold,
-// Fence, Done, deadlock detection) and is node-scoped.
+// need no locks of their own: [Txn.Lock] of one returns the range's handle when the range's mode
+// serves the request (an exclusive range serves both modes, a shared one shared requests), and
+// Put and Delete of one are protected by an exclusive range. A range lock is a [Handle] like any
+// other (lease, Hold, Fence, Done, deadlock detection) and is node-scoped.
 //
 // # Leases
 //

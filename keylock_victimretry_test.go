@@ -12,15 +12,12 @@ import (
 
 // The victim of a deadlock that rolls back and retries at once finds the key it gave up handed to
 // the Txn it lost to, which holds the other key of the cycle: it queues behind that Txn instead
-// of taking the key back and closing the same cycle again (docs/DESIGN.md §6). The winner locks
-// with Lock, or with LockAll, whose first key it already holds as it waits for the second.
+// of taking the key back and closing the same cycle again (docs/DESIGN.md §6). The winner holds
+// x by a lock of its own, by a range lock over it (a Txn that holds only ranges holds keys too),
+// or by LockAll, whose first key it already holds as it waits for the second.
 func TestDeadlockVictimRetryQueuesBehindWinner(t *testing.T) {
 	x, y := []byte("x"), []byte("y")
-	for _, lockAll := range []bool{false, true} {
-		name := "Lock"
-		if lockAll {
-			name = "LockAll"
-		}
+	for _, name := range []string{"Lock", "LockRange", "LockAll"} {
 		t.Run(name, func(t *testing.T) {
 			db := openDB(t)
 			_, l := manual(t, db)
@@ -30,10 +27,16 @@ func TestDeadlockVictimRetryQueuesBehindWinner(t *testing.T) {
 			_, err := victim.Lock(context.Background(), y, recordlock.Options{})
 			require.NoError(t, err)
 			var won <-chan error
-			if lockAll {
+			switch name {
+			case "LockAll":
 				c := lockAllAsync(context.Background(), winner, recordlock.Options{}, x, y)
 				won = receive(c, func(r lockAllResult) error { return r.err })
-			} else {
+			case "LockRange":
+				_, err := winner.LockRange(context.Background(), rng("w", "xx"), recordlock.Options{})
+				require.NoError(t, err)
+				c := txnLockAsync(winner, y, recordlock.Options{})
+				won = receive(c, func(r lockResult) error { return r.err })
+			default:
 				_, err := winner.Lock(context.Background(), x, recordlock.Options{})
 				require.NoError(t, err)
 				c := txnLockAsync(winner, y, recordlock.Options{})

@@ -36,8 +36,9 @@ func (o coordinatorOption) apply(c *config) { c.coord = o.c }
 // WithCoordinator sets the database's coordinator, as SetCoordinator does.
 func WithCoordinator(c Coordinator) Option { return coordinatorOption{c} }
 
-// failpoints let white-box tests stop the code at points no public call can reach. They are set
-// through an unexported Option, so production Lockers have none.
+// failpoints let white-box tests stop the code at points no public call can reach, or turn off a
+// check to show that a test catches its absence. They are set through an unexported Option, so
+// production Lockers have none.
 type failpoints struct {
 	inFence             func()      // Txn.Commit calls it inside the fences, just before the batch is written
 	beforeHoldExtension func()      // Txn.LockAll with Hold calls it once every key is live, before its Hold extensions

@@ -13,9 +13,9 @@ import (
 // Locker of the database opened, or reopened after the last one closed).
 type Stats struct {
 	// Held is the number of holders (handles) of keys and ranges now: a key held by three
-	// sharers counts three, a range lock once. A lease that ran out while nobody waited for its key, watched its handle's Done or
-	// had a release hook on it is still counted until the key or the handle is next used: a Lock
-	// of the key, a call on the handle, or Locks.
+	// sharers counts three, a range lock once. A lease that ran out while nobody waited for its
+	// key, watched its handle's Done or had a release hook on it is still counted until the key
+	// or the handle is next used: a Lock of the key, a call on the handle, or Locks.
 	Held int
 	// Waiting is the number of Lock calls and upgrades queued now for a busy key, each counted
 	// once the timers its wait needs (its timeout, the holder's lease end) are armed and, for a

@@ -208,9 +208,9 @@ func (t *Txn) lock(ctx context.Context, cf uint32, key []byte, opts Options) (*H
 	return h, nil
 }
 
-// holdsAny reports whether t holds a lock now, of a key (looking from its latest) or a range. A wait of t for another
-// key is then handed that key directly when it frees, never passed by a newcomer (docs/DESIGN.md
-// §6): whoever waits for t's keys waits for that wait too.
+// holdsAny reports whether t holds a lock now, of a key (looking from its latest) or a range. A
+// wait of t for another key is then handed that key directly when it frees, never passed by a
+// newcomer (docs/DESIGN.md §6): whoever waits for t's keys waits for that wait too.
 func (t *Txn) holdsAny() bool {
 	for i := len(t.locks.items) - 1; i >= 0; i-- {
 		if !t.locks.items[i].h.dead() {
@@ -292,10 +292,9 @@ func (t *Txn) wantsCluster(r Resolved) bool {
 //
 // A Get of a key this Txn holds, by its own lock or inside a range lock, whose lease has ended
 // (lapsed or revoked) fails with ErrLeaseExpired rather than return a value no lock protects any
-// more; a key the Txn released
-// (a Release that returned true), or never locked, reads unprotected. It fails with
-// ErrInvalidKey for an empty key, ErrTxnDone once the Txn ended, ErrClosed once the Locker is
-// closed, and with the RocksDB error, wrapped, when the read fails.
+// more; a key the Txn released (a Release that returned true), or never locked, reads
+// unprotected. It fails with ErrInvalidKey for an empty key, ErrTxnDone once the Txn ended,
+// ErrClosed once the Locker is closed, and with the RocksDB error, wrapped, when the read fails.
 func (t *Txn) Get(key []byte) ([]byte, error) { return t.get(nil, key) }
 
 // GetCF is Get of key in column family cf (nil: the default column family). A cf that cannot be
@@ -358,17 +357,23 @@ func (t *Txn) Rollback() {
 // end ends the Txn: it drops the staged writes and releases non-hold locks.
 func (t *Txn) end() {
 	t.done = true
-	for _, x := range t.locks.items {
-		// A released or expired handle has nothing to give back (Commit may have released it).
-		if !x.h.dead() && !x.h.Hold() {
-			x.h.Release()
-		}
-		x.h.disown() // a held lock outlives the Txn with no owner
-	}
+	endLocks(t.locks.items)
 	if rs := t.ranges(); rs != nil {
-		rs.end()
+		endLocks(rs.items)
 	}
 	t.locks = keyList[txnLock]{}
 	t.writes = keyList[stagedWrite]{}
 	t.rare = nil
+}
+
+// endLocks releases the locks of an ending Txn that were not taken with Hold, and disowns them
+// all: a held lock outlives the Txn with no owner.
+func endLocks(items []txnLock) {
+	for _, x := range items {
+		// A released or expired handle has nothing to give back (Commit may have released it).
+		if !x.h.dead() && !x.h.Hold() {
+			x.h.Release()
+		}
+		x.h.disown()
+	}
 }

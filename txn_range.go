@@ -107,17 +107,6 @@ func (t *Txn) lockInRange(ctx context.Context, req lockRequest, opts Options) (*
 	return nil, nil
 }
 
-// end releases the ranges of an ending Txn that were not taken with Hold, and disowns them all,
-// as Txn.end does its key locks.
-func (s *txnRanges) end() {
-	for _, x := range s.items {
-		if !x.h.dead() && !x.h.Hold() {
-			x.h.Release()
-		}
-		x.h.disown()
-	}
-}
-
 // find returns the position of the current handle of range r in column family cf, or -1.
 func (s *txnRanges) find(cf uint32, r Range) int {
 	for i := len(s.items) - 1; i >= 0; i-- {
@@ -131,12 +120,7 @@ func (s *txnRanges) find(cf uint32, r Range) int {
 // current reports whether items[i] is the latest handle of its range.
 func (s *txnRanges) current(i int) bool {
 	h := s.items[i].h
-	for _, x := range s.items[i+1:] {
-		if x.h.hold.CF() == h.hold.CF() && bytes.Equal(x.h.key(), h.key()) && bytes.Equal(x.h.hold.RangeEnd(), h.hold.RangeEnd()) {
-			return false
-		}
-	}
-	return true
+	return s.find(h.hold.CF(), Range{Start: h.key(), End: h.hold.RangeEnd()}) == i
 }
 
 // sameRange reports whether h locks exactly r: the same Start, and the same End or both none.

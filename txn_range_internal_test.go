@@ -66,3 +66,35 @@ func TestTxnWithoutRangesHasNone(t *testing.T) {
 	assert.Nil(t, txn.rare)
 	assert.Nil(t, txn.ranges())
 }
+
+// A range locked again after its lease lapsed gets a new handle, which becomes the range's
+// current one: the lapsed handle no longer fails Get, Scan or Commit, as a key locked again after
+// a lapse does not.
+func TestTxnRangeRelockedAfterLapse(t *testing.T) {
+	db := tempdb.New(t)
+	clk := NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	l := newTestLocker(t, db, clk)
+	ctx := context.Background()
+	txn := l.Begin()
+	defer txn.Rollback()
+	r := Range{Start: []byte("a"), End: []byte("c")}
+	lapsed, err := txn.LockRange(ctx, r, Options{Lease: MinLease})
+	require.NoError(t, err)
+	clk.Advance(MinLease)
+	require.True(t, lapsed.IsLeaseExpired())
+	_, err = txn.Get([]byte("b"))
+	require.ErrorIs(t, err, ErrLeaseExpired, "while the lapsed handle is the range's current one")
+
+	h, err := txn.LockRange(ctx, r, Options{})
+	require.NoError(t, err)
+	require.NotSame(t, lapsed, h, "a lapsed range is locked anew")
+	assert.False(t, txn.ranges().current(0), "the lapsed handle")
+	assert.True(t, txn.ranges().current(1), "the new handle")
+	_, err = txn.Get([]byte("b"))
+	require.NoError(t, err)
+	require.NoError(t, txn.Scan(r, func(_, _ []byte) error { return nil }))
+	require.NoError(t, txn.Put([]byte("b"), []byte("v")))
+	require.NoError(t, txn.Commit())
+	assert.Equal(t, []byte("v"), DBGet(t, db, "b"))
+	assert.True(t, l.tab.Empty(), "nothing is left locked or queued")
+}

@@ -12,10 +12,6 @@ import (
 	"github.com/recordlock/recordlock"
 )
 
-// withoutRangeConflicts is the Locker option, of the test binary only, under which ranges conflict
-// with nothing: the phantom tests show that they catch its absence.
-var withoutRangeConflicts = recordlock.WithoutRangeConflicts
-
 // A Txn that holds a range, shared or exclusive, and counts it, keeps every insert and delete in
 // the range waiting until it commits: the count it commits is the count of the range when it
 // lands. Ordered by the table's own queue (Locker.Waits), on a ManualClock: no sleeps, no timing.
@@ -126,7 +122,7 @@ func TestStressNoPhantomUnderSharedRange(t *testing.T) {
 func TestStressPhantomCaughtWithoutRangeConflicts(t *testing.T) {
 	const phantomAttempts = 5
 	for i := range phantomAttempts {
-		db, _ := runPhantomWorkload(t, phantomWorkload{counters: 4, counts: 200, mutators: 4}, withoutRangeConflicts())
+		db, _ := runPhantomWorkload(t, phantomWorkload{counters: 4, counts: 200, mutators: 4}, recordlock.WithoutRangeConflicts())
 		_, err := replayPhantoms(db)
 		var pe *phantomError
 		if errors.As(err, &pe) {

@@ -166,7 +166,8 @@ func TestTxnWritesUnderExclusiveRange(t *testing.T) {
 }
 
 // Under a shared range only, Put and Delete fail with ErrNotLocked saying it is held shared, and
-// stage nothing, even with AllowUnlockedWrites; the upgraded range authorizes them.
+// stage nothing, even with AllowUnlockedWrites; with a key lock that ended, its error; the
+// upgraded range authorizes them.
 func TestTxnWriteUnderSharedRangeRefused(t *testing.T) {
 	db := openDB(t)
 	_, l := manual(t, db)
@@ -188,6 +189,10 @@ func TestTxnWriteUnderSharedRangeRefused(t *testing.T) {
 		v, err := txn.Get([]byte("b"))
 		require.NoError(t, err)
 		assert.Equal(t, "committed", string(v), "nothing was staged")
+		k, err := txn.Lock(ctx, []byte("b"), node)
+		require.NoError(t, err)
+		require.True(t, k.Release())
+		require.ErrorIs(t, txn.Put([]byte("b"), []byte("new")), recordlock.ErrReleased, "the key lock's error comes first")
 		_, err = txn.LockRange(ctx, rng("a", "c"), node)
 		require.NoError(t, err)
 		require.NoError(t, txn.Put([]byte("b"), []byte("new")))

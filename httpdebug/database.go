@@ -37,17 +37,27 @@ func waitRecord(i recordlock.WaitInfo) record {
 	return record{i.ColumnFamilyID, string(i.Key), i.IsRange, string(i.RangeEnd)}
 }
 
+// waitKind is what decides which holders a wait waits for (holderIndex.of): its record and mode.
+type waitKind struct {
+	r      record
+	shared bool
+}
+
+func kindOf(w recordlock.WaitInfo) waitKind { return waitKind{waitRecord(w), w.Shared} }
+
 // waitsAndHolders is the view package recordlock lends this package (see debugview): every
 // request queued in a database and the holders of the keys they wait for, in one visit of each
 // shard.
 var waitsAndHolders = debugview.Borrow[*recordlock.Locker, recordlock.WaitInfo, recordlock.LockInfo]()
 
 // read copies what the page shows of l's database. Past the limit it keeps the longest waits
-// (in the order they are queued, which the wait-for graph draws), then the holders of the keys
-// those wait for, read in the same visit of each shard as the waits, so that the wait-for graph
-// is whole; other holders fill the rest in the order Locks yields them, and Locks stops as soon
-// as the rows are full, having copied no more than the shards it visited. Stats is read last, and the holders left out are Stats.Held less those
-// shown: under churn, an estimate.
+// (in the order they are queued, which the wait-for graph draws), then the holders those wait
+// for, read in the same visit of each shard as the waits, so that the wait-for graph is whole:
+// the holders of the keys waited for and the ranges over them (the holders of keys inside a
+// waiting range that no key request waits for are not in that visit, and come from Locks); other
+// holders fill the rest in the order Locks yields them, and Locks stops as soon as the rows are
+// full, having copied no more than the shards it visited. Stats is read last, and the holders
+// left out are Stats.Held less those shown: under churn, an estimate.
 func read(name string, l *recordlock.Locker, limit int) database {
 	d := database{name: name}
 	waits, holders := waitsAndHolders(l)
@@ -73,15 +83,27 @@ func read(name string, l *recordlock.Locker, limit int) database {
 	}
 	d.waits = waits
 
-	waited := make(map[record]bool, len(waits))
+	// The holders the kept waits wait for, as the page and the graph join them (holderIndex,
+	// which wants them in the order of d.locks): a holder of a key waited for, or a range over
+	// it. Once per record and mode, as the page lists them, so many waits on a key of many
+	// sharers stay cheap.
+	slices.SortFunc(holders, byRecord)
+	index := newHolderIndex(holders)
+	waited := make([]bool, len(holders))
+	seen := make(map[waitKind]bool, len(waits))
 	for _, w := range waits {
-		waited[waitRecord(w)] = true
+		if k := kindOf(w); !seen[k] {
+			seen[k] = true
+			for _, i := range index.of(w) {
+				waited[i] = true
+			}
+		}
 	}
 	listed := make(map[record]bool, len(waits))
 	complete := true
-	for _, h := range holders {
+	for i, h := range holders {
 		r := lockRecord(h)
-		if !waited[r] {
+		if !waited[i] {
 			continue
 		}
 		if len(d.locks) == limit {
@@ -108,12 +130,16 @@ func read(name string, l *recordlock.Locker, limit int) database {
 		d.locksOmitted = max(1, d.stats.Held-len(d.locks))
 	}
 
-	slices.SortFunc(d.locks, func(a, b recordlock.LockInfo) int {
-		return cmp.Or(cmp.Compare(a.ColumnFamilyID, b.ColumnFamilyID), bytes.Compare(a.Key, b.Key),
-			cmp.Compare(a.AcquiredAt, b.AcquiredAt))
-	})
+	slices.SortFunc(d.locks, byRecord)
 	slices.SortStableFunc(d.waits, func(a, b recordlock.WaitInfo) int {
 		return cmp.Or(cmp.Compare(a.ColumnFamilyID, b.ColumnFamilyID), bytes.Compare(a.Key, b.Key))
 	})
 	return d
+}
+
+// byRecord orders holders by column family, key and when they were taken: the order of
+// database.locks.
+func byRecord(a, b recordlock.LockInfo) int {
+	return cmp.Or(cmp.Compare(a.ColumnFamilyID, b.ColumnFamilyID), bytes.Compare(a.Key, b.Key),
+		cmp.Compare(a.AcquiredAt, b.AcquiredAt))
 }

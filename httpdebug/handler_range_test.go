@@ -2,6 +2,7 @@ package httpdebug_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -81,4 +82,42 @@ func TestRangesShown(t *testing.T) {
 	keyer.Rollback()
 	require.True(t, unbounded.Release())
 	require.NoError(t, done(t, rangeWaits))
+}
+
+// Past the limit, the holders the kept waits wait for are listed first even when one is a range
+// over the key waited for, so that the graph still joins the wait to its holder. (The range is in
+// a column family other than the default one, whose key holders Locks may yield first.)
+func TestLimitListsRangeHolderFirst(t *testing.T) {
+	db, cf := openDB(t)
+	_, l := manual(t, db)
+	ctx := context.Background()
+	for i := range 20 {
+		_, err := l.TryLock(fmt.Appendf(nil, "z%02d", i), recordlock.Options{})
+		require.NoError(t, err)
+	}
+	ranger := txnNamed(t, l, "ranger")
+	_, err := ranger.LockRangeCF(ctx, cf, recordlock.Range{Start: []byte("a"), End: []byte("c")}, recordlock.Options{})
+	require.NoError(t, err)
+	waits := waitFor(t, l, 1, func() error {
+		h, err := l.LockCF(ctx, cf, []byte("b"), recordlock.Options{})
+		if err == nil {
+			h.Release()
+		}
+		return err
+	})
+	h := httpdebug.Handler(map[string]*recordlock.Locker{"orders": l})
+
+	d := getJSON(t, h, "/?format=json&limit=1").Databases[0]
+	require.Len(t, d.Locks, 1)
+	assert.Equal(t, "a", d.Locks[0].Key, "the range over b, which the wait waits for")
+	assert.True(t, d.Locks[0].IsRange)
+	assert.Equal(t, cf.ID(), d.Locks[0].ColumnFamilyID)
+	assert.Equal(t, 20, *d.LocksOmitted)
+	_, _, page := get(t, h, http.MethodGet, "/?limit=1")
+	svg := section(t, page, "<svg", "</svg>")
+	assert.Equal(t, 0, strings.Count(svg, `<g class="node key">`), "the wait's holder is listed")
+	assert.Contains(t, svg, "<title>a Lock outside any Txn waits for Txn ranger on key b in column family")
+
+	ranger.Rollback()
+	require.NoError(t, done(t, waits))
 }

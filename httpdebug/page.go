@@ -112,10 +112,6 @@ func viewDatabase(i int, d database) databaseView {
 	}
 	holders := newHolderIndex(d.locks)
 	// Per record and mode, not per wait: its holders are listed once.
-	type waitKind struct {
-		r      record
-		shared bool
-	}
 	waitsForText := map[waitKind]string{}
 	for _, w := range d.waits {
 		mode := "exclusive"
@@ -125,7 +121,7 @@ func viewDatabase(i int, d database) databaseView {
 		case w.Shared:
 			mode = "shared"
 		}
-		kind := waitKind{waitRecord(w), w.Shared}
+		kind := kindOf(w)
 		waitsFor, ok := waitsForText[kind]
 		if !ok {
 			var owners []string
