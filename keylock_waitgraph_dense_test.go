@@ -26,7 +26,10 @@ import (
 func TestDeadlockStressDenseMixedModes(t *testing.T) {
 	db := openDB(t)
 	l := newLocker(t, db)
-	const keys, workers, commitsEach = 20, 10, 8
+	// Each worker commits commitsEach Txns, and goes on until the workers have met a deadlock:
+	// without the race detector's slowdown, eight commits each can all pass without one. A bound
+	// on attempts ends a run that never meets one, which then fails below.
+	const keys, workers, commitsEach, maxAttempts = 20, 10, 8, 1000
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	var readers, writers [keys]atomic.Int32
@@ -37,7 +40,7 @@ func TestDeadlockStressDenseMixedModes(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			r := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
-			for attempt, commits := 0, 0; commits < commitsEach && ctx.Err() == nil; attempt++ {
+			for attempt, commits := 0, 0; (commits < commitsEach || deadlocks.Load() == 0) && attempt < maxAttempts && ctx.Err() == nil; attempt++ {
 				txn, err := l.BeginTx(recordlock.TxnOptions{Name: fmt.Sprintf("w%d-%d", w, attempt)})
 				if !assert.NoError(t, err) {
 					return
