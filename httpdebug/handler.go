@@ -8,8 +8,9 @@
 //
 // The output is bounded: at most 1,000 holders and 1,000 waits per database (?limit=N lowers
 // it), with the number left out. Past the limit the longest waits are kept, and the holders of
-// the keys they wait for are listed first, so that the graph stays whole; other holders fill the
-// remaining rows in no particular order. Rows are shown sorted by column family and key. Reading
+// the keys they wait for, and of the ranges over those keys, are listed first, so that the graph
+// keeps their edges (a waiting range's holders of keys inside it that no key request waits for
+// are not among them); other holders fill the remaining rows in no particular order. Rows are shown sorted by column family and key. Reading
 // a database takes each of its table's shards' mutexes only to copy rows, as Locks and Waits do,
 // and does not copy every holder of a database that holds millions.
 //
