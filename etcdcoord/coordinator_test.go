@@ -379,13 +379,21 @@ func TestMintedBeforeRequest(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, h.Release())
 
-	n.reqs.mu.Lock()
-	n.reqs.onRequest = func(method string) {
-		if method == "/etcdserverpb.KV/Txn" {
+	// Each Txn request takes a second. The etcd client resends a request that etcd failed with
+	// a context error while the caller's context is live (a proposal that waited past etcd's
+	// request timeout on a loaded host); its attempts pass the hook with one req, and are one
+	// request that takes a second, as the round's mint before it sees them.
+	var mu sync.Mutex
+	var sent any
+	n.reqs.setHook(func(_ context.Context, method string, req any, invoke func() error) error {
+		mu.Lock()
+		if method == txnMethod && req != sent {
+			sent = req
 			clk.Advance(time.Second)
 		}
-	}
-	n.reqs.mu.Unlock()
+		mu.Unlock()
+		return invoke()
+	})
 	before := n.l.Timestamp()
 	h, err = n.l.Lock(ctx, []byte("k"), cluster(5*time.Second, 10*time.Second))
 	require.NoError(t, err)
