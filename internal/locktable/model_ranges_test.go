@@ -1,7 +1,6 @@
 package locktable
 
 import (
-	"fmt"
 	"slices"
 
 	"pgregory.net/rapid"
@@ -50,7 +49,7 @@ func (m *modelRun) rangeQueuedInTable(r *mReq) bool {
 	defer sh.mu.Unlock()
 	for _, it := range sp.queue {
 		if w := it.w; w.h == r.h || w.upgrade == r.h {
-			return w.counted && !w.recheck && !w.checking && w.state == waitQueued
+			return asleep(w)
 		}
 	}
 	return false
@@ -64,36 +63,28 @@ func (m *modelRun) compareRanges(rt *rapid.T) {
 		var hs []string
 		sp.ranges.meeting(nil, nil, func(it *rangeItem) bool {
 			if it.w == nil && it.h.dueAt() > m.now {
-				hs = append(hs, fmt.Sprintf("%p/%v", it.h, it.h.flags()&FlagShared != 0))
+				hs = append(hs, holderName(it.h, it.h.flags()&FlagShared != 0))
 			}
 			return true
 		})
 		slices.Sort(hs)
 		got = append(got, hs...)
 		for _, it := range sp.queue {
-			if w := it.w; w.upgrade != nil {
-				got = append(got, fmt.Sprintf("up %p", w.upgrade))
-			} else {
-				got = append(got, fmt.Sprintf("q %p/%v", w.h, w.shared))
-			}
+			got = append(got, waiterName(it.w))
 		}
 		sh.mu.Unlock()
 	}
 	var hs []string
 	for _, h := range m.holds {
 		if h.target >= modelKeys {
-			hs = append(hs, fmt.Sprintf("%p/%v", h.h, h.shared))
+			hs = append(hs, holderName(h.h, h.shared))
 		}
 	}
 	slices.Sort(hs)
 	want = append(want, hs...)
 	for _, r := range m.queue {
-		switch {
-		case r.target < modelKeys:
-		case r.up != nil:
-			want = append(want, fmt.Sprintf("up %p", r.h))
-		default:
-			want = append(want, fmt.Sprintf("q %p/%v", r.h, r.shared))
+		if r.target >= modelKeys {
+			want = append(want, r.name())
 		}
 	}
 	if !slices.Equal(got, want) {
