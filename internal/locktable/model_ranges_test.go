@@ -6,23 +6,8 @@ import (
 	"pgregory.net/rapid"
 )
 
-// The model check's view of range locks in the table (model_test.go): how a range request is
-// made, and how the table's range holders and queued range requests are read to compare them
-// with the model.
-
-// newRangeHold returns a hold of the check's tenant for the range s, on behalf of owner.
-func (m *modelRun) newRangeHold(owner Owner, s mSpan, shared bool) *Hold {
-	var f uint32
-	if shared {
-		f |= FlagShared
-	}
-	h := &Hold{}
-	h.InitRange(&m.l.ten, 0, s.start, s.end, f)
-	if owner != nil {
-		h.SetOwner(owner)
-	}
-	return h
-}
+// The model check's view of range locks in the table (model_test.go): how the table's range
+// holders and queued range requests are read to compare them with the model.
 
 // rangeSpaceLocked takes the mutex of the home shard of column family 0 and returns it with the
 // column family's range space, or returns nil while it has had no range lock.
