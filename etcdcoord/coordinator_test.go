@@ -381,17 +381,20 @@ func TestMintedBeforeRequest(t *testing.T) {
 
 	// Each Txn request takes a second. The etcd client resends a request that etcd failed with
 	// a context error while the caller's context is live (a proposal that waited past etcd's
-	// request timeout on a loaded host); its attempts pass the hook with one req, and are one
-	// request that takes a second, as the round's mint before it sees them.
+	// request timeout on a loaded host): its attempts reach the hook with the same req and count
+	// as one request, which the round's mint precedes as it precedes them all.
 	var mu sync.Mutex
 	var sent any
 	n.reqs.setHook(func(_ context.Context, method string, req any, invoke func() error) error {
 		mu.Lock()
-		if method == txnMethod && req != sent {
+		fresh := method == txnMethod && req != sent
+		if fresh {
 			sent = req
-			clk.Advance(time.Second)
 		}
 		mu.Unlock()
+		if fresh {
+			clk.Advance(time.Second)
+		}
 		return invoke()
 	})
 	before := n.l.Timestamp()
