@@ -205,7 +205,7 @@ func heldKeys(n int) [][]byte {
 // had a range lock before the held locks are taken, in either case.
 func heldLocker(b *testing.B, keys [][]byte, n int, ranges bool) *recordlock.Locker {
 	b.Helper()
-	l := lockerOn(b, emptyDB(b))
+	l := lockerOn(b, tempdb.New(b))
 	ctx := context.Background()
 	// The column family's first range lock moves its key locks to the range order, once: taken
 	// and released here, it keeps that move out of the timed loop (and the keys go there at once).
@@ -243,15 +243,4 @@ func benchLockRelease(b *testing.B, lock func(j int) (*recordlock.Handle, error)
 		}
 		h.Release()
 	}
-}
-
-// emptyDB opens a new empty database, closed when tb's run ends.
-func emptyDB(tb testing.TB) *grocksdb.DB {
-	tb.Helper()
-	db, err := tempdb.OpenAt(tb.TempDir())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(db.Close)
-	return db
 }

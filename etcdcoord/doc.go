@@ -80,23 +80,22 @@
 // Askers are served in turn: while one node's recall is pending, no other node creates the
 // delegation.
 //
-// A key that another node wanted or held within the linger period (a recall was sent or
-// received, and since then the watch has seen another node's delegation of it) is handed back
-// as soon as this node's last holder releases it, as etcd's Mutex deletes its key on Unlock.
-// The hand-back runs in a goroutine of the coordinator, as a recall's does: the released
-// admissions are revoked first, so a write staged before Release is fenced, a Fence in flight
-// holds it up no longer than the node trusts its etcd lease, and a recall that arrives meanwhile
-// gets the key handed over. The Release waits for etcd's confirmation at most 50 ms, so that a
-// Lock made next on another node usually finds the key free; once such a wait runs out, no
-// Release waits until a hand-back is confirmed again. So a Locker's Close waits at most 50 ms
-// for each contended key it releases, and 50 ms in all while etcd does not answer; a Txn's
-// Commit holds its other keys' fences at most 50 ms while its last key's hand-back is sent. Nodes that take turns on a key
-// then pay one Txn per Lock and one per Release, with no recall; a Lock that races the hand-back
-// recalls the key and is admitted once the hand-back lands. A key no other node wants stays
-// delegated, and so does one that this node wanted again while such a hand-back was in flight,
-// for the linger period: its goroutines that queue for the key then pass it on without a
-// request, and a Lock that finds the hand-back in flight waits for it and creates a new
-// delegation.
+// A key that another node wanted or held within the linger period (a recall was sent or received,
+// and since then the watch has seen another node's delegation of it) is handed back as soon as this
+// node's last holder releases it, as etcd's Mutex deletes its key on Unlock. The hand-back runs in
+// a goroutine of the coordinator, as a recall's does: the released admissions are revoked first, so
+// a write staged before Release is fenced, a Fence in flight holds it up no longer than the node
+// trusts its etcd lease, and a recall that arrives meanwhile gets the key handed over. The Release
+// waits for etcd's confirmation at most 50 ms, so that a Lock made next on another node usually
+// finds the key free; once such a wait runs out, no Release waits until a hand-back is confirmed
+// again. So a Locker's Close waits at most 50 ms for each contended key it releases, and 50 ms in
+// all while etcd does not answer; a Txn's Commit holds its other keys' fences at most 50 ms while
+// its last key's hand-back is sent. Nodes that take turns on a key then pay one Txn per Lock and
+// one per Release, with no recall; a Lock that races the hand-back recalls the key and is admitted
+// once the hand-back lands. A key no other node wants stays delegated, and so does one that this
+// node wanted again while such a hand-back was in flight, for the linger period: its goroutines
+// that queue for the key then pass it on without a request, and a Lock that finds the hand-back in
+// flight waits for it and creates a new delegation.
 //
 // A delegation keeps the admissions it may have to revoke: the live one and at most
 // RetainedPerKey released ones whose lease has not ended. When one more released admission

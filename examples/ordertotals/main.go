@@ -168,6 +168,7 @@ func commitTotal(l *recordlock.Locker, key []byte, unlocked bool) error {
 type replay struct {
 	orders, totals int64
 	last           string // the last total, as committed
+	count, sum     int64  // of the orders of customer 7 so far
 }
 
 // checkLog replays every commit of db in the order it landed, keeping the orders of customer 7,
@@ -179,44 +180,45 @@ func checkLog(db *grocksdb.DB) (replay, error) {
 		return r, err
 	}
 	defer it.Destroy()
-	var count, sum int64 // of the orders of customer 7 so far
 	for ; it.Valid(); it.Next() {
 		batch, seq := it.GetBatch()
-		records := batch.NewIterator()
-		for records.Next() {
-			rec := records.Record()
-			if rec.Type != grocksdb.WriteBatchValueRecord {
-				err = fmt.Errorf("sequence number %d: a record of type %d, which no Txn here writes", seq, rec.Type)
-				break
-			}
-			switch {
-			case bytes.HasPrefix(rec.Key, []byte("total/")):
-				want := fmt.Sprintf("%d %d", count, sum)
-				if string(rec.Value) != want {
-					err = fmt.Errorf("total %s at sequence number %d is %q (orders, sum), but customer 7 had %q when it landed: a phantom",
-						rec.Key, seq, rec.Value, want)
-				}
-				r.totals++
-				r.last = string(rec.Value)
-			case bytes.HasPrefix(rec.Key, customer7):
-				amount, perr := strconv.ParseInt(string(rec.Value), 10, 64)
-				err = perr
-				count, sum = count+1, sum+amount
-				r.orders++
-			default:
-				r.orders++
-			}
-			if err != nil {
-				break
-			}
-		}
-		err = errors.Join(err, records.Error())
+		err := r.apply(batch, seq)
 		batch.Destroy()
 		if err != nil {
 			return r, err
 		}
 	}
 	return r, it.Err()
+}
+
+// apply replays the records of batch, which landed at sequence number seq.
+func (r *replay) apply(batch *grocksdb.WriteBatch, seq uint64) error {
+	records := batch.NewIterator()
+	for records.Next() {
+		rec := records.Record()
+		if rec.Type != grocksdb.WriteBatchValueRecord {
+			return fmt.Errorf("sequence number %d: a record of type %d, which no Txn here writes", seq, rec.Type)
+		}
+		switch {
+		case bytes.HasPrefix(rec.Key, []byte("total/")):
+			if want := fmt.Sprintf("%d %d", r.count, r.sum); string(rec.Value) != want {
+				return fmt.Errorf("total %s at sequence number %d is %q (orders, sum), but customer 7 had %q when it landed: a phantom",
+					rec.Key, seq, rec.Value, want)
+			}
+			r.totals++
+			r.last = string(rec.Value)
+		case bytes.HasPrefix(rec.Key, customer7):
+			amount, err := strconv.ParseInt(string(rec.Value), 10, 64)
+			if err != nil {
+				return err
+			}
+			r.count, r.sum = r.count+1, r.sum+amount
+			r.orders++
+		default:
+			r.orders++
+		}
+	}
+	return records.Error()
 }
 
 // openTempDB opens a new RocksDB database in a fresh temporary directory named with prefix. The

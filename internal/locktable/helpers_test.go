@@ -1,6 +1,7 @@
 package locktable
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"slices"
@@ -100,8 +101,8 @@ func (l *testLocker) Close() error {
 	return nil
 }
 
-// newHold returns a hold of l for key, with o's flags, on behalf of owner (nil for none).
-func (l *testLocker) newHold(key []byte, o testOptions, owner Owner) *Hold {
+// flags are the hold flags o asks for.
+func (o testOptions) flags() uint32 {
 	var f uint32
 	if o.OwnerHolds {
 		f = FlagOwnerHolds
@@ -112,8 +113,13 @@ func (l *testLocker) newHold(key []byte, o testOptions, owner Owner) *Hold {
 	if o.Hold {
 		f |= FlagHold
 	}
+	return f
+}
+
+// newHold returns a hold of l for key, with o's flags, on behalf of owner (nil for none).
+func (l *testLocker) newHold(key []byte, o testOptions, owner Owner) *Hold {
 	h := &Hold{}
-	h.Init(&l.ten, 0, key, f)
+	h.Init(&l.ten, 0, key, o.flags())
 	if owner != nil {
 		h.SetOwner(owner)
 	}
@@ -128,13 +134,7 @@ func (l *testLocker) acquire(ctx context.Context, key []byte, o testOptions, own
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	lease, timeout := o.Lease, o.Timeout
-	if lease == 0 {
-		lease = defaultLease
-	}
-	if timeout == 0 {
-		timeout = defaultTimeout
-	}
+	lease, timeout := cmp.Or(o.Lease, defaultLease), cmp.Or(o.Timeout, defaultTimeout)
 	h := l.newHold(key, o, owner)
 	h.SetAskedLease(lease)
 	if _, err := h.Acquire(ctx, lease, timeout, wait, false); err != nil {

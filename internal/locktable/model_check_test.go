@@ -92,11 +92,38 @@ func (m *modelRun) queuedInTable(r *mReq) bool {
 	}
 	for w := e.head; w != nil; w = w.next {
 		if w.h == r.h || w.upgrade == r.h {
-			return w.counted && !w.recheck && !w.checking && w.state == waitQueued
+			return asleep(w)
 		}
 	}
 	return false
 }
+
+// asleep reports whether w is queued, counted, asleep: its deadlock check done.
+func asleep(w *waiter) bool {
+	return w.counted && !w.recheck && !w.checking && w.state == waitQueued
+}
+
+// holderName and queuedName print a holder and a queued request as compare matches them: by
+// handle and mode, the upgrade of a hold by the hold.
+func holderName(h *Hold, shared bool) string { return fmt.Sprintf("%p/%v", h, shared) }
+
+func queuedName(h *Hold, upgrade, shared bool) string {
+	if upgrade {
+		return fmt.Sprintf("up %p", h)
+	}
+	return fmt.Sprintf("q %p/%v", h, shared)
+}
+
+// waiterName is queuedName of the table's request w.
+func waiterName(w *waiter) string {
+	if w.upgrade != nil {
+		return queuedName(w.upgrade, true, false)
+	}
+	return queuedName(w.h, false, w.shared)
+}
+
+// name is queuedName of the model's request r.
+func (r *mReq) name() string { return queuedName(r.h, r.up != nil, r.shared) }
 
 // compare requires the table's holders and queues to be the model's, in order and mode. A holder
 // whose lease has passed counts as gone, as it is for everyone who looks.
@@ -111,32 +138,24 @@ func (m *modelRun) compare(rt *rapid.T) {
 			var hs []string
 			for _, h := range e.appendHolders(nil) {
 				if h.dueAt() > m.now {
-					hs = append(hs, fmt.Sprintf("%p/%v", h, h.flags()&FlagShared != 0))
+					hs = append(hs, holderName(h, h.flags()&FlagShared != 0))
 				}
 			}
 			slices.Sort(hs)
 			got = append(got, hs...)
 			for w := e.head; w != nil; w = w.next {
-				if w.upgrade != nil {
-					got = append(got, fmt.Sprintf("up %p", w.upgrade))
-				} else {
-					got = append(got, fmt.Sprintf("q %p/%v", w.h, w.shared))
-				}
+				got = append(got, waiterName(w))
 			}
 		}
 		sh.mu.Unlock()
 		var hs []string
 		for _, h := range m.keyHolders(k) {
-			hs = append(hs, fmt.Sprintf("%p/%v", h.h, h.shared))
+			hs = append(hs, holderName(h.h, h.shared))
 		}
 		slices.Sort(hs)
 		want = append(want, hs...)
 		for _, r := range m.keyQueue(k) {
-			if r.up != nil {
-				want = append(want, fmt.Sprintf("up %p", r.h))
-			} else {
-				want = append(want, fmt.Sprintf("q %p/%v", r.h, r.shared))
-			}
+			want = append(want, r.name())
 		}
 		if !slices.Equal(got, want) {
 			rt.Fatalf("key %s: the table has %v, the model %v\n%s", key, got, want, m.describe())

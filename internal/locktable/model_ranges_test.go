@@ -1,29 +1,13 @@
 package locktable
 
 import (
-	"fmt"
 	"slices"
 
 	"pgregory.net/rapid"
 )
 
-// The model check's view of range locks in the table (model_test.go): how a range request is
-// made, and how the table's range holders and queued range requests are read to compare them
-// with the model.
-
-// newRangeHold returns a hold of the check's tenant for the range s, on behalf of owner.
-func (m *modelRun) newRangeHold(owner Owner, s mSpan, shared bool) *Hold {
-	var f uint32
-	if shared {
-		f |= FlagShared
-	}
-	h := &Hold{}
-	h.InitRange(&m.l.ten, 0, s.start, s.end, f)
-	if owner != nil {
-		h.SetOwner(owner)
-	}
-	return h
-}
+// The model check's view of range locks in the table (model_test.go): how the table's range
+// holders and queued range requests are read to compare them with the model.
 
 // rangeSpaceLocked takes the mutex of the home shard of column family 0 and returns it with the
 // column family's range space, or returns nil while it has had no range lock.
@@ -50,7 +34,7 @@ func (m *modelRun) rangeQueuedInTable(r *mReq) bool {
 	defer sh.mu.Unlock()
 	for _, it := range sp.queue {
 		if w := it.w; w.h == r.h || w.upgrade == r.h {
-			return w.counted && !w.recheck && !w.checking && w.state == waitQueued
+			return asleep(w)
 		}
 	}
 	return false
@@ -64,36 +48,28 @@ func (m *modelRun) compareRanges(rt *rapid.T) {
 		var hs []string
 		sp.ranges.meeting(nil, nil, func(it *rangeItem) bool {
 			if it.w == nil && it.h.dueAt() > m.now {
-				hs = append(hs, fmt.Sprintf("%p/%v", it.h, it.h.flags()&FlagShared != 0))
+				hs = append(hs, holderName(it.h, it.h.flags()&FlagShared != 0))
 			}
 			return true
 		})
 		slices.Sort(hs)
 		got = append(got, hs...)
 		for _, it := range sp.queue {
-			if w := it.w; w.upgrade != nil {
-				got = append(got, fmt.Sprintf("up %p", w.upgrade))
-			} else {
-				got = append(got, fmt.Sprintf("q %p/%v", w.h, w.shared))
-			}
+			got = append(got, waiterName(it.w))
 		}
 		sh.mu.Unlock()
 	}
 	var hs []string
 	for _, h := range m.holds {
 		if h.target >= modelKeys {
-			hs = append(hs, fmt.Sprintf("%p/%v", h.h, h.shared))
+			hs = append(hs, holderName(h.h, h.shared))
 		}
 	}
 	slices.Sort(hs)
 	want = append(want, hs...)
 	for _, r := range m.queue {
-		switch {
-		case r.target < modelKeys:
-		case r.up != nil:
-			want = append(want, fmt.Sprintf("up %p", r.h))
-		default:
-			want = append(want, fmt.Sprintf("q %p/%v", r.h, r.shared))
+		if r.target >= modelKeys {
+			want = append(want, r.name())
 		}
 	}
 	if !slices.Equal(got, want) {

@@ -70,13 +70,13 @@ func (m *modelRun) grant(r *mReq) {
 // serve grants every queued request that nothing stops now, oldest first. Where no range is
 // involved, those must be the requests each key's FIFO queue grants from its head.
 func (m *modelRun) serve(rt *rapid.T) {
+	keysOnly := !m.rangesInvolved()
 	var served []*mReq
-	if !m.rangesInvolved() {
+	if keysOnly {
 		for k := range modelKeys {
 			served = append(served, m.fifoServed(k)...)
 		}
 	}
-	keysOnly := !m.rangesInvolved()
 	var left []*mReq
 	for _, r := range m.queue {
 		if m.blocked(r, left) {

@@ -76,7 +76,8 @@ func (m *modelRun) newHold(o, t int, shared bool) *Hold {
 	if t < modelKeys {
 		return m.l.newHold(modelKey(t), testOptions{Shared: shared}, owner)
 	}
-	return m.newRangeHold(owner, spanOf(t), shared)
+	s := spanOf(t)
+	return m.l.newRangeHold(s.start, s.end, testOptions{Shared: shared}, owner)
 }
 
 // lock is a lock request of owner o (0: none) for target t, or by an owner that holds t shared an

@@ -213,7 +213,6 @@ func (m *modelRun) run(rt *rapid.T) {
 		"revoke":  func(rt *rapid.T) { m.stepEnd(rt, true) },
 		"cancel":  m.stepCancel,
 		"advance": m.stepAdvance,
-		"":        m.check,
 	})
 }
 
@@ -233,9 +232,6 @@ func (m *modelRun) finish(rt *rapid.T) {
 		rt.Fatalf("the table is not empty once everything was released")
 	}
 }
-
-// check is rapid's invariant hook; the comparison runs after every step already.
-func (m *modelRun) check(*rapid.T) {}
 
 // describe prints the model's state.
 func (m *modelRun) describe() string {

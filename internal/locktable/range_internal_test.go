@@ -1,6 +1,7 @@
 package locktable
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,24 +12,21 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// rangeHold is a testLocker's range request over [start, end), on behalf of owner.
-func (l *testLocker) acquireRange(ctx context.Context, start, end []byte, o testOptions, owner Owner, wait bool) (*Hold, error) {
-	var f uint32
-	if o.Shared {
-		f |= FlagShared
-	}
-	lease, timeout := o.Lease, o.Timeout
-	if lease == 0 {
-		lease = defaultLease
-	}
-	if timeout == 0 {
-		timeout = defaultTimeout
-	}
+// newRangeHold returns a hold of l for the range [start, end), end nil for no bound, with o's
+// flags, on behalf of owner (nil for none).
+func (l *testLocker) newRangeHold(start, end []byte, o testOptions, owner Owner) *Hold {
 	h := &Hold{}
-	h.InitRange(&l.ten, 0, start, end, f)
+	h.InitRange(&l.ten, 0, start, end, o.flags())
 	if owner != nil {
 		h.SetOwner(owner)
 	}
+	return h
+}
+
+// acquireRange is a range's Lock, and without wait its TryLock, on behalf of owner.
+func (l *testLocker) acquireRange(ctx context.Context, start, end []byte, o testOptions, owner Owner, wait bool) (*Hold, error) {
+	lease, timeout := cmp.Or(o.Lease, defaultLease), cmp.Or(o.Timeout, defaultTimeout)
+	h := l.newRangeHold(start, end, o, owner)
 	if _, err := h.Acquire(ctx, lease, timeout, wait, false); err != nil {
 		return nil, err
 	}

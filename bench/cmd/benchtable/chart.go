@@ -26,9 +26,8 @@ type sweep struct {
 	legend                 map[string]string // a contender's name in the chart
 	// vsFirst adds the ratio of the first contender to each other one to the table.
 	vsFirst bool
-	// yLabel names the chart's Y axis, whose unit is yDiv ns.
+	// yLabel names the chart's Y axis, in µs.
 	yLabel string
-	yDiv   float64
 }
 
 // byQueue is P10: one hot record as the queue for it grows.
@@ -43,7 +42,6 @@ var byQueue = sweep{
 	},
 	vsFirst: true,
 	yLabel:  "µs per committed increment (median, range of runs)",
-	yDiv:    1e3,
 }
 
 // byHeld is the cost of a range or key lock as the locks held in its column family grow.
@@ -57,7 +55,6 @@ var byHeld = sweep{
 		"keyinranges": "a key among n held ranges",
 	},
 	yLabel: "µs per lock and release (median, range of runs)",
-	yDiv:   1e3,
 }
 
 // sweeps are the benchmarks drawn against a parameter, in the order their tables follow the
@@ -203,7 +200,7 @@ func (sw *sweep) chart(s *samples, w io.Writer) (bool, error) {
 	top := 0.0
 	for _, ps := range series {
 		for _, pt := range ps {
-			top = max(top, pt.max/sw.yDiv)
+			top = max(top, pt.max/1e3)
 		}
 	}
 	p.Y.Min, p.Y.Max = 0, top*1.45
@@ -223,7 +220,7 @@ func (sw *sweep) chart(s *samples, w io.Writer) (bool, error) {
 			continue
 		}
 		// Each contender's points are drawn a little apart, so that their bars do not overlap.
-		pts := spread{points: ps, dodge: math.Pow(1.07, float64(i-len(sw.contenders)/2)), div: sw.yDiv}
+		pts := spread{points: ps, dodge: math.Pow(1.07, float64(i-len(sw.contenders)/2))}
 		line, marks, err := plotter.NewLinePoints(pts)
 		if err != nil {
 			return false, err
@@ -248,19 +245,19 @@ func (sw *sweep) chart(s *samples, w io.Writer) (bool, error) {
 }
 
 // spread is one contender's points as the plotter reads them: X the param times dodge, Y the
-// median in ns divided by div, and the range of the runs as the Y error.
+// median in microseconds, and the range of the runs as the Y error.
 type spread struct {
-	points     []point
-	dodge, div float64
+	points []point
+	dodge  float64
 }
 
 func (s spread) Len() int { return len(s.points) }
 func (s spread) XY(i int) (float64, float64) {
-	return float64(s.points[i].n) * s.dodge, s.points[i].median / s.div
+	return float64(s.points[i].n) * s.dodge, s.points[i].median / 1e3
 }
 func (s spread) YError(i int) (float64, float64) {
 	p := s.points[i]
-	return (p.median - p.min) / s.div, (p.max - p.median) / s.div
+	return (p.median - p.min) / 1e3, (p.max - p.median) / 1e3
 }
 
 // roundTicks returns ticks from 0 to top at a round step (1, 2 or 5 times a power of ten), at
