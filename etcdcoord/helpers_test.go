@@ -86,9 +86,8 @@ func loopbackURL(tb testing.TB) url.URL {
 // requests counts the gRPC requests a client sends, by method: each unary call and each message
 // sent on a stream.
 type requests struct {
-	mu        sync.Mutex
-	by        map[string]int
-	onRequest func(method string)
+	mu sync.Mutex
+	by map[string]int
 	// hook, when set, runs each unary call in place of the plain invocation; invoke sends it.
 	hook func(ctx context.Context, method string, req any, invoke func() error) error
 }
@@ -103,11 +102,7 @@ func (r *requests) setHook(h func(ctx context.Context, method string, req any, i
 func (r *requests) add(method string) {
 	r.mu.Lock()
 	r.by[method]++
-	f := r.onRequest
 	r.mu.Unlock()
-	if f != nil {
-		f(method)
-	}
 }
 
 func (r *requests) snapshot() map[string]int {

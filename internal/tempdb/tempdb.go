@@ -1,12 +1,12 @@
-// Package tempdb opens the throwaway RocksDB databases that the tests of every module of the
-// repository and the example programs run on, all with the same settings: RocksDB's defaults.
+// Package tempdb opens the throwaway RocksDB databases that the tests and benchmarks of every
+// module of the repository run on, all with the same settings: RocksDB's defaults.
 //
 // Tests use New and NewCF, which put the database in the test's temporary directory and close it
-// when the test ends; programs use Open, which removes its directory when they are done.
+// when the test ends; OpenAt opens one in a directory the caller manages (a copy of a seed, a
+// database reopened after a crash).
 package tempdb
 
 import (
-	"os"
 	"testing"
 
 	"github.com/linxGnu/grocksdb"
@@ -56,24 +56,6 @@ func NewCF(tb testing.TB, names ...string) (*grocksdb.DB, []*grocksdb.ColumnFami
 		db.Close()
 	})
 	return db, cfs[1:]
-}
-
-// Open opens a new database in a fresh directory under the system's temporary directory, named
-// with prefix. The returned func closes the database and removes the directory.
-func Open(prefix string) (*grocksdb.DB, func(), error) {
-	dir, err := os.MkdirTemp("", prefix)
-	if err != nil {
-		return nil, nil, err
-	}
-	db, err := OpenAt(dir)
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	return db, func() {
-		db.Close()
-		_ = os.RemoveAll(dir)
-	}, nil
 }
 
 // OpenAt opens the database at dir, creating it if it does not exist.
