@@ -132,20 +132,15 @@ func (h *Hold) acquireRouted(ctx context.Context, lease, timeout time.Duration, 
 			e = sh.newRangedEntry(sp, h)
 		}
 		return mono, sh.wait(ctx, e, h, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
-	case e == nil && sp != nil:
+	case e != nil:
+		return sh.takeBusy(ctx, e, h, wall, mono, lease, timeout, wait, ctxBounds)
+	case sp != nil:
 		e = sh.newRangedEntry(sp, h)
 		sh.grantKey(e, h, wall, mono, lease, false)
-	case e == nil:
+	default:
 		e = sh.newEntry(hash)
 		sh.grantKey(e, h, wall, mono, lease, false)
 		sh.index.insert(e)
-	case e.admits(h, c, mono):
-		sh.grantKey(e, h, wall, mono, lease, e.head != nil)
-	case !wait:
-		sh.unlockAndRunDeferred()
-		return 0, ErrLocked
-	default:
-		return mono, sh.wait(ctx, e, h, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
 	}
 	sh.unlockAndRunDeferred()
 	return mono, nil
