@@ -168,8 +168,7 @@ func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, w
 	}
 	sp := sh.spaces[h.cf]
 	it := &h.cold.span.item
-	sp.ids++
-	it.id = sp.ids
+	it.id = sp.nextSeq()
 	if !sp.rangeBlocked(sh, h, newest, true, c, mono) {
 		sh.grantRange(sp, it, wall, mono, lease)
 		sh.unlockAndRunDeferred()
@@ -365,13 +364,5 @@ func (sh *shard) watchSpan(sp *rangeSpace, h *Hold) {
 // lapse as well (range requests watch only the holders there when they queue, watchSpan).
 func (e *keyEntry) rangeWaitsOver() bool {
 	rk := e.ranged()
-	if rk == nil || len(rk.space.queue) == 0 {
-		return false
-	}
-	queued := false
-	rk.space.ranges.containing(rk.key, func(it *rangeItem) bool {
-		queued = it.w != nil
-		return !queued
-	})
-	return queued
+	return rk != nil && rk.space.queuedOver(rk.key)
 }

@@ -33,12 +33,12 @@ type rangeModes struct {
 // rangeSpace is what the home shard of a column family in range mode keeps of it, guarded by the
 // shard's mutex.
 type rangeSpace struct {
-	cf     uint32
 	keys   *btree.BTreeG[*rangedKey] // the column family's keys held or waited on, by key
 	ranges rangeTree                 // its range locks and queued range requests
 	queue  []*rangeItem              // its queued range requests, oldest first
-	seq    uint64                    // the last request given a place in the order of arrival
-	ids    uint64
+	// seq is the last number given: every request its place in the order of arrival, and every
+	// range item its id.
+	seq uint64
 	// serving is set while serveRanges runs, and again asks it to go over the queue once more.
 	serving, again bool
 }
@@ -54,11 +54,11 @@ type rangedKey struct {
 
 func keyBefore(a, b *rangedKey) bool { return bytes.Compare(a.key, b.key) < 0 }
 
-func newRangeSpace(cf uint32) *rangeSpace {
-	return &rangeSpace{cf: cf, keys: btree.NewG(16, keyBefore)}
+func newRangeSpace() *rangeSpace {
+	return &rangeSpace{keys: btree.NewG(16, keyBefore)}
 }
 
-// nextSeq gives a request its place in the order of arrival.
+// nextSeq gives a request its place in the order of arrival, and a range item its id.
 func (sp *rangeSpace) nextSeq() uint64 {
 	sp.seq++
 	return sp.seq
@@ -174,7 +174,7 @@ func (t *Table) enterRangeMode(cf uint32) *shard {
 	}
 	t.routes.Store(next)
 	to := &t.shards[home]
-	sp := newRangeSpace(cf)
+	sp := newRangeSpace()
 	if to.spaces == nil {
 		to.spaces = map[uint32]*rangeSpace{}
 	}

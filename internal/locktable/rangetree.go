@@ -21,7 +21,7 @@ type rangeItem struct {
 	h   *Hold
 	w   *waiter // the queued request, nil once granted
 	seq uint64  // the request's place in the column family's order of arrival
-	id  uint64  // orders items of one start
+	id  uint64  // orders items of one start: a number of nextSeq, unique in the column family
 
 	left, right  *rangeItem
 	prio         uint64

@@ -18,8 +18,7 @@ func (sh *shard) upgradeRange(ctx context.Context, h, stand *Hold, mono, timeout
 	stand.cold = &Cold{span: &span{end: h.cold.span.end}}
 	it := &stand.cold.span.item
 	it.h = stand
-	sp.ids++
-	it.id = sp.ids
+	it.id = sp.nextSeq()
 	if !sp.rangeBlocked(sh, stand, 0, true, c, mono) {
 		h.ClearFlags(FlagShared)
 		sh.unlockAndRunDeferred()
