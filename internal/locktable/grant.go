@@ -43,7 +43,7 @@ func (sh *shard) keyChanged(rk *rangedKey) {
 // rangeKeeps reports whether, in range mode, a range keeps w, queued for e's key, from it.
 func (sh *shard) rangeKeeps(e *keyEntry, w *waiter, c *Tenant) bool {
 	rk := e.ranged()
-	return rk != nil && rk.space.keyBlocked(sh, w.h, rk.key, w.seq, false, c, 0)
+	return rk != nil && rk.space.keyBlocked(sh, w.h, w.seq, false, c, 0)
 }
 
 // serveKey grants what the head of e's queue can have now (docs/DESIGN.md §15.2): an upgrade whose

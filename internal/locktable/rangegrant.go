@@ -22,37 +22,21 @@ func conflicts(a, b *Hold) bool {
 	return a.flags()&FlagShared == 0 || b.flags()&FlagShared == 0
 }
 
-// keyBlocked reports whether a range keeps h, a request for key placed seq in the order of
+// keyBlocked reports whether a range keeps h, a key's request placed seq in the order of
 // arrival, from its key: a conflicting range lock, or a conflicting range request queued before
 // it. With settle, a conflicting range lock whose lease lapsed at mono (a reading of c's clock) is
 // settled first, as a newcomer settles a key's lapsed holders; without, a lapsed range blocks
 // until its timer settles it, so that serving a key never ends another lease under it.
-func (sp *rangeSpace) keyBlocked(sh *shard, h *Hold, key []byte, seq uint64, settle bool, c *Tenant, mono time.Duration) bool {
-	if sp.ranges.n == 0 || sh.tab.modes.noConflicts.Load() || !sp.ranges.containsAny(key) {
+func (sp *rangeSpace) keyBlocked(sh *shard, h *Hold, seq uint64, settle bool, c *Tenant, mono time.Duration) bool {
+	if sp.ranges.n == 0 || sh.tab.modes.noConflicts.Load() || !sp.ranges.containsAny(h.key()) {
 		return false
 	}
 	if settle {
-		var lapsed []*Hold
-		sp.ranges.containing(key, func(it *rangeItem) bool {
-			if it.w == nil && conflicts(h, it.h) && lapsedFor(it.h, c, mono) {
-				lapsed = append(lapsed, it.h)
-			}
-			return true
-		})
-		for _, x := range lapsed {
+		for _, x := range sp.lapsedRanges(h, c, mono, nil) {
 			x.endIfLapsed(sh, c, mono)
 		}
 	}
-	blocked := false
-	sp.ranges.containing(key, func(it *rangeItem) bool {
-		if it.w == nil {
-			blocked = conflicts(h, it.h)
-		} else {
-			blocked = it.seq < seq && conflicts(h, it.h)
-		}
-		return !blocked
-	})
-	return blocked
+	return sp.rangesBlock(h, seq)
 }
 
 // lapsedFor reports whether x's lease, not yet ended, has lapsed at mono, a reading of c's clock.
@@ -79,13 +63,7 @@ func (sp *rangeSpace) rangeBlocked(sh *shard, h *Hold, seq uint64, settle bool, 
 			}
 			return true
 		})
-		sp.ranges.meeting(start, end, func(it *rangeItem) bool {
-			if it.w == nil && conflicts(h, it.h) && lapsedFor(it.h, c, mono) {
-				lapsed = append(lapsed, it.h)
-			}
-			return true
-		})
-		for _, x := range lapsed {
+		for _, x := range sp.lapsedRanges(h, c, mono, lapsed) {
 			x.endIfLapsed(sh, c, mono)
 		}
 	}
@@ -94,18 +72,48 @@ func (sp *rangeSpace) rangeBlocked(sh *shard, h *Hold, seq uint64, settle bool, 
 		blocked = e.blocksRange(h, seq)
 		return !blocked
 	})
-	if blocked {
-		return true
+	return blocked || sp.rangesBlock(h, seq)
+}
+
+// rangesOver calls f on every range lock and queued range request of sp that meets h's key set
+// (its key, or a range hold's span), in order of start, until f returns false.
+func (sp *rangeSpace) rangesOver(h *Hold, f func(*rangeItem) bool) {
+	if h.IsRange() {
+		sp.ranges.meeting(h.key(), h.cold.span.end, f)
+		return
 	}
-	sp.ranges.meeting(start, end, func(it *rangeItem) bool {
-		if it.w == nil {
-			blocked = conflicts(h, it.h)
-		} else {
-			blocked = it.seq < seq && conflicts(h, it.h)
-		}
+	sp.ranges.containing(h.key(), f)
+}
+
+// rangesBlock reports whether a range lock or request of sp keeps h, a request placed seq in the
+// order of arrival, waiting (rangeItem.blocks).
+func (sp *rangeSpace) rangesBlock(h *Hold, seq uint64) bool {
+	blocked := false
+	sp.rangesOver(h, func(it *rangeItem) bool {
+		blocked = it.blocks(h, seq)
 		return !blocked
 	})
 	return blocked
+}
+
+// blocks reports whether it, a range lock or request that meets the key set of h, a request
+// placed seq in the order of arrival, keeps h waiting: it conflicts with h, and is a lock or a
+// request queued before h.
+func (it *rangeItem) blocks(h *Hold, seq uint64) bool {
+	return (it.w == nil || it.seq < seq) && conflicts(h, it.h)
+}
+
+// lapsedRanges appends to lapsed the range locks of sp that meet h's key set, conflict with it,
+// and whose lease lapsed at mono (a reading of c's clock) but is not ended yet, and returns it.
+// They are collected first: ending one serves what it held up, which can change the tree.
+func (sp *rangeSpace) lapsedRanges(h *Hold, c *Tenant, mono time.Duration, lapsed []*Hold) []*Hold {
+	sp.rangesOver(h, func(it *rangeItem) bool {
+		if it.w == nil && conflicts(h, it.h) && lapsedFor(it.h, c, mono) {
+			lapsed = append(lapsed, it.h)
+		}
+		return true
+	})
+	return lapsed
 }
 
 // blocksRange reports whether e's key keeps h, a range request over it placed seq in the order

@@ -119,7 +119,7 @@ func (h *Hold) acquireRouted(ctx context.Context, lease, timeout time.Duration, 
 		e = sh.lookup(h) // settling may have emptied and removed the entry
 	}
 	sp := sh.spaces[h.cf] // nil unless the column family is in range mode
-	blocked := sp != nil && sp.keyBlocked(sh, h, h.key(), newest, true, c, mono)
+	blocked := sp != nil && sp.keyBlocked(sh, h, newest, true, c, mono)
 	if sp != nil {
 		e = sh.lookup(h) // settling lapsed ranges may have changed the entry
 	}
