@@ -39,11 +39,6 @@ func (sp *rangeSpace) keyBlocked(sh *shard, h *Hold, seq uint64, settle bool, c 
 	return sp.rangesBlock(h, seq)
 }
 
-// lapsedFor reports whether x's lease, not yet ended, has lapsed at mono, a reading of c's clock.
-func lapsedFor(x *Hold, c *Tenant, mono time.Duration) bool {
-	return x.flags()&FlagExpired == 0 && x.lapsedAt(x.monoFor(c, mono))
-}
-
 // rangeBlocked reports whether h, a range request placed seq in the order of arrival, must wait:
 // a conflicting holder of a key or range inside or across it, or a conflicting request queued
 // before it. settle is as for keyBlocked.
@@ -57,7 +52,7 @@ func (sp *rangeSpace) rangeBlocked(sh *shard, h *Hold, seq uint64, settle bool, 
 		sp.keysIn(start, end, func(e *keyEntry) bool {
 			holders = e.appendHolders(holders[:0])
 			for _, x := range holders {
-				if conflicts(h, x) && lapsedFor(x, c, mono) {
+				if conflicts(h, x) && x.lapsedFor(c, mono) {
 					lapsed = append(lapsed, x)
 				}
 			}
@@ -108,7 +103,7 @@ func (it *rangeItem) blocks(h *Hold, seq uint64) bool {
 // They are collected first: ending one serves what it held up, which can change the tree.
 func (sp *rangeSpace) lapsedRanges(h *Hold, c *Tenant, mono time.Duration, lapsed []*Hold) []*Hold {
 	sp.rangesOver(h, func(it *rangeItem) bool {
-		if it.w == nil && conflicts(h, it.h) && lapsedFor(it.h, c, mono) {
+		if it.w == nil && conflicts(h, it.h) && it.h.lapsedFor(c, mono) {
 			lapsed = append(lapsed, it.h)
 		}
 		return true

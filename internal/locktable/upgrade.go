@@ -64,7 +64,7 @@ func (sh *shard) upgradeKey(ctx context.Context, h, stand *Hold, mono, timeout t
 func (sh *shard) settleOtherSharers(e *keyEntry, h *Hold, c *Tenant, mono time.Duration) {
 	var lapsed []*Hold
 	for _, o := range e.appendHolders(nil) {
-		if o != h && o.flags()&FlagExpired == 0 && o.lapsedAt(o.monoFor(c, mono)) {
+		if o != h && o.lapsedFor(c, mono) {
 			lapsed = append(lapsed, o)
 		}
 	}
