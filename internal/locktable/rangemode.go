@@ -45,7 +45,7 @@ type rangeSpace struct {
 
 // rangedKey is an entry of a column family in range mode, as its space's index holds it. The
 // index holds these rather than the entries, whose link is reused once they leave (index.go), so
-// that an entry taken out of the table by serveKey leaves the index after it (keyServed).
+// that an entry taken out of the table by serveKey leaves the index after it (rangedKey.served).
 type rangedKey struct {
 	key   []byte
 	space *rangeSpace

@@ -110,7 +110,8 @@ func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, 
 // takeBusy ends Acquire and acquireRouted, with the mutex held, for h's key when it is in the
 // table (e): granted at once if e admits h, else ErrLocked or the wait. A free key is granted by
 // each caller itself, which keeps the call out of the uncontended path.
-func (sh *shard) takeBusy(ctx context.Context, e *keyEntry, h *Hold, wall int64, mono, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
+func (sh *shard) takeBusy(ctx context.Context, e *keyEntry, h *Hold, wall int64, mono, lease, timeout time.Duration,
+	wait, ctxBounds bool) (time.Duration, error) {
 	switch {
 	case e.admits(h, h.ten, mono):
 		sh.grantKey(e, h, wall, mono, lease, e.head != nil)
