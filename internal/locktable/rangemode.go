@@ -212,9 +212,9 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace, home uint64) 
 		return
 	}
 	ne := to.newEntry(routed(e.hash, home))
-	ne.holder, ne.head, ne.tail, ne.shares = e.holder, e.head, e.tail, e.shares
-	ne.wakePending, ne.unwatched, ne.sharers = e.wakePending, e.unwatched, e.sharers
-	ne.ownersHolding = e.ownersHolding
+	hash := ne.hash
+	*ne = *e // its holders and queue, and what the entry knows of them
+	ne.hash = hash
 	ne.setRanged(rk)
 	rk.e = ne
 	move := func(h *Hold) {
@@ -239,8 +239,7 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace, home uint64) 
 			to.counts.waiting++
 		}
 	}
-	e.holder, e.head, e.tail, e.shares, e.sharers = nil, nil, nil, 0, nil
-	e.unwatched, e.ownersHolding = false, 0
+	*e = keyEntry{hash: e.hash} // emptied, as remove takes it
 	sh.remove(e)
 	to.index.insert(ne)
 	sp.keys.ReplaceOrInsert(rk)
