@@ -245,10 +245,7 @@ func (sh *shard) serveRanges(sp *rangeSpace) {
 				sh.finishRangeUpgrade(sp, it, mono)
 				continue
 			}
-			sp.unlinkQueued(sh, it)
-			sh.unschedule(w.h)
-			sh.counts.contended++
-			sh.counts.waitTime += mono - w.since
+			sh.unqueueGrantedRange(sp, it, mono)
 			sh.grantRange(sp, it, wall, mono, w.lease)
 			w.finish(waitGranted)
 		}
@@ -294,6 +291,16 @@ func (sp *rangeSpace) unlinkQueued(sh *shard, it *rangeItem) {
 		w.counted = false
 		sh.counts.waiting--
 	}
+}
+
+// unqueueGrantedRange takes it, a queued range request about to be granted at mono (a reading of
+// its Locker's clock), out of sp's queue and off its timer, and counts its wait (unqueueGranted).
+func (sh *shard) unqueueGrantedRange(sp *rangeSpace, it *rangeItem, mono time.Duration) {
+	w := it.w
+	sp.unlinkQueued(sh, it)
+	sh.unschedule(w.h)
+	sh.counts.contended++
+	sh.counts.waitTime += mono - w.since
 }
 
 // dropRange takes w, a queued range request, out of the queue with the given outcome, without

@@ -41,12 +41,9 @@ func (sh *shard) upgradeRange(ctx context.Context, h, stand *Hold, mono, timeout
 // share ended first.
 func (sh *shard) finishRangeUpgrade(sp *rangeSpace, it *rangeItem, mono time.Duration) {
 	w := it.w
-	sp.unlinkQueued(sh, it)
+	sh.unqueueGrantedRange(sp, it, mono)
 	sp.ranges.remove(it)
 	it.w = nil
-	sh.unschedule(w.h)
-	sh.counts.contended++
-	sh.counts.waitTime += mono - w.since
 	w.upgrade.ClearFlags(FlagShared) // not a new grant
 	w.finish(waitGranted)
 }
