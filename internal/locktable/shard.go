@@ -108,8 +108,9 @@ func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, 
 }
 
 // takeBusy ends Acquire and acquireRouted, with the mutex held, for h's key when it is in the
-// table (e): granted at once if e admits h, else ErrLocked or the wait. A free key is granted by
-// each caller itself, which keeps the call out of the uncontended path.
+// table (e): granted at once if e admits h, else ErrLocked or the wait. A key not in the table is
+// granted by each caller itself: on the uncontended path, the call and its arguments would cost
+// Acquire instructions.
 func (sh *shard) takeBusy(ctx context.Context, e *keyEntry, h *Hold, wall int64, mono, lease, timeout time.Duration,
 	wait, ctxBounds bool) (time.Duration, error) {
 	switch {
