@@ -95,7 +95,7 @@ func (sp *rangeSpace) rangesBlock(h *Hold, seq uint64) bool {
 // placed seq in the order of arrival, keeps h waiting: it conflicts with h, and is a lock or a
 // request queued before h.
 func (it *rangeItem) blocks(h *Hold, seq uint64) bool {
-	return (it.w == nil || it.seq < seq) && conflicts(h, it.h)
+	return (it.w == nil || it.w.seq < seq) && conflicts(h, it.h)
 }
 
 // lapsedRanges appends to lapsed the range locks of sp that meet h's key set, conflict with it,
@@ -182,8 +182,7 @@ func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, w
 		return 0, ErrLocked
 	}
 	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&FlagShared != 0, space: sp}
-	it.w, it.seq = w, sp.nextSeq()
-	w.seq = it.seq // the wait graph reads the requests ahead by the waiter's place
+	it.w, w.seq = w, sp.nextSeq()
 	sp.ranges.insert(it)
 	sp.queue = append(sp.queue, it)
 	return mono, sh.sleep(ctx, nil, w, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)))
@@ -237,7 +236,7 @@ func (sh *shard) serveRanges(sp *rangeSpace) {
 				continue
 			}
 			wall, mono := ReadClock(c.clock)
-			if sp.rangeBlocked(sh, w.h, it.seq, false, c, mono) {
+			if sp.rangeBlocked(sh, w.h, w.seq, false, c, mono) {
 				i++
 				continue
 			}

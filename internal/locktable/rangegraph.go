@@ -53,7 +53,7 @@ func (sp *rangeSpace) requestsAhead(x *waiter, f func(*waiter)) {
 		})
 	}
 	sp.rangesOver(xh, func(it *rangeItem) bool {
-		if it.w != nil && it.seq < x.seq && conflicts(xh, it.h) {
+		if it.w != nil && it.w.seq < x.seq && conflicts(xh, it.h) {
 			f(it.w)
 		}
 		return true

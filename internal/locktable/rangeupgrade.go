@@ -28,7 +28,7 @@ func (sh *shard) upgradeRange(ctx context.Context, h, stand *Hold, mono, timeout
 	it.w = w // seq 0: ahead of every request but the upgrades queued before it
 	sp.ranges.insert(it)
 	at := 0
-	for at < len(sp.queue) && sp.queue[at].seq == 0 {
+	for at < len(sp.queue) && sp.queue[at].w.seq == 0 {
 		at++
 	}
 	sp.queue = append(sp.queue, nil)
@@ -51,7 +51,7 @@ func (sh *shard) finishRangeUpgrade(sp *rangeSpace, it *rangeItem, mono time.Dur
 // upgradeOfRange returns the upgrade queued for h, a shared range lock of sp, or nil.
 func (sp *rangeSpace) upgradeOfRange(h *Hold) *waiter {
 	for _, it := range sp.queue {
-		if it.seq != 0 {
+		if it.w.seq != 0 {
 			break
 		}
 		if it.w.upgrade == h {
