@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// rangeHold is a testLocker's range request over [start, end), on behalf of owner.
+// acquireRange is a testLocker's range request over [start, end), on behalf of owner.
 func (l *testLocker) acquireRange(ctx context.Context, start, end []byte, o testOptions, owner Owner, wait bool) (*Hold, error) {
 	var f uint32
 	if o.Shared {

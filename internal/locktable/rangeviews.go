@@ -86,9 +86,8 @@ func (sh *shard) visitRange(h *Hold, f func(h *Hold, waiters int)) {
 func (sh *shard) visitRangeWaits(wait func(QueuedRequest), holder func(h *Hold, waiters int)) {
 	for _, sp := range sh.spaces {
 		for _, it := range sp.queue {
-			w := it.w
 			sh.counts.visited++
-			wait(QueuedRequest{Hold: w.h, Waited: max(0, w.h.ten.clock.Mono()-w.since), Shared: w.shared, Upgrade: w.upgrade != nil})
+			wait(it.w.request())
 		}
 		if holder == nil {
 			continue

@@ -137,6 +137,12 @@ type QueuedRequest struct {
 	Upgrade bool          // the upgrade of a shared hold to exclusive
 }
 
+// request is w as VisitWaits shows it, read now.
+func (w *waiter) request() QueuedRequest {
+	shared, upgrade := w.mode()
+	return QueuedRequest{Hold: w.h, Waited: max(0, w.h.ten.clock.Mono()-w.since), Shared: shared, Upgrade: upgrade}
+}
+
 // VisitWaits calls wait, under the mutex of shard i, on every request queued in that shard, oldest
 // first per key, and, unless holder is nil, holder on each holder of each key with a request
 // queued, with their number, read in the same visit so that a wait and what it waits for agree. It
@@ -165,9 +171,7 @@ func (sh *shard) visitWaits(e *keyEntry, wait func(QueuedRequest), holder func(h
 	waiters := 0
 	for w := e.head; w != nil; w = w.next {
 		waiters++
-		h := w.h
-		shared, upgrade := w.mode()
-		wait(QueuedRequest{Hold: h, Waited: max(0, h.ten.clock.Mono()-w.since), Shared: shared, Upgrade: upgrade})
+		wait(w.request())
 	}
 	sh.counts.visited += uint64(waiters)
 	if holder != nil && e.holder != nil {
