@@ -87,9 +87,8 @@ func (sh *shard) visitHolders(e *keyEntry, out []*Hold, f func(h *Hold, waiters 
 	}
 	waiters := e.queued()
 	sh.counts.visited += uint64(len(out) + waiters)
-	cf, key := e.record()
 	for _, h := range live {
-		f(h, waiters+sh.queuedRangesOver(cf, key, h)) // range requests queued over the key wait too
+		f(h, waiters+sh.queuedRangesOver(h)) // range requests queued over the key wait too
 	}
 	return out
 }
