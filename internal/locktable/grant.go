@@ -42,10 +42,8 @@ func (sh *shard) keyChanged(rk *rangedKey) {
 
 // rangeKeeps reports whether, in range mode, a range keeps w, queued for e's key, from it.
 func (sh *shard) rangeKeeps(e *keyEntry, w *waiter, c *Tenant) bool {
-	if e.ranged() == nil {
-		return false
-	}
-	return e.ranged().space.keyBlocked(sh, w.h, e.ranged().key, w.seq, false, c, 0)
+	rk := e.ranged()
+	return rk != nil && rk.space.keyBlocked(sh, w.h, w.seq, false, c, 0)
 }
 
 // serveKey grants what the head of e's queue can have now (docs/DESIGN.md §15.2): an upgrade whose

@@ -35,11 +35,17 @@ func (h *Hold) settleAt(sh *shard, now time.Duration) bool {
 // endIfLapsed settles h, the holder of a key that c's request found with mono, a reading of c's
 // clock. It reports whether it ended the lease just now.
 func (h *Hold) endIfLapsed(sh *shard, c *Tenant, mono time.Duration) bool {
+	// !lapsedFor spelled out: a contended Acquire comes here, and the call would not inline.
 	if h.flags()&FlagExpired != 0 || !h.lapsedAt(h.monoFor(c, mono)) {
 		return false
 	}
 	sh.expire(h)
 	return true
+}
+
+// lapsedFor reports whether h's lease, not yet ended, has lapsed at mono, a reading of c's clock.
+func (h *Hold) lapsedFor(c *Tenant, mono time.Duration) bool {
+	return h.flags()&FlagExpired == 0 && h.lapsedAt(h.monoFor(c, mono))
 }
 
 // settleNow takes the shard mutex to complete an expiry found lazily, then runs its hook.

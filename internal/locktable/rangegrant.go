@@ -22,42 +22,21 @@ func conflicts(a, b *Hold) bool {
 	return a.flags()&FlagShared == 0 || b.flags()&FlagShared == 0
 }
 
-// keyBlocked reports whether a range keeps h, a request for key placed seq in the order of
+// keyBlocked reports whether a range keeps h, a key's request placed seq in the order of
 // arrival, from its key: a conflicting range lock, or a conflicting range request queued before
 // it. With settle, a conflicting range lock whose lease lapsed at mono (a reading of c's clock) is
 // settled first, as a newcomer settles a key's lapsed holders; without, a lapsed range blocks
 // until its timer settles it, so that serving a key never ends another lease under it.
-func (sp *rangeSpace) keyBlocked(sh *shard, h *Hold, key []byte, seq uint64, settle bool, c *Tenant, mono time.Duration) bool {
-	if sp.ranges.n == 0 || sh.tab.modes.noConflicts.Load() || !sp.ranges.containsAny(key) {
+func (sp *rangeSpace) keyBlocked(sh *shard, h *Hold, seq uint64, settle bool, c *Tenant, mono time.Duration) bool {
+	if sp.ranges.n == 0 || sh.tab.modes.noConflicts.Load() || !sp.ranges.containsAny(h.key()) {
 		return false
 	}
 	if settle {
-		var lapsed []*Hold
-		sp.ranges.containing(key, func(it *rangeItem) bool {
-			if it.w == nil && conflicts(h, it.h) && lapsedFor(it.h, c, mono) {
-				lapsed = append(lapsed, it.h)
-			}
-			return true
-		})
-		for _, x := range lapsed {
+		for _, x := range sp.lapsedRanges(h, c, mono, nil) {
 			x.endIfLapsed(sh, c, mono)
 		}
 	}
-	blocked := false
-	sp.ranges.containing(key, func(it *rangeItem) bool {
-		if it.w == nil {
-			blocked = conflicts(h, it.h)
-		} else {
-			blocked = it.seq < seq && conflicts(h, it.h)
-		}
-		return !blocked
-	})
-	return blocked
-}
-
-// lapsedFor reports whether x's lease, not yet ended, has lapsed at mono, a reading of c's clock.
-func lapsedFor(x *Hold, c *Tenant, mono time.Duration) bool {
-	return x.flags()&FlagExpired == 0 && x.lapsedAt(x.monoFor(c, mono))
+	return sp.rangesBlock(h, seq)
 }
 
 // rangeBlocked reports whether h, a range request placed seq in the order of arrival, must wait:
@@ -73,19 +52,13 @@ func (sp *rangeSpace) rangeBlocked(sh *shard, h *Hold, seq uint64, settle bool, 
 		sp.keysIn(start, end, func(e *keyEntry) bool {
 			holders = e.appendHolders(holders[:0])
 			for _, x := range holders {
-				if conflicts(h, x) && lapsedFor(x, c, mono) {
+				if conflicts(h, x) && x.lapsedFor(c, mono) {
 					lapsed = append(lapsed, x)
 				}
 			}
 			return true
 		})
-		sp.ranges.meeting(start, end, func(it *rangeItem) bool {
-			if it.w == nil && conflicts(h, it.h) && lapsedFor(it.h, c, mono) {
-				lapsed = append(lapsed, it.h)
-			}
-			return true
-		})
-		for _, x := range lapsed {
+		for _, x := range sp.lapsedRanges(h, c, mono, lapsed) {
 			x.endIfLapsed(sh, c, mono)
 		}
 	}
@@ -94,18 +67,48 @@ func (sp *rangeSpace) rangeBlocked(sh *shard, h *Hold, seq uint64, settle bool, 
 		blocked = e.blocksRange(h, seq)
 		return !blocked
 	})
-	if blocked {
-		return true
+	return blocked || sp.rangesBlock(h, seq)
+}
+
+// rangesOver calls f on every range lock and queued range request of sp that meets h's key set
+// (its key, or a range hold's span), in order of start, until f returns false.
+func (sp *rangeSpace) rangesOver(h *Hold, f func(*rangeItem) bool) {
+	if h.IsRange() {
+		sp.ranges.meeting(h.key(), h.cold.span.end, f)
+		return
 	}
-	sp.ranges.meeting(start, end, func(it *rangeItem) bool {
-		if it.w == nil {
-			blocked = conflicts(h, it.h)
-		} else {
-			blocked = it.seq < seq && conflicts(h, it.h)
-		}
+	sp.ranges.containing(h.key(), f)
+}
+
+// rangesBlock reports whether a range lock or request of sp keeps h, a request placed seq in the
+// order of arrival, waiting (rangeItem.blocks).
+func (sp *rangeSpace) rangesBlock(h *Hold, seq uint64) bool {
+	blocked := false
+	sp.rangesOver(h, func(it *rangeItem) bool {
+		blocked = it.blocks(h, seq)
 		return !blocked
 	})
 	return blocked
+}
+
+// blocks reports whether it, a range lock or request that meets the key set of h, a request
+// placed seq in the order of arrival, keeps h waiting: it conflicts with h, and is a lock or a
+// request queued before h.
+func (it *rangeItem) blocks(h *Hold, seq uint64) bool {
+	return (it.w == nil || it.w.seq < seq) && conflicts(h, it.h)
+}
+
+// lapsedRanges appends to lapsed the range locks of sp that meet h's key set, conflict with it,
+// and whose lease lapsed at mono (a reading of c's clock) but is not ended yet, and returns it.
+// They are collected first: ending one serves what it held up, which can change the tree.
+func (sp *rangeSpace) lapsedRanges(h *Hold, c *Tenant, mono time.Duration, lapsed []*Hold) []*Hold {
+	sp.rangesOver(h, func(it *rangeItem) bool {
+		if it.w == nil && conflicts(h, it.h) && it.h.lapsedFor(c, mono) {
+			lapsed = append(lapsed, it.h)
+		}
+		return true
+	})
+	return lapsed
 }
 
 // blocksRange reports whether e's key keeps h, a range request over it placed seq in the order
@@ -168,8 +171,7 @@ func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, w
 	}
 	sp := sh.spaces[h.cf]
 	it := &h.cold.span.item
-	sp.ids++
-	it.id = sp.ids
+	it.id = sp.nextSeq()
 	if !sp.rangeBlocked(sh, h, newest, true, c, mono) {
 		sh.grantRange(sp, it, wall, mono, lease)
 		sh.unlockAndRunDeferred()
@@ -180,8 +182,7 @@ func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, w
 		return 0, ErrLocked
 	}
 	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&FlagShared != 0, space: sp}
-	it.w, it.seq = w, sp.nextSeq()
-	w.seq = it.seq // the wait graph reads the requests ahead by the waiter's place
+	it.w, w.seq = w, sp.nextSeq()
 	sp.ranges.insert(it)
 	sp.queue = append(sp.queue, it)
 	return mono, sh.sleep(ctx, nil, w, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)))
@@ -235,7 +236,7 @@ func (sh *shard) serveRanges(sp *rangeSpace) {
 				continue
 			}
 			wall, mono := ReadClock(c.clock)
-			if sp.rangeBlocked(sh, w.h, it.seq, false, c, mono) {
+			if sp.rangeBlocked(sh, w.h, w.seq, false, c, mono) {
 				i++
 				continue
 			}
@@ -243,10 +244,7 @@ func (sh *shard) serveRanges(sp *rangeSpace) {
 				sh.finishRangeUpgrade(sp, it, mono)
 				continue
 			}
-			sp.unlinkQueued(sh, it)
-			sh.unschedule(w.h)
-			sh.counts.contended++
-			sh.counts.waitTime += mono - w.since
+			sh.unqueueGrantedRange(sp, it, mono)
 			sh.grantRange(sp, it, wall, mono, w.lease)
 			w.finish(waitGranted)
 		}
@@ -292,6 +290,16 @@ func (sp *rangeSpace) unlinkQueued(sh *shard, it *rangeItem) {
 		w.counted = false
 		sh.counts.waiting--
 	}
+}
+
+// unqueueGrantedRange takes it, a queued range request about to be granted at mono (a reading of
+// its Locker's clock), out of sp's queue and off its timer, and counts its wait (unqueueGranted).
+func (sh *shard) unqueueGrantedRange(sp *rangeSpace, it *rangeItem, mono time.Duration) {
+	w := it.w
+	sp.unlinkQueued(sh, it)
+	sh.unschedule(w.h)
+	sh.counts.contended++
+	sh.counts.waitTime += mono - w.since
 }
 
 // dropRange takes w, a queued range request, out of the queue with the given outcome, without
@@ -365,13 +373,5 @@ func (sh *shard) watchSpan(sp *rangeSpace, h *Hold) {
 // lapse as well (range requests watch only the holders there when they queue, watchSpan).
 func (e *keyEntry) rangeWaitsOver() bool {
 	rk := e.ranged()
-	if rk == nil || len(rk.space.queue) == 0 {
-		return false
-	}
-	queued := false
-	rk.space.ranges.containing(rk.key, func(it *rangeItem) bool {
-		queued = it.w != nil
-		return !queued
-	})
-	return queued
+	return rk != nil && rk.space.queuedOver(rk.key)
 }

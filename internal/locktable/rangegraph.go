@@ -24,12 +24,7 @@ type rangeEdgeSink struct {
 func (sp *rangeSpace) rangeEdges(h *Hold, w *waiter, s *rangeEdgeSink) {
 	sp.requestsAhead(w, func(x *waiter) { sp.passOn(x, s, s.owner) })
 	if w.space == nil { // a key's request: the range locks over its key
-		sp.ranges.containing(h.e.ranged().key, func(it *rangeItem) bool {
-			if it.w == nil && conflicts(h, it.h) {
-				s.holder(it.h)
-			}
-			return true
-		})
+		sp.rangeHolders(h, s.holder)
 		return
 	}
 	sp.holdersBlocking(h, s.holder)
@@ -42,31 +37,23 @@ func (sp *rangeSpace) rangeEdges(h *Hold, w *waiter, s *rangeEdgeSink) {
 func (sp *rangeSpace) requestsAhead(x *waiter, f func(*waiter)) {
 	xh := x.h
 	if x.space == nil {
-		e := xh.e
-		for y := e.head; y != nil && y != x; y = y.next {
+		for y := xh.e.head; y != nil && y != x; y = y.next {
 			if conflicts(xh, y.h) {
 				f(y)
 			}
 		}
-		sp.ranges.containing(e.ranged().key, func(it *rangeItem) bool {
-			if it.w != nil && it.seq < x.seq && conflicts(xh, it.h) {
-				f(it.w)
+	} else {
+		sp.keysIn(xh.key(), xh.cold.span.end, func(e *keyEntry) bool {
+			for y := e.head; y != nil; y = y.next {
+				if y.seq < x.seq && conflicts(xh, y.h) {
+					f(y)
+				}
 			}
 			return true
 		})
-		return
 	}
-	start, end := xh.key(), xh.cold.span.end
-	sp.keysIn(start, end, func(e *keyEntry) bool {
-		for y := e.head; y != nil; y = y.next {
-			if y.seq < x.seq && conflicts(xh, y.h) {
-				f(y)
-			}
-		}
-		return true
-	})
-	sp.ranges.meeting(start, end, func(it *rangeItem) bool {
-		if it.w != nil && it.seq < x.seq && conflicts(xh, it.h) {
+	sp.rangesOver(xh, func(it *rangeItem) bool {
+		if it.w != nil && it.w.seq < x.seq && conflicts(xh, it.h) {
 			f(it.w)
 		}
 		return true
@@ -93,27 +80,25 @@ func (sp *rangeSpace) passOn(x *waiter, s *rangeEdgeSink, add func(Owner)) {
 // holdersBlocking calls f on the holders that conflict with x, a queued request of sp: those of
 // its key or of the keys in its range, and the range locks that meet it.
 func (sp *rangeSpace) holdersBlocking(x *Hold, f func(*Hold)) {
-	var start, end []byte
-	if x.IsRange() {
-		start, end = x.key(), x.cold.span.end
-		sp.keysIn(start, end, func(e *keyEntry) bool {
-			for _, y := range e.appendHolders(nil) {
-				if conflicts(x, y) {
-					f(y)
-				}
-			}
-			return true
-		})
-	} else if e := x.e; e != nil {
+	each := func(e *keyEntry) bool {
 		for _, y := range e.appendHolders(nil) {
 			if conflicts(x, y) {
 				f(y)
 			}
 		}
-		start = e.ranged().key
-		end = append(start[:len(start):len(start)], 0)
+		return true
 	}
-	sp.ranges.meeting(start, end, func(it *rangeItem) bool {
+	if x.IsRange() {
+		sp.keysIn(x.key(), x.cold.span.end, each)
+	} else if x.e != nil {
+		each(x.e)
+	}
+	sp.rangeHolders(x, f)
+}
+
+// rangeHolders calls f on the range locks of sp that meet x's key set and conflict with x.
+func (sp *rangeSpace) rangeHolders(x *Hold, f func(*Hold)) {
+	sp.rangesOver(x, func(it *rangeItem) bool {
 		if it.w == nil && conflicts(x, it.h) {
 			f(it.h)
 		}

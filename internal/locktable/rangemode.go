@@ -33,19 +33,19 @@ type rangeModes struct {
 // rangeSpace is what the home shard of a column family in range mode keeps of it, guarded by the
 // shard's mutex.
 type rangeSpace struct {
-	cf     uint32
 	keys   *btree.BTreeG[*rangedKey] // the column family's keys held or waited on, by key
 	ranges rangeTree                 // its range locks and queued range requests
 	queue  []*rangeItem              // its queued range requests, oldest first
-	seq    uint64                    // the last request given a place in the order of arrival
-	ids    uint64
+	// seq is the last number given: every request its place in the order of arrival, and every
+	// range item its id.
+	seq uint64
 	// serving is set while serveRanges runs, and again asks it to go over the queue once more.
 	serving, again bool
 }
 
 // rangedKey is an entry of a column family in range mode, as its space's index holds it. The
 // index holds these rather than the entries, whose link is reused once they leave (index.go), so
-// that an entry taken out of the table by serveKey leaves the index after it (keyServed).
+// that an entry taken out of the table by serveKey leaves the index after it (rangedKey.served).
 type rangedKey struct {
 	key   []byte
 	space *rangeSpace
@@ -54,11 +54,11 @@ type rangedKey struct {
 
 func keyBefore(a, b *rangedKey) bool { return bytes.Compare(a.key, b.key) < 0 }
 
-func newRangeSpace(cf uint32) *rangeSpace {
-	return &rangeSpace{cf: cf, keys: btree.NewG(16, keyBefore)}
+func newRangeSpace() *rangeSpace {
+	return &rangeSpace{keys: btree.NewG(16, keyBefore)}
 }
 
-// nextSeq gives a request its place in the order of arrival.
+// nextSeq gives a request its place in the order of arrival, and a range item its id.
 func (sp *rangeSpace) nextSeq() uint64 {
 	sp.seq++
 	return sp.seq
@@ -119,7 +119,7 @@ func (h *Hold) acquireRouted(ctx context.Context, lease, timeout time.Duration, 
 		e = sh.lookup(h) // settling may have emptied and removed the entry
 	}
 	sp := sh.spaces[h.cf] // nil unless the column family is in range mode
-	blocked := sp != nil && sp.keyBlocked(sh, h, h.key(), newest, true, c, mono)
+	blocked := sp != nil && sp.keyBlocked(sh, h, newest, true, c, mono)
 	if sp != nil {
 		e = sh.lookup(h) // settling lapsed ranges may have changed the entry
 	}
@@ -132,20 +132,15 @@ func (h *Hold) acquireRouted(ctx context.Context, lease, timeout time.Duration, 
 			e = sh.newRangedEntry(sp, h)
 		}
 		return mono, sh.wait(ctx, e, h, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
-	case e == nil && sp != nil:
+	case e != nil:
+		return sh.takeBusy(ctx, e, h, wall, mono, lease, timeout, wait, ctxBounds)
+	case sp != nil:
 		e = sh.newRangedEntry(sp, h)
 		sh.grantKey(e, h, wall, mono, lease, false)
-	case e == nil:
+	default:
 		e = sh.newEntry(hash)
 		sh.grantKey(e, h, wall, mono, lease, false)
 		sh.index.insert(e)
-	case e.admits(h, c, mono):
-		sh.grantKey(e, h, wall, mono, lease, e.head != nil)
-	case !wait:
-		sh.unlockAndRunDeferred()
-		return 0, ErrLocked
-	default:
-		return mono, sh.wait(ctx, e, h, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
 	}
 	sh.unlockAndRunDeferred()
 	return mono, nil
@@ -179,7 +174,7 @@ func (t *Table) enterRangeMode(cf uint32) *shard {
 	}
 	t.routes.Store(next)
 	to := &t.shards[home]
-	sp := newRangeSpace(cf)
+	sp := newRangeSpace()
 	if to.spaces == nil {
 		to.spaces = map[uint32]*rangeSpace{}
 	}
@@ -217,9 +212,9 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace, home uint64) 
 		return
 	}
 	ne := to.newEntry(routed(e.hash, home))
-	ne.holder, ne.head, ne.tail, ne.shares = e.holder, e.head, e.tail, e.shares
-	ne.wakePending, ne.unwatched, ne.sharers = e.wakePending, e.unwatched, e.sharers
-	ne.ownersHolding = e.ownersHolding
+	hash := ne.hash
+	*ne = *e // its holders and queue, and what the entry knows of them
+	ne.hash = hash
 	ne.setRanged(rk)
 	rk.e = ne
 	move := func(h *Hold) {
@@ -244,8 +239,7 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace, home uint64) 
 			to.counts.waiting++
 		}
 	}
-	e.holder, e.head, e.tail, e.shares, e.sharers = nil, nil, nil, 0, nil
-	e.unwatched, e.ownersHolding = false, 0
+	*e = keyEntry{hash: e.hash} // emptied, as remove takes it
 	sh.remove(e)
 	to.index.insert(ne)
 	sp.keys.ReplaceOrInsert(rk)

@@ -18,10 +18,11 @@ type rangeTree struct {
 
 // rangeItem is a range hold's node in its column family's tree, held or queued.
 type rangeItem struct {
-	h   *Hold
-	w   *waiter // the queued request, nil once granted
-	seq uint64  // the request's place in the column family's order of arrival
-	id  uint64  // orders items of one start
+	h *Hold
+	// w is the queued request, nil once granted; its seq is the request's place in the column
+	// family's order of arrival.
+	w  *waiter
+	id uint64 // orders items of one start: a number of nextSeq, unique in the column family
 
 	left, right  *rangeItem
 	prio         uint64

@@ -18,8 +18,7 @@ func (sh *shard) upgradeRange(ctx context.Context, h, stand *Hold, mono, timeout
 	stand.cold = &Cold{span: &span{end: h.cold.span.end}}
 	it := &stand.cold.span.item
 	it.h = stand
-	sp.ids++
-	it.id = sp.ids
+	it.id = sp.nextSeq()
 	if !sp.rangeBlocked(sh, stand, 0, true, c, mono) {
 		h.ClearFlags(FlagShared)
 		sh.unlockAndRunDeferred()
@@ -29,7 +28,7 @@ func (sh *shard) upgradeRange(ctx context.Context, h, stand *Hold, mono, timeout
 	it.w = w // seq 0: ahead of every request but the upgrades queued before it
 	sp.ranges.insert(it)
 	at := 0
-	for at < len(sp.queue) && sp.queue[at].seq == 0 {
+	for at < len(sp.queue) && sp.queue[at].w.seq == 0 {
 		at++
 	}
 	sp.queue = append(sp.queue, nil)
@@ -42,12 +41,9 @@ func (sh *shard) upgradeRange(ctx context.Context, h, stand *Hold, mono, timeout
 // share ended first.
 func (sh *shard) finishRangeUpgrade(sp *rangeSpace, it *rangeItem, mono time.Duration) {
 	w := it.w
-	sp.unlinkQueued(sh, it)
+	sh.unqueueGrantedRange(sp, it, mono)
 	sp.ranges.remove(it)
 	it.w = nil
-	sh.unschedule(w.h)
-	sh.counts.contended++
-	sh.counts.waitTime += mono - w.since
 	w.upgrade.ClearFlags(FlagShared) // not a new grant
 	w.finish(waitGranted)
 }
@@ -55,7 +51,7 @@ func (sh *shard) finishRangeUpgrade(sp *rangeSpace, it *rangeItem, mono time.Dur
 // upgradeOfRange returns the upgrade queued for h, a shared range lock of sp, or nil.
 func (sp *rangeSpace) upgradeOfRange(h *Hold) *waiter {
 	for _, it := range sp.queue {
-		if it.seq != 0 {
+		if it.w.seq != 0 {
 			break
 		}
 		if it.w.upgrade == h {

@@ -47,15 +47,15 @@ func (sp *rangeSpace) rangeWaiters(h *Hold) (n, read int) {
 	return n, read
 }
 
-// queuedRangesOver counts the range requests queued in the shard's space of column family cf
-// that cover key and conflict with h, a holder of key.
-func (sh *shard) queuedRangesOver(cf uint32, key []byte, h *Hold) int {
-	sp := sh.spaces[cf]
+// queuedRangesOver counts the range requests queued over the key of h, a holder of a key, that
+// conflict with it.
+func (sh *shard) queuedRangesOver(h *Hold) int {
+	sp := sh.spaces[h.cf]
 	if sp == nil || len(sp.queue) == 0 {
 		return 0
 	}
 	n := 0
-	sp.ranges.containing(key, func(it *rangeItem) bool {
+	sp.rangesOver(h, func(it *rangeItem) bool {
 		if it.w != nil && conflicts(h, it.h) {
 			n++
 		}
@@ -86,9 +86,8 @@ func (sh *shard) visitRange(h *Hold, f func(h *Hold, waiters int)) {
 func (sh *shard) visitRangeWaits(wait func(QueuedRequest), holder func(h *Hold, waiters int)) {
 	for _, sp := range sh.spaces {
 		for _, it := range sp.queue {
-			w := it.w
 			sh.counts.visited++
-			wait(QueuedRequest{Hold: w.h, Waited: max(0, w.h.ten.clock.Mono()-w.since), Shared: w.shared, Upgrade: w.upgrade != nil})
+			wait(it.w.request())
 		}
 		if holder == nil {
 			continue

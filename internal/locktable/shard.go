@@ -97,13 +97,25 @@ func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, 
 	if e != nil && e.holder != nil && sh.settleHolders(e, h, c, mono) {
 		e = sh.lookup(h) // settling may have emptied and removed the entry
 	}
-	switch {
-	case e == nil:
+	if e == nil {
 		e = sh.newEntry(hash)
 		sh.grant(e, h, wall, mono, lease, false)
 		sh.index.insert(e)
-	case e.admits(h, c, mono):
-		sh.grant(e, h, wall, mono, lease, e.head != nil)
+		sh.unlockAndRunDeferred()
+		return mono, nil
+	}
+	return sh.takeBusy(ctx, e, h, wall, mono, lease, timeout, wait, ctxBounds)
+}
+
+// takeBusy ends Acquire and acquireRouted, with the mutex held, for h's key when it is in the
+// table (e): granted at once if e admits h, else ErrLocked or the wait. A key not in the table is
+// granted by each caller itself: on the uncontended path, the call and its arguments would cost
+// Acquire instructions.
+func (sh *shard) takeBusy(ctx context.Context, e *keyEntry, h *Hold, wall int64, mono, lease, timeout time.Duration,
+	wait, ctxBounds bool) (time.Duration, error) {
+	switch {
+	case e.admits(h, h.ten, mono):
+		sh.grantKey(e, h, wall, mono, lease, e.head != nil)
 	case !wait:
 		sh.unlockAndRunDeferred()
 		return 0, ErrLocked
@@ -154,9 +166,9 @@ func (sh *shard) grant(e *keyEntry, h *Hold, wall int64, mono, lease time.Durati
 	}
 }
 
-// grantKey is grant anywhere but Acquire's path for a table with no column family in range mode:
-// a holder of a key in range mode is marked so (FlagRanged), so that giving it back serves the
-// ranges its key may hold up.
+// grantKey is grant anywhere but Acquire's grant of a key not in the table: a holder of a key in
+// range mode is marked so (FlagRanged), so that giving it back serves the ranges its key may hold
+// up.
 func (sh *shard) grantKey(e *keyEntry, h *Hold, wall int64, mono, lease time.Duration, watch bool) {
 	sh.grant(e, h, wall, mono, lease, watch)
 	if e.ranged() != nil {

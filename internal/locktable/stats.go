@@ -87,9 +87,8 @@ func (sh *shard) visitHolders(e *keyEntry, out []*Hold, f func(h *Hold, waiters 
 	}
 	waiters := e.queued()
 	sh.counts.visited += uint64(len(out) + waiters)
-	cf, key := e.record()
 	for _, h := range live {
-		f(h, waiters+sh.queuedRangesOver(cf, key, h)) // range requests queued over the key wait too
+		f(h, waiters+sh.queuedRangesOver(h)) // range requests queued over the key wait too
 	}
 	return out
 }
@@ -137,11 +136,18 @@ type QueuedRequest struct {
 	Upgrade bool          // the upgrade of a shared hold to exclusive
 }
 
+// request is w as VisitWaits shows it, read now.
+func (w *waiter) request() QueuedRequest {
+	shared, upgrade := w.mode()
+	return QueuedRequest{Hold: w.h, Waited: max(0, w.h.ten.clock.Mono()-w.since), Shared: shared, Upgrade: upgrade}
+}
+
 // VisitWaits calls wait, under the mutex of shard i, on every request queued in that shard, oldest
 // first per key, and, unless holder is nil, holder on each holder of each key with a request
 // queued, with their number, read in the same visit so that a wait and what it waits for agree. It
 // settles nothing: the holder of a key with a request queued has its deadline on a timer, which
-// settles it. As VisitHolders, it holds the mutex for one key's visit at a time.
+// settles it. As VisitHolders, it holds the mutex for one key's visit at a time, and once for
+// the range requests and range locks of the shard's spaces together.
 func (t *Table) VisitWaits(i int, wait func(QueuedRequest), holder func(h *Hold, waiters int)) {
 	sh := &t.shards[i]
 	keys, ranges := sh.listKeys(func(e *keyEntry) bool { return e.head != nil })
@@ -164,9 +170,7 @@ func (sh *shard) visitWaits(e *keyEntry, wait func(QueuedRequest), holder func(h
 	waiters := 0
 	for w := e.head; w != nil; w = w.next {
 		waiters++
-		h := w.h
-		shared, upgrade := w.mode()
-		wait(QueuedRequest{Hold: h, Waited: max(0, h.ten.clock.Mono()-w.since), Shared: shared, Upgrade: upgrade})
+		wait(w.request())
 	}
 	sh.counts.visited += uint64(waiters)
 	if holder != nil && e.holder != nil {

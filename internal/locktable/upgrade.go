@@ -48,7 +48,7 @@ func (h *Hold) Upgrade(ctx context.Context, timeout time.Duration) error {
 func (sh *shard) upgradeKey(ctx context.Context, h, stand *Hold, mono, timeout time.Duration) error {
 	c, e := h.ten, h.e
 	sh.settleOtherSharers(e, h, c, mono)
-	if e.shares == 1 && (e.ranged() == nil || !e.ranged().space.keyBlocked(sh, stand, e.ranged().key, 0, false, c, mono)) {
+	if rk := e.ranged(); e.shares == 1 && (rk == nil || !rk.space.keyBlocked(sh, stand, 0, false, c, mono)) {
 		e.shares = 0
 		h.ClearFlags(FlagShared)
 		sh.unlockAndRunDeferred()
@@ -64,7 +64,7 @@ func (sh *shard) upgradeKey(ctx context.Context, h, stand *Hold, mono, timeout t
 func (sh *shard) settleOtherSharers(e *keyEntry, h *Hold, c *Tenant, mono time.Duration) {
 	var lapsed []*Hold
 	for _, o := range e.appendHolders(nil) {
-		if o != h && o.flags()&FlagExpired == 0 && o.lapsedAt(o.monoFor(c, mono)) {
+		if o != h && o.lapsedFor(c, mono) {
 			lapsed = append(lapsed, o)
 		}
 	}

@@ -10,8 +10,8 @@ import (
 // at most one record at a time (a Txn is used by one goroutine), so the graph records, per
 // waiting Txn, the handle it waits with. Its edges are read from the table when a cycle is
 // looked for: a waiting Txn waits for the Txns whose holds on its record conflict with its
-// request, and a shared request also for those it cannot pass in the queue (blockers). A holder outside any Txn, or a Txn that ended, ends a path: leases and timeouts
-// settle those waits.
+// request, and a shared request also for those it cannot pass in the queue (blockers). A holder
+// outside any Txn, or a Txn that ended, ends a path: leases and timeouts settle those waits.
 //
 // A Txn enters the graph after its waiter is queued, and entering and the search for a cycle
 // through it happen under one mutex. So of two Txns that start waiting for each other at the same
