@@ -391,7 +391,7 @@ func (t *testTxn) Rollback() {
 
 // fence runs commit inside a fence of h, as the API's Fence does.
 func fence(h *Hold, commit func() error) error {
-	stray, err := h.BeginFence()
+	stray, err := h.BeginFence(true)
 	if err != nil {
 		return err
 	}
