@@ -12,7 +12,8 @@ import (
 var (
 	// ErrInvalidOptions: an Options field or Locker option is out of range; nothing was locked.
 	ErrInvalidOptions = errors.New("recordlock: invalid options")
-	// ErrInvalidKey: the key is nil, empty or longer than 2 GiB; nothing was locked or staged.
+	// ErrInvalidKey: the key is nil, empty or longer than 2 GiB, or a Range's End is not after its
+	// Start; nothing was locked or staged.
 	ErrInvalidKey = errors.New("recordlock: invalid key: a key must be non-empty and at most 2 GiB")
 	// ErrLocked: TryLock found the key held or waited on.
 	ErrLocked = errors.New("recordlock: key is locked")
@@ -104,3 +105,10 @@ func (e *DeadlockError) Error() string {
 
 // Is makes errors.Is(err, ErrDeadlock) true for every *DeadlockError.
 func (e *DeadlockError) Is(target error) bool { return target == ErrDeadlock }
+
+// rangeError is an invalid Range. It says what is wrong with the range rather than with a key,
+// and matches ErrInvalidKey.
+type rangeError struct{ reason string }
+
+func (e *rangeError) Error() string        { return "recordlock: invalid range: " + e.reason }
+func (e *rangeError) Is(target error) bool { return target == ErrInvalidKey }

@@ -123,40 +123,63 @@ func (h *Handle) IsLeaseExpired() bool { return h.hold.IsLeaseExpired() }
 
 // Release gives the key back. It returns true the first time; false when the handle was already
 // released, expired or revoked, or is past its deadline (it then completes the expiry). If another
-// goroutine is inside Fence on this handle, Release waits for its commit to return.
+// goroutine is inside Fence on this handle, Release waits for its commit to return; called by
+// that commit itself, it does not wait, and the key passes on when the commit returns.
 func (h *Handle) Release() bool { return h.hold.Release() }
 
 // RevokeLease ends the handle's authority ahead of its lease, so IsLeaseExpired becomes true and
 // a write staged through it is fenced. If the key is still held it is given back and the release
 // hook fires; after a Release it only settles the flag. It waits for a Fence running in another
-// goroutine, so once it returns no fenced write through this handle is in flight. Idempotent.
+// goroutine, so once it returns no fenced write through this handle is in flight. Called by the
+// commit of a Fence on this handle, it does not wait, and the key passes on when the commit
+// returns. Idempotent.
 func (h *Handle) RevokeLease() { h.hold.Revoke() }
 
 // Fence runs commit only while the lease is live and keeps the key from passing to another
 // holder until commit returns. It returns ErrLeaseExpired without calling commit when
 // IsLeaseExpired is true, and otherwise commit's error. If the lease ends while commit runs, Done
 // closes at once and the key passes on when commit returns. commit may call the handle's
-// accessors and predicates; it must not call Release, RevokeLease or Fence on the same handle.
+// accessors and predicates. It should not call Release, RevokeLease or Fence on the same handle:
+// a Release or RevokeLease it calls takes effect at once (the handle stops authorizing writes and
+// Done closes) but the key passes on only when commit returns, and a nested Fence panics.
 // Fence after Release still runs while the lease lasts, but then a successor may hold the key;
 // once the Locker is closed it returns ErrClosed without calling commit.
-func (h *Handle) Fence(commit func() error) error { return h.fence(commit, false) }
+func (h *Handle) Fence(commit func() error) error { return h.fence(commit, fenceUser) }
 
 // fenceThenRelease is Fence followed, unless the lock is held (Hold), by Release in the critical
 // section that ends the fence: one mutex round trip and two clock reads fewer than the two calls,
 // for Txn.Commit, whose locks without Hold end with it.
-func (h *Handle) fenceThenRelease(commit func() error) error { return h.fence(commit, true) }
+func (h *Handle) fenceThenRelease(commit func() error) error {
+	return h.fence(commit, fenceTxn|fenceRelease)
+}
 
-// fence is Fence; with releaseUnlessHold it is fenceThenRelease (docs/DESIGN.md §5).
-func (h *Handle) fence(commit func() error, releaseUnlessHold bool) error {
-	stray, err := h.hold.BeginFence()
+// fenceTxn is Fence for Txn.Commit, whose commit runs no user code.
+func (h *Handle) fenceTxn(commit func() error) error { return h.fence(commit, fenceTxn) }
+
+// How fence runs its commit: fenceUser, for Fence, or a combination of the others.
+const fenceUser = 0
+
+const (
+	fenceTxn     = 1 << iota // the commit is Txn.Commit's write, which never calls back into h
+	fenceRelease             // release the lock as the fence ends, unless it is held (Hold)
+)
+
+// fence is Fence, fenceTxn and fenceThenRelease, as mode says (docs/DESIGN.md §5).
+func (h *Handle) fence(commit func() error, mode int) error {
+	stray, err := h.hold.BeginFence(mode&fenceTxn == 0)
 	switch err {
 	case nil:
 	case locktable.ErrClosed:
 		return ErrClosed
+	case locktable.ErrFenceInOwnFence:
+		if mode&fenceTxn != 0 {
+			panic("recordlock: Txn.Commit called inside the commit of a Fence on one of its handles")
+		}
+		panic("recordlock: Fence called inside the commit of a Fence on the same handle")
 	default:
 		return ErrLeaseExpired
 	}
-	defer h.hold.EndFence(stray, releaseUnlessHold)
+	defer h.hold.EndFence(stray, mode&fenceRelease != 0)
 	return commit()
 }
 

@@ -3,6 +3,7 @@ package recordlock_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -24,6 +25,19 @@ import (
 // database comes from the internal/tempdb fixture.
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// longStress runs the stress tests at full length: make stress passes -long, make test does not.
+// Each stress test reads its counts through stressCount.
+var longStress = flag.Bool("long", false, "run the stress tests at full length (make stress)")
+
+// stressCount is the count of a stress loop: short in make test, enough to prove the invariant
+// it checks, and full with -long.
+func stressCount(short, full int) int {
+	if *longStress {
+		return full
+	}
+	return short
+}
 
 // Options and bounds every test shares.
 

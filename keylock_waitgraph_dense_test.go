@@ -29,7 +29,8 @@ func TestDeadlockStressDenseMixedModes(t *testing.T) {
 	// Each worker commits commitsEach Txns, and goes on until the workers have met a deadlock:
 	// without the race detector's slowdown, eight commits each can all pass without one. A bound
 	// on attempts ends a run that never meets one, which then fails below.
-	const keys, workers, commitsEach, maxAttempts = 20, 10, 8, 1000
+	const keys, workers = 20, 10
+	commitsEach, maxAttempts := stressCount(8, 64), stressCount(1000, 8000)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	var readers, writers [keys]atomic.Int32

@@ -37,11 +37,14 @@ func Prefix(p []byte) Range {
 // It is the first thing a call that takes a Range does, so an invalid one changes nothing.
 func (r Range) check() error {
 	switch {
-	case len(r.Start) > maxKeyLen || len(r.End) > maxKeyLen:
-		return fmt.Errorf("%w; got a range bound of more than %d bytes", ErrInvalidKey, maxKeyLen)
+	case len(r.Start) > maxKeyLen:
+		return &rangeError{fmt.Sprintf("Start is %d bytes; a bound must be at most 2 GiB", len(r.Start))}
+	case len(r.End) > maxKeyLen:
+		return &rangeError{fmt.Sprintf("End is %d bytes; a bound must be at most 2 GiB", len(r.End))}
+	case r.End != nil && len(r.End) == 0:
+		return &rangeError{fmt.Sprintf("End \"\" is not after Start %q (a nil End has no bound)", r.Start)}
 	case r.End != nil && bytes.Compare(r.End, r.Start) <= 0:
-		return fmt.Errorf("%w; got a range whose End %q is not after its Start %q (a nil End has no bound)",
-			ErrInvalidKey, r.End, r.Start)
+		return &rangeError{fmt.Sprintf("End %q is not after Start %q", r.End, r.Start)}
 	}
 	return nil
 }

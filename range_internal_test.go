@@ -31,7 +31,7 @@ func TestRangeCheckAndContains(t *testing.T) {
 				return
 			}
 			require.ErrorIs(t, err, ErrInvalidKey)
-			assert.Contains(t, err.Error(), "not after its Start")
+			assert.Contains(t, err.Error(), "recordlock: invalid range: End ")
 		})
 	}
 

@@ -55,6 +55,45 @@ func TestInvalidKeyMessages(t *testing.T) {
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
+// A Range whose End is not after its Start, or whose bound is over-long, gets a message about the
+// range, not the rule for a key, from every call that takes one; it still matches ErrInvalidKey,
+// and nothing is locked.
+func TestInvalidRangeMessages(t *testing.T) {
+	_, l := manual(t, openDB(t))
+	ctx := context.Background()
+	tooLong, err := syscall.Mmap(-1, 0, math.MaxInt32+1, syscall.PROT_READ, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_NORESERVE)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, syscall.Munmap(tooLong)) })
+	for _, c := range []struct {
+		name string
+		r    recordlock.Range
+		msg  string
+	}{
+		{"End before Start", rng("b", "a"), `recordlock: invalid range: End "a" is not after Start "b"`},
+		{"End equal to Start", rng("b", "b"), `recordlock: invalid range: End "b" is not after Start "b"`},
+		{"empty End", recordlock.Range{Start: []byte("a"), End: []byte{}},
+			`recordlock: invalid range: End "" is not after Start "a" (a nil End has no bound)`},
+		{"Start too long", recordlock.Range{Start: tooLong},
+			"recordlock: invalid range: Start is 2147483648 bytes; a bound must be at most 2 GiB"},
+		{"End too long", recordlock.Range{End: tooLong},
+			"recordlock: invalid range: End is 2147483648 bytes; a bound must be at most 2 GiB"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := l.LockRange(ctx, c.r, recordlock.Options{})
+			require.ErrorIs(t, err, recordlock.ErrInvalidKey)
+			assert.EqualError(t, err, c.msg)
+			_, err = l.TryLockRange(c.r, recordlock.Options{})
+			assert.EqualError(t, err, c.msg)
+			txn := l.Begin()
+			defer txn.Rollback()
+			_, err = txn.LockRange(ctx, c.r, recordlock.Options{})
+			assert.EqualError(t, err, c.msg)
+			assert.EqualError(t, txn.Scan(c.r, func(_, _ []byte) error { return nil }), c.msg)
+		})
+	}
+	assert.True(t, recordlock.ProbeTableEmpty(l))
+}
+
 // A nil ctx fails as net/http's NewRequestWithContext does, with an error that says so (and
 // matches ErrInvalidOptions), before anything is locked; the Txn stays usable.
 func TestNilContextIsAnError(t *testing.T) {

@@ -65,8 +65,8 @@ func TestStressAtMostOneAuthorizedHolderPerKey(t *testing.T) {
 		goroutines = 32
 		nkeys      = 8
 		lease      = recordlock.MinLease
-		run        = 1500 * time.Millisecond
 	)
+	run := time.Duration(stressCount(1500, 30_000)) * time.Millisecond
 	db := openDB(t)
 	lockers := []*recordlock.Locker{newLocker(t, db), newLocker(t, db)}
 	keys := make([][]byte, nkeys)

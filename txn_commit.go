@@ -189,7 +189,7 @@ func fenced(hs []*Handle, write func() error) error {
 		// fence ends saves a round trip through the shard.
 		return hs[0].fenceThenRelease(write)
 	}
-	return hs[0].Fence(func() error { return fenced(hs[1:], write) })
+	return hs[0].fenceTxn(func() error { return fenced(hs[1:], write) })
 }
 
 // checked appends to hs the handles Commit checks, each once: the handle protecting each staged

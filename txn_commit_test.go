@@ -264,12 +264,12 @@ func TestTxnNoLostUpdateUnderStalls(t *testing.T) {
 	const (
 		workers    = 8
 		counters   = 4
-		increments = 2000 // per worker and counter
 		lease      = 100 * time.Millisecond
 		stall      = 150 * time.Millisecond
 		stallEvery = 100 // about 1% of transactions
 		timeout    = 10 * time.Millisecond
 	)
+	increments := stressCount(500, 2000) // per worker and counter
 	db := openDB(t)
 	l := newLocker(t, db)
 	ctx := context.Background()

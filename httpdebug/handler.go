@@ -2,7 +2,7 @@
 // under /debug/ as net/http/pprof is. For each database it shows the figures of Locker.Stats,
 // the keys held (Locker.Locks), the requests waiting for them (Locker.Waits) and the wait-for
 // graph of their owners, and reloads itself every 2 seconds. With ?format=json it serves the same
-// figures as JSON.
+// figures as JSON; ?format=html, like no format, serves the page.
 //
 //	http.Handle("/debug/recordlock/", httpdebug.Handler(map[string]*recordlock.Locker{"orders": locker}))
 //
@@ -67,10 +67,11 @@ type namedLocker struct {
 // shown on the page to a Locker of each database. It answers GET and HEAD at any path it is
 // mounted on, and any other method with 405 Method Not Allowed. Query parameters:
 //
+//   - format=html (the default): the HTML page.
 //   - format=json: the JSON document instead of the HTML page.
 //   - limit=N: at most N holders and N waits per database, 1 ≤ N ≤ 1000 (default 1000).
 //
-// Any other value of format or limit is a 400 Bad Request. Handler copies dbs, so later changes
+// Any other value of format or limit, or either parameter given twice, is a 400 Bad Request. Handler copies dbs, so later changes
 // to the map do not reach it. It panics if a Locker in dbs is nil.
 func Handler(dbs map[string]*recordlock.Locker) http.Handler {
 	h := &handler{dbs: make([]namedLocker, 0, len(dbs))}

@@ -113,6 +113,9 @@ func viewDatabase(i int, d database) databaseView {
 	holders := newHolderIndex(d.locks)
 	// Per record and mode, not per wait: its holders are listed once.
 	waitsForText := map[waitKind]string{}
+	// The nearest exclusive request listed so far for each record, named: as in the graph
+	// (buildGraph), a shared request listed after it queued behind it, and waits for it first.
+	exclusiveAhead := map[record]string{}
 	for _, w := range d.waits {
 		mode := "exclusive"
 		switch {
@@ -123,6 +126,11 @@ func viewDatabase(i int, d database) databaseView {
 		}
 		kind := kindOf(w)
 		waitsFor, ok := waitsForText[kind]
+		if !w.Shared {
+			exclusiveAhead[kind.r] = waiterText(w.Owner)
+		} else if ahead, queued := exclusiveAhead[kind.r]; queued {
+			waitsFor, ok = "queued behind "+ahead, true
+		}
 		if !ok {
 			var owners []string
 			for _, i := range holders.of(w) {
@@ -165,6 +173,14 @@ func viewKey(text string) keyView {
 		return keyView{Text: text}
 	}
 	return keyView{Text: short, Title: shorten(text, titleRunes)}
+}
+
+// waiterText names the owner of a request a shared request queued behind.
+func waiterText(owner string) string {
+	if owner == "" {
+		return "a Lock outside any Txn"
+	}
+	return owner
 }
 
 func ownerText(owner string) string {

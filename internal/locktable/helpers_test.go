@@ -3,6 +3,7 @@ package locktable
 import (
 	"cmp"
 	"context"
+	"flag"
 	"log/slog"
 	"slices"
 	"sync"
@@ -19,6 +20,19 @@ import (
 // schedule nothing (newTestTable), so that no test has to say so.
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// longStress runs the stress tests at full length: make stress passes -long, make test does not.
+// Each stress test reads its counts through stressCount.
+var longStress = flag.Bool("long", false, "run the stress tests at full length (make stress)")
+
+// stressCount is the count of a stress loop: short in make test, enough to prove the invariant
+// it checks, and full with -long.
+func stressCount(short, full int) int {
+	if *longStress {
+		return full
+	}
+	return short
+}
 
 // The defaults of a testLocker's requests, those of the API's Options.
 const (
@@ -391,7 +405,7 @@ func (t *testTxn) Rollback() {
 
 // fence runs commit inside a fence of h, as the API's Fence does.
 func fence(h *Hold, commit func() error) error {
-	stray, err := h.BeginFence()
+	stray, err := h.BeginFence(true)
 	if err != nil {
 		return err
 	}

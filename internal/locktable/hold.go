@@ -58,6 +58,7 @@ type Owner interface {
 type Cold struct {
 	done     chan struct{} // closed when the hold stops authorizing writes
 	fenceEnd chan struct{} // closed when the running fence ends, for Release waiting on it
+	fencer   int64         // the goroutine whose commit the running fence runs; 0 for none
 	// Hook runs once the hold ends, outside every table mutex (a cluster round's release).
 	Hook func() error
 
@@ -296,15 +297,19 @@ func (h *Hold) Release() bool {
 	// Waiting out a fence can take long, so the clock is read again after one.
 	now := h.ten.clock.Mono()
 	sh.mu.Lock()
+	inOwnFence := false
 	if h.hash != hash || h.flags()&FlagFencing != 0 { // lockForChange, its common case spelled out
 		sh.mu.Unlock()
 		var waited bool
-		if sh, waited = h.lockForChange(); waited {
+		if sh, waited, inOwnFence = h.lockForChange(); waited {
 			now = h.ten.clock.Mono()
 		}
 	}
 	ok := !h.Dead() && !h.settleAt(sh, now)
-	if ok {
+	switch {
+	case ok && inOwnFence:
+		h.releaseInOwnFence(sh)
+	case ok:
 		h.releaseLocked(sh)
 	}
 	sh.unlockAndRunDeferred()
@@ -323,13 +328,17 @@ func (h *Hold) releaseLocked(sh *shard) {
 // release hook fires; after a Release it only settles the flag. It waits for a fence running in
 // another goroutine. Idempotent.
 func (h *Hold) Revoke() {
-	sh, _ := h.lockForChange()
+	sh, _, inOwnFence := h.lockForChange()
 	if h.flags()&FlagExpired == 0 {
 		h.SetFlags(FlagExpired)
 		sh.counts.revoked++
 		sh.unschedule(h)
 		h.closeDone()
-		if h.flags()&FlagHeld != 0 {
+		switch {
+		case h.flags()&FlagHeld == 0:
+		case inOwnFence:
+			h.SetFlags(FlagPassOnAfterFence)
+		default:
 			sh.giveBack(h, 0)
 			sh.deferHook(h)
 		}

@@ -1,18 +1,45 @@
 package locktable
 
+import "github.com/petermattis/goid"
+
 // Fencing: a commit runs only while the lease is live, and the key stays with the hold until the
 // commit returns (docs/DESIGN.md §5). The API runs the commit between BeginFence and EndFence.
+//
+// A commit that calls Release, Revoke or a Fence on its own hold would wait for itself. The
+// fence of a commit that runs user code records its goroutine (Go has no other handle on "the
+// caller"), so that such a call, alone among the calls that find the fence running, does not
+// wait: a Release or Revoke takes effect at once and the key passes on when the commit returns,
+// as when the lease lapses inside the fence; a nested Fence fails with ErrFenceInOwnFence.
 
 // lockForChange takes the shard mutex for Release or Revoke, first waiting for a fence running
 // in another goroutine to end, whatever the hold's state: a lease that lapsed inside a fence still
-// has its commit in flight. It reports whether it had to wait.
-func (h *Hold) lockForChange() (sh *shard, waited bool) {
+// has its commit in flight. It reports whether it had to wait, and whether the fence is still
+// running because the caller is its commit (inOwnFence).
+func (h *Hold) lockForChange() (sh *shard, waited, inOwnFence bool) {
 	sh = h.lockShard()
 	for h.flags()&FlagFencing != 0 {
+		if h.fencedByCaller() {
+			return sh, waited, true
+		}
 		sh = h.awaitFenceEnd(sh)
 		waited = true
 	}
-	return sh, waited
+	return sh, waited, false
+}
+
+// fencedByCaller reports whether the fence running on h is one whose commit runs in the calling
+// goroutine, with the shard mutex held.
+func (h *Hold) fencedByCaller() bool {
+	c := h.cold
+	return c != nil && c.fencer != 0 && c.fencer == goid.Get()
+}
+
+// releaseInOwnFence is Release called by the commit of h's running fence, with the shard mutex
+// held: h stops authorizing writes now, and EndFence passes the key on.
+func (h *Hold) releaseInOwnFence(sh *shard) {
+	sh.unschedule(h)
+	h.SetFlags(FlagReleased | FlagPassOnAfterFence)
+	h.closeDone()
 }
 
 // awaitFenceEnd releases the shard mutex until the running fence ends, then takes the mutex of
@@ -29,12 +56,18 @@ func (h *Hold) awaitFenceEnd(sh *shard) *shard {
 }
 
 // BeginFence starts a fence once any fence running on h in another goroutine has ended. It
-// returns ErrLeaseExpired when the lease has ended, and ErrClosed when h was released and its
-// tenant is closed; then no fence begins. stray reports that h no longer held its key, so that
-// the fence is counted by the tenant, which Close waits for; EndFence takes it back.
-func (h *Hold) BeginFence() (stray bool, err error) {
+// returns ErrLeaseExpired when the lease has ended, ErrClosed when h was released and its tenant
+// is closed, and ErrFenceInOwnFence when the caller is the commit of h's running fence; then no
+// fence begins. userCommit says that the commit runs user code, which may call back into h (see
+// fencedByCaller). stray reports that h no longer held its key, so that the fence is counted by
+// the tenant, which Close waits for; EndFence takes it back.
+func (h *Hold) BeginFence(userCommit bool) (stray bool, err error) {
 	sh := h.lockShard()
 	for h.flags()&FlagFencing != 0 {
+		if h.fencedByCaller() {
+			sh.mu.Unlock()
+			return false, ErrFenceInOwnFence
+		}
 		sh = h.awaitFenceEnd(sh)
 	}
 	if h.flags()&FlagExpired != 0 || h.settle(sh) {
@@ -52,6 +85,9 @@ func (h *Hold) BeginFence() (stray bool, err error) {
 		stray = true
 	}
 	h.SetFlags(FlagFencing)
+	if userCommit {
+		h.Cold().fencer = goid.Get()
+	}
 	sh.mu.Unlock()
 	return stray, nil
 }
@@ -63,9 +99,12 @@ func (h *Hold) BeginFence() (stray bool, err error) {
 func (h *Hold) EndFence(stray, releaseUnlessHold bool) {
 	sh := h.lockShard()
 	h.ClearFlags(FlagFencing)
-	if c := h.cold; c != nil && c.fenceEnd != nil {
-		close(c.fenceEnd)
-		c.fenceEnd = nil
+	if c := h.cold; c != nil {
+		c.fencer = 0
+		if c.fenceEnd != nil {
+			close(c.fenceEnd)
+			c.fenceEnd = nil
+		}
 	}
 	switch f := h.flags(); {
 	case f&FlagPassOnAfterFence != 0:

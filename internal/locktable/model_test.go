@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,13 +36,15 @@ import (
 // reported in them, for its log.
 var modelSteps, modelDeadlocks atomic.Int64
 
-// modelChecks and modelStepsEach are how many sequences, of up to how many steps, TestModel runs
-// unless -rapid.checks or -rapid.steps say otherwise: more than rapid's defaults, whose short
-// sequences seldom queue enough requests to close a cycle.
-const modelChecks, modelStepsEach = "200", "100"
+// modelChecks and modelStepsEach are how many sequences (200, or 3,000 under -long), of up to how
+// many steps, TestModel runs unless -rapid.checks or -rapid.steps say otherwise: more than
+// rapid's defaults, whose short sequences seldom queue enough requests to close a cycle.
+func modelChecks() string { return strconv.Itoa(stressCount(200, 3000)) }
+
+const modelStepsEach = "100"
 
 func TestModel(t *testing.T) {
-	for name, v := range map[string]string{"rapid.checks": modelChecks, "rapid.steps": modelStepsEach} {
+	for name, v := range map[string]string{"rapid.checks": modelChecks(), "rapid.steps": modelStepsEach} {
 		if !flagSet(name) {
 			if err := flag.Set(name, v); err != nil {
 				t.Fatal(err)

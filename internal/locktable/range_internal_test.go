@@ -183,7 +183,7 @@ func TestRangeLeaseLapsesAndPassesItsKeysOn(t *testing.T) {
 	require.NoError(t, res.err)
 	assert.True(t, r.IsLeaseExpired())
 	assert.False(t, r.Release())
-	_, err = r.BeginFence()
+	_, err = r.BeginFence(true)
 	assert.ErrorIs(t, err, ErrLeaseExpired)
 	require.True(t, res.h.Release())
 

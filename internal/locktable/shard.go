@@ -272,8 +272,8 @@ func (sh *shard) expire(h *Hold) {
 	h.SetFlags(FlagExpired)
 	sh.unschedule(h)
 	h.closeDone()
-	if h.flags()&FlagHeld == 0 {
-		return
+	if h.flags()&(FlagHeld|FlagReleased) != FlagHeld {
+		return // gone, or released by its own fence's commit, which passes the key on
 	}
 	sh.counts.lapsed++
 	sh.noteLapse(h)
