@@ -88,7 +88,8 @@ func (c *Coordinator) coldOutcomeLocked(ctx context.Context, a *ask, sess *sessi
 		// On this node's lease but unknown to it: a Txn of this node whose reply was lost
 		// created it, or another node handed it over. Adopt it and look again, unless the
 		// watch has already reported that change: it adopted it then, and it has ended since.
-		if c.delegs[a.k] == nil && c.sess == sess && !c.closed && c.seen < dkvs[0].ModRevision {
+		if c.delegs[a.k] == nil && c.sess == sess && !c.closed && c.seen < dkvs[0].ModRevision &&
+			!c.endedLocked(a.k, dkvs[0].ModRevision) {
 			c.adoptLocked(a.k, dkvs[0].ModRevision, dkvs[0].Value)
 		}
 		return coldResult{}, nil
@@ -108,7 +109,7 @@ func (c *Coordinator) createdLocked(k string, sess *session, rev int64, minted, 
 	d := c.delegs[k]
 	switch {
 	case d != nil && d.token == uint64(rev): // the watch adopted it before this reply was read
-	case c.seen >= rev || (d != nil && d.token > uint64(rev)):
+	case c.seen >= rev || c.endedLocked(k, rev) || (d != nil && d.token > uint64(rev)):
 		// The watch reported the creation, adopted it, and saw it end before this reply was
 		// read, or a later Txn of this node has replaced it: it was handed on or lost. Look
 		// again.

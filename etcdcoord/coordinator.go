@@ -35,17 +35,20 @@ type Coordinator struct {
 	sessLock chan struct{} // one slot: one lease grant or refresh at a time
 	seq      atomic.Uint64 // makes each Acquire's recall value unique
 
-	mu        sync.Mutex // guards everything below
-	closed    bool
-	sess      *session
-	watching  bool                   // the watch is established and the state below is caught up
-	up        chan struct{}          // closed when watching becomes true; replaced when it breaks
-	seen      int64                  // the latest revision the watch applied: every change up to it is reflected here
-	delegs    map[string]*delegation // by key
-	recalls   map[string]recall      // key → another node's pending recall
-	waiters   map[string][]*waiter   // key → Acquire calls waiting for its etcd keys to change
-	contended map[string]contention  // keys other nodes want: handed back on release
-	lastSweep time.Duration          // Mono of the last look for idle delegations
+	mu       sync.Mutex // guards everything below
+	closed   bool
+	sess     *session
+	watching bool                   // the watch is established and the state below is caught up
+	up       chan struct{}          // closed when watching becomes true; replaced when it breaks
+	seen     int64                  // the latest revision the watch applied: every change up to it is reflected here
+	delegs   map[string]*delegation // by key
+	// ended maps a key to the token of this node's latest delegation of it that ended before the
+	// watch applied its grant: a late report of that grant must not bring it back (ended.go)
+	ended     map[string]int64
+	recalls   map[string]recall     // key → another node's pending recall
+	waiters   map[string][]*waiter  // key → Acquire calls waiting for its etcd keys to change
+	contended map[string]contention // keys other nodes want: handed back on release
+	lastSweep time.Duration         // Mono of the last look for idle delegations
 	// handBackSlow: a Release's wait for its hand-back ran out, and no hand-back has been
 	// confirmed since; releases do not wait meanwhile
 	handBackSlow bool
@@ -108,6 +111,7 @@ func New(client *clientv3.Client, node string, opts ...Option) (*Coordinator, er
 		sessLock:  make(chan struct{}, 1),
 		up:        make(chan struct{}),
 		delegs:    map[string]*delegation{},
+		ended:     map[string]int64{},
 		recalls:   map[string]recall{},
 		waiters:   map[string][]*waiter{},
 		contended: map[string]contention{},

@@ -249,13 +249,10 @@ func (c *Coordinator) adoptLocked(k string, rev int64, value []byte) {
 // once: the watch, the hand-back's reply and Close may each be the first to see it end. One that
 // ended otherwise (lost) is not counted. Called with c.mu held.
 func (c *Coordinator) handedBackLocked(k string, d *delegation) {
-	if c.delegs[k] == d {
-		delete(c.delegs, k)
-	}
 	if !d.ended {
 		c.stats.HandBacks++
 	}
-	d.end()
+	c.endLocked(k, d)
 }
 
 // goneLocked follows the end of d's key in etcd: expected if this node was handing it back or
@@ -275,12 +272,9 @@ func (c *Coordinator) goneLocked(k string, d *delegation, why string) {
 // node stopped trusting that lease: no admission from it outlived that trust, so this is how an
 // idle node's delegations end, not a loss. Called with c.mu held.
 func (c *Coordinator) expiredLocked(k string, d *delegation) {
-	if c.delegs[k] == d {
-		delete(c.delegs, k)
-	}
 	d.recalled = true
 	revokes := d.takeAll() // every deadline has passed; revoking waits for a Fence still running
-	d.end()
+	c.endLocked(k, d)
 	c.stats.Expired++
 	c.revokeLocked(revokes)
 }
@@ -288,12 +282,9 @@ func (c *Coordinator) expiredLocked(k string, d *delegation) {
 // loseLocked forgets a delegation that etcd no longer has and revokes every admission from it
 // at once, live ones included: another node may already hold the key. Called with c.mu held.
 func (c *Coordinator) loseLocked(k string, d *delegation, why string) {
-	if c.delegs[k] == d {
-		delete(c.delegs, k)
-	}
 	d.recalled = true
 	revokes := d.takeAll()
-	d.end()
+	c.endLocked(k, d)
 	c.stats.Lost++
 	c.log.Warn("etcdcoord: a delegation disappeared from etcd; its admissions are revoked",
 		"key", k, "token", d.token, "revoked", len(revokes), "why", why)

@@ -134,10 +134,12 @@ func (c *Coordinator) resync() (int64, error) {
 		}
 	}
 	for k, kv := range held {
-		if c.delegs[k] == nil && c.sess != nil && kv.Lease == int64(c.sess.id) && !c.closed {
+		if c.delegs[k] == nil && c.sess != nil && kv.Lease == int64(c.sess.id) && !c.closed &&
+			!c.endedLocked(k, kv.ModRevision) {
 			c.adoptLocked(k, kv.ModRevision, kv.Value)
 		}
 	}
+	c.resyncedLocked(rev)
 	for k, r := range c.recalls {
 		if d := c.delegs[k]; d != nil && r.rev > int64(d.token) {
 			c.recallLocked(k, d)
@@ -172,11 +174,13 @@ func (c *Coordinator) applyLocked(typ mvccpb.Event_EventType, kv *mvccpb.KeyValu
 		if d := c.delegs[k]; d != nil && rev > int64(d.token) {
 			c.goneLocked(k, d, "deleted or overwritten in etcd")
 		}
+		// A late report of a grant this node has seen end is not adopted (ended.go).
 		if typ == clientv3.EventTypePut && c.delegs[k] == nil && c.sess != nil &&
-			kv.Lease == int64(c.sess.id) && !c.closed {
+			kv.Lease == int64(c.sess.id) && !c.closed && !c.endedLocked(k, rev) {
 			c.adoptLocked(k, rev, kv.Value)
 		}
 	}
+	c.caughtUpLocked(k, rev)
 	for _, w := range c.waiters[k] {
 		w.saw(rev)
 	}
