@@ -91,7 +91,7 @@ func (c *Coordinator) handBackContendedLocked(d *delegation) <-chan struct{} {
 	d.recalled = true
 	d.releasedBack = true
 	c.wg.Add(1)
-	go c.handOver(d.k, d, d.sess.validUntil)
+	go c.handOver(d.k, d)
 	if c.handBackSlow {
 		return nil
 	}

@@ -3,10 +3,13 @@ package etcdcoord
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/recordlock/recordlock"
 )
 
 // recallLocked starts handing d back after another node asked for it: no more admissions, and
@@ -21,21 +24,19 @@ func (c *Coordinator) recallLocked(k string, d *delegation) {
 	}
 	d.recalled = true
 	c.stats.RecallsReceived++
-	bound := d.sess.validUntil
 	c.wg.Add(1)
-	go c.handOver(k, d, bound)
+	go c.handOver(k, d)
 }
 
 // handOver revokes d's admissions as they become due and then hands d back. Released ones are
 // revoked at once, so that what they staged is fenced; a live one is revoked when it is
 // released or reaches its deadline, not before. A revocation waits for a Fence in flight, so
-// the hand-back waits for it too, but not past bound (a Mono reading): the end of what the node
-// trusted of its etcd lease when the recall arrived, after which etcd may let the key go anyway.
-func (c *Coordinator) handOver(k string, d *delegation, bound time.Duration) {
+// the hand-back waits for it too, for as long as the node trusts its etcd lease as it keeps
+// refreshing it (trustLapse): after that, etcd may let the key go anyway.
+func (c *Coordinator) handOver(k string, d *delegation) {
 	defer c.wg.Done()
-	lapsed := make(chan struct{})
-	lt := c.cfg.clock.AfterFunc(bound-c.cfg.clock.Mono(), func() { close(lapsed) })
-	defer lt.Stop()
+	lapsed, stopLapse := c.trustLapse(d.sess)
+	defer stopLapse()
 	for {
 		c.mu.Lock()
 		now := c.cfg.clock.Mono()
@@ -59,7 +60,7 @@ func (c *Coordinator) handOver(k string, d *delegation, bound time.Duration) {
 			select {
 			case <-done:
 			case <-lapsed:
-				c.giveUp(k, d)
+				c.giveUp(k, d, done)
 				return
 			case <-c.ctx.Done():
 				return // Close hands everything back
@@ -75,7 +76,7 @@ func (c *Coordinator) handOver(k string, d *delegation, bound time.Duration) {
 		case <-due:
 		case <-lapsed:
 			t.Stop()
-			c.giveUp(k, d)
+			c.giveUp(k, d, nil)
 			return
 		case <-c.ctx.Done():
 			t.Stop()
@@ -86,14 +87,56 @@ func (c *Coordinator) handOver(k string, d *delegation, bound time.Duration) {
 	c.handOff(k, d)
 }
 
-// giveUp hands d back once the node can no longer trust its etcd lease to cover it, revoking
-// whatever admission is left without waiting for it.
-func (c *Coordinator) giveUp(k string, d *delegation) {
+// trustLapse returns a channel closed once the clock passes what the node trusts of its etcd
+// lease s, following every refresh of it, and a func that stops following.
+func (c *Coordinator) trustLapse(s *session) (<-chan struct{}, func()) {
+	lapsed := make(chan struct{})
+	var mu sync.Mutex
+	var t recordlock.Timer
+	stopped := false
+	var arm func()
+	arm = func() {
+		c.mu.Lock()
+		until := s.validUntil
+		c.mu.Unlock()
+		mu.Lock()
+		defer mu.Unlock()
+		switch now := c.cfg.clock.Mono(); {
+		case stopped:
+		case now >= until:
+			close(lapsed)
+		default:
+			t = c.cfg.clock.AfterFunc(until-now, arm) // refreshed meanwhile: look again then
+		}
+	}
+	arm()
+	return lapsed, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		if t != nil {
+			t.Stop()
+		}
+	}
+}
+
+// giveUp hands d over once the node can no longer trust its etcd lease to cover it, revoking
+// whatever admission is left without waiting for it. running, if not nil, is closed once the
+// revocations under way when the lease ran out have returned: if they still run once the key
+// is handed over, a fenced commit outlasted the lease, and that is logged.
+func (c *Coordinator) giveUp(k string, d *delegation, running <-chan struct{}) {
 	c.mu.Lock()
 	c.revokeLocked(d.takeAll())
 	c.mu.Unlock()
-	c.log.Warn("etcdcoord: a fenced commit outlasted the node's etcd lease; handing the key back", "key", k)
-	c.handBack([]string{k}, []*delegation{d})
+	c.handOff(k, d)
+	if running == nil {
+		return
+	}
+	select {
+	case <-running:
+	default:
+		c.log.Warn("etcdcoord: a fenced commit outlasted the node's etcd lease; the key was handed back", "key", k)
+	}
 }
 
 // revokeLocked runs revokes in a goroutine that Close waits for: a revocation waits for a
