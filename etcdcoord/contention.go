@@ -12,20 +12,25 @@ import (
 
 // contention is what this node knows of a key's other users.
 type contention struct {
-	remote     time.Duration // Mono when another node last wanted or held the key
-	local      time.Duration // Mono when a lock of this node last waited for its own hand-back
-	wantedHere bool          // local is set: a reading of 0 is a time like any other
+	remote time.Duration // Mono when another node last wanted or held the key
+	// elsewhere is the latest revision at which another node was seen to want or hold the key;
+	// last, the token of this node's latest delegation of it that has ended
+	elsewhere, last int64
+	local           time.Duration // Mono when a lock of this node last waited for its own hand-back
+	wantedHere      bool          // local is set: a reading of 0 is a time like any other
 }
 
-// contendedLocked reports whether k should be handed back on release: another node wanted or
-// held it within the linger period (this node sent or received a recall of it, and since then
-// another node's delegation of it came and went on the watch), and no lock of this node has had
-// to wait for such a hand-back within that period. Locks of one node that follow one another,
-// as its goroutines queue for the key, keep the delegation then, as a key no other node wants.
-// Called with c.mu held.
+// contendedLocked reports whether k should be handed back on release: the nodes take turns on
+// it. That is, this node held the key before, another node wanted or held it after that (a
+// recall, or its delegation on the watch), within the linger period, and no lock of this node
+// has had to wait for such a hand-back within that period. A recall asks for one hand-back: a
+// node that has the key again and sees no other node want it since keeps it, and its repeat
+// locks make no request; so do locks of one node that follow one another, as its goroutines
+// queue for the key. Called with c.mu held.
 func (c *Coordinator) contendedLocked(k string, now time.Duration) bool {
 	ct, ok := c.contended[k]
-	return ok && now-ct.remote < c.cfg.linger && !ct.wantedHereWithin(now, c.cfg.linger)
+	return ok && ct.last > 0 && ct.elsewhere > ct.last && now-ct.remote < c.cfg.linger &&
+		!ct.wantedHereWithin(now, c.cfg.linger)
 }
 
 // wantedHereWithin reports whether a lock of this node waited for its own hand-back of the key
@@ -34,19 +39,30 @@ func (ct contention) wantedHereWithin(now, linger time.Duration) bool {
 	return ct.wantedHere && now-ct.local < linger
 }
 
-// wantedElsewhereLocked records that another node wants or holds k now. Called with c.mu held.
-func (c *Coordinator) wantedElsewhereLocked(k string, now time.Duration) {
+// wantedElsewhereLocked records that another node wants or holds k now, as etcd's revision rev
+// shows. Called with c.mu held.
+func (c *Coordinator) wantedElsewhereLocked(k string, now time.Duration, rev int64) {
 	ct := c.contended[k]
 	ct.remote = now
+	ct.elsewhere = max(ct.elsewhere, rev)
 	c.contended[k] = ct
 }
 
-// usedElsewhereLocked records that the watch saw another node's delegation of k, if k is
-// known to be contended: nodes that take turns without recalls keep it so. Called with c.mu
-// held.
-func (c *Coordinator) usedElsewhereLocked(k string) {
+// usedElsewhereLocked records that the watch saw another node's delegation of k at revision
+// rev, if k is known to be contended: nodes that take turns without recalls keep it so. Called
+// with c.mu held.
+func (c *Coordinator) usedElsewhereLocked(k string, rev int64) {
 	if _, ok := c.contended[k]; ok {
-		c.wantedElsewhereLocked(k, c.cfg.clock.Mono())
+		c.wantedElsewhereLocked(k, c.cfg.clock.Mono(), rev)
+	}
+}
+
+// endedHereLocked records that this node's delegation of k granted at token has ended. Called
+// with c.mu held.
+func (c *Coordinator) endedHereLocked(k string, token int64) {
+	if ct, ok := c.contended[k]; ok {
+		ct.last = max(ct.last, token)
+		c.contended[k] = ct
 	}
 }
 

@@ -18,13 +18,14 @@ import (
 // out and no hand-back has been confirmed since: a Locker Close or a Txn Commit that releases
 // many keys does not wait the request timeout once per key, or at all, for etcd.
 
-// contend makes each key contended on a and b: B recalls it from A, and B's release hands it
-// back, as nodes that take turns do. It returns once the keys are free in etcd.
+// contend makes a and b take turns on each key, A, B, A, B: each node has held the key, and
+// another node held it after that, so each hands it back on release, and B's release has. It
+// returns once the keys are free in etcd.
 func contend(t *testing.T, a, b *node, keys ...string) {
 	t.Helper()
 	ctx := context.Background()
 	for _, k := range keys {
-		for _, n := range []*node{a, b} {
+		for _, n := range []*node{a, b, a, b} {
 			h, err := n.l.Lock(ctx, []byte(k), cluster(time.Second, 10*time.Second))
 			require.NoError(t, err)
 			require.True(t, h.Release())

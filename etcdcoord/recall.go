@@ -18,7 +18,7 @@ func (c *Coordinator) recallLocked(k string, d *delegation) {
 	if c.closed {
 		return
 	}
-	c.wantedElsewhereLocked(k, c.cfg.clock.Mono())
+	c.wantedElsewhereLocked(k, c.cfg.clock.Mono(), c.recalls[k].rev)
 	if d.recalled {
 		return
 	}

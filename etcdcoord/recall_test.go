@@ -101,10 +101,10 @@ func TestFencedCommitDelaysHandBack(t *testing.T) {
 	require.True(t, r.h.Release())
 }
 
-// Nodes that take turns on a key stop recalling it: once a recall has shown that another node
-// wants the key, a node hands it back when its last holder releases it, so the next node's Lock
-// is the one Txn that creates the delegation, and its Release the one that deletes it. A key no
-// other node wants stays delegated, and its repeat locks make no request.
+// Nodes that take turns on a key stop recalling it: once a node has held the key, and another
+// node held it after that, it hands the key back when its last holder releases it, so the next
+// node's Lock is the one Txn that creates the delegation, and its Release the one that deletes
+// it. A key no other node wants stays delegated, and its repeat locks make no request.
 func TestContendedKeyIsHandedBackOnRelease(t *testing.T) {
 	e := startEtcd(t)
 	nodes := []*node{newNode(t, e, "a", nodeConfig{}), newNode(t, e, "b", nodeConfig{})}
@@ -117,10 +117,11 @@ func TestContendedKeyIsHandedBackOnRelease(t *testing.T) {
 	}
 	lockRelease(nodes[0], "k")
 	lockRelease(nodes[1], "k") // recalls the key from A
-	require.Eventually(t, func() bool { return nodes[1].coord.Stats().Delegations == 0 }, 10*time.Second, time.Millisecond)
-	recalls := nodes[1].coord.Stats().RecallsSent
+	lockRelease(nodes[0], "k") // recalls it from B; A has held it, and B after that
+	require.Eventually(t, func() bool { return nodes[0].coord.Stats().Delegations == 0 }, 10*time.Second, time.Millisecond)
+	recalls := []uint64{nodes[0].coord.Stats().RecallsSent, nodes[1].coord.Stats().RecallsSent}
 	for i := range 6 {
-		n := nodes[i%2]
+		n := nodes[(i+1)%2]
 		before := n.reqs.snapshot()
 		h, err := n.l.Lock(ctx, []byte("k"), opts)
 		require.NoError(t, err)
@@ -131,8 +132,7 @@ func TestContendedKeyIsHandedBackOnRelease(t *testing.T) {
 			"%s kept the key after release %d", n.name, i) // the hand-back runs in the background
 		assert.Equal(t, map[string]int{txnMethod: 1}, n.reqs.since(before), "release %d by %s", i, n.name)
 	}
-	assert.Equal(t, recalls, nodes[1].coord.Stats().RecallsSent, "no more recalls")
-	assert.Zero(t, nodes[0].coord.Stats().RecallsSent, "no more recalls")
+	assert.Equal(t, recalls, []uint64{nodes[0].coord.Stats().RecallsSent, nodes[1].coord.Stats().RecallsSent}, "no more recalls")
 
 	lockRelease(nodes[0], "other")
 	before := nodes[0].reqs.snapshot()
@@ -199,4 +199,39 @@ func localDemandKeepsContendedKey(t *testing.T, clk recordlock.Clock) {
 	require.NoError(t, err)
 	require.True(t, h.Release())
 	assert.Empty(t, a.reqs.since(before), "a repeat lock made a request")
+}
+
+// A recall asks for one hand-back. After B has locked a key once, A's locks of it cost
+// requests until A has it again with no other node wanting it since: then A keeps its
+// delegation, and its repeat Lock+Release makes no etcd request.
+func TestOneRecallOneHandBack(t *testing.T) {
+	e := startEtcd(t)
+	a, b := newNode(t, e, "a", nodeConfig{}), newNode(t, e, "b", nodeConfig{})
+	ctx := context.Background()
+	opts := cluster(time.Second, 10*time.Second)
+	lockRelease := func(n *node, key string) {
+		h, err := n.l.Lock(ctx, []byte(key), opts)
+		require.NoError(t, err)
+		require.True(t, h.Release())
+	}
+	lockRelease(a, "k")
+	lockRelease(b, "k") // recalls the key from A
+	lockRelease(a, "k") // recalls it from B
+	// A hands the key back once at most: B held it after A did.
+	require.Eventually(t, func() bool {
+		before := a.reqs.snapshot()
+		lockRelease(a, "k")
+		return len(a.reqs.since(before)) == 0
+	}, 10*time.Second, 10*time.Millisecond, "A's repeat locks kept making requests")
+	assert.LessOrEqual(t, a.coord.Stats().HandBacks, uint64(2), "A's hand-backs: to B's recall, and at most one more")
+	for i := range 5 {
+		before := a.reqs.snapshot()
+		lockRelease(a, "k")
+		assert.Empty(t, a.reqs.since(before), "repeat lock %d", i)
+	}
+	for _, k := range []string{"x", "y"} { // and its other keys
+		lockRelease(a, k)
+		lockRelease(a, k)
+	}
+	assert.Equal(t, 3, a.coord.Stats().Delegations, "A keeps every key it locks")
 }
