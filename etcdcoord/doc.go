@@ -72,20 +72,25 @@
 // revocation has returned, it hands the delegation over in one Txn that puts the key on the
 // asker's lease and deletes the recall, so the asker admits as soon as its watch reports it;
 // if the asker has gone, the key is deleted. A fenced commit in progress therefore delays the
-// hand-back until it returns, bounded by what the node trusts of its etcd lease when the recall
-// arrives. The asker waits on its watch within its own budget and fails with
+// hand-back until it returns, bounded by the node's etcd lease as the node keeps refreshing it:
+// the hand-back waits for the commit for as long as the node trusts that lease, however often
+// it was refreshed since the recall arrived, and no longer. A recall that arrives once the node
+// has stopped trusting its lease finds every admission ended and hands the key over as any
+// other. The asker waits on its watch within its own budget and fails with
 // recordlock.ErrTimeout when it runs out (from TryLock, an error that matches
 // recordlock.ErrLocked too): a Lock on another node never takes the key from a live holder. Its
 // recall key is then withdrawn, with retries until etcd confirms or the node's lease is gone.
 // Askers are served in turn: while one node's recall is pending, no other node creates the
 // delegation.
 //
-// A key that another node wanted or held within the linger period (a recall was sent or received,
-// and since then the watch has seen another node's delegation of it) is handed back as soon as this
-// node's last holder releases it, as etcd's Mutex deletes its key on Unlock. The hand-back runs in
+// A recall asks for one hand-back. A key that nodes take turns on (this node held it, and another
+// node wanted or held it after that, within the linger period) is handed back as soon as this
+// node's last holder releases it, as etcd's Mutex deletes its key on Unlock. Once this node has
+// the key again and no other node has wanted it since, it keeps its delegation, and its repeat
+// locks make no request: one lock on another node does not cost a hot key a round trip per lock. The hand-back runs in
 // a goroutine of the coordinator, as a recall's does: the released admissions are revoked first, so
-// a write staged before Release is fenced, a Fence in flight holds it up no longer than the node
-// trusts its etcd lease, and a recall that arrives meanwhile gets the key handed over. The Release
+// a write staged before Release is fenced, a Fence in flight holds it up for as long as the node
+// trusts its etcd lease as refreshed, and a recall that arrives meanwhile gets the key handed over. The Release
 // waits for etcd's confirmation at most 50 ms, so that a Lock made next on another node usually
 // finds the key free; once such a wait runs out, no Release waits until a hand-back is confirmed
 // again. So a Locker's Close waits at most 50 ms for each contended key it releases, and 50 ms in
@@ -123,8 +128,11 @@
 // hanging, and the node stops admitting from its delegations until its watch is back.
 //
 // A delegation that disappears from etcd while the node still trusts the lease it is on
-// (deleted, its lease revoked, or replaced by a later delegation this node's own Txn created)
-// has its admissions revoked at once, counts in Stats.Lost and is logged. One that disappears
+// (deleted, its lease revoked, or replaced by a later delegation this node's own Txn created),
+// and that the node was not handing back itself, has its admissions revoked at once, counts in
+// Stats.Lost and is logged: with no fault, Lost stays 0. The node never admits from a
+// delegation etcd no longer has, and that includes one it has handed back or seen end: a watch
+// event or a read that reports such a delegation late is never adopted again. One that disappears
 // with the lease after the node stopped trusting it, as an idle node's does, counts in
 // Stats.Expired: every admission from it had already ended.
 //
