@@ -33,23 +33,23 @@ func (c *Coordinator) coldTxn(ctx context.Context, a *ask, sess *session) (*clie
 	dkey, rkey := c.dkey(a.k), c.rkey(a.k)
 	value := c.recallValue(a, sess)
 	turn := clientv3.Compare(clientv3.CreateRevision(rkey), "=", 0)
-	then := []clientv3.Op{clientv3.OpPut(dkey, c.node, clientv3.WithLease(sess.id))}
+	then := []op{putOp(dkey, c.node, sess.id)}
 	if a.in {
 		turn = clientv3.Compare(clientv3.Value(rkey), "=", value)
-		then = append(then, clientv3.OpDelete(rkey))
+		then = append(then, deleteOp(rkey))
 	}
-	askOp := clientv3.OpTxn(
+	askOp := txnOp(
 		[]clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(rkey), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(dkey), ">", 0),
 			clientv3.Compare(clientv3.LeaseValue(dkey), "!=", sess.id),
 		},
-		[]clientv3.Op{clientv3.OpPut(rkey, value, clientv3.WithLease(sess.id))}, nil)
-	return c.cli.Txn(leader(ctx)).
-		If(clientv3.Compare(clientv3.CreateRevision(dkey), "=", 0), turn).
-		Then(then...).
-		Else(clientv3.OpGet(dkey), clientv3.OpGet(rkey), askOp).
-		Commit()
+		[]op{putOp(rkey, value, sess.id)}, nil)
+	return c.etcd.Txn(leader(ctx), txnReq{
+		ifs:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(dkey), "=", 0), turn},
+		then: then,
+		els:  []op{getOp(dkey), getOp(rkey), askOp},
+	})
 }
 
 // coldOutcomeLocked reads what the cold Txn did: a new delegation to admit from, a key held

@@ -21,7 +21,7 @@ import (
 // its delegations back and stop its background work.
 type Coordinator struct {
 	// Set by New and never changed.
-	cli      *clientv3.Client
+	etcd     etcdAPI
 	node     string
 	cfg      config
 	log      *slog.Logger
@@ -65,6 +65,11 @@ func New(client *clientv3.Client, node string, opts ...Option) (*Coordinator, er
 	if client == nil {
 		return nil, fmt.Errorf("%w: etcdcoord: client must not be nil", recordlock.ErrInvalidOptions)
 	}
+	return newCoordinator(clientEtcd{client}, node, opts...)
+}
+
+// newCoordinator is New over any etcdAPI: the tests' simulated etcd is one.
+func newCoordinator(etcd etcdAPI, node string, opts ...Option) (*Coordinator, error) {
 	if node == "" {
 		return nil, fmt.Errorf("%w: etcdcoord: node must not be empty", recordlock.ErrInvalidOptions)
 	}
@@ -100,7 +105,7 @@ func New(client *clientv3.Client, node string, opts ...Option) (*Coordinator, er
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	c := &Coordinator{
-		cli:       client,
+		etcd:      etcd,
 		node:      node,
 		cfg:       cfg,
 		log:       cfg.log.With("node", node),
@@ -247,7 +252,7 @@ func (c *Coordinator) awaitWatch(ctx context.Context, up <-chan struct{}) error 
 		return fmt.Errorf("%w: etcdcoord: the watch on etcd is not established", recordlock.ErrClusterUnavailable)
 	case <-c.ctx.Done():
 		return errClosed
-	case <-c.cli.Ctx().Done():
+	case <-c.etcd.Closed():
 		return fmt.Errorf("%w: etcdcoord: the etcd client is closed", recordlock.ErrClusterUnavailable)
 	}
 }
@@ -325,7 +330,7 @@ func (c *Coordinator) Close() error {
 	var err error
 	if sess != nil {
 		ctx, cancel := context.WithTimeout(leader(context.Background()), c.cfg.reqLimit)
-		_, err = c.cli.Revoke(ctx, sess.id)
+		err = c.etcd.Revoke(ctx, sess.id)
 		cancel()
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			err = nil
@@ -348,6 +353,16 @@ func (c *Coordinator) Close() error {
 		return fmt.Errorf("%w: etcdcoord: hand back the delegations: %w", recordlock.ErrClusterUnavailable, err)
 	}
 	return nil
+}
+
+// clientClosed reports whether the etcd client is closed: nothing sent now reaches etcd.
+func (c *Coordinator) clientClosed() bool {
+	select {
+	case <-c.etcd.Closed():
+		return true
+	default:
+		return false
+	}
 }
 
 func (c *Coordinator) dkey(k string) string { return c.cfg.prefix + "d/" + encode(k) }

@@ -202,15 +202,15 @@ func (c *Coordinator) handOff(k string, d *delegation) {
 	}
 	dkey, rkey := c.dkey(k), c.rkey(k)
 	ours := clientv3.Compare(clientv3.ModRevision(dkey), "=", int64(d.token))
-	plain := clientv3.OpTxn([]clientv3.Cmp{ours}, []clientv3.Op{clientv3.OpDelete(dkey)}, nil)
+	plain := txnOp([]clientv3.Cmp{ours}, []op{deleteOp(dkey)}, nil)
 	c.giveBack([]string{k}, []*delegation{d}, func(ctx context.Context) error {
-		_, err := c.cli.Txn(ctx).
-			If(ours, clientv3.Compare(clientv3.Value(rkey), "=", r.value)).
-			Then(clientv3.OpPut(dkey, r.value, clientv3.WithLease(lease)), clientv3.OpDelete(rkey)).
-			Else(plain).
-			Commit()
+		_, err := c.etcd.Txn(ctx, txnReq{
+			ifs:  []clientv3.Cmp{ours, clientv3.Compare(clientv3.Value(rkey), "=", r.value)},
+			then: []op{putOp(dkey, r.value, lease), deleteOp(rkey)},
+			els:  []op{plain},
+		})
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) { // the asker's lease is gone
-			_, err = c.cli.Txn(ctx).Then(plain).Commit()
+			_, err = c.etcd.Txn(ctx, txnReq{then: []op{plain}})
 		}
 		return err
 	})
@@ -219,15 +219,15 @@ func (c *Coordinator) handOff(k string, d *delegation) {
 // handBack deletes the delegations' keys in etcd, each only if it is still the one granted to
 // this node, in one Txn.
 func (c *Coordinator) handBack(ks []string, ds []*delegation) {
-	ops := make([]clientv3.Op, len(ks))
+	ops := make([]op, len(ks))
 	for i, k := range ks {
 		dkey := c.dkey(k)
-		ops[i] = clientv3.OpTxn(
+		ops[i] = txnOp(
 			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(dkey), "=", int64(ds[i].token))},
-			[]clientv3.Op{clientv3.OpDelete(dkey)}, nil)
+			[]op{deleteOp(dkey)}, nil)
 	}
 	c.giveBack(ks, ds, func(ctx context.Context) error {
-		_, err := c.cli.Txn(ctx).Then(ops...).Commit()
+		_, err := c.etcd.Txn(ctx, txnReq{then: ops})
 		return err
 	})
 }
@@ -254,7 +254,7 @@ func (c *Coordinator) giveBack(ks []string, ds []*delegation, txn func(ctx conte
 		if c.ctx.Err() != nil {
 			return // Close revokes the lease, which hands everything back
 		}
-		if c.cli.Ctx().Err() != nil {
+		if c.clientClosed() {
 			c.log.Warn("etcdcoord: the etcd client is closed; the keys lapse with the node's lease", "keys", len(ks), "err", err)
 			break
 		}
@@ -346,12 +346,12 @@ func (c *Coordinator) withdraw(a *ask) {
 	c.background(func() {
 		for attempt := 0; ; attempt++ {
 			ctx, cancel := context.WithTimeout(leader(c.ctx), c.cfg.reqLimit)
-			_, err := c.cli.Txn(ctx).
-				If(clientv3.Compare(clientv3.Value(rkey), "=", value)).
-				Then(clientv3.OpDelete(rkey)).
-				Commit()
+			_, err := c.etcd.Txn(ctx, txnReq{
+				ifs:  []clientv3.Cmp{clientv3.Compare(clientv3.Value(rkey), "=", value)},
+				then: []op{deleteOp(rkey)},
+			})
 			cancel()
-			if err == nil || c.ctx.Err() != nil || c.cli.Ctx().Err() != nil {
+			if err == nil || c.ctx.Err() != nil || c.clientClosed() {
 				return // a closed client sends nothing more: the key lapses with the lease
 			}
 			c.log.Warn("etcdcoord: withdrawing a recall failed; retrying", "key", a.k, "attempt", attempt+1, "err", err)
