@@ -19,8 +19,14 @@ FUZZTIME    ?= 60s
 # exceeded" as the time runs out on a loaded machine, with no failing input.
 FUZZCI      ?= 20000x
 BENCHCOUNT  ?= 6
+# `make cluster-sim`: how many seeds of etcdcoord's protocol simulation to explore (0: as many as
+# SIMTIME allows), from SIMFIRST, SIMSTEPS steps each.
+SEEDS       ?= 0
+SIMTIME     ?= 10m
+SIMFIRST    ?= 1
+SIMSTEPS    ?= 400
 
-.PHONY: deps browser-deps demo cluster-demo test check install-check bench fuzz compat
+.PHONY: deps browser-deps demo cluster-demo cluster-sim test check install-check bench fuzz compat
 
 deps:
 	@if [ ! -f /usr/include/rocksdb/c.h ]; then \
@@ -41,6 +47,13 @@ demo: deps
 # Three nodes on an embedded etcd: examples/cluster, a module of its own (it needs etcd).
 cluster-demo: deps
 	cd examples/cluster && $(GO) run .
+
+# A longer exploration of etcdcoord's protocol simulation than `make test` runs: nodes on a
+# simulated etcd under a seeded scheduler, with the oracle after every step. A failure prints its
+# seed and steps, and how to replay them.
+cluster-sim: deps
+	cd etcdcoord && $(GO) test -race -count=1 -timeout 0 -run '^TestSimulation$$' -v . \
+		-sim.seeds=$(SEEDS) -sim.duration=$(SIMTIME) -sim.first=$(SIMFIRST) -sim.steps=$(SIMSTEPS)
 
 test: deps browser-deps
 	@set -e; for m in $(MODULES); do \

@@ -20,8 +20,9 @@ import (
 // one ManualClock, driven by a seeded scheduler that chooses at every step which node locks,
 // releases or fences which key, which request etcd answers (or fails, or applies and loses the
 // reply of), which watch batch is delivered or which watch breaks or is compacted, and when the
-// clock moves. Between steps the nodes' goroutines run until they wait for the scheduler. The
-// oracle (simWorld.check) runs after every step.
+// clock moves. Between steps the nodes' goroutines run until they are quiet (settle), so a
+// replay of a seed makes the same choices and, unless a loaded machine cuts a settle short, takes
+// the same steps. The oracle (simWorld.check) runs after every step.
 
 var (
 	simSeeds    = flag.Int("sim.seeds", 0, "simulation: how many seeds to explore (0: as many as -sim.duration allows)")
@@ -137,17 +138,17 @@ func (w *simWorld) step() {
 	r := w.rng
 	n := w.nodes[r.IntN(len(w.nodes))]
 	switch x := r.IntN(100); {
-	case x < 14:
+	case x < 18:
 		w.lock(n, simKey(r.IntN(simKeys)))
-	case x < 24:
+	case x < 26:
 		w.release(n)
-	case x < 30:
+	case x < 34:
 		w.fence(n)
-	case x < 35:
+	case x < 36: // commits often outlast their holder's lease
 		w.endFence(n)
 	case x < 72:
 		w.answer()
-	case x < 90:
+	case x < 88:
 		w.watch()
 	default:
 		d := []time.Duration{20 * time.Millisecond, 200 * time.Millisecond, 700 * time.Millisecond, 1500 * time.Millisecond}[r.IntN(4)]
@@ -468,15 +469,25 @@ func TestSimulation(t *testing.T) {
 	t.Logf("explored %d seeds from %d, %d steps, in %v", explored, *simFirst, steps, time.Since(start).Round(time.Millisecond))
 }
 
-// TestSimulationReplay reruns -sim.seed, printing its steps.
+// simFound are seeds whose steps broke the oracle on coordinators with a fault of their own:
+// 19 with a watch that re-adopted delegations the node had seen end (ended.go), 6 with a fenced
+// commit bounded by the lease the node trusted when the recall arrived (trustLapse).
+var simFound = []int64{6, 19}
+
+// TestSimulationReplay reruns -sim.seed, printing its steps, or else the seeds in simFound.
 func TestSimulationReplay(t *testing.T) {
-	if *simSeed == 0 {
-		t.Skip("no -sim.seed to replay")
+	seeds := simFound
+	if *simSeed != 0 {
+		seeds = []int64{*simSeed}
 	}
-	w := newSimWorld(t, *simSeed)
-	failures := w.run(*simSteps)
-	t.Log(w.report())
-	if len(failures) > 0 {
-		t.Fatal("the replay broke an invariant")
+	for _, seed := range seeds {
+		w := newSimWorld(t, seed)
+		failures := w.run(*simSteps)
+		if *simSeed != 0 {
+			t.Log(w.report())
+		}
+		if len(failures) > 0 {
+			t.Fatalf("the replay broke an invariant: %s", w.report())
+		}
 	}
 }
