@@ -160,11 +160,16 @@ func etcdWatchers(b *testing.B) (open, catchingUp float64) {
 	return open, catchingUp
 }
 
-// waitForSettledWatch blocks until a watch more than before is open and none is catching up:
-// the Mutex waiter watches the key ahead of it and will see its deletion at once.
+// waitForSettledWatch blocks until the Mutex waiter's watch on the key ahead of it is open and
+// caught up, so that it sees that key's deletion at once: it opens from a past revision, so it
+// catches up first. before is the count of open watches when the waiter started; one left of a
+// waiter before it may close meanwhile, so having seen a watch catch up counts too.
 func waitForSettledWatch(b *testing.B, before float64) {
+	caughtUp := false
 	for {
-		if open, catchingUp := etcdWatchers(b); open > before && catchingUp == 0 {
+		open, catchingUp := etcdWatchers(b)
+		caughtUp = caughtUp || catchingUp > 0
+		if catchingUp == 0 && (caughtUp || open > before) {
 			return
 		}
 		time.Sleep(100 * time.Microsecond)
