@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -54,16 +53,6 @@ type simCall struct {
 type simReply struct {
 	resp any
 	err  error
-}
-
-// simStream is one watch.
-type simStream struct {
-	node    string
-	prefix  string
-	ch      chan clientv3.WatchResponse
-	created bool // the created notice was delivered
-	queue   []*clientv3.Event
-	closed  bool
 }
 
 var errSimUnavailable = errors.New("sim: etcd unavailable")
@@ -327,79 +316,6 @@ func (s *simEtcd) expire() {
 	}
 }
 
-// deliver sends a stream's created notice, or up to n of its queued events in one response.
-func (s *simEtcd) deliver(st *simStream, n int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if st.closed {
-		return
-	}
-	if !st.created {
-		st.created = true
-		st.ch <- clientv3.WatchResponse{Header: *s.header(), Created: true}
-		return
-	}
-	n = min(n, len(st.queue))
-	if n == 0 {
-		return
-	}
-	evs := st.queue[:n:n]
-	st.queue = st.queue[n:]
-	st.ch <- clientv3.WatchResponse{Header: *s.header(), Events: evs}
-}
-
-func (s *simEtcd) flushLocked(st *simStream) {
-	if st.closed {
-		return
-	}
-	if !st.created {
-		st.created = true
-		st.ch <- clientv3.WatchResponse{Header: *s.header(), Created: true}
-	}
-	if len(st.queue) > 0 {
-		st.ch <- clientv3.WatchResponse{Header: *s.header(), Events: st.queue}
-		st.queue = nil
-	}
-}
-
-// breakStream ends a watch as etcd cancelling it would; compact also compacts etcd at its
-// current revision, so the node's next watch from an older revision is refused.
-func (s *simEtcd) breakStream(st *simStream, compact bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if st.closed {
-		return
-	}
-	resp := clientv3.WatchResponse{Header: *s.header(), Canceled: true}
-	if compact {
-		s.compacted = s.rev
-		s.history = nil
-		resp = clientv3.WatchResponse{Header: *s.header(), CompactRevision: s.rev}
-	}
-	st.ch <- resp
-	s.closeLocked(st)
-}
-
-func (s *simEtcd) closeLocked(st *simStream) {
-	if !st.closed {
-		st.closed = true
-		close(st.ch)
-	}
-}
-
-// openStreams are the streams not yet closed.
-func (s *simEtcd) openStreams() []*simStream {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []*simStream
-	for _, st := range s.streams {
-		if !st.closed {
-			out = append(out, st)
-		}
-	}
-	return out
-}
-
 // delegation returns the ModRevision and lease of key's delegation in etcd, 0s if none.
 func (s *simEtcd) delegation(key string) (rev, lease int64) {
 	s.mu.Lock()
@@ -409,109 +325,3 @@ func (s *simEtcd) delegation(key string) (rev, lease int64) {
 	}
 	return 0, 0
 }
-
-// simClient is one node's etcdAPI on a simEtcd.
-type simClient struct {
-	s      *simEtcd
-	node   string
-	closed chan struct{}
-}
-
-func (c *simClient) Txn(ctx context.Context, t txnReq) (*clientv3.TxnResponse, error) {
-	resp, err := c.s.call(ctx, c.node, "txn", func() (any, error) { return c.s.txn(t) })
-	if err != nil {
-		return nil, err
-	}
-	return resp.(*clientv3.TxnResponse), nil
-}
-
-func (c *simClient) GetPrefix(ctx context.Context, prefix string) (*clientv3.GetResponse, error) {
-	resp, err := c.s.call(ctx, c.node, "get", func() (any, error) {
-		r := &clientv3.GetResponse{Header: c.s.header()}
-		for _, k := range slices.Sorted(maps.Keys(c.s.kvs)) {
-			if strings.HasPrefix(k, prefix) {
-				r.Kvs = append(r.Kvs, copyKV(c.s.kvs[k]))
-			}
-		}
-		r.Count = int64(len(r.Kvs))
-		return r, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return resp.(*clientv3.GetResponse), nil
-}
-
-func (c *simClient) Grant(ctx context.Context, ttl int64) (*clientv3.LeaseGrantResponse, error) {
-	resp, err := c.s.call(ctx, c.node, "grant", func() (any, error) {
-		c.s.nextLease++
-		id := c.s.nextLease
-		c.s.leases[id] = &simLease{ttl: ttl, expires: c.s.clock.Mono() + time.Duration(ttl)*time.Second}
-		return &clientv3.LeaseGrantResponse{ResponseHeader: c.s.header(), ID: id, TTL: ttl}, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return resp.(*clientv3.LeaseGrantResponse), nil
-}
-
-func (c *simClient) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
-	resp, err := c.s.call(ctx, c.node, "keepalive", func() (any, error) {
-		l := c.s.leases[id]
-		if l == nil {
-			return nil, rpctypes.ErrLeaseNotFound
-		}
-		l.expires = c.s.clock.Mono() + time.Duration(l.ttl)*time.Second
-		return &clientv3.LeaseKeepAliveResponse{ResponseHeader: c.s.header(), ID: id, TTL: l.ttl}, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return resp.(*clientv3.LeaseKeepAliveResponse), nil
-}
-
-func (c *simClient) Revoke(ctx context.Context, id clientv3.LeaseID) error {
-	_, err := c.s.call(ctx, c.node, "revoke", func() (any, error) {
-		if c.s.leases[id] == nil {
-			return nil, rpctypes.ErrLeaseNotFound
-		}
-		c.s.revokeLocked(id)
-		return nil, nil
-	})
-	return err
-}
-
-func (c *simClient) WatchPrefix(ctx context.Context, prefix string, rev int64) clientv3.WatchChan {
-	s := c.s
-	st := &simStream{node: c.node, prefix: prefix, ch: make(chan clientv3.WatchResponse, 1024)}
-	s.mu.Lock()
-	s.activity++
-	if rev <= s.compacted {
-		st.created = true
-		st.ch <- clientv3.WatchResponse{Header: *s.header(), CompactRevision: s.compacted}
-		s.closeLocked(st)
-		s.mu.Unlock()
-		return st.ch
-	}
-	for _, ev := range s.history {
-		if ev.Kv.ModRevision >= rev && strings.HasPrefix(string(ev.Kv.Key), prefix) {
-			st.queue = append(st.queue, ev)
-		}
-	}
-	s.streams = append(s.streams, st)
-	if s.auto {
-		s.flushLocked(st)
-	}
-	s.mu.Unlock()
-	go func() {
-		<-ctx.Done()
-		s.mu.Lock()
-		s.closeLocked(st)
-		s.mu.Unlock()
-	}()
-	return st.ch
-}
-
-func (c *simClient) Disconnected(ctx context.Context, _ context.CancelCauseFunc) { <-ctx.Done() }
-
-func (c *simClient) Closed() <-chan struct{} { return c.closed }
