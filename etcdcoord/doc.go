@@ -192,5 +192,6 @@
 // Failed hand-backs and recall withdrawals, watch restarts and lost delegations are logged
 // through WithLogger. Once the etcd client is closed, a failed hand-back is logged once and
 // not retried: its keys lapse with the node's lease.
-// The package's tests start embedded etcd servers on loopback, so they need no external server.
+// The package's tests start embedded etcd servers on loopback, so they need no external server;
+// they also run the protocol against an in-process simulation of etcd under a seeded scheduler.
 package etcdcoord
