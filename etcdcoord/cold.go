@@ -96,7 +96,6 @@ func (c *Coordinator) coldOutcomeLocked(ctx context.Context, a *ask, sess *sessi
 	}
 	// Another node holds the key, or another node's recall is ahead of this call.
 	a.contended = true
-	c.wantedElsewhereLocked(a.k, minted, resp.Header.Revision)
 	return coldResult{waitFrom: resp.Header.Revision}, nil
 }
 

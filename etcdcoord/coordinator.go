@@ -45,14 +45,10 @@ type Coordinator struct {
 	// ended maps a key to the token of this node's latest delegation of it that ended before the
 	// watch applied its grant: a late report of that grant must not bring it back (ended.go)
 	ended     map[string]int64
-	recalls   map[string]recall     // key → another node's pending recall
-	waiters   map[string][]*waiter  // key → Acquire calls waiting for its etcd keys to change
-	contended map[string]contention // keys other nodes want: handed back on release
-	lastSweep time.Duration         // Mono of the last look for idle delegations
-	// handBackSlow: a Release's wait for its hand-back ran out, and no hand-back has been
-	// confirmed since; releases do not wait meanwhile
-	handBackSlow bool
-	stats        Stats // counters; Delegations and Retained are computed by Stats
+	recalls   map[string]recall    // key → another node's pending recall
+	waiters   map[string][]*waiter // key → Acquire calls waiting for its etcd keys to change
+	lastSweep time.Duration        // Mono of the last look for idle delegations
+	stats     Stats                // counters; Delegations and Retained are computed by Stats
 }
 
 // New returns a Coordinator for the node named node over client. It grants the node's etcd
@@ -105,21 +101,20 @@ func newCoordinator(etcd etcdAPI, node string, opts ...Option) (*Coordinator, er
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	c := &Coordinator{
-		etcd:      etcd,
-		node:      node,
-		cfg:       cfg,
-		log:       cfg.log.With("node", node),
-		ttlSec:    ttlSec,
-		maxLease:  maxLease,
-		ctx:       ctx,
-		stop:      stop,
-		sessLock:  make(chan struct{}, 1),
-		up:        make(chan struct{}),
-		delegs:    map[string]*delegation{},
-		ended:     map[string]int64{},
-		recalls:   map[string]recall{},
-		waiters:   map[string][]*waiter{},
-		contended: map[string]contention{},
+		etcd:     etcd,
+		node:     node,
+		cfg:      cfg,
+		log:      cfg.log.With("node", node),
+		ttlSec:   ttlSec,
+		maxLease: maxLease,
+		ctx:      ctx,
+		stop:     stop,
+		sessLock: make(chan struct{}, 1),
+		up:       make(chan struct{}),
+		delegs:   map[string]*delegation{},
+		ended:    map[string]int64{},
+		recalls:  map[string]recall{},
+		waiters:  map[string][]*waiter{},
 	}
 	rctx, cancel := context.WithTimeout(ctx, cfg.reqLimit)
 	_, err := c.session(rctx, 0)
@@ -187,7 +182,6 @@ func (c *Coordinator) Acquire(ctx context.Context, key []byte, lease time.Durati
 			continue
 		case d == nil:
 		case d.recalled:
-			c.wantedHereLocked(d, minted)
 			gone := d.gone
 			c.mu.Unlock()
 			if err := c.await(ctx, gone); err != nil {

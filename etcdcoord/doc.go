@@ -83,24 +83,15 @@
 // Askers are served in turn: while one node's recall is pending, no other node creates the
 // delegation.
 //
-// A recall asks for one hand-back. A key that nodes take turns on (this node held it, and another
-// node wanted or held it after that, within the linger period) is handed back as soon as this
-// node's last holder releases it, as etcd's Mutex deletes its key on Unlock. Once this node has
-// the key again and no other node has wanted it since, it keeps its delegation, and its repeat
-// locks make no request: one lock on another node does not cost a hot key a round trip per lock. The hand-back runs in
-// a goroutine of the coordinator, as a recall's does: the released admissions are revoked first, so
-// a write staged before Release is fenced, a Fence in flight holds it up for as long as the node
-// trusts its etcd lease as refreshed, and a recall that arrives meanwhile gets the key handed over. The Release
-// waits for etcd's confirmation at most 50 ms, so that a Lock made next on another node usually
-// finds the key free; once such a wait runs out, no Release waits until a hand-back is confirmed
-// again. So a Locker's Close waits at most 50 ms for each contended key it releases, and 50 ms in
-// all while etcd does not answer; a Txn's Commit holds its other keys' fences at most 50 ms while
-// its last key's hand-back is sent. Nodes that take turns on a key then pay one Txn per Lock and
-// one per Release, with no recall; a Lock that races the hand-back recalls the key and is admitted
-// once the hand-back lands. A key no other node wants stays delegated, and so does one that this
-// node wanted again while such a hand-back was in flight, for the linger period: its goroutines
-// that queue for the key then pass it on without a request, and a Lock that finds the hand-back in
-// flight waits for it and creates a new delegation.
+// A recall asks for one hand-back. A key is handed back on release only while another node
+// waits for it: its recall has reached the holder, which then hands the key over as soon as
+// its last live admission is released, or at once if none is live. Once no other node waits,
+// the node that locks the key keeps its delegation, and its repeat locks make no etcd request,
+// so one lock on another node does not cost a hot key a round trip per lock. Nodes that take
+// turns on a key therefore pay, per Lock that finds the key on the other node, the asker's Txn
+// writing the recall and the holder's Txn handing the key over, with two watch deliveries. A
+// Release makes no request and does not wait for etcd: the hand-back runs in a goroutine of the
+// coordinator, so a Locker's Close or a Txn's Commit does not wait for it either.
 //
 // A delegation keeps the admissions it may have to revoke: the live one and at most
 // RetainedPerKey released ones whose lease has not ended. When one more released admission

@@ -14,7 +14,6 @@ func (c *Coordinator) endLocked(k string, d *delegation) {
 		delete(c.delegs, k)
 	}
 	d.end()
-	c.endedHereLocked(k, int64(d.token))
 	if tok := int64(d.token); tok > c.seen && tok > c.ended[k] {
 		c.ended[k] = tok
 	}

@@ -18,7 +18,6 @@ func (c *Coordinator) recallLocked(k string, d *delegation) {
 	if c.closed {
 		return
 	}
-	c.wantedElsewhereLocked(k, c.cfg.clock.Mono(), c.recalls[k].rev)
 	if d.recalled {
 		return
 	}
@@ -158,7 +157,6 @@ func (c *Coordinator) revokeLocked(revokes []func()) {
 // a node that locks many distinct keys must not keep them all in etcd. Called with c.mu held.
 func (c *Coordinator) sweepLocked(now time.Duration) {
 	c.lastSweep = now
-	c.pruneContendedLocked(now)
 	var ks []string
 	var ds []*delegation
 	for k, d := range c.delegs {
@@ -246,9 +244,6 @@ func (c *Coordinator) giveBack(ks []string, ds []*delegation, txn func(ctx conte
 		err := txn(ctx)
 		cancel()
 		if err == nil {
-			c.mu.Lock()
-			c.handBackSlow = false // etcd answers: releases may wait for it again
-			c.mu.Unlock()
 			break
 		}
 		if c.ctx.Err() != nil {

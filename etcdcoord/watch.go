@@ -145,9 +145,6 @@ func (c *Coordinator) applyLocked(typ mvccpb.Event_EventType, kv *mvccpb.KeyValu
 			c.recallLocked(k, d)
 		}
 	case kind == 'd':
-		if typ == clientv3.EventTypePut && (c.sess == nil || kv.Lease != int64(c.sess.id)) {
-			c.usedElsewhereLocked(k, rev)
-		}
 		// Only its holder changes a delegation key once it is granted, so a change after this
 		// node's grant ends this node's delegation.
 		if d := c.delegs[k]; d != nil && rev > int64(d.token) {
