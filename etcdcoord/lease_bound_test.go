@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,7 +56,11 @@ func TestFencedCommitBoundedByRefreshedLease(t *testing.T) {
 
 // A recall that arrives once the node has stopped trusting its etcd lease, but before etcd
 // lets it go, finds no fenced commit running: the node hands the key over to the asker, which
-// is admitted with no request beyond the Txn that asked, and nothing is logged.
+// is admitted with no request beyond the Txn that asked, and nothing is logged. The interleaving
+// is the one where the node's lapsed trust is seen before the revocation of its released
+// admission returns: that revocation is held (heldRevokes) until the node sends its hand-back
+// Txn, which waits in turn until the revocation has returned. So no Fence runs, and the node
+// must not take the held revocation for one.
 func TestRecallAfterTrustEndsHandsOver(t *testing.T) {
 	e := startEtcd(t)
 	clock := recordlock.NewManualClock(time.Unix(1, 0))
@@ -64,11 +70,13 @@ func TestRecallAfterTrustEndsHandsOver(t *testing.T) {
 		etcdcoord.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))}})
 	b := newNode(t, e, "b", nodeConfig{})
 	ctx := context.Background()
+	held := newHeldRevokes(t, a)
 
 	ha, err := a.l.Lock(ctx, []byte("k"), cluster(time.Second, 10*time.Second))
 	require.NoError(t, err)
 	require.True(t, ha.Release())          // a released admission the recall revokes
 	clock.Advance(9500 * time.Millisecond) // A trusted its lease until 9 s; etcd keeps it 10 s of real time
+	held.arm()
 
 	before := b.reqs.snapshot()
 	got := lockAsync(b, "k", cluster(time.Second, 10*time.Second))
@@ -82,9 +90,59 @@ func TestRecallAfterTrustEndsHandsOver(t *testing.T) {
 	}
 	require.NoError(t, r.err)
 	hb := r.h
+	assert.True(t, held.revoked(), "A handed the key back without revoking its released admission")
 	assert.Equal(t, 1, b.reqs.since(before)[txnMethod], "B's Txns: the recall only")
 	assert.Greater(t, hb.Token(), ha.Token())
 	require.True(t, hb.Release())
 	require.Eventually(t, func() bool { return a.coord.Stats().HandBacks == 1 }, 10*time.Second, time.Millisecond)
 	assert.False(t, strings.Contains(logs.String(), "level=WARN"), "A logged:\n%s", logs.String())
+}
+
+// heldRevokes stands between a node's Locker and its coordinator and, once armed, holds the
+// first revocation the coordinator runs until the node sends its next Txn; that Txn goes out
+// once the revocation has returned.
+type heldRevokes struct {
+	*etcdcoord.Coordinator
+	armed            atomic.Bool
+	sent, returned   chan struct{}
+	sendOnce, returnOnce sync.Once
+}
+
+func newHeldRevokes(t *testing.T, n *node) *heldRevokes {
+	h := &heldRevokes{Coordinator: n.coord, sent: make(chan struct{}), returned: make(chan struct{})}
+	t.Cleanup(func() { h.sendOnce.Do(func() { close(h.sent) }) }) // lets Close's revocations through
+	n.l.SetCoordinator(h)
+	n.reqs.setHook(func(ctx context.Context, method string, req any, invoke func() error) error {
+		if method == txnMethod && h.armed.Load() {
+			h.sendOnce.Do(func() { close(h.sent) })
+			select {
+			case <-h.returned:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return invoke()
+	})
+	return h
+}
+
+func (h *heldRevokes) arm() { h.armed.Store(true) }
+
+func (h *heldRevokes) revoked() bool {
+	select {
+	case <-h.returned:
+		return true
+	default:
+		return false
+	}
+}
+
+func (h *heldRevokes) Acquire(ctx context.Context, key []byte, lease time.Duration, revoke func()) (recordlock.Round, error) {
+	return h.Coordinator.Acquire(ctx, key, lease, func() {
+		if h.armed.Load() {
+			<-h.sent
+		}
+		revoke()
+		h.returnOnce.Do(func() { close(h.returned) })
+	})
 }
