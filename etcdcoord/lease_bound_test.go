@@ -103,8 +103,10 @@ func TestRecallAfterTrustEndsHandsOver(t *testing.T) {
 // once the revocation has returned.
 type heldRevokes struct {
 	*etcdcoord.Coordinator
-	armed            atomic.Bool
-	sent, returned   chan struct{}
+	armed atomic.Bool // set once the test reaches the interleaving; before, nothing is held
+	// sent closes when the node sends its first Txn once armed (or as the test ends); returned,
+	// when the first revocation has returned: each once
+	sent, returned       chan struct{}
 	sendOnce, returnOnce sync.Once
 }
 
