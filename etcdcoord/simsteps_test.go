@@ -84,7 +84,7 @@ func (w *simWorld) release(n *simNode) {
 	}
 	w.logf("%s releases %s", n.name, hold.key)
 	w.activity.Add(1)
-	w.ops.Go(func() { // waits up to 50 ms for a hand-back the scheduler may not answer yet
+	w.ops.Go(func() { // off the scheduler's goroutine, as a holder of the node releases
 		defer w.activity.Add(1)
 		hold.h.Release()
 	})
