@@ -24,8 +24,14 @@ FUZZMINIMIZE ?= 10000x
 FUZZCI       ?= 20000x
 FUZZCIMIN    ?= 500x
 BENCHCOUNT  ?= 6
+# `make cluster-sim`: how many seeds of etcdcoord's protocol simulation to explore (0: as many as
+# SIMTIME allows), from SIMFIRST, SIMSTEPS steps each.
+SEEDS       ?= 0
+SIMTIME     ?= 10m
+SIMFIRST    ?= 1
+SIMSTEPS    ?= 400
 
-.PHONY: deps browser-deps demo cluster-demo test stress check install-check bench fuzz compat
+.PHONY: deps browser-deps demo cluster-demo cluster-sim test stress check install-check bench fuzz compat
 
 deps:
 	@if [ ! -f /usr/include/rocksdb/c.h ]; then \
@@ -46,6 +52,13 @@ demo: deps
 # Three nodes on an embedded etcd: examples/cluster, a module of its own (it needs etcd).
 cluster-demo: deps
 	cd examples/cluster && $(GO) run .
+
+# A longer exploration of etcdcoord's protocol simulation than `make test` runs: nodes on a
+# simulated etcd under a seeded scheduler, with the oracle after every step. A failure prints its
+# seed and steps, and how to replay them.
+cluster-sim: deps
+	cd etcdcoord && $(GO) test -race -count=1 -timeout 0 -run '^TestSimulation$$' -v . \
+		-sim.seeds=$(SEEDS) -sim.duration=$(SIMTIME) -sim.first=$(SIMFIRST) -sim.steps=$(SIMSTEPS)
 
 # Every test of every module under -race, the stress tests at the counts that prove their
 # invariant, then FUZZCI inputs per fuzz target. README.md says how long it takes.

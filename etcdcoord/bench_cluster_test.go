@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -82,8 +83,9 @@ func BenchmarkAlternatingNodes(b *testing.B) {
 }
 
 // One node holds the key while the other already waits for it; the latency is from the
-// holder's Release to the waiter's admission. The waiter's recall (its Mutex key) is in etcd
-// before the holder lets go. Run with -benchtime=300x.
+// holder's Release to the waiter's admission. The waiter's recall is in etcd before the holder
+// lets go; the Mutex waiter's key is, and its watch on the key ahead of it is open and caught
+// up. Run with -benchtime=300x.
 func BenchmarkNextNodeWaiting(b *testing.B) {
 	p := newPair(b)
 	ctx := context.Background()
@@ -116,9 +118,11 @@ func BenchmarkNextNodeWaiting(b *testing.B) {
 		h = r.h
 
 		nm := p.mus[(i+1)%2]
+		watchers, _ := etcdWatchers(b)
 		locked := make(chan error, 1)
 		go func() { locked <- nm.Lock(ctx) }()
 		waitForWaiters(b, p.nodes[0].cli, "/bench-mutex/k", 2)
+		waitForSettledWatch(b, watchers)
 		start = time.Now()
 		if err := p.mus[i%2].Unlock(ctx); err != nil {
 			b.Fatal(err)
@@ -134,6 +138,42 @@ func BenchmarkNextNodeWaiting(b *testing.B) {
 		b.Fatal(err)
 	}
 	reportSideBySide(b, coordLat, mutexLat, nil, nil)
+}
+
+// etcdWatchers reads the embedded members' watch gauges: the watches open on them, and those
+// still catching up from a past revision (etcd brings those up to date every 100 ms).
+func etcdWatchers(b *testing.B) (open, catchingUp float64) {
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "etcd_debugging_mvcc_watcher_total":
+				open += m.GetGauge().GetValue()
+			case "etcd_debugging_mvcc_slow_watcher_total":
+				catchingUp += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return open, catchingUp
+}
+
+// waitForSettledWatch blocks until the Mutex waiter's watch on the key ahead of it is open and
+// caught up, so that it sees that key's deletion at once: it opens from a past revision, so it
+// catches up first. before is the count of open watches when the waiter started; one left of a
+// waiter before it may close meanwhile, so having seen a watch catch up counts too.
+func waitForSettledWatch(b *testing.B, before float64) {
+	caughtUp := false
+	for {
+		open, catchingUp := etcdWatchers(b)
+		caughtUp = caughtUp || catchingUp > 0
+		if catchingUp == 0 && (caughtUp || open > before) {
+			return
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
 }
 
 // waitForWaiters blocks until n Mutex keys are under prefix: the waiter has queued.

@@ -33,23 +33,23 @@ func (c *Coordinator) coldTxn(ctx context.Context, a *ask, sess *session) (*clie
 	dkey, rkey := c.dkey(a.k), c.rkey(a.k)
 	value := c.recallValue(a, sess)
 	turn := clientv3.Compare(clientv3.CreateRevision(rkey), "=", 0)
-	then := []clientv3.Op{clientv3.OpPut(dkey, c.node, clientv3.WithLease(sess.id))}
+	then := []op{putOp(dkey, c.node, sess.id)}
 	if a.in {
 		turn = clientv3.Compare(clientv3.Value(rkey), "=", value)
-		then = append(then, clientv3.OpDelete(rkey))
+		then = append(then, deleteOp(rkey))
 	}
-	askOp := clientv3.OpTxn(
+	askOp := txnOp(
 		[]clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(rkey), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(dkey), ">", 0),
 			clientv3.Compare(clientv3.LeaseValue(dkey), "!=", sess.id),
 		},
-		[]clientv3.Op{clientv3.OpPut(rkey, value, clientv3.WithLease(sess.id))}, nil)
-	return c.cli.Txn(leader(ctx)).
-		If(clientv3.Compare(clientv3.CreateRevision(dkey), "=", 0), turn).
-		Then(then...).
-		Else(clientv3.OpGet(dkey), clientv3.OpGet(rkey), askOp).
-		Commit()
+		[]op{putOp(rkey, value, sess.id)}, nil)
+	return c.etcd.Txn(leader(ctx), txnReq{
+		ifs:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(dkey), "=", 0), turn},
+		then: then,
+		els:  []op{getOp(dkey), getOp(rkey), askOp},
+	})
 }
 
 // coldOutcomeLocked reads what the cold Txn did: a new delegation to admit from, a key held
@@ -88,14 +88,14 @@ func (c *Coordinator) coldOutcomeLocked(ctx context.Context, a *ask, sess *sessi
 		// On this node's lease but unknown to it: a Txn of this node whose reply was lost
 		// created it, or another node handed it over. Adopt it and look again, unless the
 		// watch has already reported that change: it adopted it then, and it has ended since.
-		if c.delegs[a.k] == nil && c.sess == sess && !c.closed && c.seen < dkvs[0].ModRevision {
+		if c.delegs[a.k] == nil && c.sess == sess && !c.closed && c.seen < dkvs[0].ModRevision &&
+			!c.endedLocked(a.k, dkvs[0].ModRevision) {
 			c.adoptLocked(a.k, dkvs[0].ModRevision, dkvs[0].Value)
 		}
 		return coldResult{}, nil
 	}
 	// Another node holds the key, or another node's recall is ahead of this call.
 	a.contended = true
-	c.wantedElsewhereLocked(a.k, minted)
 	return coldResult{waitFrom: resp.Header.Revision}, nil
 }
 
@@ -108,7 +108,7 @@ func (c *Coordinator) createdLocked(k string, sess *session, rev int64, minted, 
 	d := c.delegs[k]
 	switch {
 	case d != nil && d.token == uint64(rev): // the watch adopted it before this reply was read
-	case c.seen >= rev || (d != nil && d.token > uint64(rev)):
+	case c.seen >= rev || c.endedLocked(k, rev) || (d != nil && d.token > uint64(rev)):
 		// The watch reported the creation, adopted it, and saw it end before this reply was
 		// read, or a later Txn of this node has replaced it: it was handed on or lost. Look
 		// again.

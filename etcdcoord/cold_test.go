@@ -67,7 +67,7 @@ func TestReplacedDelegationEndsItsAdmissions(t *testing.T) {
 	resume := make(chan struct{})
 	var once sync.Once
 	catchUp := func() { once.Do(func() { lagging.Store(false); close(resume) }) }
-	a := newNode(t, e, "a", nodeConfig{opts: []etcdcoord.Option{etcdcoord.WithWatchLag(func() {
+	a := newNode(t, e, "a", nodeConfig{faulty: true, opts: []etcdcoord.Option{etcdcoord.WithWatchLag(func() {
 		if lagging.Load() {
 			<-resume
 		}

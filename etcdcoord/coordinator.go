@@ -21,7 +21,7 @@ import (
 // its delegations back and stop its background work.
 type Coordinator struct {
 	// Set by New and never changed.
-	cli      *clientv3.Client
+	etcd     etcdAPI
 	node     string
 	cfg      config
 	log      *slog.Logger
@@ -35,21 +35,20 @@ type Coordinator struct {
 	sessLock chan struct{} // one slot: one lease grant or refresh at a time
 	seq      atomic.Uint64 // makes each Acquire's recall value unique
 
-	mu        sync.Mutex // guards everything below
-	closed    bool
-	sess      *session
-	watching  bool                   // the watch is established and the state below is caught up
-	up        chan struct{}          // closed when watching becomes true; replaced when it breaks
-	seen      int64                  // the latest revision the watch applied: every change up to it is reflected here
-	delegs    map[string]*delegation // by key
-	recalls   map[string]recall      // key → another node's pending recall
-	waiters   map[string][]*waiter   // key → Acquire calls waiting for its etcd keys to change
-	contended map[string]contention  // keys other nodes want: handed back on release
-	lastSweep time.Duration          // Mono of the last look for idle delegations
-	// handBackSlow: a Release's wait for its hand-back ran out, and no hand-back has been
-	// confirmed since; releases do not wait meanwhile
-	handBackSlow bool
-	stats        Stats // counters; Delegations and Retained are computed by Stats
+	mu       sync.Mutex // guards everything below
+	closed   bool
+	sess     *session
+	watching bool                   // the watch is established and the state below is caught up
+	up       chan struct{}          // closed when watching becomes true; replaced when it breaks
+	seen     int64                  // the latest revision the watch applied: every change up to it is reflected here
+	delegs   map[string]*delegation // by key
+	// ended maps a key to the token of this node's latest delegation of it that ended before the
+	// watch applied its grant: a late report of that grant must not bring it back (ended.go)
+	ended     map[string]int64
+	recalls   map[string]recall    // key → another node's pending recall
+	waiters   map[string][]*waiter // key → Acquire calls waiting for its etcd keys to change
+	lastSweep time.Duration        // Mono of the last look for idle delegations
+	stats     Stats                // counters; Delegations and Retained are computed by Stats
 }
 
 // New returns a Coordinator for the node named node over client. It grants the node's etcd
@@ -62,6 +61,11 @@ func New(client *clientv3.Client, node string, opts ...Option) (*Coordinator, er
 	if client == nil {
 		return nil, fmt.Errorf("%w: etcdcoord: client must not be nil", recordlock.ErrInvalidOptions)
 	}
+	return newCoordinator(clientEtcd{client}, node, opts...)
+}
+
+// newCoordinator is New over any etcdAPI: the tests' simulated etcd is one.
+func newCoordinator(etcd etcdAPI, node string, opts ...Option) (*Coordinator, error) {
 	if node == "" {
 		return nil, fmt.Errorf("%w: etcdcoord: node must not be empty", recordlock.ErrInvalidOptions)
 	}
@@ -97,20 +101,20 @@ func New(client *clientv3.Client, node string, opts ...Option) (*Coordinator, er
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	c := &Coordinator{
-		cli:       client,
-		node:      node,
-		cfg:       cfg,
-		log:       cfg.log.With("node", node),
-		ttlSec:    ttlSec,
-		maxLease:  maxLease,
-		ctx:       ctx,
-		stop:      stop,
-		sessLock:  make(chan struct{}, 1),
-		up:        make(chan struct{}),
-		delegs:    map[string]*delegation{},
-		recalls:   map[string]recall{},
-		waiters:   map[string][]*waiter{},
-		contended: map[string]contention{},
+		etcd:     etcd,
+		node:     node,
+		cfg:      cfg,
+		log:      cfg.log.With("node", node),
+		ttlSec:   ttlSec,
+		maxLease: maxLease,
+		ctx:      ctx,
+		stop:     stop,
+		sessLock: make(chan struct{}, 1),
+		up:       make(chan struct{}),
+		delegs:   map[string]*delegation{},
+		ended:    map[string]int64{},
+		recalls:  map[string]recall{},
+		waiters:  map[string][]*waiter{},
 	}
 	rctx, cancel := context.WithTimeout(ctx, cfg.reqLimit)
 	_, err := c.session(rctx, 0)
@@ -178,7 +182,6 @@ func (c *Coordinator) Acquire(ctx context.Context, key []byte, lease time.Durati
 			continue
 		case d == nil:
 		case d.recalled:
-			c.wantedHereLocked(d, minted)
 			gone := d.gone
 			c.mu.Unlock()
 			if err := c.await(ctx, gone); err != nil {
@@ -243,7 +246,7 @@ func (c *Coordinator) awaitWatch(ctx context.Context, up <-chan struct{}) error 
 		return fmt.Errorf("%w: etcdcoord: the watch on etcd is not established", recordlock.ErrClusterUnavailable)
 	case <-c.ctx.Done():
 		return errClosed
-	case <-c.cli.Ctx().Done():
+	case <-c.etcd.Closed():
 		return fmt.Errorf("%w: etcdcoord: the etcd client is closed", recordlock.ErrClusterUnavailable)
 	}
 }
@@ -321,7 +324,7 @@ func (c *Coordinator) Close() error {
 	var err error
 	if sess != nil {
 		ctx, cancel := context.WithTimeout(leader(context.Background()), c.cfg.reqLimit)
-		_, err = c.cli.Revoke(ctx, sess.id)
+		err = c.etcd.Revoke(ctx, sess.id)
 		cancel()
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			err = nil
@@ -344,6 +347,16 @@ func (c *Coordinator) Close() error {
 		return fmt.Errorf("%w: etcdcoord: hand back the delegations: %w", recordlock.ErrClusterUnavailable, err)
 	}
 	return nil
+}
+
+// clientClosed reports whether the etcd client is closed: nothing sent now reaches etcd.
+func (c *Coordinator) clientClosed() bool {
+	select {
+	case <-c.etcd.Closed():
+		return true
+	default:
+		return false
+	}
 }
 
 func (c *Coordinator) dkey(k string) string { return c.cfg.prefix + "d/" + encode(k) }

@@ -9,14 +9,13 @@ import (
 // delegation is this node's right to admit holders of one key, backed by a key in etcd on the
 // node's lease. Its fields are guarded by Coordinator.mu, except gone, which is closed once.
 type delegation struct {
-	k            string   // the record key
-	token        uint64   // the revision that granted it to this node: the fencing token of its rounds
-	sess         *session // the lease it lives on
-	honored      string   // the recall value of this node's call that it was handed over for
-	recalled     bool     // admits no more: asked back, lost, idle or closing
-	handingBack  bool     // this node is deleting or handing over its key in etcd
-	releasedBack bool     // handed back because its last holder released it (contention.go)
-	ended        bool
+	k           string   // the record key
+	token       uint64   // the revision that granted it to this node: the fencing token of its rounds
+	sess        *session // the lease it lives on
+	honored     string   // the recall value of this node's call that it was handed over for
+	recalled    bool     // admits no more: asked back, lost, idle or closing
+	handingBack bool     // this node is deleting or handing over its key in etcd
+	ended       bool
 
 	// kept are the admissions a recall may have to revoke, oldest first: every live one, and
 	// at most RetainedPerKey released ones whose lease has not ended. A local key is held by
@@ -57,9 +56,10 @@ func (c *Coordinator) admitLocked(d *delegation, minted, lease time.Duration, re
 	return recordlock.Round{TsR: c.cfg.stamp(), MintedMono: minted, Token: d.token, Release: a.release}, evicted
 }
 
-// release ends the admission. If it was the last live one of a contended key, it hands the
-// delegation back too (handBackContendedLocked), waiting for etcd at most handBackWait. It
-// never fails.
+// release ends the admission. A key is handed back on release only while another node waits
+// for it: then its recall has stopped d admitting, and handOver, waiting for the last live
+// admission, goes on once woken here. Otherwise the node keeps the delegation, and the next
+// lock of the key makes no request. It never fails and sends nothing to etcd.
 func (a *admission) release() error {
 	c := a.c
 	c.mu.Lock()
@@ -76,23 +76,10 @@ func (a *admission) release() error {
 		close(d.wake)
 		d.wake = nil
 	}
-	if d.recalled || d.live() || len(c.contended) == 0 { // the repeat path reads no clock here
-		c.mu.Unlock()
-		return nil
-	}
-	now := c.cfg.clock.Mono()
-	if c.closed || !c.contendedLocked(d.k, now) {
-		c.mu.Unlock()
-		return nil
-	}
-	gone := c.handBackContendedLocked(d)
+	handingOver := d.recalled && !d.live()
 	c.mu.Unlock()
-	if c.cfg.handBackLag != nil {
+	if handingOver && c.cfg.handBackLag != nil {
 		c.cfg.handBackLag()
-	}
-	// An expiry, which the Locker's timer may be firing, does not wait.
-	if gone != nil && now < a.deadline {
-		c.awaitHandBack(gone)
 	}
 	return nil
 }

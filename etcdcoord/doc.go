@@ -72,30 +72,26 @@
 // revocation has returned, it hands the delegation over in one Txn that puts the key on the
 // asker's lease and deletes the recall, so the asker admits as soon as its watch reports it;
 // if the asker has gone, the key is deleted. A fenced commit in progress therefore delays the
-// hand-back until it returns, bounded by what the node trusts of its etcd lease when the recall
-// arrives. The asker waits on its watch within its own budget and fails with
+// hand-back until it returns, bounded by the node's etcd lease as the node keeps refreshing it:
+// the hand-back waits for the commit for as long as the node trusts that lease, however often
+// it was refreshed since the recall arrived, and no longer. A recall that arrives once the node
+// has stopped trusting its lease finds every admission ended and hands the key over as any
+// other. The asker waits on its watch within its own budget and fails with
 // recordlock.ErrTimeout when it runs out (from TryLock, an error that matches
 // recordlock.ErrLocked too): a Lock on another node never takes the key from a live holder. Its
 // recall key is then withdrawn, with retries until etcd confirms or the node's lease is gone.
 // Askers are served in turn: while one node's recall is pending, no other node creates the
 // delegation.
 //
-// A key that another node wanted or held within the linger period (a recall was sent or received,
-// and since then the watch has seen another node's delegation of it) is handed back as soon as this
-// node's last holder releases it, as etcd's Mutex deletes its key on Unlock. The hand-back runs in
-// a goroutine of the coordinator, as a recall's does: the released admissions are revoked first, so
-// a write staged before Release is fenced, a Fence in flight holds it up no longer than the node
-// trusts its etcd lease, and a recall that arrives meanwhile gets the key handed over. The Release
-// waits for etcd's confirmation at most 50 ms, so that a Lock made next on another node usually
-// finds the key free; once such a wait runs out, no Release waits until a hand-back is confirmed
-// again. So a Locker's Close waits at most 50 ms for each contended key it releases, and 50 ms in
-// all while etcd does not answer; a Txn's Commit holds its other keys' fences at most 50 ms while
-// its last key's hand-back is sent. Nodes that take turns on a key then pay one Txn per Lock and
-// one per Release, with no recall; a Lock that races the hand-back recalls the key and is admitted
-// once the hand-back lands. A key no other node wants stays delegated, and so does one that this
-// node wanted again while such a hand-back was in flight, for the linger period: its goroutines
-// that queue for the key then pass it on without a request, and a Lock that finds the hand-back in
-// flight waits for it and creates a new delegation.
+// A recall asks for one hand-back. A key is handed back on release only while another node
+// waits for it: its recall has reached the holder, which then hands the key over as soon as
+// its last live admission is released, or at once if none is live. Once no other node waits,
+// the node that locks the key keeps its delegation, and its repeat locks make no etcd request,
+// so one lock on another node does not cost a hot key a round trip per lock. Nodes that take
+// turns on a key therefore pay, per Lock that finds the key on the other node, the asker's Txn
+// writing the recall and the holder's Txn handing the key over, with two watch deliveries. A
+// Release makes no request and does not wait for etcd: the hand-back runs in a goroutine of the
+// coordinator, so a Locker's Close or a Txn's Commit does not wait for it either.
 //
 // A delegation keeps the admissions it may have to revoke: the live one and at most
 // RetainedPerKey released ones whose lease has not ended. When one more released admission
@@ -123,8 +119,11 @@
 // hanging, and the node stops admitting from its delegations until its watch is back.
 //
 // A delegation that disappears from etcd while the node still trusts the lease it is on
-// (deleted, its lease revoked, or replaced by a later delegation this node's own Txn created)
-// has its admissions revoked at once, counts in Stats.Lost and is logged. One that disappears
+// (deleted, its lease revoked, or replaced by a later delegation this node's own Txn created),
+// and that the node was not handing back itself, has its admissions revoked at once, counts in
+// Stats.Lost and is logged: with no fault, Lost stays 0. The node never admits from a
+// delegation etcd no longer has, and that includes one it has handed back or seen end: a watch
+// event or a read that reports such a delegation late is never adopted again. One that disappears
 // with the lease after the node stopped trusting it, as an idle node's does, counts in
 // Stats.Expired: every admission from it had already ended.
 //
@@ -184,5 +183,6 @@
 // Failed hand-backs and recall withdrawals, watch restarts and lost delegations are logged
 // through WithLogger. Once the etcd client is closed, a failed hand-back is logged once and
 // not retried: its keys lapse with the node's lease.
-// The package's tests start embedded etcd servers on loopback, so they need no external server.
+// The package's tests start embedded etcd servers on loopback, so they need no external server;
+// they also run the protocol against an in-process simulation of etcd under a seeded scheduler.
 package etcdcoord

@@ -105,7 +105,7 @@ func newFaultRun(t *testing.T) *faultRun {
 			eps = append(eps, p.addr())
 		}
 		fr.proxies = append(fr.proxies, ps)
-		fr.nodes = append(fr.nodes, newNode(t, nil, fmt.Sprintf("node-%d", i), nodeConfig{endpoints: eps, opts: []etcdcoord.Option{
+		fr.nodes = append(fr.nodes, newNode(t, nil, fmt.Sprintf("node-%d", i), nodeConfig{endpoints: eps, faulty: true, opts: []etcdcoord.Option{
 			etcdcoord.WithTTL(faultTTL), etcdcoord.WithSkew(faultSkew), etcdcoord.WithRequestTimeout(time.Second),
 		}}))
 	}

@@ -13,23 +13,31 @@ import (
 	"github.com/recordlock/recordlock/etcdcoord"
 )
 
-// A contended key's hand-back on release runs in the coordinator's background, and a Release
-// waits for etcd's confirmation at most a short bound, and not at all once such a wait has run
-// out and no hand-back has been confirmed since: a Locker Close or a Txn Commit that releases
-// many keys does not wait the request timeout once per key, or at all, for etcd.
+// A hand-back runs in the coordinator's background: a Release that lets a recalled key's
+// hand-back go on never waits for etcd, so a Locker Close or a Txn Commit that releases many
+// keys other nodes wait for does not wait the request timeout once per key, or at all.
 
-// contend makes each key contended on a and b: B recalls it from A, and B's release hands it
-// back, as nodes that take turns do. It returns once the keys are free in etcd.
-func contend(t *testing.T, a, b *node, keys ...string) {
+// askFor makes b ask for each key, which a holds, and returns once a has seen every recall. The
+// channels give b's locks.
+func askFor(t *testing.T, a, b *node, keys ...string) []chan lockResult {
 	t.Helper()
-	ctx := context.Background()
+	recalls := a.coord.Stats().RecallsReceived
+	var got []chan lockResult
 	for _, k := range keys {
-		for _, n := range []*node{a, b} {
-			h, err := n.l.Lock(ctx, []byte(k), cluster(time.Second, 10*time.Second))
-			require.NoError(t, err)
-			require.True(t, h.Release())
-		}
-		waitForDelete(t, a.cli, "/recordlock/d/"+encode(k))
+		got = append(got, lockAsync(b, k, cluster(time.Second, 60*time.Second)))
+	}
+	require.Eventually(t, func() bool { return a.coord.Stats().RecallsReceived == recalls+uint64(len(keys)) },
+		20*time.Second, time.Millisecond, "A never saw B's recalls")
+	return got
+}
+
+// admitAll requires each of b's locks to be admitted, and releases it.
+func admitAll(t *testing.T, got []chan lockResult) {
+	t.Helper()
+	for i, ch := range got {
+		r := <-ch
+		require.NoError(t, r.err, "B's lock %d once A's hand-back lands", i)
+		require.True(t, r.h.Release())
 	}
 }
 
@@ -64,43 +72,39 @@ func returnsWithin(d time.Duration, f func()) (chan struct{}, bool) {
 	}
 }
 
-// Closing a Locker that holds several contended keys releases each, and each release hands its
-// key back; with etcd not answering, Close returns after one short wait instead of waiting the
-// request timeout (a minute here) once per key. The keys go back once etcd answers.
+// Closing a Locker that holds several keys another node waits for releases each, and each
+// release lets its key's hand-back go on; with etcd not answering, Close returns instead of
+// waiting the request timeout (a minute here) once per key. The keys go over once etcd answers.
 func TestLockerCloseDoesNotWaitForEtcd(t *testing.T) {
 	e := startEtcd(t)
 	slow := []etcdcoord.Option{etcdcoord.WithRequestTimeout(time.Minute)}
 	a, b := newNode(t, e, "a", nodeConfig{opts: slow}), newNode(t, e, "b", nodeConfig{})
 	keys := []string{"k0", "k1", "k2", "k3"}
-	contend(t, a, b, keys...)
 	for _, k := range keys {
 		_, err := a.l.Lock(context.Background(), []byte(k), cluster(10*time.Second, 10*time.Second))
 		require.NoError(t, err)
 	}
+	got := askFor(t, a, b, keys...)
 	answer := make(chan struct{})
 	holdTxns(a, answer)
 	done, ok := returnsWithin(20*time.Second, func() { _ = a.l.Close() })
 	if !ok {
 		close(answer) // lets the old behaviour finish, so the test ends
 		<-done
+		admitAll(t, got)
 		t.Fatal("Locker.Close waited for etcd to confirm the hand-backs")
 	}
 	close(answer)
-	for _, k := range keys {
-		h, err := b.l.Lock(context.Background(), []byte(k), cluster(time.Second, 10*time.Second))
-		require.NoError(t, err, "B locks %s once A's hand-back lands", k)
-		require.True(t, h.Release())
-	}
+	admitAll(t, got)
 }
 
-// A Txn's Commit releases its last key inside the fences of the others; that release hands the
-// key back waiting for etcd only briefly, so Commit returns, and no fence is held, while etcd
-// does not answer.
+// A Txn's Commit releases its last key inside the fences of the others; with another node
+// waiting for its keys, that release lets the hand-back go on without waiting for etcd, so
+// Commit returns, and no fence is held, while etcd does not answer.
 func TestCommitDoesNotWaitForEtcd(t *testing.T) {
 	e := startEtcd(t)
 	slow := []etcdcoord.Option{etcdcoord.WithRequestTimeout(time.Minute)}
 	a, b := newNode(t, e, "a", nodeConfig{opts: slow}), newNode(t, e, "b", nodeConfig{})
-	contend(t, a, b, "k1", "k2")
 	ctx := context.Background()
 	tx := a.l.Begin()
 	for _, k := range []string{"k1", "k2"} {
@@ -108,6 +112,7 @@ func TestCommitDoesNotWaitForEtcd(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, tx.Put([]byte(k), []byte("a")))
 	}
+	got := askFor(t, a, b, "k1", "k2")
 	answer := make(chan struct{})
 	holdTxns(a, answer)
 	var err error
@@ -115,22 +120,20 @@ func TestCommitDoesNotWaitForEtcd(t *testing.T) {
 	if !ok {
 		close(answer)
 		<-done
+		admitAll(t, got)
 		t.Fatal("Commit waited for etcd to confirm a hand-back")
 	}
 	require.NoError(t, err)
 	close(answer)
-	for _, k := range []string{"k1", "k2"} {
-		h, err := b.l.Lock(ctx, []byte(k), cluster(time.Second, 10*time.Second))
-		require.NoError(t, err, "B locks %s once A's hand-back lands", k)
-		require.True(t, h.Release())
-	}
+	admitAll(t, got)
 }
 
-// A release that hands the key back, run inside a Fence of a handle of the same key, must not
-// revoke that handle in its own goroutine: the revocation waits for the Fence. Close runs just
-// after the release started the hand-back (WithHandBackLag), and the Fence still returns: the
-// hand-back is the coordinator's goroutine, which Close waits for, and the release's own wait
-// for it is bounded.
+// A release that lets the hand-back go on, run inside a Fence of a handle of the same key,
+// must not revoke that handle in its own goroutine: the revocation waits for the Fence. B asks
+// for the key while h1's Fence runs; the Fence releases h2, the last holder, and Close runs
+// just after that release let the hand-back go on (WithHandBackLag). The Fence still returns:
+// the hand-back is the coordinator's goroutine, which Close waits for, and the release sends
+// nothing itself.
 func TestReleaseInsideFenceRacingCloseDoesNotDeadlock(t *testing.T) {
 	e := startEtcd(t)
 	var lagging atomic.Bool
@@ -145,7 +148,6 @@ func TestReleaseInsideFenceRacingCloseDoesNotDeadlock(t *testing.T) {
 	})
 	a = newNode(t, e, "a", nodeConfig{opts: []etcdcoord.Option{lag}})
 	b := newNode(t, e, "b", nodeConfig{})
-	contend(t, a, b, "k")
 	ctx := context.Background()
 	h1, err := a.l.Lock(ctx, []byte("k"), sharedCluster(10*time.Second, 10*time.Second))
 	require.NoError(t, err)
@@ -154,26 +156,36 @@ func TestReleaseInsideFenceRacingCloseDoesNotDeadlock(t *testing.T) {
 	require.True(t, h1.Release())
 
 	lagging.Store(true)
-	var fenceErr error
-	_, ok := returnsWithin(20*time.Second, func() {
-		fenceErr = h1.Fence(func() error {
-			h2.Release() // the last holder: hands the key back
+	entered, asked := make(chan struct{}), make(chan struct{})
+	fenced := make(chan error, 1)
+	go func() {
+		fenced <- h1.Fence(func() error {
+			close(entered)
+			<-asked
+			h2.Release() // the last holder: lets the hand-back go on
 			return nil
 		})
-	})
-	require.True(t, ok, "the Fence never returned: its own release revoked its handle and waited for it")
-	require.NoError(t, fenceErr)
+	}()
+	<-entered
+	got := askFor(t, a, b, "k")
+	close(asked)
+	select {
+	case err := <-fenced:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the Fence never returned: its own release revoked its handle and waited for it")
+	}
 	require.NoError(t, <-closed)
+	admitAll(t, got)
 }
 
-// The hand-back on release waits for a Fence in flight, as a recall does, but no longer than
-// the node trusts its etcd lease: then it gives up and hands the key back, and the node that
-// asked for it meanwhile is admitted.
+// A released handle's Fence in flight holds the hand-back of its key, after its last sharer
+// released and nobody waited, once another node asks: but no longer than the node trusts its
+// etcd lease; then the node gives up and hands the key over, and the asker is admitted.
 func TestReleaseHandBackIsBoundedByLease(t *testing.T) {
 	e := startEtcd(t)
 	clk := recordlock.NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	a, b := newNode(t, e, "a", nodeConfig{clock: clk}), newNode(t, e, "b", nodeConfig{})
-	contend(t, a, b, "k")
 	ctx := context.Background()
 	h1, err := a.l.Lock(ctx, []byte("k"), sharedCluster(time.Second, 10*time.Second))
 	require.NoError(t, err)
@@ -185,10 +197,11 @@ func TestReleaseHandBackIsBoundedByLease(t *testing.T) {
 	go func() { fenced <- h1.Fence(func() error { close(entered); <-finish; return nil }) }()
 	defer func() { close(finish); <-fenced }()
 	<-entered
-	require.True(t, h2.Release()) // the hand-back starts and waits for h1's Fence
+	require.True(t, h2.Release()) // nobody waits: A keeps the key
+	assert.Equal(t, 1, a.coord.Stats().Delegations)
 
 	got := lockAsync(b, "k", cluster(time.Second, 30*time.Second))
-	waitForKey(t, a.cli, "/recordlock/r/"+encode("k")) // B has asked for the key
+	require.Eventually(t, func() bool { return a.coord.Stats().RecallsReceived == 1 }, 10*time.Second, time.Millisecond) // the hand-back waits for h1's Fence
 	assert.False(t, admitted(got), "B was admitted while A's Fence ran within A's lease")
 	clk.Advance(etcdcoord.DefaultTTL) // past what A trusts of its etcd lease
 	require.Eventually(t, func() bool {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/linxGnu/grocksdb"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -171,6 +172,9 @@ type nodeConfig struct {
 	clock     recordlock.Clock
 	opts      []etcdcoord.Option
 	endpoints []string // default: e's client address
+	// faulty: the test deletes delegations or cuts etcd off, so delegations may really be lost;
+	// otherwise Stats.Lost must be 0 when the test ends
+	faulty bool
 }
 
 // newNode starts a node on e (or on nc.endpoints), torn down at the end of the test.
@@ -211,6 +215,11 @@ func newNode(tb testing.TB, e *server, name string, nc nodeConfig) *node {
 	n.coord, err = etcdcoord.New(n.cli, name, opts...)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = n.coord.Close() })
+	if !nc.faulty {
+		tb.Cleanup(func() { // before Close
+			assert.Zero(tb, n.coord.Stats().Lost, "%s: delegations counted as lost with no fault injected", name)
+		})
+	}
 	n.l.SetCoordinator(n.coord)
 	return n
 }

@@ -42,8 +42,8 @@ type config struct {
 	reqLimit time.Duration
 	log      *slog.Logger
 	watchLag func() // runs before the watch applies each batch of events; tests set it
-	// handBackLag runs in a Release that started a hand-back, after it let go of the
-	// coordinator's mutex; tests set it
+	// handBackLag runs in a Release that let a recalled delegation's hand-back go on, after it
+	// let go of the coordinator's mutex; tests set it
 	handBackLag func()
 }
 

@@ -3,10 +3,13 @@ package etcdcoord
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/recordlock/recordlock"
 )
 
 // recallLocked starts handing d back after another node asked for it: no more admissions, and
@@ -15,27 +18,24 @@ func (c *Coordinator) recallLocked(k string, d *delegation) {
 	if c.closed {
 		return
 	}
-	c.wantedElsewhereLocked(k, c.cfg.clock.Mono())
 	if d.recalled {
 		return
 	}
 	d.recalled = true
 	c.stats.RecallsReceived++
-	bound := d.sess.validUntil
 	c.wg.Add(1)
-	go c.handOver(k, d, bound)
+	go c.handOver(k, d)
 }
 
 // handOver revokes d's admissions as they become due and then hands d back. Released ones are
 // revoked at once, so that what they staged is fenced; a live one is revoked when it is
 // released or reaches its deadline, not before. A revocation waits for a Fence in flight, so
-// the hand-back waits for it too, but not past bound (a Mono reading): the end of what the node
-// trusted of its etcd lease when the recall arrived, after which etcd may let the key go anyway.
-func (c *Coordinator) handOver(k string, d *delegation, bound time.Duration) {
+// the hand-back waits for it too, for as long as the node trusts its etcd lease as it keeps
+// refreshing it (trustLapse): after that, etcd may let the key go anyway.
+func (c *Coordinator) handOver(k string, d *delegation) {
 	defer c.wg.Done()
-	lapsed := make(chan struct{})
-	lt := c.cfg.clock.AfterFunc(bound-c.cfg.clock.Mono(), func() { close(lapsed) })
-	defer lt.Stop()
+	lapsed, stopLapse := c.trustLapse(d.sess)
+	defer stopLapse()
 	for {
 		c.mu.Lock()
 		now := c.cfg.clock.Mono()
@@ -59,7 +59,7 @@ func (c *Coordinator) handOver(k string, d *delegation, bound time.Duration) {
 			select {
 			case <-done:
 			case <-lapsed:
-				c.giveUp(k, d)
+				c.giveUp(k, d, done)
 				return
 			case <-c.ctx.Done():
 				return // Close hands everything back
@@ -75,7 +75,7 @@ func (c *Coordinator) handOver(k string, d *delegation, bound time.Duration) {
 		case <-due:
 		case <-lapsed:
 			t.Stop()
-			c.giveUp(k, d)
+			c.giveUp(k, d, nil)
 			return
 		case <-c.ctx.Done():
 			t.Stop()
@@ -86,14 +86,56 @@ func (c *Coordinator) handOver(k string, d *delegation, bound time.Duration) {
 	c.handOff(k, d)
 }
 
-// giveUp hands d back once the node can no longer trust its etcd lease to cover it, revoking
-// whatever admission is left without waiting for it.
-func (c *Coordinator) giveUp(k string, d *delegation) {
+// trustLapse returns a channel closed once the clock passes what the node trusts of its etcd
+// lease s, following every refresh of it, and a func that stops following.
+func (c *Coordinator) trustLapse(s *session) (<-chan struct{}, func()) {
+	lapsed := make(chan struct{})
+	var mu sync.Mutex
+	var t recordlock.Timer
+	stopped := false
+	var arm func()
+	arm = func() {
+		c.mu.Lock()
+		until := s.validUntil
+		c.mu.Unlock()
+		mu.Lock()
+		defer mu.Unlock()
+		switch now := c.cfg.clock.Mono(); {
+		case stopped:
+		case now >= until:
+			close(lapsed)
+		default:
+			t = c.cfg.clock.AfterFunc(until-now, arm) // refreshed meanwhile: look again then
+		}
+	}
+	arm()
+	return lapsed, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		if t != nil {
+			t.Stop()
+		}
+	}
+}
+
+// giveUp hands d over once the node can no longer trust its etcd lease to cover it, revoking
+// whatever admission is left without waiting for it. running, if not nil, is closed once the
+// revocations under way when the lease ran out have returned: if they still run once the key
+// is handed over, a fenced commit outlasted the lease, and that is logged.
+func (c *Coordinator) giveUp(k string, d *delegation, running <-chan struct{}) {
 	c.mu.Lock()
 	c.revokeLocked(d.takeAll())
 	c.mu.Unlock()
-	c.log.Warn("etcdcoord: a fenced commit outlasted the node's etcd lease; handing the key back", "key", k)
-	c.handBack([]string{k}, []*delegation{d})
+	c.handOff(k, d)
+	if running == nil {
+		return
+	}
+	select {
+	case <-running:
+	default:
+		c.log.Warn("etcdcoord: a fenced commit outlasted the node's etcd lease; the key was handed back", "key", k)
+	}
 }
 
 // revokeLocked runs revokes in a goroutine that Close waits for: a revocation waits for a
@@ -115,7 +157,6 @@ func (c *Coordinator) revokeLocked(revokes []func()) {
 // a node that locks many distinct keys must not keep them all in etcd. Called with c.mu held.
 func (c *Coordinator) sweepLocked(now time.Duration) {
 	c.lastSweep = now
-	c.pruneContendedLocked(now)
 	var ks []string
 	var ds []*delegation
 	for k, d := range c.delegs {
@@ -159,15 +200,15 @@ func (c *Coordinator) handOff(k string, d *delegation) {
 	}
 	dkey, rkey := c.dkey(k), c.rkey(k)
 	ours := clientv3.Compare(clientv3.ModRevision(dkey), "=", int64(d.token))
-	plain := clientv3.OpTxn([]clientv3.Cmp{ours}, []clientv3.Op{clientv3.OpDelete(dkey)}, nil)
+	plain := txnOp([]clientv3.Cmp{ours}, []op{deleteOp(dkey)}, nil)
 	c.giveBack([]string{k}, []*delegation{d}, func(ctx context.Context) error {
-		_, err := c.cli.Txn(ctx).
-			If(ours, clientv3.Compare(clientv3.Value(rkey), "=", r.value)).
-			Then(clientv3.OpPut(dkey, r.value, clientv3.WithLease(lease)), clientv3.OpDelete(rkey)).
-			Else(plain).
-			Commit()
+		_, err := c.etcd.Txn(ctx, txnReq{
+			ifs:  []clientv3.Cmp{ours, clientv3.Compare(clientv3.Value(rkey), "=", r.value)},
+			then: []op{putOp(dkey, r.value, lease), deleteOp(rkey)},
+			els:  []op{plain},
+		})
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) { // the asker's lease is gone
-			_, err = c.cli.Txn(ctx).Then(plain).Commit()
+			_, err = c.etcd.Txn(ctx, txnReq{then: []op{plain}})
 		}
 		return err
 	})
@@ -176,15 +217,15 @@ func (c *Coordinator) handOff(k string, d *delegation) {
 // handBack deletes the delegations' keys in etcd, each only if it is still the one granted to
 // this node, in one Txn.
 func (c *Coordinator) handBack(ks []string, ds []*delegation) {
-	ops := make([]clientv3.Op, len(ks))
+	ops := make([]op, len(ks))
 	for i, k := range ks {
 		dkey := c.dkey(k)
-		ops[i] = clientv3.OpTxn(
+		ops[i] = txnOp(
 			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(dkey), "=", int64(ds[i].token))},
-			[]clientv3.Op{clientv3.OpDelete(dkey)}, nil)
+			[]op{deleteOp(dkey)}, nil)
 	}
 	c.giveBack(ks, ds, func(ctx context.Context) error {
-		_, err := c.cli.Txn(ctx).Then(ops...).Commit()
+		_, err := c.etcd.Txn(ctx, txnReq{then: ops})
 		return err
 	})
 }
@@ -203,15 +244,12 @@ func (c *Coordinator) giveBack(ks []string, ds []*delegation, txn func(ctx conte
 		err := txn(ctx)
 		cancel()
 		if err == nil {
-			c.mu.Lock()
-			c.handBackSlow = false // etcd answers: releases may wait for it again
-			c.mu.Unlock()
 			break
 		}
 		if c.ctx.Err() != nil {
 			return // Close revokes the lease, which hands everything back
 		}
-		if c.cli.Ctx().Err() != nil {
+		if c.clientClosed() {
 			c.log.Warn("etcdcoord: the etcd client is closed; the keys lapse with the node's lease", "keys", len(ks), "err", err)
 			break
 		}
@@ -249,13 +287,10 @@ func (c *Coordinator) adoptLocked(k string, rev int64, value []byte) {
 // once: the watch, the hand-back's reply and Close may each be the first to see it end. One that
 // ended otherwise (lost) is not counted. Called with c.mu held.
 func (c *Coordinator) handedBackLocked(k string, d *delegation) {
-	if c.delegs[k] == d {
-		delete(c.delegs, k)
-	}
 	if !d.ended {
 		c.stats.HandBacks++
 	}
-	d.end()
+	c.endLocked(k, d)
 }
 
 // goneLocked follows the end of d's key in etcd: expected if this node was handing it back or
@@ -275,12 +310,9 @@ func (c *Coordinator) goneLocked(k string, d *delegation, why string) {
 // node stopped trusting that lease: no admission from it outlived that trust, so this is how an
 // idle node's delegations end, not a loss. Called with c.mu held.
 func (c *Coordinator) expiredLocked(k string, d *delegation) {
-	if c.delegs[k] == d {
-		delete(c.delegs, k)
-	}
 	d.recalled = true
 	revokes := d.takeAll() // every deadline has passed; revoking waits for a Fence still running
-	d.end()
+	c.endLocked(k, d)
 	c.stats.Expired++
 	c.revokeLocked(revokes)
 }
@@ -288,12 +320,9 @@ func (c *Coordinator) expiredLocked(k string, d *delegation) {
 // loseLocked forgets a delegation that etcd no longer has and revokes every admission from it
 // at once, live ones included: another node may already hold the key. Called with c.mu held.
 func (c *Coordinator) loseLocked(k string, d *delegation, why string) {
-	if c.delegs[k] == d {
-		delete(c.delegs, k)
-	}
 	d.recalled = true
 	revokes := d.takeAll()
-	d.end()
+	c.endLocked(k, d)
 	c.stats.Lost++
 	c.log.Warn("etcdcoord: a delegation disappeared from etcd; its admissions are revoked",
 		"key", k, "token", d.token, "revoked", len(revokes), "why", why)
@@ -312,12 +341,12 @@ func (c *Coordinator) withdraw(a *ask) {
 	c.background(func() {
 		for attempt := 0; ; attempt++ {
 			ctx, cancel := context.WithTimeout(leader(c.ctx), c.cfg.reqLimit)
-			_, err := c.cli.Txn(ctx).
-				If(clientv3.Compare(clientv3.Value(rkey), "=", value)).
-				Then(clientv3.OpDelete(rkey)).
-				Commit()
+			_, err := c.etcd.Txn(ctx, txnReq{
+				ifs:  []clientv3.Cmp{clientv3.Compare(clientv3.Value(rkey), "=", value)},
+				then: []op{deleteOp(rkey)},
+			})
 			cancel()
-			if err == nil || c.ctx.Err() != nil || c.cli.Ctx().Err() != nil {
+			if err == nil || c.ctx.Err() != nil || c.clientClosed() {
 				return // a closed client sends nothing more: the key lapses with the lease
 			}
 			c.log.Warn("etcdcoord: withdrawing a recall failed; retrying", "key", a.k, "attempt", attempt+1, "err", err)

@@ -2,7 +2,6 @@ package etcdcoord_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/recordlock/recordlock"
-	"github.com/recordlock/recordlock/etcdcoord"
 )
 
 // A recall does not take the key from a live holder: B's request waits while A works, A's
@@ -101,13 +99,77 @@ func TestFencedCommitDelaysHandBack(t *testing.T) {
 	require.True(t, r.h.Release())
 }
 
-// Nodes that take turns on a key stop recalling it: once a recall has shown that another node
-// wants the key, a node hands it back when its last holder releases it, so the next node's Lock
-// is the one Txn that creates the delegation, and its Release the one that deletes it. A key no
-// other node wants stays delegated, and its repeat locks make no request.
-func TestContendedKeyIsHandedBackOnRelease(t *testing.T) {
+// Nodes that take turns on a key: each Lock finds the key idle on the other node, which keeps
+// it because nobody waited when it released. The asker's one Txn writes its recall, the holder
+// hands the idle delegation over at once in one Txn, and no Release makes a request. With the
+// next node already waiting, the holder hands the key over as soon as its holder releases, in
+// one Txn, and that Release sends nothing itself. A key no other node wants stays delegated.
+func TestNodesTakingTurnsRecallEachLock(t *testing.T) {
 	e := startEtcd(t)
 	nodes := []*node{newNode(t, e, "a", nodeConfig{}), newNode(t, e, "b", nodeConfig{})}
+	ctx := context.Background()
+	opts := cluster(time.Second, 10*time.Second)
+	for _, n := range nodes { // its watch is established: the requests counted below are the locks'
+		h, err := n.l.Lock(ctx, []byte("warm-up"+n.name), opts)
+		require.NoError(t, err)
+		require.True(t, h.Release())
+	}
+	h, err := nodes[0].l.Lock(ctx, []byte("k"), opts)
+	require.NoError(t, err)
+	require.True(t, h.Release())
+	for i := range 6 {
+		asker, holder := nodes[(i+1)%2], nodes[i%2]
+		beforeAsker, beforeHolder := asker.reqs.snapshot(), holder.reqs.snapshot()
+		h, err := asker.l.Lock(ctx, []byte("k"), opts)
+		require.NoError(t, err)
+		assert.Equal(t, map[string]int{txnMethod: 1}, asker.reqs.since(beforeAsker), "lock %d by %s", i, asker.name)
+		assert.Equal(t, map[string]int{txnMethod: 1}, holder.reqs.since(beforeHolder), "hand-over %d by %s", i, holder.name)
+		beforeAsker = asker.reqs.snapshot()
+		require.True(t, h.Release())
+		assert.Empty(t, asker.reqs.since(beforeAsker), "release %d by %s: nobody waits", i, asker.name)
+		assert.Equal(t, 2, asker.coord.Stats().Delegations, "%s keeps the key it released", asker.name)
+	}
+	for _, n := range nodes {
+		assert.Equal(t, uint64(3), n.coord.Stats().RecallsSent, "%s recalls the key once per lock", n.name)
+		assert.Equal(t, uint64(3), n.coord.Stats().RecallsReceived, "%s", n.name)
+		// The asker may be admitted before the reply to the hand-back reaches the holder.
+		assert.Eventually(t, func() bool { return n.coord.Stats().HandBacks == 3 }, 10*time.Second, time.Millisecond,
+			"%s hands the key back once per recall", n.name)
+	}
+
+	// B recalls the key once more, and A asks for it while B holds it.
+	h, err = nodes[1].l.Lock(ctx, []byte("k"), opts)
+	require.NoError(t, err)
+	got := lockAsync(nodes[0], "k", opts)
+	require.Eventually(t, func() bool { return nodes[1].coord.Stats().RecallsReceived == 4 }, 10*time.Second, time.Millisecond)
+	before := nodes[1].reqs.snapshot()
+	require.True(t, h.Release())
+	assert.Empty(t, nodes[1].reqs.since(before), "the Release itself sends nothing")
+	r := <-got
+	require.NoError(t, r.err)
+	assert.Equal(t, map[string]int{txnMethod: 1}, nodes[1].reqs.since(before), "B hands the key over in one Txn")
+	assert.Greater(t, r.h.Token(), h.Token())
+	require.True(t, r.h.Release())
+
+	h, err = nodes[0].l.Lock(ctx, []byte("other"), opts)
+	require.NoError(t, err)
+	require.True(t, h.Release())
+	before = nodes[0].reqs.snapshot()
+	h, err = nodes[0].l.Lock(ctx, []byte("other"), opts)
+	require.NoError(t, err)
+	require.True(t, h.Release())
+	assert.Empty(t, nodes[0].reqs.since(before), "a repeat lock of a key no other node wants")
+	assert.Equal(t, 3, nodes[0].coord.Stats().Delegations)
+}
+
+// A recall asks for one hand-back. After B has locked a key once, A's first Lock recalls it
+// (one Txn of A's; B hands it over), and then A keeps its delegation: no other node waits, so
+// no Release of A's hands it back, and every later Lock+Release of A's, the first release after
+// getting the key back included, makes no etcd request. So do locks of A's goroutines that
+// queue for the key.
+func TestOneRecallOneHandBack(t *testing.T) {
+	e := startEtcd(t)
+	a, b := newNode(t, e, "a", nodeConfig{}), newNode(t, e, "b", nodeConfig{})
 	ctx := context.Background()
 	opts := cluster(time.Second, 10*time.Second)
 	lockRelease := func(n *node, key string) {
@@ -115,88 +177,36 @@ func TestContendedKeyIsHandedBackOnRelease(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, h.Release())
 	}
-	lockRelease(nodes[0], "k")
-	lockRelease(nodes[1], "k") // recalls the key from A
-	require.Eventually(t, func() bool { return nodes[1].coord.Stats().Delegations == 0 }, 10*time.Second, time.Millisecond)
-	recalls := nodes[1].coord.Stats().RecallsSent
-	for i := range 6 {
-		n := nodes[i%2]
-		before := n.reqs.snapshot()
-		h, err := n.l.Lock(ctx, []byte("k"), opts)
-		require.NoError(t, err)
-		assert.Equal(t, map[string]int{txnMethod: 1}, n.reqs.since(before), "lock %d by %s", i, n.name)
-		before = n.reqs.snapshot()
-		require.True(t, h.Release())
-		require.Eventually(t, func() bool { return n.coord.Stats().Delegations == 0 }, 10*time.Second, time.Millisecond,
-			"%s kept the key after release %d", n.name, i) // the hand-back runs in the background
-		assert.Equal(t, map[string]int{txnMethod: 1}, n.reqs.since(before), "release %d by %s", i, n.name)
-	}
-	assert.Equal(t, recalls, nodes[1].coord.Stats().RecallsSent, "no more recalls")
-	assert.Zero(t, nodes[0].coord.Stats().RecallsSent, "no more recalls")
-
-	lockRelease(nodes[0], "other")
-	before := nodes[0].reqs.snapshot()
-	lockRelease(nodes[0], "other")
-	assert.Empty(t, nodes[0].reqs.since(before), "a repeat lock of a key no other node wants")
-	assert.Equal(t, 1, nodes[0].coord.Stats().Delegations)
-}
-
-// A node whose own next lock has to wait for the hand-back its release started keeps its next
-// delegation of the key: its goroutines queue for the key, and each would otherwise pay two
-// Txns where a repeat lock pays none.
-func TestLocalDemandKeepsContendedKey(t *testing.T) {
-	localDemandKeepsContendedKey(t, recordlock.SystemClock())
-}
-
-// The same on a clock whose monotonic reading is 0 throughout: a reading of 0 is a time like
-// any other, not "never wanted here".
-func TestLocalDemandKeepsContendedKeyAtMonoZero(t *testing.T) {
-	localDemandKeepsContendedKey(t, recordlock.NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)))
-}
-
-func localDemandKeepsContendedKey(t *testing.T, clk recordlock.Clock) {
-	e := startEtcd(t)
-	a, b := newNode(t, e, "a", nodeConfig{clock: clk}), newNode(t, e, "b", nodeConfig{clock: clk})
-	ctx := context.Background()
-	opts := cluster(time.Second, 10*time.Second)
-	for _, n := range []*node{a, b} { // B recalls the key from A: both know it is contended
-		h, err := n.l.Lock(ctx, []byte("k"), opts)
-		require.NoError(t, err)
-		require.True(t, h.Release())
-	}
-	h, err := a.l.Lock(ctx, []byte("k"), opts)
-	require.NoError(t, err)
-
-	sent, proceed := make(chan struct{}), make(chan struct{})
-	var held atomic.Bool
-	a.reqs.setHook(func(ctx context.Context, method string, req any, invoke func() error) error {
-		if method == txnMethod && held.CompareAndSwap(false, true) { // the hand-back on release
-			close(sent)
-			<-proceed
-		}
-		return invoke()
-	})
-	released := make(chan bool, 1)
-	go func() { released <- h.Release() }()
-	<-sent
-	next := lockAsync(a, "k", opts)
-	// The next lock reaches the delegation being handed back (not a sleep: a slow host would let
-	// the hand-back finish first, and the lock would find no delegation at all).
-	require.Eventually(t, func() bool { return etcdcoord.WantedHere(a.coord, "k") }, 10*time.Second, time.Millisecond,
-		"the next lock never found the delegation being handed back")
-	require.False(t, admitted(next), "admitted from a delegation being handed back")
-	close(proceed)
-	require.True(t, <-released)
-	r := <-next
-	require.NoError(t, r.err)
-	assert.Greater(t, r.h.Token(), h.Token(), "admitted from a new delegation")
+	lockRelease(a, "x") // A's watch is established: the requests counted below are the locks'
+	lockRelease(a, "k")
+	lockRelease(b, "k") // recalls the key from A
 
 	before := a.reqs.snapshot()
-	require.True(t, r.h.Release())
-	assert.Empty(t, a.reqs.since(before), "the release handed the key back")
-	assert.Equal(t, 1, a.coord.Stats().Delegations)
+	h, err := a.l.Lock(ctx, []byte("k"), opts) // recalls it from B
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{txnMethod: 1}, a.reqs.since(before), "A's Lock that gets the key back")
+	before = a.reqs.snapshot()
+	require.True(t, h.Release())
+	for range 5 {
+		lockRelease(a, "k")
+	}
 	h, err = a.l.Lock(ctx, []byte("k"), opts)
 	require.NoError(t, err)
+	next := lockAsync(a, "k", opts) // queues on A for the local key
 	require.True(t, h.Release())
-	assert.Empty(t, a.reqs.since(before), "a repeat lock made a request")
+	r := <-next
+	require.NoError(t, r.err)
+	require.True(t, r.h.Release())
+	assert.Empty(t, a.reqs.since(before), "A's releases and repeat locks after it got the key back")
+	assert.Equal(t, r.h.Token(), h.Token(), "A kept one delegation")
+	assert.Equal(t, uint64(1), a.coord.Stats().HandBacks, "A's one hand-back, to B's recall")
+	// A may be admitted before the reply to B's hand-back reaches B.
+	assert.Eventually(t, func() bool { return b.coord.Stats().HandBacks == 1 }, 10*time.Second, time.Millisecond,
+		"B's one hand-back, to A's recall")
+
+	for _, k := range []string{"x", "y"} { // and its other keys
+		lockRelease(a, k)
+		lockRelease(a, k)
+	}
+	assert.Equal(t, 3, a.coord.Stats().Delegations, "A keeps every key it locks")
 }

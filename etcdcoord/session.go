@@ -46,7 +46,7 @@ func (c *Coordinator) session(ctx context.Context, need time.Duration) (*session
 	}
 	if s != nil {
 		sent := c.cfg.clock.Mono()
-		resp, err := c.cli.KeepAliveOnce(leader(ctx), s.id)
+		resp, err := c.etcd.KeepAliveOnce(leader(ctx), s.id)
 		switch {
 		case err == nil:
 			c.mu.Lock()
@@ -84,16 +84,16 @@ func (c *Coordinator) session(ctx context.Context, need time.Duration) (*session
 // lease is refused, since two nodes of one name would take each other's recalls for their own.
 func (c *Coordinator) grant(ctx context.Context) (*session, error) {
 	sent := c.cfg.clock.Mono()
-	resp, err := c.cli.Grant(leader(ctx), c.ttlSec)
+	resp, err := c.etcd.Grant(leader(ctx), c.ttlSec)
 	if err != nil {
 		return nil, requestErr(ctx, "grant a lease", err, false)
 	}
 	s := &session{id: resp.ID, validUntil: sent + time.Duration(resp.TTL)*time.Second - c.cfg.skew}
 	nkey := c.nkey()
-	reg, err := c.cli.Txn(leader(ctx)).
-		If(clientv3.Compare(clientv3.CreateRevision(nkey), "=", 0)).
-		Then(clientv3.OpPut(nkey, c.node, clientv3.WithLease(s.id))).
-		Commit()
+	reg, err := c.etcd.Txn(leader(ctx), txnReq{
+		ifs:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(nkey), "=", 0)},
+		then: []op{putOp(nkey, c.node, s.id)},
+	})
 	if err == nil && !reg.Succeeded {
 		err = ErrNameTaken
 	}
@@ -122,7 +122,7 @@ func (c *Coordinator) grant(ctx context.Context) (*session, error) {
 func (c *Coordinator) revokeLease(id clientv3.LeaseID) {
 	ctx, cancel := context.WithTimeout(leader(context.Background()), c.cfg.reqLimit)
 	defer cancel()
-	_, _ = c.cli.Revoke(ctx, id)
+	_ = c.etcd.Revoke(ctx, id)
 }
 
 // dropSessionLocked forgets a lease that etcd no longer has: its delegations are gone. Those

@@ -14,8 +14,8 @@ type Stats struct {
 	// wants the key, idle, given up, or held when Close revoked the node's lease.
 	HandBacks uint64
 	// Lost counts delegations that disappeared from etcd while this node still trusted the
-	// lease they were on: deleted, or the lease revoked or expired earlier than this node
-	// expected.
+	// lease they were on, without its own hand-back: deleted, or the lease revoked or expired
+	// earlier than this node expected. With no such fault it stays 0.
 	Lost uint64
 	// Expired counts delegations that lapsed with the node's etcd lease after the node had
 	// stopped trusting it, as those of an idle node do: every admission from them had ended.

@@ -9,7 +9,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/connectivity"
 )
 
 // watch follows every key under the prefix until the coordinator or its client closes. Each
@@ -18,7 +17,7 @@ import (
 func (c *Coordinator) watch() {
 	defer c.wg.Done()
 	for attempt := 0; ; attempt++ {
-		if c.ctx.Err() != nil || c.cli.Ctx().Err() != nil {
+		if c.ctx.Err() != nil || c.clientClosed() {
 			return
 		}
 		rev, err := c.resync()
@@ -30,7 +29,7 @@ func (c *Coordinator) watch() {
 			}
 		}
 		c.setWatching(false)
-		if c.ctx.Err() != nil || c.cli.Ctx().Err() != nil {
+		if c.ctx.Err() != nil || c.clientClosed() {
 			return
 		}
 		c.mu.Lock()
@@ -50,9 +49,9 @@ func (c *Coordinator) follow(rev int64) (bool, error) {
 	var monitor sync.WaitGroup
 	defer monitor.Wait()
 	defer cancel(nil)
-	monitor.Go(func() { c.watchConnection(ctx, cancel) })
+	monitor.Go(func() { c.etcd.Disconnected(ctx, cancel) })
 	established := false
-	for resp := range c.cli.Watch(ctx, c.cfg.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithCreatedNotify()) {
+	for resp := range c.etcd.WatchPrefix(ctx, c.cfg.prefix, rev+1) {
 		if err := resp.Err(); err != nil {
 			if cause := context.Cause(ctx); errors.Is(cause, errDisconnected) {
 				err = cause
@@ -79,36 +78,16 @@ func (c *Coordinator) follow(rev int64) (bool, error) {
 	return established, errors.New("etcdcoord: the watch closed")
 }
 
+// errDisconnected ends the watch when the client's connection to etcd stops being ready
+// (etcdAPI.Disconnected).
 var errDisconnected = errors.New("etcdcoord: the client lost its connection to etcd")
-
-// watchConnection ends the watch, with errDisconnected, when the client's connection to etcd
-// stops being ready: the client would retry the watch in place without a word, and the node
-// would go on admitting from delegations while it cannot see recalls or deletions. It returns
-// when ctx ends.
-func (c *Coordinator) watchConnection(ctx context.Context, cancel context.CancelCauseFunc) {
-	conn := c.cli.ActiveConnection()
-	wasReady := false
-	for {
-		state := conn.GetState()
-		switch {
-		case state == connectivity.Ready:
-			wasReady = true
-		case wasReady || state == connectivity.TransientFailure || state == connectivity.Shutdown:
-			cancel(errDisconnected)
-			return
-		}
-		if !conn.WaitForStateChange(ctx, state) {
-			return
-		}
-	}
-}
 
 // resync reads every key under the prefix and brings this node's view up to date: delegations
 // etcd no longer has are lost, and pending recalls are honoured. It returns the revision read.
 func (c *Coordinator) resync() (int64, error) {
 	ctx, cancel := context.WithTimeout(leader(c.ctx), c.cfg.reqLimit)
 	defer cancel()
-	resp, err := c.cli.Get(ctx, c.cfg.prefix, clientv3.WithPrefix())
+	resp, err := c.etcd.GetPrefix(ctx, c.cfg.prefix)
 	if err != nil {
 		return 0, err
 	}
@@ -134,10 +113,12 @@ func (c *Coordinator) resync() (int64, error) {
 		}
 	}
 	for k, kv := range held {
-		if c.delegs[k] == nil && c.sess != nil && kv.Lease == int64(c.sess.id) && !c.closed {
+		if c.delegs[k] == nil && c.sess != nil && kv.Lease == int64(c.sess.id) && !c.closed &&
+			!c.endedLocked(k, kv.ModRevision) {
 			c.adoptLocked(k, kv.ModRevision, kv.Value)
 		}
 	}
+	c.resyncedLocked(rev)
 	for k, r := range c.recalls {
 		if d := c.delegs[k]; d != nil && r.rev > int64(d.token) {
 			c.recallLocked(k, d)
@@ -164,19 +145,18 @@ func (c *Coordinator) applyLocked(typ mvccpb.Event_EventType, kv *mvccpb.KeyValu
 			c.recallLocked(k, d)
 		}
 	case kind == 'd':
-		if typ == clientv3.EventTypePut && (c.sess == nil || kv.Lease != int64(c.sess.id)) {
-			c.usedElsewhereLocked(k)
-		}
 		// Only its holder changes a delegation key once it is granted, so a change after this
 		// node's grant ends this node's delegation.
 		if d := c.delegs[k]; d != nil && rev > int64(d.token) {
 			c.goneLocked(k, d, "deleted or overwritten in etcd")
 		}
+		// A late report of a grant this node has seen end is not adopted (ended.go).
 		if typ == clientv3.EventTypePut && c.delegs[k] == nil && c.sess != nil &&
-			kv.Lease == int64(c.sess.id) && !c.closed {
+			kv.Lease == int64(c.sess.id) && !c.closed && !c.endedLocked(k, rev) {
 			c.adoptLocked(k, rev, kv.Value)
 		}
 	}
+	c.caughtUpLocked(k, rev)
 	for _, w := range c.waiters[k] {
 		w.saw(rev)
 	}

@@ -33,7 +33,7 @@ func TestVanishedDelegationRevokes(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			e := startEtcd(t)
-			a := newNode(t, e, "a", nodeConfig{})
+			a := newNode(t, e, "a", nodeConfig{faulty: true})
 			ctx := context.Background()
 			ha, err := a.l.Lock(ctx, []byte("k"), cluster(10*time.Second, 10*time.Second))
 			require.NoError(t, err)

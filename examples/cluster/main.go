@@ -137,17 +137,18 @@ func run(endpoint string) error {
 	}
 	fmt.Printf("fencing tokens across node-a, node-b, node-c: %v, strictly increasing\n", tokens)
 
-	// A key that nodes take turns on goes back to etcd when its holder releases it, so node-c
-	// no longer holds order/42. A key no other node has wanted stays delegated to the node that
-	// locked it: closing that node hands it back at once, rather than at the end of its lease.
+	// A key is handed back on release only while another node waits for it, so node-c, which
+	// nobody waited for, still holds order/42, and a key no other node has wanted stays
+	// delegated to the node that locked it too: closing that node hands both back at once,
+	// rather than at the end of its lease.
 	idle := []byte("order/43")
 	h, err := c.locker.Lock(ctx, idle, opts)
 	if err != nil {
 		return err
 	}
 	h.Release()
-	if n := c.coord.Stats().Delegations; n != 1 {
-		return fmt.Errorf("%s holds %d delegations before it closes, not the one of %s", c.name, n, idle)
+	if n := c.coord.Stats().Delegations; n != 2 {
+		return fmt.Errorf("%s holds %d delegations before it closes, not the two of %s and %s", c.name, n, key, idle)
 	}
 	start := time.Now()
 	if err := c.close(); err != nil {

@@ -1,0 +1,118 @@
+package etcdcoord
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// simClient is one node's etcdAPI on a simEtcd.
+type simClient struct {
+	s      *simEtcd
+	node   string
+	closed chan struct{}
+}
+
+func (c *simClient) Txn(ctx context.Context, t txnReq) (*clientv3.TxnResponse, error) {
+	resp, err := c.s.call(ctx, c.node, "txn", func() (any, error) { return c.s.txn(t) })
+	if err != nil {
+		return nil, err
+	}
+	return resp.(*clientv3.TxnResponse), nil
+}
+
+func (c *simClient) GetPrefix(ctx context.Context, prefix string) (*clientv3.GetResponse, error) {
+	resp, err := c.s.call(ctx, c.node, "get", func() (any, error) {
+		r := &clientv3.GetResponse{Header: c.s.header()}
+		for _, k := range slices.Sorted(maps.Keys(c.s.kvs)) {
+			if strings.HasPrefix(k, prefix) {
+				r.Kvs = append(r.Kvs, copyKV(c.s.kvs[k]))
+			}
+		}
+		r.Count = int64(len(r.Kvs))
+		return r, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp.(*clientv3.GetResponse), nil
+}
+
+func (c *simClient) Grant(ctx context.Context, ttl int64) (*clientv3.LeaseGrantResponse, error) {
+	resp, err := c.s.call(ctx, c.node, "grant", func() (any, error) {
+		c.s.nextLease++
+		id := c.s.nextLease
+		c.s.leases[id] = &simLease{ttl: ttl, expires: c.s.clock.Mono() + time.Duration(ttl)*time.Second}
+		return &clientv3.LeaseGrantResponse{ResponseHeader: c.s.header(), ID: id, TTL: ttl}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp.(*clientv3.LeaseGrantResponse), nil
+}
+
+func (c *simClient) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
+	resp, err := c.s.call(ctx, c.node, "keepalive", func() (any, error) {
+		l := c.s.leases[id]
+		if l == nil {
+			return nil, rpctypes.ErrLeaseNotFound
+		}
+		l.expires = c.s.clock.Mono() + time.Duration(l.ttl)*time.Second
+		return &clientv3.LeaseKeepAliveResponse{ResponseHeader: c.s.header(), ID: id, TTL: l.ttl}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp.(*clientv3.LeaseKeepAliveResponse), nil
+}
+
+func (c *simClient) Revoke(ctx context.Context, id clientv3.LeaseID) error {
+	_, err := c.s.call(ctx, c.node, "revoke", func() (any, error) {
+		if c.s.leases[id] == nil {
+			return nil, rpctypes.ErrLeaseNotFound
+		}
+		c.s.revokeLocked(id)
+		return nil, nil
+	})
+	return err
+}
+
+func (c *simClient) WatchPrefix(ctx context.Context, prefix string, rev int64) clientv3.WatchChan {
+	s := c.s
+	st := &simStream{node: c.node, prefix: prefix, ch: make(chan clientv3.WatchResponse, 1024)}
+	s.mu.Lock()
+	s.activity++
+	if rev <= s.compacted {
+		st.created = true
+		st.ch <- clientv3.WatchResponse{Header: *s.header(), CompactRevision: s.compacted}
+		s.closeLocked(st)
+		s.mu.Unlock()
+		return st.ch
+	}
+	for _, ev := range s.history {
+		if ev.Kv.ModRevision >= rev && strings.HasPrefix(string(ev.Kv.Key), prefix) {
+			st.queue = append(st.queue, ev)
+		}
+	}
+	s.streams = append(s.streams, st)
+	if s.auto {
+		s.flushLocked(st)
+	}
+	s.mu.Unlock()
+	go func() {
+		<-ctx.Done()
+		s.mu.Lock()
+		s.closeLocked(st)
+		s.mu.Unlock()
+	}()
+	return st.ch
+}
+
+func (c *simClient) Disconnected(ctx context.Context, _ context.CancelCauseFunc) { <-ctx.Done() }
+
+func (c *simClient) Closed() <-chan struct{} { return c.closed }

@@ -1,0 +1,88 @@
+package etcdcoord
+
+import (
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// simStream is one watch.
+type simStream struct {
+	node    string
+	prefix  string
+	ch      chan clientv3.WatchResponse
+	created bool // the created notice was delivered
+	queue   []*clientv3.Event
+	closed  bool
+}
+
+// deliver sends a stream's created notice, or up to n of its queued events in one response.
+func (s *simEtcd) deliver(st *simStream, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st.closed {
+		return
+	}
+	if !st.created {
+		st.created = true
+		st.ch <- clientv3.WatchResponse{Header: *s.header(), Created: true}
+		return
+	}
+	n = min(n, len(st.queue))
+	if n == 0 {
+		return
+	}
+	evs := st.queue[:n:n]
+	st.queue = st.queue[n:]
+	st.ch <- clientv3.WatchResponse{Header: *s.header(), Events: evs}
+}
+
+func (s *simEtcd) flushLocked(st *simStream) {
+	if st.closed {
+		return
+	}
+	if !st.created {
+		st.created = true
+		st.ch <- clientv3.WatchResponse{Header: *s.header(), Created: true}
+	}
+	if len(st.queue) > 0 {
+		st.ch <- clientv3.WatchResponse{Header: *s.header(), Events: st.queue}
+		st.queue = nil
+	}
+}
+
+// breakStream ends a watch as etcd cancelling it would; compact also compacts etcd at its
+// current revision, so the node's next watch from an older revision is refused.
+func (s *simEtcd) breakStream(st *simStream, compact bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st.closed {
+		return
+	}
+	resp := clientv3.WatchResponse{Header: *s.header(), Canceled: true}
+	if compact {
+		s.compacted = s.rev
+		s.history = nil
+		resp = clientv3.WatchResponse{Header: *s.header(), CompactRevision: s.rev}
+	}
+	st.ch <- resp
+	s.closeLocked(st)
+}
+
+func (s *simEtcd) closeLocked(st *simStream) {
+	if !st.closed {
+		st.closed = true
+		close(st.ch)
+	}
+}
+
+// openStreams are the streams not yet closed.
+func (s *simEtcd) openStreams() []*simStream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*simStream
+	for _, st := range s.streams {
+		if !st.closed {
+			out = append(out, st)
+		}
+	}
+	return out
+}
