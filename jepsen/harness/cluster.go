@@ -2,7 +2,9 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -198,4 +200,17 @@ func waitResource(ctx context.Context, addr string) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// RemoveData removes the etcd data directories and the nodes' RocksDB databases, which a
+// finished run no longer needs; the logs and histories stay.
+func (c *Cluster) RemoveData() error {
+	var errs []error
+	for _, m := range c.etcd.Members {
+		errs = append(errs, os.RemoveAll(filepath.Join(c.cfg.Dir, m.Name)))
+	}
+	for _, n := range c.nodes {
+		errs = append(errs, os.RemoveAll(filepath.Join(c.cfg.Dir, fmt.Sprintf("node-%d.rocksdb", n.index))))
+	}
+	return errors.Join(errs...)
 }

@@ -88,6 +88,9 @@ func Run(ctx context.Context, ps *Procs, cfg Config, outDir string) (RunReport, 
 		return rep, err
 	}
 	c.Close()
+	if err := c.RemoveData(); err != nil {
+		return rep, err
+	}
 	c = nil
 
 	var events []history.Event
