@@ -15,12 +15,14 @@ import (
 
 // RunReport is one system's part of the report.
 type RunReport struct {
-	System       string         `json:"system"`
-	DurationS    int            `json:"duration_s"`
-	Ops          int            `json:"ops"`
-	OK           int            `json:"ok"`
-	Failed       int            `json:"failed"`
-	Unknown      int            `json:"unknown"`
+	System    string `json:"system"`
+	DurationS int    `json:"duration_s"`
+	Ops       int    `json:"ops"`
+	OK        int    `json:"ok"`
+	Failed    int    `json:"failed"`
+	Unknown   int    `json:"unknown"`
+	// Causes counts the failed and unknown operations by why they were.
+	Causes       map[string]int `json:"causes"`
 	Faults       map[string]int `json:"faults"`
 	Linearizable bool           `json:"linearizable"`
 	CheckTimeout bool           `json:"check_timed_out,omitempty"`
@@ -111,7 +113,7 @@ func Run(ctx context.Context, ps *Procs, cfg Config, outDir string) (RunReport, 
 		return rep, err
 	}
 	n := history.Count(ops)
-	rep.Ops, rep.OK, rep.Failed, rep.Unknown = len(ops), n.OK, n.Fail, n.Unknown
+	rep.Ops, rep.OK, rep.Failed, rep.Unknown, rep.Causes = len(ops), n.OK, n.Fail, n.Unknown, n.Causes
 	log.Printf("%s: checking %d operations", cfg.System, len(ops))
 	res := history.Check(ops, final, 3*time.Minute)
 	rep.Linearizable, rep.CheckTimeout, rep.LostUpdates = res.Linearizable, res.TimedOut, res.LostUpdates

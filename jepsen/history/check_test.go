@@ -92,7 +92,8 @@ func TestAssembleKilledOperations(t *testing.T) {
 	assert.Equal(t, uint64(4), ops[0].Token)
 	assert.Equal(t, history.Fail, ops[1].Outcome, "killed before its read: it sent no write")
 	assert.Equal(t, history.OK, ops[2].Outcome)
-	assert.Equal(t, history.Counts{OK: 1, Fail: 1, Unknown: 1}, history.Count(ops))
+	assert.Equal(t, history.Counts{OK: 1, Fail: 1, Unknown: 1,
+		Causes: map[string]int{"killed after its read": 1, "killed before its read": 1}}, history.Count(ops))
 
 	_, err = history.Assemble([]history.Event{{Op: 1, Phase: history.Complete}})
 	require.Error(t, err)

@@ -43,6 +43,7 @@ type Event struct {
 	Token   uint64  `json:"token,omitempty"`
 	Value   int64   `json:"value,omitempty"` // the value read, in a Read event
 	Outcome Outcome `json:"outcome,omitempty"`
+	Cause   string  `json:"cause,omitempty"` // why it failed or is unknown, in a few words
 	Error   string  `json:"error,omitempty"`
 }
 

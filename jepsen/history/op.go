@@ -17,6 +17,7 @@ type Op struct {
 	Value   int64 // the value read
 	Token   uint64
 	Outcome Outcome
+	Cause   string // why it failed or is unknown, in a few words
 }
 
 // Assemble builds the operations of a run from its events. An operation with no Complete event
@@ -47,13 +48,17 @@ func Assemble(events []Event) ([]Op, error) {
 			op.Outcome = Unknown
 			continue
 		}
-		op.Return, op.Outcome = e.Time, e.Outcome
+		op.Return, op.Outcome, op.Cause = e.Time, e.Outcome, e.Cause
 	}
 	ops := make([]Op, 0, len(order))
 	for _, id := range order {
 		op := byID[id]
-		if op.Return == math.MaxInt64 && !op.Read {
-			op.Outcome = Fail // killed before it could send a write
+		switch {
+		case op.Return != math.MaxInt64:
+		case op.Read:
+			op.Cause = "killed after its read"
+		default:
+			op.Outcome, op.Cause = Fail, "killed before its read" // so it sent no write
 		}
 		ops = append(ops, *op)
 	}
@@ -62,12 +67,19 @@ func Assemble(events []Event) ([]Op, error) {
 }
 
 // Counts is how many operations ended each way.
-type Counts struct{ OK, Fail, Unknown int }
+type Counts struct {
+	OK, Fail, Unknown int
+	// Causes counts the failed and unknown operations by cause.
+	Causes map[string]int
+}
 
 // Count tallies ops by outcome.
 func Count(ops []Op) Counts {
-	var c Counts
+	c := Counts{Causes: make(map[string]int)}
 	for _, op := range ops {
+		if op.Cause != "" {
+			c.Causes[op.Cause]++
+		}
 		switch op.Outcome {
 		case OK:
 			c.OK++

@@ -4,6 +4,7 @@
 package nemesis
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -37,11 +38,27 @@ var Kinds = []Kind{Pause, LongPause, Kill, LeaderKill, Partition, Delay}
 // Fault is one fault: it starts At the offset from the start of the run, on Node (for faults
 // of a node), lasts For, and then is healed. Latency is the delay a Delay fault adds.
 type Fault struct {
-	At      time.Duration `json:"at"`
-	Kind    Kind          `json:"kind"`
-	Node    int           `json:"node"`
-	For     time.Duration `json:"for"`
-	Latency time.Duration `json:"latency,omitempty"`
+	At      time.Duration
+	Kind    Kind
+	Node    int
+	For     time.Duration
+	Latency time.Duration
+}
+
+// MarshalJSON writes the durations as Go durations ("4.382s"), as the harness logs them.
+func (f Fault) MarshalJSON() ([]byte, error) {
+	type fault struct {
+		At      string `json:"at"`
+		Kind    Kind   `json:"kind"`
+		Node    int    `json:"node"`
+		For     string `json:"for"`
+		Latency string `json:"latency,omitempty"`
+	}
+	j := fault{At: f.At.String(), Kind: f.Kind, Node: f.Node, For: f.For.String()}
+	if f.Latency > 0 {
+		j.Latency = f.Latency.String()
+	}
+	return json.Marshal(j)
 }
 
 func (f Fault) String() string {

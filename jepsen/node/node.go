@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/recordlock/recordlock"
 	"github.com/recordlock/recordlock/jepsen/history"
 	"github.com/recordlock/recordlock/jepsen/resource"
 )
@@ -24,6 +25,9 @@ import (
 const (
 	Recordlock = "recordlock"
 	EtcdMutex  = "etcd-mutex"
+	// RecordlockNoToken is recordlock with its writes in Fence but without the token, for
+	// showing what the resource's check of the token adds.
+	RecordlockNoToken = "recordlock-no-token"
 )
 
 // Config is what a node runs.
@@ -82,7 +86,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer cli.Close()
 	var l lock
 	switch cfg.System {
-	case Recordlock:
+	case Recordlock, RecordlockNoToken:
 		l, err = openRecordlock(ctx, cli, cfg)
 	case EtcdMutex:
 		l, err = openMutex(cli, cfg)
@@ -129,8 +133,8 @@ func (w *worker) op() {
 	key := w.cfg.Keys[w.rng.IntN(len(w.cfg.Keys))]
 	hold := time.Duration(w.rng.Int64N(int64(w.cfg.Hold)))
 	w.record(history.Event{Op: id, Key: key, Phase: history.Invoke})
-	outcome, err := w.run(id, key, hold)
-	e := history.Event{Op: id, Key: key, Phase: history.Complete, Outcome: outcome}
+	outcome, cause, err := w.run(id, key, hold)
+	e := history.Event{Op: id, Key: key, Phase: history.Complete, Outcome: outcome, Cause: cause}
 	if err != nil {
 		e.Error = err.Error()
 	}
@@ -140,18 +144,21 @@ func (w *worker) op() {
 	}
 }
 
-func (w *worker) run(id int64, key string, hold time.Duration) (history.Outcome, error) {
+// run runs the operation and returns its outcome and, unless it is OK, its cause.
+func (w *worker) run(id int64, key string, hold time.Duration) (history.Outcome, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	h, err := w.lock.lock(ctx, w.client, key)
 	if err != nil {
-		return history.Fail, err
+		return history.Fail, lockCause(err), err
 	}
 	defer h.release()
 	tok := h.token()
 	v, err := w.res.Read(context.Background(), key, tok)
-	if err != nil {
-		return history.Fail, err
+	if errors.Is(err, resource.ErrStaleToken) {
+		return history.Fail, "read refused: stale token", err
+	} else if err != nil {
+		return history.Fail, "read failed", err
 	}
 	w.record(history.Event{Op: id, Key: key, Phase: history.Read, Value: v, Token: tok.Value})
 	sent := false
@@ -162,11 +169,27 @@ func (w *worker) run(id int64, key string, hold time.Duration) (history.Outcome,
 	})
 	switch {
 	case err == nil:
-		return history.OK, nil
-	case !sent || errors.Is(err, resource.ErrStaleToken):
-		return history.Fail, err
+		return history.OK, "", nil
+	case errors.Is(err, recordlock.ErrLeaseExpired) && !sent:
+		return history.Fail, "write not sent: lease expired", err
+	case errors.Is(err, resource.ErrStaleToken):
+		return history.Fail, "write refused: stale token", err
+	case !sent:
+		return history.Fail, "write not sent", err
 	default:
-		return history.Unknown, err
+		return history.Unknown, "write unanswered", err
+	}
+}
+
+// lockCause names why a lock failed.
+func lockCause(err error) string {
+	switch {
+	case errors.Is(err, recordlock.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return "lock timed out"
+	case errors.Is(err, recordlock.ErrClusterUnavailable):
+		return "lock: etcd unavailable"
+	default:
+		return "lock failed"
 	}
 }
 

@@ -21,6 +21,8 @@ type recordlockLock struct {
 	locker *recordlock.Locker
 	coord  *etcdcoord.Coordinator
 	opts   recordlock.Options
+	// noToken leaves the token out of the requests to the resource.
+	noToken bool
 }
 
 func openRecordlock(ctx context.Context, cli *clientv3.Client, cfg Config) (*recordlockLock, error) {
@@ -31,7 +33,8 @@ func openRecordlock(ctx context.Context, cli *clientv3.Client, cfg Config) (*rec
 	if err != nil {
 		return nil, err
 	}
-	l := &recordlockLock{db: db, opts: recordlock.Options{Lease: cfg.Lease, Scope: recordlock.ScopeCluster}}
+	l := &recordlockLock{db: db, opts: recordlock.Options{Lease: cfg.Lease, Scope: recordlock.ScopeCluster},
+		noToken: cfg.System == RecordlockNoToken}
 	if l.locker, err = recordlock.New(db); err != nil {
 		db.Close()
 		return nil, err
@@ -62,7 +65,7 @@ func (l *recordlockLock) lock(ctx context.Context, _ int, key string) (held, err
 	if err != nil {
 		return nil, err
 	}
-	return recordlockHeld{h}, nil
+	return recordlockHeld{h, l.noToken}, nil
 }
 
 func (l *recordlockLock) close() error {
@@ -75,9 +78,15 @@ func (l *recordlockLock) close() error {
 	return err
 }
 
-type recordlockHeld struct{ h *recordlock.Handle }
+type recordlockHeld struct {
+	h       *recordlock.Handle
+	noToken bool
+}
 
 func (h recordlockHeld) token() resource.Token {
+	if h.noToken {
+		return resource.Token{}
+	}
 	return resource.Token{Value: h.h.Token(), Fenced: true}
 }
 func (h recordlockHeld) fence(write func() error) error { return h.h.Fence(write) }

@@ -8,6 +8,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/recordlock/recordlock/jepsen/harness"
@@ -43,6 +44,8 @@ func runTest(ctx context.Context, args []string) int {
 	nodes := fs.Int("nodes", 3, "node processes")
 	clients := fs.Int("clients", 2, "clients per node")
 	ttl := fs.Duration("ttl", 2*time.Second, "etcd lease TTL of the nodes")
+	systems := fs.String("systems", node.Recordlock+","+node.EtcdMutex,
+		"the system under test, then the control (recordlock-no-token: recordlock without the token)")
 	_ = fs.Parse(args)
 	if *seed == 0 {
 		*seed = uint64(time.Now().UnixNano()%1_000_000) + 1
@@ -64,7 +67,7 @@ func runTest(ctx context.Context, args []string) int {
 
 	ps := harness.NewProcs()
 	defer ps.KillAll()
-	for _, system := range []string{node.Recordlock, node.EtcdMutex} {
+	for _, system := range strings.Split(*systems, ",") {
 		dir := filepath.Join(*out, system)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			log.Print(err)
@@ -109,16 +112,16 @@ func judge(runs []harness.RunReport) []string {
 	}
 	rl, ctl := runs[0], runs[1]
 	if !rl.Linearizable {
-		fails = append(fails, "recordlock: history not linearizable")
+		fails = append(fails, rl.System+": history not linearizable")
 	}
 	if rl.LostUpdates > 0 {
-		fails = append(fails, fmt.Sprintf("recordlock: %d lost updates", rl.LostUpdates))
+		fails = append(fails, fmt.Sprintf("%s: %d lost updates", rl.System, rl.LostUpdates))
 	}
 	if rl.NodeCrashes > 0 {
-		fails = append(fails, fmt.Sprintf("recordlock: nodes exited %d times on their own", rl.NodeCrashes))
+		fails = append(fails, fmt.Sprintf("%s: nodes exited %d times on their own", rl.System, rl.NodeCrashes))
 	}
 	if ctl.Violations == 0 {
-		fails = append(fails, "etcd-mutex: no violation seen, so the harness has not shown it can see one")
+		fails = append(fails, ctl.System+": no violation seen, so the harness has not shown it can see one")
 	}
 	for _, r := range runs {
 		if done := r.OK + r.Failed; done < minOps {
@@ -144,6 +147,6 @@ func finalLine(runs []harness.RunReport) string {
 		return harness.RunReport{}
 	}
 	rl, ctl := get(0), get(1)
-	return fmt.Sprintf("jepsen: recordlock %d ops, %d faults, %d violations; etcd-mutex %d ops, %d violations",
-		rl.Ops, rl.FaultCount(), rl.Violations, ctl.Ops, ctl.Violations)
+	return fmt.Sprintf("jepsen: %s %d ops, %d faults, %d violations; %s %d ops, %d violations",
+		rl.System, rl.Ops, rl.FaultCount(), rl.Violations, ctl.System, ctl.Ops, ctl.Violations)
 }
