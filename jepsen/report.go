@@ -140,13 +140,13 @@ func judge(runs []harness.RunReport) []string {
 }
 
 func finalLine(runs []harness.RunReport) string {
-	get := func(i int) harness.RunReport {
+	get := func(i int, system string) harness.RunReport {
 		if i < len(runs) {
 			return runs[i]
 		}
-		return harness.RunReport{}
+		return harness.RunReport{System: system} // it did not run
 	}
-	rl, ctl := get(0), get(1)
+	rl, ctl := get(0, node.Recordlock), get(1, node.EtcdMutex)
 	return fmt.Sprintf("jepsen: %s %d ops, %d faults, %d violations; %s %d ops, %d violations",
 		rl.System, rl.Ops, rl.FaultCount(), rl.Violations, ctl.System, ctl.Ops, ctl.Violations)
 }
