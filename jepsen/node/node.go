@@ -65,8 +65,11 @@ type held interface {
 
 // Run runs the node's clients until ctx is done, lets each finish its operation, and closes.
 func Run(ctx context.Context, cfg Config) error {
-	if cfg.Clients < 1 || len(cfg.Keys) == 0 || cfg.Incarnation >= 1000 || cfg.Clients >= 100 {
-		return fmt.Errorf("node: bad config: %d clients, %d keys, incarnation %d", cfg.Clients, len(cfg.Keys), cfg.Incarnation)
+	// Operation IDs are (index+1)·10¹⁵ + incarnation·10¹¹ + client·10⁹ + count: unique while
+	// these stay in range.
+	if cfg.Clients < 1 || cfg.Clients >= 100 || len(cfg.Keys) == 0 || cfg.Incarnation >= 1000 || cfg.Hold <= 0 {
+		return fmt.Errorf("node: bad config: %d clients, %d keys, incarnation %d, hold %v",
+			cfg.Clients, len(cfg.Keys), cfg.Incarnation, cfg.Hold)
 	}
 	log, err := history.OpenLog(cfg.History)
 	if err != nil {
