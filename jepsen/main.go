@@ -71,7 +71,7 @@ func runNode(ctx context.Context, args []string) int {
 	fs.StringVar(&keys, "keys", "", "hot keys, comma-separated")
 	fs.DurationVar(&cfg.TTL, "ttl", 3*time.Second, "etcd lease TTL")
 	fs.DurationVar(&cfg.Lease, "lease", time.Second, "lock lease")
-	fs.DurationVar(&cfg.Hold, "hold", 40*time.Millisecond, "the longest wait between read and write")
+	fs.DurationVar(&cfg.Hold, "hold", 120*time.Millisecond, "the longest wait between read and write")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the clients' choices")
 	_ = fs.Parse(args)
 	cfg.Endpoints, cfg.Keys = strings.Split(endpoints, ","), strings.Split(keys, ",")

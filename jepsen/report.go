@@ -60,7 +60,7 @@ func runTest(ctx context.Context, args []string) int {
 		return 2
 	}
 	rep := Report{Seed: *seed, EtcdMembers: 3, Nodes: *nodes, ClientsPer: *clients,
-		Keys: []string{"k0", "k1", "k2", "k3", "k4"}, TTLSeconds: ttl.Seconds(), Out: *out}
+		Keys: []string{"k0", "k1", "k2", "k3", "k4", "k5"}, TTLSeconds: ttl.Seconds(), Out: *out}
 	rep.Schedule = nemesis.Schedule(*seed, nemesis.Config{Duration: *dur, Nodes: *nodes, TTL: *ttl,
 		Warmup: 3 * time.Second, Settle: 3 * time.Second})
 	log.Printf("seed %d: %d faults in %v per system", *seed, len(rep.Schedule), *dur)
@@ -76,7 +76,7 @@ func runTest(ctx context.Context, args []string) int {
 		r, err := harness.Run(ctx, ps, harness.Config{
 			System: system, Self: self, EtcdBin: *etcdBin, Dir: dir, Members: rep.EtcdMembers,
 			Nodes: *nodes, Clients: *clients, Keys: rep.Keys, TTL: *ttl, Lease: time.Second,
-			Hold: 100 * time.Millisecond, Seed: *seed, Duration: *dur, Schedule: rep.Schedule,
+			Hold: 120 * time.Millisecond, Seed: *seed, Duration: *dur, Schedule: rep.Schedule,
 			NodeGrace: 10 * time.Second,
 		}, *out)
 		ps.KillAll()

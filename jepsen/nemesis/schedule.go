@@ -79,23 +79,26 @@ type Config struct {
 }
 
 // Schedule returns the faults for seed under cfg, one at a time with a quiet gap after each.
-// The first len(Kinds) faults are every kind in an order drawn from the seed, so that a run
-// long enough for one round meets each kind; after them kinds are drawn at random, long pauses
-// (the fault that breaks a lock without fencing) twice as often as the others.
+// The first faults are every kind and a second long pause, in an order drawn from the seed, so
+// that a run long enough for one round (45 s with a 2 s TTL) meets each kind and two long
+// pauses; after them each fault is a long pause (the fault that breaks a lock without fencing)
+// with probability one half, and any other kind otherwise.
 func Schedule(seed uint64, cfg Config) []Fault {
 	rng := rand.New(rand.NewPCG(seed, 0x6a657073656e)) // "jepsen"
 	var faults []Fault
-	first := slices.Clone(Kinds)
+	first := append(slices.Clone(Kinds), LongPause)
 	rng.Shuffle(len(first), func(a, b int) { first[a], first[b] = first[b], first[a] })
-	weighted := append([]Kind{LongPause}, Kinds...)
+	others := slices.DeleteFunc(slices.Clone(Kinds), func(k Kind) bool { return k == LongPause })
 	at := cfg.Warmup
 	end := cfg.Duration - cfg.Settle
 	for i := 0; ; i++ {
 		var kind Kind
 		if i < len(first) {
 			kind = first[i]
+		} else if rng.IntN(2) == 0 {
+			kind = LongPause
 		} else {
-			kind = weighted[rng.IntN(len(weighted))]
+			kind = others[rng.IntN(len(others))]
 		}
 		f := Fault{At: at, Kind: kind, Node: rng.IntN(cfg.Nodes)}
 		switch kind {
