@@ -67,7 +67,7 @@ func runNode(ctx context.Context, args []string) int {
 	fs.StringVar(&cfg.DBDir, "db", "", "the node's RocksDB directory")
 	fs.StringVar(&cfg.Resource, "resource", "", "host:port of the resource")
 	fs.StringVar(&cfg.History, "history", "", "the history log")
-	fs.IntVar(&cfg.Clients, "clients", 2, "clients")
+	fs.IntVar(&cfg.Clients, "clients", 3, "clients")
 	fs.StringVar(&keys, "keys", "", "hot keys, comma-separated")
 	fs.DurationVar(&cfg.TTL, "ttl", 3*time.Second, "etcd lease TTL")
 	fs.DurationVar(&cfg.Lease, "lease", time.Second, "lock lease")

@@ -42,7 +42,7 @@ func runTest(ctx context.Context, args []string) int {
 	reportPath := fs.String("report", "jepsen-report.json", "where the report goes")
 	out := fs.String("out", "jepsen-out", "where histories, logs and visualizations go")
 	nodes := fs.Int("nodes", 3, "node processes")
-	clients := fs.Int("clients", 2, "clients per node")
+	clients := fs.Int("clients", 3, "clients per node")
 	ttl := fs.Duration("ttl", 2*time.Second, "etcd lease TTL of the nodes")
 	systems := fs.String("systems", node.Recordlock+","+node.EtcdMutex,
 		"the system under test, then the control (recordlock-no-token: recordlock without the token)")

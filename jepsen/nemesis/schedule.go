@@ -80,7 +80,7 @@ type Config struct {
 
 // Schedule returns the faults for seed under cfg, one at a time with a quiet gap after each.
 // The first faults are every kind and a second long pause, in an order drawn from the seed, so
-// that a run long enough for one round (45 s with a 2 s TTL) meets each kind and two long
+// that a run long enough for one round (48 s with a 2 s TTL) meets each kind and two long
 // pauses; after them each fault is a long pause (the fault that breaks a lock without fencing)
 // with probability one half, and any other kind otherwise.
 func Schedule(seed uint64, cfg Config) []Fault {
