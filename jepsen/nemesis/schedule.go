@@ -79,14 +79,14 @@ type Config struct {
 }
 
 // Schedule returns the faults for seed under cfg, one at a time with a quiet gap after each.
-// The first faults are every kind and a second long pause, in an order drawn from the seed, so
-// that a run long enough for one round (48 s with a 2 s TTL) meets each kind and two long
+// The first faults are every kind and two more long pauses, in an order drawn from the seed, so
+// that a run long enough for one round (57 s with a 2 s TTL) meets each kind and three long
 // pauses; after them each fault is a long pause (the fault that breaks a lock without fencing)
 // with probability one half, and any other kind otherwise.
 func Schedule(seed uint64, cfg Config) []Fault {
 	rng := rand.New(rand.NewPCG(seed, 0x6a657073656e)) // "jepsen"
 	var faults []Fault
-	first := append(slices.Clone(Kinds), LongPause)
+	first := append(slices.Clone(Kinds), LongPause, LongPause)
 	rng.Shuffle(len(first), func(a, b int) { first[a], first[b] = first[b], first[a] })
 	others := slices.DeleteFunc(slices.Clone(Kinds), func(k Kind) bool { return k == LongPause })
 	at := cfg.Warmup
