@@ -121,3 +121,17 @@ install-check: deps
 # which compat/compat.sh downloads into .compat/ (nothing is installed).
 compat:
 	GO=$(GO) ./compat/compat.sh
+
+# Cluster locks under real faults: jepsen/, a module of its own, builds etcd v3.6.16 and the
+# harness into bin/, then runs recordlock and the etcd-Mutex control JEPSEN_TIME each on three
+# etcd processes and three node processes under a nemesis drawn from JEPSEN_SEED (a fresh seed
+# when empty; the report names it). It writes jepsen-report.json and, for a history that is not
+# linearizable, porcupine's view in jepsen-out/. RELIABILITY.md says what it checks.
+JEPSEN_TIME ?= 5m
+JEPSEN_SEED ?=
+
+.PHONY: jepsen
+jepsen: deps
+	cd jepsen && $(GO) build -o ../bin/etcd go.etcd.io/etcd/server/v3 && $(GO) build -o ../bin/jepsen .
+	nice -n 10 bin/jepsen -time $(JEPSEN_TIME) $(if $(JEPSEN_SEED),-seed $(JEPSEN_SEED)) \
+		-etcd bin/etcd -report jepsen-report.json -out jepsen-out
