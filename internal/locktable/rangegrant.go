@@ -64,7 +64,7 @@ func (sp *rangeSpace) rangeBlocked(sh *shard, h *Hold, seq uint64, settle bool, 
 	}
 	blocked := false
 	sp.keysIn(start, end, func(e *keyEntry) bool {
-		blocked = e.blocksRange(h, seq)
+		blocked = sp.keyBlocksRange(e, h, seq)
 		return !blocked
 	})
 	return blocked || sp.rangesBlock(h, seq)
@@ -81,11 +81,11 @@ func (sp *rangeSpace) rangesOver(h *Hold, f func(*rangeItem) bool) {
 }
 
 // rangesBlock reports whether a range lock or request of sp keeps h, a request placed seq in the
-// order of arrival, waiting (rangeItem.blocks).
+// order of arrival, waiting (rangeItem.blocks), but for a request h passes (rangepass.go).
 func (sp *rangeSpace) rangesBlock(h *Hold, seq uint64) bool {
 	blocked := false
 	sp.rangesOver(h, func(it *rangeItem) bool {
-		blocked = it.blocks(h, seq)
+		blocked = it.blocks(h, seq) && (it.w == nil || !sp.passes(h, it.w))
 		return !blocked
 	})
 	return blocked
@@ -111,9 +111,10 @@ func (sp *rangeSpace) lapsedRanges(h *Hold, c *Tenant, mono time.Duration, lapse
 	return lapsed
 }
 
-// blocksRange reports whether e's key keeps h, a range request over it placed seq in the order
-// of arrival, waiting: a conflicting holder, or a conflicting request queued before it.
-func (e *keyEntry) blocksRange(h *Hold, seq uint64) bool {
+// keyBlocksRange reports whether e's key keeps h, a range request over it placed seq in the
+// order of arrival, waiting: a conflicting holder, or a conflicting request queued before it that
+// h does not pass (rangepass.go).
+func (sp *rangeSpace) keyBlocksRange(e *keyEntry, h *Hold, seq uint64) bool {
 	if e.holder != nil {
 		if conflicts(h, e.holder) {
 			return true
@@ -125,7 +126,7 @@ func (e *keyEntry) blocksRange(h *Hold, seq uint64) bool {
 		}
 	}
 	for w := e.head; w != nil; w = w.next {
-		if w.seq < seq && conflicts(h, w.h) {
+		if w.seq < seq && conflicts(h, w.h) && !sp.passes(h, w) {
 			return true
 		}
 	}

@@ -33,7 +33,8 @@ func (sp *rangeSpace) rangeEdges(h *Hold, w *waiter, s *rangeEdgeSink) {
 // requestsAhead calls f on every request that conflicts with x, a queued request of sp, and is
 // served before it: for a key's request, those queued ahead of it for its key, and the range
 // requests over its key queued before it; for a range request, the requests for the keys inside
-// it and the range requests over it queued before it.
+// it and the range requests over it queued before it. Of the requests queued before it over
+// other keys, those that x passes (rangepass.go) are not served before it.
 func (sp *rangeSpace) requestsAhead(x *waiter, f func(*waiter)) {
 	xh := x.h
 	if x.space == nil {
@@ -45,7 +46,7 @@ func (sp *rangeSpace) requestsAhead(x *waiter, f func(*waiter)) {
 	} else {
 		sp.keysIn(xh.key(), xh.cold.span.end, func(e *keyEntry) bool {
 			for y := e.head; y != nil; y = y.next {
-				if y.seq < x.seq && conflicts(xh, y.h) {
+				if y.seq < x.seq && conflicts(xh, y.h) && !sp.passes(xh, y) {
 					f(y)
 				}
 			}
@@ -53,7 +54,7 @@ func (sp *rangeSpace) requestsAhead(x *waiter, f func(*waiter)) {
 		})
 	}
 	sp.rangesOver(xh, func(it *rangeItem) bool {
-		if it.w != nil && it.w.seq < x.seq && conflicts(xh, it.h) {
+		if it.w != nil && it.w.seq < x.seq && conflicts(xh, it.h) && !sp.passes(xh, it.w) {
 			f(it.w)
 		}
 		return true

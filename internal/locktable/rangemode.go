@@ -123,15 +123,21 @@ func (h *Hold) acquireRouted(ctx context.Context, lease, timeout time.Duration, 
 	if sp != nil {
 		e = sh.lookup(h) // settling lapsed ranges may have changed the entry
 	}
+	var pass *waiter // the first request queued for the key that h passes (rangepass.go)
+	if sp != nil && e != nil {
+		pass = sp.passPoint(e, h)
+	}
 	switch {
-	case blocked && !wait:
+	case blocked && !wait, pass != nil && !wait && (pass != e.head || !e.admitsPast(h)):
 		sh.unlockAndRunDeferred()
 		return 0, ErrLocked
-	case blocked:
+	case blocked, pass != nil && (pass != e.head || !e.admitsPast(h)):
 		if e == nil {
 			e = sh.newRangedEntry(sp, h)
 		}
-		return mono, sh.wait(ctx, e, h, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
+		return mono, sh.waitBefore(ctx, e, h, pass, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
+	case pass != nil:
+		sh.grantKey(e, h, wall, mono, lease, true)
 	case e != nil:
 		return sh.takeBusy(ctx, e, h, wall, mono, lease, timeout, wait, ctxBounds)
 	case sp != nil:
