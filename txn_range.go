@@ -93,18 +93,28 @@ func (t *Txn) lockRange(ctx context.Context, cf uint32, r Range, opts Options) (
 // that covers it in a mode at least as strong as asked, after the checks and the Hold upgrade of a
 // re-entrant lock, or nil and nil when there is none and the key must be locked on its own.
 func (t *Txn) lockInRange(ctx context.Context, req lockRequest, opts Options) (*Handle, error) {
-	rs := t.ranges()
-	for i, x := range rs.items {
-		h := x.h
-		if !h.hold.Covers(req.cf, req.key) || (h.Shared() && !opts.Shared) {
-			continue
-		}
-		if !rs.current(i) || h.IsExpired() {
-			continue
-		}
-		return t.relock(ctx, h, req, opts)
+	h := t.ranges().serving(req.cf, req.key, opts.Shared)
+	if h == nil {
+		return nil, nil
 	}
-	return nil, nil
+	return t.relock(ctx, h, req, opts)
+}
+
+// serving returns the current, live handle of a range that covers key in column family cf in a
+// mode at least as strong as asked (an exclusive range serves both modes, a shared one shared
+// requests), or nil: a lock of key the Txn asks for is that range's handle.
+func (s *txnRanges) serving(cf uint32, key []byte, shared bool) *Handle {
+	for i, x := range s.items {
+		h := x.h
+		if !h.hold.Covers(cf, key) || (h.Shared() && !shared) {
+			continue
+		}
+		if !s.current(i) || h.IsExpired() {
+			continue
+		}
+		return h
+	}
+	return nil
 }
 
 // find returns the position of the current handle of range r in column family cf, or -1.
