@@ -13,8 +13,12 @@ import (
 
 // LockAll locks every key of keys for this Txn, taking them in bytewise key order whatever order
 // they are given in, so that Txns that lock their records with LockAll never wait for each other
-// in a cycle. A key given twice is locked once. Keys this Txn already holds are re-entrant, as in
-// Lock (with opts.Hold they are upgraded once every other key is locked). With exclusive options
+// in a cycle, nor with Txns that each take one range lock: a request of a Txn never waits behind
+// a queued request that waits for a lock this Txn holds. A key given twice is locked once. Keys
+// this Txn already holds are re-entrant, as in Lock (with opts.Hold they are upgraded once every
+// other key is locked), and so are keys inside a range the Txn holds in a mode at least as strong
+// as asked: their place in the result is the range's handle, and they touch nothing and wait for
+// nothing. With exclusive options
 // (opts.Shared false), a key the Txn holds shared is upgraded, in its place in the key order, as
 // Txn.Lock upgrades it; with opts.Shared, a key it holds in either mode keeps its handle.
 //
