@@ -9,7 +9,9 @@ import (
 // The model check's rules (docs/DESIGN.md §15.2, §15.3, §17), decided by brute force over the
 // whole state: two locks conflict when their key sets meet, at least one is exclusive, and they
 // are not of one owner; a request is served once no holder and no request queued ahead of it
-// conflicts with it. Where no range is involved, the rules of keys alone (per key a FIFO queue,
+// conflicts with it, but for the requests it passes: a request of an owner that holds locks passes
+// a request that waits for one of them, itself or through the requests queued ahead of it (§17.2).
+// Where no range is involved, the rules of keys alone (per key a FIFO queue,
 // upgrades ahead, served from its head) decide too, and the two must agree (model_test.go drives
 // them).
 
@@ -40,22 +42,95 @@ func (m *modelRun) blocked(r *mReq, ahead []*mReq) bool {
 		}
 	}
 	for _, q := range ahead {
-		if r.behind(q) {
+		if r.behind(q) && !m.passes(r, q) {
 			return true
 		}
 	}
 	return false
 }
 
-// admits is the grant rule for r on arrival, on a settled table: a lock queues behind every
-// request, an upgrade only behind the upgrades queued. Where no range is involved it must be the
-// rule of keys alone.
-func (m *modelRun) admits(rt *rapid.T, r *mReq) bool {
-	ahead := m.queue
-	if r.up != nil {
-		ahead = m.queue[:m.upgradesQueued()]
+// passes reports whether r may pass q, a request queued ahead of it: r's owner held locks as it
+// asked, and q waits for one of them.
+func (m *modelRun) passes(r, q *mReq) bool {
+	if r.owner == 0 || !r.holds || q.owner == r.owner {
+		return false
 	}
-	ok := !m.blocked(r, ahead)
+	return m.waitsForOwner(q, r.owner, map[*mReq]bool{})
+}
+
+// waitsForOwner reports whether q, a queued request, waits for a lock of owner o: one it
+// conflicts with, or one that a request of another owner queued ahead of it, which it conflicts
+// with, waits for in turn.
+func (m *modelRun) waitsForOwner(q *mReq, o int, seen map[*mReq]bool) bool {
+	if seen[q] {
+		return false
+	}
+	seen[q] = true
+	for _, h := range m.holds {
+		if h.owner == o && q.blockedBy(h) {
+			return true
+		}
+	}
+	for _, p := range m.queue {
+		if p != q && p.owner != o && m.aheadOf(p, q) && q.behind(p) && m.waitsForOwner(p, o, seen) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameKey reports whether p and q are requests for one key, which its queue orders.
+func sameKey(p, q *mReq) bool { return p.target == q.target && p.target < modelKeys }
+
+// aheadOf reports whether p, a queued request, is served before q, another one, where they
+// conflict: upgrades go ahead of every other request, in their order; requests for one key are in
+// the order of its queue, where a request that passes others is placed ahead of them; all others
+// are in the order of arrival.
+func (m *modelRun) aheadOf(p, q *mReq) bool {
+	switch {
+	case sameKey(p, q) || p.up != nil && q.up != nil:
+		return slices.Index(m.queue, p) < slices.Index(m.queue, q)
+	case p.up != nil || q.up != nil:
+		return p.up != nil
+	}
+	return p.id < q.id
+}
+
+// passPoint is where r, a newcomer's request for a key, is queued when it waits: ahead of the
+// first request for its key that it passes, or -1 for the tail.
+func (m *modelRun) passPoint(r *mReq) int {
+	if r.up != nil || r.target >= modelKeys {
+		return -1
+	}
+	for i, q := range m.queue {
+		if sameKey(q, r) && m.passes(r, q) {
+			return i
+		}
+	}
+	return -1
+}
+
+// newcomerAhead lists the queued requests ahead of r, a newcomer: for an upgrade the upgrades
+// queued; for a lock every request but those for its key from its pass point on.
+func (m *modelRun) newcomerAhead(r *mReq) []*mReq {
+	if r.up != nil {
+		return slices.DeleteFunc(slices.Clone(m.queue), func(q *mReq) bool { return q.up == nil })
+	}
+	at := m.passPoint(r)
+	var out []*mReq
+	for i, q := range m.queue {
+		if at < 0 || i < at || !sameKey(q, r) {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// admits is the grant rule for r on arrival, on a settled table: a lock queues behind every
+// request but those it passes, an upgrade only behind the upgrades queued. Where no range is
+// involved it must be the rule of keys alone.
+func (m *modelRun) admits(rt *rapid.T, r *mReq) bool {
+	ok := !m.blocked(r, m.newcomerAhead(r))
 	if !m.rangesInvolved() && r.target < modelKeys && ok != m.fifoAdmits(r) {
 		rt.Fatalf("the rules disagree on %v: by conflicts %v, by the key's FIFO queue %v\n%s", r, ok, !ok, m.describe())
 	}
@@ -78,11 +153,19 @@ func (m *modelRun) serve(rt *rapid.T) {
 		}
 	}
 	var left []*mReq
+	granted := map[*mReq]bool{}
 	for _, r := range m.queue {
-		if m.blocked(r, left) {
+		var ahead []*mReq
+		for _, q := range m.queue {
+			if q != r && !granted[q] && m.aheadOf(q, r) {
+				ahead = append(ahead, q)
+			}
+		}
+		if m.blocked(r, ahead) {
 			left = append(left, r)
 			continue
 		}
+		granted[r] = true
 		if keysOnly && !slices.Contains(served, r) {
 			rt.Fatalf("the rules disagree: conflicts grant %v, the key's FIFO queue does not\n%s", r, m.describe())
 		}

@@ -67,17 +67,23 @@ func (m *modelRun) stepLock(rt *rapid.T) {
 	m.lock(rt, o, t, shared, wait, lease, timeout)
 }
 
-// newHold returns a hold of the check's tenant for target t.
-func (m *modelRun) newHold(o, t int, shared bool) *Hold {
+// newHold returns a hold of the check's tenant for target t, marked FlagOwnerHolds when holds.
+func (m *modelRun) newHold(o, t int, shared, holds bool) *Hold {
 	var owner Owner
 	if o != 0 {
 		owner = m.owners[o]
 	}
+	opts := testOptions{Shared: shared, OwnerHolds: holds}
 	if t < modelKeys {
-		return m.l.newHold(modelKey(t), testOptions{Shared: shared}, owner)
+		return m.l.newHold(modelKey(t), opts, owner)
 	}
 	s := spanOf(t)
-	return m.l.newRangeHold(s.start, s.end, testOptions{Shared: shared}, owner)
+	return m.l.newRangeHold(s.start, s.end, opts, owner)
+}
+
+// holdsAny reports whether owner o (not 0) holds a lock, as a Txn knows when it asks.
+func (m *modelRun) holdsAny(o int) bool {
+	return o != 0 && slices.ContainsFunc(m.holds, func(h *mHold) bool { return h.owner == o })
 }
 
 // lock is a lock request of owner o (0: none) for target t, or by an owner that holds t shared an
@@ -86,10 +92,11 @@ func (m *modelRun) lock(rt *rapid.T, o, t int, shared, wait bool, lease, timeout
 	if held := m.heldBy(o, t); held != nil {
 		return m.upgrade(rt, held, timeout)
 	}
-	h := m.newHold(o, t, shared)
+	holds := m.holdsAny(o)
+	h := m.newHold(o, t, shared, holds)
 	h.SetAskedLease(lease)
 	m.seq++
-	r := &mReq{id: m.seq, owner: o, target: t, shared: shared, lease: lease, deadline: m.now + timeout, h: h}
+	r := &mReq{id: m.seq, owner: o, target: t, shared: shared, lease: lease, deadline: m.now + timeout, h: h, holds: holds}
 	admitted := m.admits(rt, r)
 	if !wait {
 		_, err := h.Acquire(context.Background(), lease, timeout, false, false)
@@ -112,6 +119,8 @@ func (m *modelRun) lock(rt *rapid.T, o, t int, shared, wait bool, lease, timeout
 	if admitted {
 		m.grant(r)
 		m.ended[r] = nil
+	} else if at := m.passPoint(r); at >= 0 {
+		m.queue = slices.Insert(m.queue, at, r)
 	} else {
 		m.queue = append(m.queue, r)
 	}

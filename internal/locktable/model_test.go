@@ -141,6 +141,9 @@ type mReq struct {
 	lease    time.Duration
 	deadline time.Duration // when it times out
 	h        *Hold         // the lock's hold; for an upgrade, up.h
+	// holds says that its owner held a lock as it asked (FlagOwnerHolds): only then does it pass
+	// the requests that wait for its owner (model_rules_test.go).
+	holds    bool
 	cancel   context.CancelFunc
 	done     chan error
 	returned bool // done was read

@@ -33,29 +33,12 @@ func (sp *rangeSpace) rangeEdges(h *Hold, w *waiter, s *rangeEdgeSink) {
 // requestsAhead calls f on every request that conflicts with x, a queued request of sp, and is
 // served before it: for a key's request, those queued ahead of it for its key, and the range
 // requests over its key queued before it; for a range request, the requests for the keys inside
-// it and the range requests over it queued before it. Of the requests queued before it over
-// other keys, those that x passes (rangepass.go) are not served before it.
+// it and the range requests over it queued before it (queuedAhead), but those that x passes
+// (rangepass.go), which are not served before it.
 func (sp *rangeSpace) requestsAhead(x *waiter, f func(*waiter)) {
-	xh := x.h
-	if x.space == nil {
-		for y := xh.e.head; y != nil && y != x; y = y.next {
-			if conflicts(xh, y.h) {
-				f(y)
-			}
-		}
-	} else {
-		sp.keysIn(xh.key(), xh.cold.span.end, func(e *keyEntry) bool {
-			for y := e.head; y != nil; y = y.next {
-				if y.seq < x.seq && conflicts(xh, y.h) && !sp.passes(xh, y) {
-					f(y)
-				}
-			}
-			return true
-		})
-	}
-	sp.rangesOver(xh, func(it *rangeItem) bool {
-		if it.w != nil && it.w.seq < x.seq && conflicts(xh, it.h) && !sp.passes(xh, it.w) {
-			f(it.w)
+	sp.queuedAhead(x, func(y *waiter) bool {
+		if !sp.passes(x.h, y) {
+			f(y)
 		}
 		return true
 	})

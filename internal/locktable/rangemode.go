@@ -123,26 +123,27 @@ func (h *Hold) acquireRouted(ctx context.Context, lease, timeout time.Duration, 
 	if sp != nil {
 		e = sh.lookup(h) // settling lapsed ranges may have changed the entry
 	}
-	var pass *waiter // the first request queued for the key that h passes (rangepass.go)
+	admitted, before := true, (*waiter)(nil)
 	if sp != nil && e != nil {
-		pass = sp.passPoint(e, h)
+		admitted, before = sp.placeNewcomer(e, h, c, mono)
 	}
 	switch {
-	case blocked && !wait, pass != nil && !wait && (pass != e.head || !e.admitsPast(h)):
+	case (blocked || !admitted) && !wait:
 		sh.unlockAndRunDeferred()
 		return 0, ErrLocked
-	case blocked, pass != nil && (pass != e.head || !e.admitsPast(h)):
+	case blocked || !admitted:
 		if e == nil {
 			e = sh.newRangedEntry(sp, h)
 		}
-		return mono, sh.waitBefore(ctx, e, h, pass, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
-	case pass != nil:
-		sh.grantKey(e, h, wall, mono, lease, true)
+		return mono, sh.waitBefore(ctx, e, h, before, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
+	case sp != nil && e != nil:
+		sh.grantKey(e, h, wall, mono, lease, e.head != nil || e.rangeWaitsOver())
 	case e != nil:
 		return sh.takeBusy(ctx, e, h, wall, mono, lease, timeout, wait, ctxBounds)
 	case sp != nil:
 		e = sh.newRangedEntry(sp, h)
-		sh.grantKey(e, h, wall, mono, lease, false)
+		// A range request it passed (rangepass.go) waits for it, and must see its lease end.
+		sh.grantKey(e, h, wall, mono, lease, e.rangeWaitsOver())
 	default:
 		e = sh.newEntry(hash)
 		sh.grantKey(e, h, wall, mono, lease, false)
