@@ -36,7 +36,7 @@ func (sh *shard) serve(e *keyEntry) {
 // through.
 func (sh *shard) keyChanged(rk *rangedKey) {
 	if rk.space.queuedOver(rk.key) {
-		sh.serveRanges(rk.space)
+		sh.serveRanges(rk.space, rk.key, nil, true)
 	}
 }
 

@@ -82,8 +82,8 @@ func (sp *rangeSpace) holdersBlocking(x *Hold, f func(*Hold)) {
 
 // rangeHolders calls f on the range locks of sp that meet x's key set and conflict with x.
 func (sp *rangeSpace) rangeHolders(x *Hold, f func(*Hold)) {
-	sp.rangesOver(x, func(it *rangeItem) bool {
-		if it.w == nil && conflicts(x, it.h) {
+	sp.ranges.heldConflicting(x, func(it *rangeItem) bool {
+		if conflicts(x, it.h) {
 			f(it.h)
 		}
 		return true

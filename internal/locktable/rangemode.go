@@ -34,7 +34,7 @@ type rangeModes struct {
 // shard's mutex.
 type rangeSpace struct {
 	keys   *btree.BTreeG[*rangedKey] // the column family's keys held or waited on, by key
-	ranges rangeTree                 // its range locks and queued range requests
+	ranges rangeSet                  // its range locks and queued range requests
 	queue  []*rangeItem              // its queued range requests, oldest first
 	// seq is the last number given: every request its place in the order of arrival, and every
 	// range item its id.

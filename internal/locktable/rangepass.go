@@ -47,8 +47,8 @@ func (sp *rangeSpace) waitsForOwner(x *waiter, o Owner, seen *[]*waiter) bool {
 func (sp *rangeSpace) conflictsWithLocksOf(x *waiter, o Owner) bool {
 	xh := x.h
 	found := false
-	sp.rangesOver(xh, func(it *rangeItem) bool {
-		found = it.w == nil && it.h.owner == o && conflicts(xh, it.h)
+	sp.ranges.heldConflicting(xh, func(it *rangeItem) bool {
+		found = it.h.owner == o && conflicts(xh, it.h)
 		return !found
 	})
 	if found {
@@ -100,8 +100,8 @@ func (sp *rangeSpace) queuedAhead(x *waiter, f func(*waiter) bool) {
 	if !more {
 		return
 	}
-	sp.rangesOver(xh, func(it *rangeItem) bool {
-		if it.w != nil && it.w.seq < x.seq && conflicts(xh, it.h) {
+	sp.ranges.queuedOver(xh, func(it *rangeItem) bool {
+		if it.w.seq < x.seq && conflicts(xh, it.h) {
 			more = f(it.w)
 		}
 		return more

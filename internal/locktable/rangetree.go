@@ -36,6 +36,7 @@ type rangeItem struct {
 	// in two integer comparisons each.
 	startPrefix, leftEndPrefix keyPrefix
 	inTree                     bool
+	tree                       *rangeTree // the tree of its rangeSet it is in, while inTree
 }
 
 func (it *rangeItem) start() []byte { return it.h.key() }

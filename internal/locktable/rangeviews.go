@@ -55,8 +55,8 @@ func (sh *shard) queuedRangesOver(h *Hold) int {
 		return 0
 	}
 	n := 0
-	sp.rangesOver(h, func(it *rangeItem) bool {
-		if it.w != nil && conflicts(h, it.h) {
+	sp.ranges.queuedOver(h, func(it *rangeItem) bool {
+		if conflicts(h, it.h) {
 			n++
 		}
 		return true
