@@ -10,6 +10,14 @@ type rangeSet struct {
 	shared, exclusive rangeTree // the range locks held, by mode
 	queued            rangeTree // the queued range requests, upgrades included
 	n                 int
+	// tried counts the queued requests serveRanges looked at, for the tests that bound its cost.
+	tried uint64
+}
+
+// steps counts the steps of the set's searches and serves so far: the nodes they visited and the
+// queued requests tried.
+func (s *rangeSet) steps() uint64 {
+	return s.shared.steps + s.exclusive.steps + s.queued.steps + s.tried
 }
 
 // treeFor is the tree it belongs in now: by whether it is queued, and by its hold's mode.
