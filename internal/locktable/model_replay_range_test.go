@@ -212,3 +212,31 @@ func TestModelKeyWaitsForRequestAheadKeptByRange(t *testing.T) {
 		m.lock(rt, 3, tD, false, true, replayLease, replayTimeout)
 	})
 }
+
+// A request that passed others stops passing them when its owner's lock ends, and the edges that
+// gives it are checked as a new wait is: o3 holds [c,∞) shared, o4 holds a shared and o1 holds
+// every key shared; o4's exclusive c queues (waiting for o3 and o1), then an exclusive [b,d) of
+// no owner (waiting for them too, and behind o4's request). o1's exclusive c passes both, which
+// wait for o1's range, and queues ahead of o4's request, for o3. When o1's range is revoked, o1's
+// request waits behind the request of no owner, which waits behind o4's, which waits behind o1's:
+// o1 → o4 → o1, which must fail rather than persist.
+func TestModelCycleOnceOwnerStopsPassing(t *testing.T) {
+	replay(t, 1, func(rt *rapid.T, m *modelRun) {
+		m.lock(rt, 3, tCUp, true, true, replayLease, replayTimeout)
+		m.lock(rt, 4, tA, true, true, replayLease, replayTimeout)
+		m.lock(rt, 1, tAll, true, true, replayLease, replayTimeout)
+		m.lock(rt, 4, tC, false, true, replayLease, replayTimeout)
+		m.lock(rt, 0, tBD, false, true, replayLease, replayTimeout)
+		m.lock(rt, 1, tC, false, true, replayLease, replayTimeout)
+		if m.request(1) == nil || m.request(4) == nil {
+			rt.Fatalf("o1's and o4's requests for c do not both wait: %s", m.describe())
+		}
+		h := m.heldBy(1, tAll)
+		if h == nil {
+			rt.Fatalf("o1 does not hold every key: %s", m.describe())
+		}
+		h.h.Revoke()
+		m.drop(rt, h, true)
+		m.settle(rt)
+	})
+}

@@ -349,6 +349,7 @@ func (sh *shard) giveBackRange(h *Hold, f, set uint32) {
 		sh.dropRange(w, waitShareEnded)
 	}
 	sh.held--
+	sh.ownerLetGo(h)
 	sh.serveAfterRange(sp, h.key(), h.cold.span.end)
 }
 

@@ -135,3 +135,13 @@ func (sp *rangeSpace) placeNewcomer(e *keyEntry, h *Hold, c *Tenant, mono time.D
 	}
 	return e.holder == nil, before
 }
+
+// ownerLetGo is called as h, a lock in a column family in range mode, is given back: if h has an
+// owner and some owner waits, the owner's wait, if it waits, is checked for a cycle again once the
+// mutex is released. Its request may have passed a request that waited for h; it no longer does,
+// and the edge to that one is new.
+func (sh *shard) ownerLetGo(h *Hold) {
+	if h.owner != nil && sh.tab.graph.count.Load() > 0 {
+		sh.deferred = append(sh.deferred, deferredCall{regraph: &sh.tab.graph, owner: h.owner})
+	}
+}
