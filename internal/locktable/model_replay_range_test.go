@@ -48,22 +48,40 @@ func replay(t *testing.T, deadlocks int, steps func(rt *rapid.T, m *modelRun)) {
 	})
 }
 
-// A shared range waits for every conflicting exclusive request queued ahead of it that it does not
-// pass, not only the nearest: o4 holds b shared and o2's exclusive b queues, waiting for o4; o3
-// holds d and o4's exclusive d queues, waiting for o3; a request of no owner holds a shared and
-// o1's exclusive a queues behind it. o3's shared [a,c) conflicts with o1's and o2's requests and
-// passes neither (neither waits for a lock of o3's, nor queues behind one that does). The nearer
-// one, o1's, leads to no owner; the farther, o2's, waits for o4, which waits for o3: o3's request
-// closes o3 → o2 → o4 → o3 and must fail.
+// A shared range waits for the conflicting exclusive requests queued ahead of it that it does not
+// pass, and passes one that waits for its owner through another owner's wait: o4 holds b shared
+// and o2's exclusive b queues, waiting for o4; o3 holds d and o4's exclusive d queues, waiting for
+// o3; a request of no owner holds a shared and o1's exclusive a queues behind it. o3's shared
+// [a,c) conflicts with o1's and o2's requests. o2's waits for o4, which waits for o3: o3 passes
+// it, where waiting behind it would close o3 → o2 → o4 → o3. o1's waits for no owner's lock: o3
+// waits behind it, and is granted once a is free and o1 has had it.
 func TestModelRangeWaitsForEveryConflictingRequestAhead(t *testing.T) {
-	replay(t, 1, func(rt *rapid.T, m *modelRun) {
+	replay(t, 0, func(rt *rapid.T, m *modelRun) {
 		m.lock(rt, 4, tB, true, true, replayLease, replayTimeout)
 		m.lock(rt, 2, tB, false, true, replayLease, replayTimeout)
 		m.lock(rt, 3, tD, false, true, replayLease, replayTimeout)
 		m.lock(rt, 4, tD, false, true, replayLease, replayTimeout)
-		m.lock(rt, 0, tA, true, true, replayLease, replayTimeout)
+		outside := m.lock(rt, 0, tA, true, true, replayLease, replayTimeout)
 		m.lock(rt, 1, tA, false, true, replayLease, replayTimeout)
 		m.lock(rt, 3, tAC, true, true, replayLease, replayTimeout)
+		if m.request(3) == nil {
+			rt.Fatalf("o3's range did not wait behind o1's request: %s", m.describe())
+		}
+		for _, o := range []int{0, 1} {
+			h := m.heldBy(o, tA)
+			if o == 0 {
+				h = m.holdOf(outside)
+			}
+			if h == nil {
+				rt.Fatalf("o%d does not hold a: %s", o, m.describe())
+			}
+			h.h.Release()
+			m.drop(rt, h, false)
+			m.settle(rt)
+		}
+		if m.heldBy(3, tAC) == nil {
+			rt.Fatalf("o3 was not granted [a,c) once a was free: %s", m.describe())
+		}
 	})
 }
 
@@ -213,15 +231,15 @@ func TestModelKeyWaitsForRequestAheadKeptByRange(t *testing.T) {
 	})
 }
 
-// A request that passed others stops passing them when its owner's lock ends, and the edges that
-// gives it are checked as a new wait is: o3 holds [c,∞) shared, o4 holds a shared and o1 holds
-// every key shared; o4's exclusive c queues (waiting for o3 and o1), then an exclusive [b,d) of
-// no owner (waiting for them too, and behind o4's request). o1's exclusive c passes both, which
-// wait for o1's range, and queues ahead of o4's request, for o3. When o1's range is revoked, o1's
-// request waits behind the request of no owner, which waits behind o4's, which waits behind o1's:
-// o1 → o4 → o1, which must fail rather than persist.
-func TestModelCycleOnceOwnerStopsPassing(t *testing.T) {
-	replay(t, 1, func(rt *rapid.T, m *modelRun) {
+// A request that passed others keeps passing them when its owner's lock ends while they wait
+// behind its own request: o3 holds [c,∞) shared, o4 holds a shared and o1 holds every key shared;
+// o4's exclusive c queues (waiting for o3 and o1), then an exclusive [b,d) of no owner (waiting
+// for them too, and behind o4's request). o1's exclusive c passes both, which wait for o1's range,
+// and queues ahead of o4's request, for o3. When o1's range is revoked, the request of no owner
+// still waits behind o4's, which waits behind o1's: o1 passes it still, rather than wait behind
+// it in a cycle, and takes c once o3 lets its range go.
+func TestModelOwnerStillPassesRequestBehindItsOwn(t *testing.T) {
+	replay(t, 0, func(rt *rapid.T, m *modelRun) {
 		m.lock(rt, 3, tCUp, true, true, replayLease, replayTimeout)
 		m.lock(rt, 4, tA, true, true, replayLease, replayTimeout)
 		m.lock(rt, 1, tAll, true, true, replayLease, replayTimeout)
@@ -231,12 +249,18 @@ func TestModelCycleOnceOwnerStopsPassing(t *testing.T) {
 		if m.request(1) == nil || m.request(4) == nil {
 			rt.Fatalf("o1's and o4's requests for c do not both wait: %s", m.describe())
 		}
-		h := m.heldBy(1, tAll)
-		if h == nil {
-			rt.Fatalf("o1 does not hold every key: %s", m.describe())
+		for _, o := range []int{1, 3} {
+			t := map[int]int{1: tAll, 3: tCUp}[o]
+			h := m.heldBy(o, t)
+			if h == nil {
+				rt.Fatalf("o%d does not hold %s: %s", o, targetName(t), m.describe())
+			}
+			h.h.Revoke()
+			m.drop(rt, h, true)
+			m.settle(rt)
 		}
-		h.h.Revoke()
-		m.drop(rt, h, true)
-		m.settle(rt)
+		if m.heldBy(1, tC) == nil {
+			rt.Fatalf("o1 was not granted c: %s", m.describe())
+		}
 	})
 }

@@ -58,21 +58,27 @@ func (m *modelRun) passes(r, q *mReq) bool {
 	return m.waitsForOwner(q, r.owner, map[*mReq]bool{})
 }
 
-// waitsForOwner reports whether q, a queued request, waits for a lock of owner o: one it
-// conflicts with, or one that a request of another owner queued ahead of it, which it conflicts
-// with, waits for in turn.
+// waitsForOwner reports whether q, a queued request, cannot be served before owner o lets go: it
+// conflicts with a lock of o, or with a lock of another owner whose queued request waits for o in
+// turn; or a request queued ahead of it that it conflicts with is o's, or waits for o in turn.
 func (m *modelRun) waitsForOwner(q *mReq, o int, seen map[*mReq]bool) bool {
 	if seen[q] {
 		return false
 	}
 	seen[q] = true
 	for _, h := range m.holds {
-		if h.owner == o && q.blockedBy(h) {
+		if h.owner == 0 || !q.blockedBy(h) {
+			continue
+		}
+		if h.owner == o {
+			return true
+		}
+		if u := m.request(h.owner); u != nil && m.waitsForOwner(u, o, seen) {
 			return true
 		}
 	}
 	for _, p := range m.queue {
-		if p != q && p.owner != o && m.aheadOf(p, q) && q.behind(p) && m.waitsForOwner(p, o, seen) {
+		if p != q && m.aheadOf(p, q) && q.behind(p) && (p.owner == o || m.waitsForOwner(p, o, seen)) {
 			return true
 		}
 	}

@@ -34,6 +34,16 @@ func (m *modelRun) heldBy(o, t int) *mHold {
 	return nil
 }
 
+// holdOf returns the model's hold that r was granted, or nil.
+func (m *modelRun) holdOf(r *mReq) *mHold {
+	for _, h := range m.holds {
+		if h.id == r.id {
+			return h
+		}
+	}
+	return nil
+}
+
 // coveredBy returns a range hold of owner o (not 0) that contains key t in a mode at least as
 // strong as asked (shared or not), or nil: a Txn's Lock of such a key returns that hold and does
 // not reach the table.

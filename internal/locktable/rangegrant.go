@@ -305,6 +305,9 @@ func (sp *rangeSpace) unlinkQueued(sh *shard, it *rangeItem) {
 	}
 	w := it.w
 	w.left = true
+	if w.listed != nil {
+		sh.unlist(sp, w)
+	}
 	if w.counted {
 		w.counted = false
 		sh.counts.waiting--

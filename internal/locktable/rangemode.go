@@ -36,6 +36,10 @@ type rangeSpace struct {
 	keys   *btree.BTreeG[*rangedKey] // the column family's keys held or waited on, by key
 	ranges rangeSet                  // its range locks and queued range requests
 	queue  []*rangeItem              // its queued range requests, oldest first
+	// waiting is the request each owner has queued in the column family, of a key or a range:
+	// what a lock of that owner's waits on, for the exception to the order of arrival
+	// (rangepass.go).
+	waiting map[Owner]*waiter
 	// seq is the last number given: every request its place in the order of arrival, and every
 	// range item its id.
 	seq uint64
@@ -210,6 +214,11 @@ func (t *Table) enterRangeMode(cf uint32) *shard {
 func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace, home uint64) {
 	_, key := e.record()
 	rk := &rangedKey{key: bytes.Clone(key), space: sp, e: e}
+	for w := e.head; w != nil; w = w.next {
+		if w.h.owner != nil {
+			sp.listed(w) // queued before its column family had ranges
+		}
+	}
 	if sh == to {
 		e.setRanged(rk)
 		for _, h := range e.appendHolders(nil) {

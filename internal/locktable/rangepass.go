@@ -23,38 +23,51 @@ func (sp *rangeSpace) passes(h *Hold, x *waiter) bool {
 	return sp.waitsForOwner(x, o, &seen)
 }
 
-// waitsForOwner reports whether x, a request queued in sp, waits for a lock o holds: it conflicts
-// with one that meets its key set, or it is queued behind a conflicting request of another owner
-// that does (queuedAhead). seen are the requests looked at already, each once.
+// waitsForOwner reports whether x, a request queued in sp, cannot be served before o lets go: it
+// conflicts with a lock o holds that meets its key set; or it is queued behind a conflicting
+// request (queuedAhead) that is o's own or that waits for o in turn; or it conflicts with a lock of
+// another owner whose request in this column family waits for o in turn. seen are the requests
+// looked at already, each once. (A wait through an owner's request in another column family is
+// not followed: the wait-for graph sees it, and a cycle through it fails as a deadlock.)
 func (sp *rangeSpace) waitsForOwner(x *waiter, o Owner, seen *[]*waiter) bool {
 	if slices.Contains(*seen, x) {
 		return false
 	}
 	*seen = append(*seen, x)
-	if sp.conflictsWithLocksOf(x, o) {
+	if sp.conflictsWithLocksOf(x, o, seen) {
 		return true
 	}
 	found := false
 	sp.queuedAhead(x, func(y *waiter) bool {
-		found = y.h.owner != o && sp.waitsForOwner(y, o, seen)
+		found = y.h.owner == o || sp.waitsForOwner(y, o, seen)
 		return !found
 	})
 	return found
 }
 
-// conflictsWithLocksOf reports whether x, a request queued in sp, conflicts with a lock o holds
-// that meets its key set: a range lock, or a key's lock of its key or of a key inside its range.
-func (sp *rangeSpace) conflictsWithLocksOf(x *waiter, o Owner) bool {
+// conflictsWithLocksOf reports whether x, a request queued in sp, conflicts with a lock that meets
+// its key set, a range lock or a key's lock of its key or of a key inside its range, that o holds,
+// or that an owner holds whose request queued in sp waits for o (waitsForOwner, with seen).
+func (sp *rangeSpace) conflictsWithLocksOf(x *waiter, o Owner, seen *[]*waiter) bool {
 	xh := x.h
 	found := false
+	holds := func(y *Hold) bool {
+		if y.owner == nil || !conflicts(xh, y) {
+			return false
+		}
+		if y.owner == o {
+			return true
+		}
+		u := sp.waiting[y.owner]
+		return u != nil && sp.waitsForOwner(u, o, seen)
+	}
 	sp.ranges.heldConflicting(xh, func(it *rangeItem) bool {
-		found = it.h.owner == o && conflicts(xh, it.h)
+		found = holds(it.h)
 		return !found
 	})
 	if found {
 		return true
 	}
-	holds := func(y *Hold) bool { return y.owner == o && conflicts(xh, y) }
 	held := func(e *keyEntry) bool {
 		if e.holder == nil {
 			return true
@@ -137,11 +150,57 @@ func (sp *rangeSpace) placeNewcomer(e *keyEntry, h *Hold, c *Tenant, mono time.D
 }
 
 // ownerLetGo is called as h, a lock in a column family in range mode, is given back: if h has an
-// owner and some owner waits, the owner's wait, if it waits, is checked for a cycle again once the
-// mutex is released. Its request may have passed a request that waited for h; it no longer does,
-// and the edge to that one is new.
+// owner and some owner waits, the waits that may have passed a request because of h are checked
+// for a cycle again once the mutex is released (recheckWaiting). Such a request no longer passes
+// the ones that waited for h, and the edge to each of those is new.
 func (sh *shard) ownerLetGo(h *Hold) {
-	if h.owner != nil && sh.tab.graph.count.Load() > 0 {
-		sh.deferred = append(sh.deferred, deferredCall{regraph: &sh.tab.graph, owner: h.owner})
+	if h.owner == nil || sh.tab.graph.count.Load() == 0 {
+		return
 	}
+	sh.deferred = append(sh.deferred, deferredCall{regraph: &sh.tab.graph, owner: h.owner})
+	if sp := sh.spaces[h.cf]; sp != nil {
+		sh.recheckWaiting(sp)
+	}
+}
+
+// recheckWaiting has the wait of every owner with a request queued in sp checked for a cycle
+// again once the mutex is released: a lock or a request of another owner there ended, through
+// which a request may have passed others (waitsForOwner), and the edges it has then are new.
+func (sh *shard) recheckWaiting(sp *rangeSpace) {
+	for o := range sp.waiting {
+		sh.deferred = append(sh.deferred, deferredCall{regraph: &sh.tab.graph, owner: o})
+	}
+}
+
+// list records w, a request of an owner just queued for e's key (for a range request, e is nil),
+// as its owner's request in its column family, if that is in range mode.
+func (sh *shard) list(e *keyEntry, w *waiter) {
+	sp := w.space
+	if sp == nil && e != nil {
+		if rk := e.ranged(); rk != nil {
+			sp = rk.space
+		}
+	}
+	if sp != nil {
+		sp.listed(w)
+	}
+}
+
+// listed records w, a queued request of an owner, as its owner's request in sp.
+func (sp *rangeSpace) listed(w *waiter) {
+	if sp.waiting == nil {
+		sp.waiting = map[Owner]*waiter{}
+	}
+	sp.waiting[w.h.owner] = w
+	w.listed = sp
+}
+
+// unlist takes w, which leaves the queue, out of sp's list of waiting owners; the waits of the
+// others are checked again (recheckWaiting), since some may have passed a request through w.
+func (sh *shard) unlist(sp *rangeSpace, w *waiter) {
+	if sp.waiting[w.h.owner] == w {
+		delete(sp.waiting, w.h.owner)
+	}
+	w.listed = nil
+	sh.recheckWaiting(sp)
 }

@@ -50,6 +50,9 @@ type waiter struct {
 	seq uint64
 	// space is the column family of a queued range request; nil for a key's request.
 	space *rangeSpace
+	// listed is the column family in range mode whose waiting owners list this request, the
+	// request of its owner there (rangeSpace.waiting); nil otherwise.
+	listed *rangeSpace
 }
 
 // mode reports what w asks for: a shared lock, or the upgrade of a shared lock its Txn holds.
@@ -215,6 +218,9 @@ func (sh *shard) dequeue(e *keyEntry, w *waiter) {
 	}
 	w.next, w.prev = nil, nil
 	w.left = true
+	if w.listed != nil {
+		sh.unlist(w.listed, w)
+	}
 	if w.ownerHolds {
 		e.ownersHolding--
 	}

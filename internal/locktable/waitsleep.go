@@ -39,6 +39,9 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 	h := w.h
 	c := h.ten
 	h.w, h.e = w, e
+	if h.owner != nil {
+		sh.list(e, w)
+	}
 	h.deadline.Store(int64(deadline)) // the wait's timeout until the key is granted
 	sh.schedule(h)
 	if e != nil {
