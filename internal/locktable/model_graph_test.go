@@ -31,7 +31,7 @@ func (m *modelRun) waitsOn(r *mReq) []int {
 			}
 		}
 		for _, p := range m.queue {
-			if p == q || !m.aheadOf(p, q) || !q.behind(p) || m.passes(q, p) || seen[p] {
+			if p == q || !m.aheadOf(p, q) || !q.behind(p) || !sameKey(p, q) && m.passes(q, p) || seen[p] {
 				continue
 			}
 			seen[p] = true

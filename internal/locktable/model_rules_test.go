@@ -42,17 +42,17 @@ func (m *modelRun) blocked(r *mReq, ahead []*mReq) bool {
 		}
 	}
 	for _, q := range ahead {
-		if r.behind(q) && !m.passes(r, q) {
+		if r.behind(q) && (sameKey(r, q) || !m.passes(r, q)) {
 			return true
 		}
 	}
 	return false
 }
 
-// passes reports whether r may pass q, a request queued ahead of it: r's owner held locks as it
-// asked, and q waits for one of them.
+// passes reports whether r may pass q, a request queued ahead of it: its column family is in range
+// mode, r's owner held locks as it asked, and q cannot be served before that owner lets go.
 func (m *modelRun) passes(r, q *mReq) bool {
-	if r.owner == 0 || !r.holds || q.owner == r.owner {
+	if !m.rangeMode || r.owner == 0 || !r.holds || q.owner == r.owner {
 		return false
 	}
 	return m.waitsForOwner(q, r.owner, map[*mReq]bool{})
@@ -213,11 +213,10 @@ func (m *modelRun) drop(rt *rapid.T, h *mHold, expired bool) {
 	m.serve(rt)
 }
 
-// rangesInvolved reports whether a range is held or queued.
-func (m *modelRun) rangesInvolved() bool {
-	return slices.ContainsFunc(m.holds, func(h *mHold) bool { return h.target >= modelKeys }) ||
-		slices.ContainsFunc(m.queue, func(r *mReq) bool { return r.target >= modelKeys })
-}
+// rangesInvolved reports whether the column family is in range mode (a range was asked for
+// since the run began): the table then applies the rules of §17 to every request, and the rules of
+// keys alone no longer decide.
+func (m *modelRun) rangesInvolved() bool { return m.rangeMode }
 
 // keyHolders and keyQueue are key k's holders and queue, for the rules of keys alone.
 func (m *modelRun) keyHolders(k int) []*mHold {

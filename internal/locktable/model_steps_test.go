@@ -87,6 +87,7 @@ func (m *modelRun) newHold(o, t int, shared, holds bool) *Hold {
 	if t < modelKeys {
 		return m.l.newHold(modelKey(t), opts, owner)
 	}
+	m.rangeMode = true // InitRange puts the column family in range mode
 	s := spanOf(t)
 	return m.l.newRangeHold(s.start, s.end, opts, owner)
 }
@@ -129,10 +130,13 @@ func (m *modelRun) lock(rt *rapid.T, o, t int, shared, wait bool, lease, timeout
 	if admitted {
 		m.grant(r)
 		m.ended[r] = nil
-	} else if at := m.passPoint(r); at >= 0 {
-		m.queue = slices.Insert(m.queue, at, r)
 	} else {
-		m.queue = append(m.queue, r)
+		if at := m.passPoint(r); at >= 0 {
+			m.queue = slices.Insert(m.queue, at, r)
+		} else {
+			m.queue = append(m.queue, r)
+		}
+		m.serve(rt) // a new wait of an owner can let another owner's request pass (§17.2)
 	}
 	m.settle(rt)
 	return r
@@ -151,6 +155,7 @@ func (m *modelRun) upgrade(rt *rapid.T, held *mHold, timeout time.Duration) *mRe
 		m.ended[r] = nil
 	} else {
 		m.queue = slices.Insert(m.queue, m.upgradesQueued(), r)
+		m.serve(rt)
 	}
 	m.settle(rt)
 	return r

@@ -188,6 +188,8 @@ type modelRun struct {
 	// counts them over the run.
 	victims   []*mReq
 	deadlocks int
+	// rangeMode says that a range was asked for: the table's column family is in range mode.
+	rangeMode bool
 }
 
 func newModelRun(t *testing.T, rt *rapid.T) *modelRun {

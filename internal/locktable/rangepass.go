@@ -204,3 +204,24 @@ func (sh *shard) unlist(sp *rangeSpace, w *waiter) {
 	w.listed = nil
 	sh.recheckWaiting(sp)
 }
+
+// serveWaitingOwners serves the queues of the requests of the owners waiting in sp but new, which
+// just queued: an owner's request can pass a request that waits for the owner through another
+// owner's wait (waitsForOwner), so a new wait can let one of them through.
+func (sh *shard) serveWaitingOwners(sp *rangeSpace, added *waiter) {
+	var others []*waiter // collected first: serving changes the list
+	for _, u := range sp.waiting {
+		if u != added {
+			others = append(others, u)
+		}
+	}
+	for _, u := range others {
+		switch {
+		case u.left: // served meanwhile
+		case u.space != nil:
+			sh.serveRanges(sp, u.h.key(), u.h.cold.span.end, false)
+		default:
+			sh.serve(u.h.e)
+		}
+	}
+}

@@ -92,7 +92,10 @@ func TestKeyLockBesideQueuedRangesCostsLogQ(t *testing.T) {
 		assert.True(t, ProbeTableEmpty(l))
 	}
 	t.Logf("steps per shared Lock+Release under a queued range: %v", perOp)
-	assert.LessOrEqual(t, perOp[512], 2*perOp[32], "the steps grow like log Q, not Q: Q grew 16×")
+	// The queued tree's shape is random (the requests queue in whatever order their goroutines
+	// run), so its depth, which the steps follow, varies from run to run by up to about 2×.
+	assert.LessOrEqual(t, perOp[512], 10*float64(bits.Len(512)), "a few paths down a tree of 512")
+	assert.LessOrEqual(t, perOp[512], 3*perOp[32], "the steps grow like log Q, not Q: Q grew 16×")
 }
 
 // BenchmarkSharedKeyUnderSharedRanges is a shared Lock+Release of one key under R shared ranges

@@ -41,6 +41,9 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 	h.w, h.e = w, e
 	if h.owner != nil {
 		sh.list(e, w)
+		if sp := w.listed; sp != nil && len(sp.waiting) > 1 {
+			sh.serveWaitingOwners(sp, w)
+		}
 	}
 	h.deadline.Store(int64(deadline)) // the wait's timeout until the key is granted
 	sh.schedule(h)
