@@ -57,6 +57,33 @@ func TestTxnLockAllInsideOwnRange(t *testing.T) {
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
 
+// LockAllCF and LockCF of keys inside a range the Txn holds in that column family return the
+// range's handle; the same keys in another column family are locks of their own.
+func TestTxnLockAllCFInsideOwnRange(t *testing.T) {
+	db, cfs := openCFDB(t, "orders")
+	l := newLocker(t, db)
+	ctx := context.Background()
+	txn := l.Begin()
+	defer txn.Rollback()
+	r, err := txn.LockRangeCF(ctx, cfs[0], rng("k0", "k1"), node)
+	require.NoError(t, err)
+	acquired := l.Stats().Acquired
+
+	hs, err := txn.LockAllCF(ctx, cfs[0], shared, []byte("k0/a"), []byte("k0"))
+	require.NoError(t, err)
+	assert.Same(t, r, hs[0])
+	assert.Same(t, r, hs[1])
+	h, err := txn.LockCF(ctx, cfs[0], []byte("k0/b"), node)
+	require.NoError(t, err)
+	assert.Same(t, r, h)
+	assert.Equal(t, acquired, l.Stats().Acquired, "the table was not asked")
+
+	hs, err = txn.LockAll(ctx, node, []byte("k0/a"))
+	require.NoError(t, err)
+	assert.NotSame(t, r, hs[0], "the default column family has no range of the Txn")
+	assert.Equal(t, acquired+1, l.Stats().Acquired)
+}
+
 // A shared range serves shared LockAll requests, not exclusive ones: an exclusive key inside it
 // is a lock of its own, which passes the request that waits for the range.
 func TestTxnLockAllInsideOwnSharedRange(t *testing.T) {
