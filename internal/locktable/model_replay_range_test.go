@@ -264,3 +264,27 @@ func TestModelOwnerStillPassesRequestBehindItsOwn(t *testing.T) {
 		}
 	})
 }
+
+// A request passes one it queued behind once a later wait makes that one wait for its owner
+// (found by TestModelOrderedWriters): o3 holds a; o4's shared range over every key queues, waiting
+// for o3; o2 holds b shared; o1, holding nothing, asks for d exclusively and queues behind o4's
+// range; o2's exclusive d queues behind o1's request, which waits for no lock of o2. Then o3 asks
+// for b, waiting for o2's share: now o4's range waits for o2 through o3's wait, and so does o1's
+// request behind it. o2 must pass both and take d; left behind o1's request, it would close
+// o2 → o1 → o4 → o3 → o2 among writers that lock in key order.
+func TestModelOwnerPassesRequestAheadThatComesToWaitForIt(t *testing.T) {
+	replay(t, 0, func(rt *rapid.T, m *modelRun) {
+		m.lock(rt, 3, tA, false, true, replayLease, replayTimeout)
+		m.lock(rt, 4, tAll, true, true, replayLease, replayTimeout)
+		m.lock(rt, 2, tB, true, true, replayLease, replayTimeout)
+		m.lock(rt, 1, tD, false, true, replayLease, replayTimeout)
+		m.lock(rt, 2, tD, false, true, replayLease, replayTimeout)
+		if m.request(1) == nil || m.request(2) == nil {
+			rt.Fatalf("o1's and o2's requests for d do not both wait: %s", m.describe())
+		}
+		m.lock(rt, 3, tB, false, true, replayLease, replayTimeout)
+		if m.heldBy(2, tD) == nil {
+			rt.Fatalf("o2 did not pass the requests that came to wait for it: %s", m.describe())
+		}
+	})
+}

@@ -116,6 +116,37 @@ func (m *modelRun) passPoint(r *mReq) int {
 	return -1
 }
 
+// repass moves each queued key request of an owner that held locks as it asked ahead of the
+// first request queued ahead of it for its key that it passes now, oldest first and from the
+// start again after each move, until none moves: a new wait can make a request pass one it
+// queued behind (§17.2).
+func (m *modelRun) repass() {
+	if !m.rangeMode {
+		return
+	}
+	for moved := true; moved; {
+		moved = false
+		byAge := slices.Clone(m.queue)
+		slices.SortFunc(byAge, func(a, b *mReq) int { return a.id - b.id })
+		for _, r := range byAge {
+			if r.up != nil || r.target >= modelKeys || r.owner == 0 || !r.holds {
+				continue
+			}
+			at := slices.Index(m.queue, r)
+			for i, q := range m.queue[:at] {
+				if sameKey(q, r) && m.passes(r, q) {
+					m.queue = slices.Insert(slices.Delete(m.queue, at, at+1), i, r)
+					moved = true
+					break
+				}
+			}
+			if moved {
+				break
+			}
+		}
+	}
+}
+
 // newcomerAhead lists the queued requests ahead of r, a newcomer: for an upgrade the upgrades
 // queued; for a lock every request but those for its key from its pass point on.
 func (m *modelRun) newcomerAhead(r *mReq) []*mReq {

@@ -136,6 +136,7 @@ func (m *modelRun) lock(rt *rapid.T, o, t int, shared, wait bool, lease, timeout
 		} else {
 			m.queue = append(m.queue, r)
 		}
+		m.repass()
 		m.serve(rt) // a new wait of an owner can let another owner's request pass (§17.2)
 	}
 	m.settle(rt)
@@ -155,6 +156,7 @@ func (m *modelRun) upgrade(rt *rapid.T, held *mHold, timeout time.Duration) *mRe
 		m.ended[r] = nil
 	} else {
 		m.queue = slices.Insert(m.queue, m.upgradesQueued(), r)
+		m.repass()
 		m.serve(rt)
 	}
 	m.settle(rt)

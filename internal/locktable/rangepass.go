@@ -1,6 +1,7 @@
 package locktable
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
@@ -207,14 +208,19 @@ func (sh *shard) unlist(sp *rangeSpace, w *waiter) {
 
 // serveWaitingOwners serves the queues of the requests of the owners waiting in sp but new, which
 // just queued: an owner's request can pass a request that waits for the owner through another
-// owner's wait (waitsForOwner), so a new wait can let one of them through.
+// owner's wait (waitsForOwner), so a new wait can let one of them through. A key's request that
+// can now pass requests ahead of it in its key's queue is first moved ahead of them (repass).
 func (sh *shard) serveWaitingOwners(sp *rangeSpace, added *waiter) {
+	if sh.repass(sp) {
+		sh.recheckWaiting(sp) // the requests passed wait for the mover now, a new edge
+	}
 	var others []*waiter // collected first: serving changes the list
 	for _, u := range sp.waiting {
 		if u != added {
 			others = append(others, u)
 		}
 	}
+	slices.SortFunc(others, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
 	for _, u := range others {
 		switch {
 		case u.left: // served meanwhile
@@ -224,4 +230,67 @@ func (sh *shard) serveWaitingOwners(sp *rangeSpace, added *waiter) {
 			sh.serve(u.h.e)
 		}
 	}
+}
+
+// repass moves the key requests of the owners waiting in sp that hold locks ahead of the first
+// request queued ahead of them for their key that they pass now, and reports whether one moved.
+// A request passes another only if that one cannot be served before its owner lets go, and a new
+// wait elsewhere can make it so after the request queued: it must not stay behind it then
+// (docs/DESIGN.md §17.2). Oldest first, and from the start again after each move, since a move
+// can let others pass in turn; each move is forward, so it ends.
+func (sh *shard) repass(sp *rangeSpace) (moved bool) {
+	var keyed []*waiter
+	for _, u := range sp.waiting {
+		if u.space == nil && u.upgrade == nil && !u.left && u.h.flags()&FlagOwnerHolds != 0 {
+			keyed = append(keyed, u)
+		}
+	}
+	slices.SortFunc(keyed, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
+	for again := true; again; {
+		again = false
+		for _, u := range keyed {
+			if before := sp.passPointOf(u); before != nil {
+				sh.moveAhead(u.h.e, u, before)
+				moved, again = true, true
+				break
+			}
+		}
+	}
+	return moved
+}
+
+// passPointOf returns the first request queued ahead of u in its key's queue that u passes, or
+// nil; never one woken for the key, which takes it when it runs.
+func (sp *rangeSpace) passPointOf(u *waiter) *waiter {
+	for w := u.h.e.head; w != nil && w != u; w = w.next {
+		if w.state == waitWoken {
+			continue
+		}
+		if sp.passes(u.h, w) {
+			return w
+		}
+	}
+	return nil
+}
+
+// moveAhead relinks w, queued for e's key, right ahead of before, a request queued ahead of it,
+// as enqueueAfter links a newcomer that passes before.
+func (sh *shard) moveAhead(e *keyEntry, w, before *waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		e.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		e.tail = w.prev
+	}
+	w.next, w.prev = nil, nil
+	if w.ownerHolds { // enqueueAfter counts it again
+		w.ownerHolds = false
+		e.ownersHolding--
+	}
+	w.exAhead, w.ownedAhead = nil, nil
+	sh.enqueueAfter(e, w, before.prev)
 }
