@@ -34,8 +34,8 @@ func (sp *rangeSpace) rangeEdges(h *Hold, w *waiter, s *rangeEdgeSink) {
 // served before it: for a key's request, those queued ahead of it for its key, and the range
 // requests over its key queued before it; for a range request, the requests for the keys inside
 // it and the range requests over it queued before it (queuedAhead), but those that x passes
-// (rangepass.go), which are not served before it. In its key's queue a request passes others only
-// as it queues, by its place; the ones ahead of it it waits for.
+// (rangepass.go), which are not served before it. In its key's queue a request passes others by
+// its place, where it queues or is moved to (repass); the ones ahead of it it waits for.
 func (sp *rangeSpace) requestsAhead(x *waiter, f func(*waiter)) {
 	sp.queuedAhead(x, func(y *waiter) bool {
 		if sameQueue(x, y) || !sp.passes(x.h, y) {
@@ -46,7 +46,7 @@ func (sp *rangeSpace) requestsAhead(x *waiter, f func(*waiter)) {
 }
 
 // sameQueue reports whether x and y are queued for one key, whose queue is served from its head:
-// there a request passes others only as it queues, by its place (rangepass.go).
+// there a request passes others by its place alone (rangepass.go).
 func sameQueue(x, y *waiter) bool { return x.space == nil && y.space == nil && x.h.e == y.h.e }
 
 // passOn adds x's owner through add, or, for a request of no owner, everything it waits for
