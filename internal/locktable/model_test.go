@@ -146,14 +146,20 @@ type mReq struct {
 	holds    bool
 	cancel   context.CancelFunc
 	done     chan error
-	returned bool // done was read
+	returned bool  // done was read
+	err      error // what it read
 }
 
-// result reads how r's call returned.
+// result reads how r's call returned, once.
 func (r *mReq) result() error {
-	r.returned = true
-	return <-r.done
+	if !r.returned {
+		r.returned, r.err = true, <-r.done
+	}
+	return r.err
 }
+
+// hasReturned reports whether r's call has returned, read or not.
+func (r *mReq) hasReturned() bool { return r.returned || len(r.done) > 0 }
 
 // exclusive reports whether r asks for an exclusive lock: an exclusive request or an upgrade.
 func (r *mReq) exclusive() bool { return r.up != nil || !r.shared }
