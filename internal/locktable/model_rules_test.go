@@ -118,25 +118,26 @@ func (m *modelRun) passPoint(r *mReq) int {
 
 // repass moves each queued key request of an owner that held locks as it asked ahead of the
 // first request queued ahead of it for its key that it passes now, oldest first and from the
-// start again after each move, until none moves: a new wait can make a request pass one it
+// start again after each move, each at most once: a new wait can make a request pass one it
 // queued behind (§17.2).
 func (m *modelRun) repass() {
 	if !m.rangeMode {
 		return
 	}
+	done := map[*mReq]bool{}
 	for moved := true; moved; {
 		moved = false
 		byAge := slices.Clone(m.queue)
 		slices.SortFunc(byAge, func(a, b *mReq) int { return a.id - b.id })
 		for _, r := range byAge {
-			if r.up != nil || r.target >= modelKeys || r.owner == 0 || !r.holds {
+			if r.up != nil || r.target >= modelKeys || r.owner == 0 || !r.holds || done[r] {
 				continue
 			}
 			at := slices.Index(m.queue, r)
 			for i, q := range m.queue[:at] {
 				if sameKey(q, r) && m.passes(r, q) {
 					m.queue = slices.Insert(slices.Delete(m.queue, at, at+1), i, r)
-					moved = true
+					moved, done[r] = true, true
 					break
 				}
 			}

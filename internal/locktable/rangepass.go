@@ -237,7 +237,8 @@ func (sh *shard) serveWaitingOwners(sp *rangeSpace, added *waiter) {
 // A request passes another only if that one cannot be served before its owner lets go, and a new
 // wait elsewhere can make it so after the request queued: it must not stay behind it then
 // (docs/DESIGN.md §17.2). Oldest first, and from the start again after each move, since a move
-// can let others pass in turn; each move is forward, so it ends.
+// can let others pass in turn; each request moves at most once, so it ends (two requests that
+// pass each other wait for each other, a cycle the wait-for graph finds).
 func (sh *shard) repass(sp *rangeSpace) (moved bool) {
 	var keyed []*waiter
 	for _, u := range sp.waiting {
@@ -248,9 +249,13 @@ func (sh *shard) repass(sp *rangeSpace) (moved bool) {
 	slices.SortFunc(keyed, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
 	for again := true; again; {
 		again = false
-		for _, u := range keyed {
+		for i, u := range keyed {
+			if u == nil {
+				continue // moved already
+			}
 			if before := sp.passPointOf(u); before != nil {
 				sh.moveAhead(u.h.e, u, before)
+				keyed[i] = nil
 				moved, again = true, true
 				break
 			}
