@@ -13,8 +13,12 @@ import (
 
 // LockAll locks every key of keys for this Txn, taking them in bytewise key order whatever order
 // they are given in, so that Txns that lock their records with LockAll never wait for each other
-// in a cycle. A key given twice is locked once. Keys this Txn already holds are re-entrant, as in
-// Lock (with opts.Hold they are upgraded once every other key is locked). With exclusive options
+// in a cycle, nor with Txns that each take one range lock: a request of a Txn never waits behind
+// a queued request that waits for a lock this Txn holds. A key given twice is locked once. Keys
+// this Txn already holds are re-entrant, as in Lock (with opts.Hold they are upgraded once every
+// other key is locked), and so are keys inside a range the Txn holds in a mode at least as strong
+// as asked: their place in the result is the range's handle, and they touch nothing and wait for
+// nothing. With exclusive options
 // (opts.Shared false), a key the Txn holds shared is upgraded, in its place in the key order, as
 // Txn.Lock upgrades it; with opts.Shared, a key it holds in either mode keeps its handle.
 //
@@ -92,19 +96,26 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 	out := make([]*Handle, len(keys))
 	first := func(n int) bool { return n == 0 || !bytes.Equal(keys[order[n-1]], keys[order[n]]) }
 
-	// Keys this Txn holds first: a scope conflict must fail before anything is locked.
+	// Keys this Txn holds first, by a lock of their own or inside one of its ranges: a scope
+	// conflict must fail before anything is locked. A key inside a range of the Txn that serves
+	// the mode asked is that range's handle, and waits for nothing: a request for it could only
+	// queue behind requests that wait for the range (docs/DESIGN.md §17.3).
 	var reentrant []*Handle
 	for n, i := range order {
 		if !first(n) {
 			continue
 		}
-		if cur, ok := t.locks.latest(cf, keys[i]); ok {
-			h, err := t.reusable(ctx, cur.h, lockRequest{cf: cf, key: keys[i]}, opts)
-			if err != nil {
-				return nil, err
-			}
-			if h != nil {
-				out[i] = h
+		held := t.heldFor(cf, keys[i], opts.Shared)
+		if held == nil {
+			continue
+		}
+		h, err := t.reusable(ctx, held, lockRequest{cf: cf, key: keys[i]}, opts)
+		if err != nil {
+			return nil, err
+		}
+		if h != nil {
+			out[i] = h
+			if !slices.Contains(reentrant, h) { // one range serves many keys; extend it once
 				reentrant = append(reentrant, h)
 			}
 		}
@@ -174,6 +185,19 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 		t.locks.add(txnLock{h: h})
 	}
 	return out, nil
+}
+
+// heldFor returns the handle a LockAll of key in column family cf starts from: the Txn's
+// latest lock of the key while it authorizes writes, or else the live handle of one of its ranges that covers the key in a
+// mode at least as strong as asked (txnRanges.serving), or nil.
+func (t *Txn) heldFor(cf uint32, key []byte, shared bool) *Handle {
+	if cur, ok := t.locks.latest(cf, key); ok && !cur.h.IsExpired() {
+		return cur.h
+	}
+	if rs := t.ranges(); rs != nil {
+		return rs.serving(cf, key, shared)
+	}
+	return nil
 }
 
 // allLive is nil if every handle of both lists still authorizes writes, else ErrLeaseExpired for

@@ -1,22 +1,72 @@
 package recordlock
 
 import (
-	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/linxGnu/grocksdb"
+	"github.com/recordlock/recordlock/internal/spans"
 )
 
 // A Txn's range locks (docs/DESIGN.md §16.1). They are kept apart from its key locks, in the order
-// taken, since a range is not a record: a Txn holds a few, and "which of my ranges covers this key"
-// is a scan of them. A Txn that never locked a range has none of this (Txn.ranges returns nil).
+// taken, since a range is not a record, and indexed by span, so that "which of my m ranges covers
+// this key" costs O(log m). A Txn that never locked a range has none of this (Txn.ranges returns
+// nil).
 
 // txnRanges are the range locks of a Txn, in its txnRare.
 type txnRanges struct {
 	// items are every range handle the Txn took, in order; of the handles of one range (column
 	// family, Start, End) the latest is current, as for a record in Txn.locks.
 	items []txnLock
+	// byCF indexes the positions of items by span, per column family, and latest is the position
+	// of the current handle of each range, by rangeID.
+	byCF   map[uint32]*spans.Index[int]
+	latest map[string]int
+}
+
+// add appends x, the handle of a range the Txn just took, which is then its range's current one.
+func (s *txnRanges) add(x txnLock) {
+	i := len(s.items)
+	s.items = append(s.items, x)
+	h := x.h
+	cf, start, end := h.hold.CF(), h.key(), h.hold.RangeEnd()
+	if s.byCF == nil {
+		s.byCF, s.latest = map[uint32]*spans.Index[int]{}, map[string]int{}
+	}
+	idx := s.byCF[cf]
+	if idx == nil {
+		idx = &spans.Index[int]{}
+		s.byCF[cf] = idx
+	}
+	idx.Insert(start, end, i) // the hold's own copies, which never change
+	s.latest[string(appendRangeID(nil, cf, start, end))] = i
+}
+
+// appendRangeID appends to b the bytes that name the range [start, end) of column family cf: the
+// family, the length of start, start, and end after a byte that tells a nil end from an empty one.
+func appendRangeID(b []byte, cf uint32, start, end []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, cf)
+	b = binary.AppendUvarint(b, uint64(len(start)))
+	b = append(b, start...)
+	if end == nil {
+		return append(b, 0)
+	}
+	return append(append(b, 1), end...)
+}
+
+// covering returns the positions, in order, of the handles whose range in column family cf
+// holds key, appended to out.
+func (s *txnRanges) covering(cf uint32, key []byte, out []int) []int {
+	if idx := s.byCF[cf]; idx != nil {
+		idx.Containing(key, func(i int) bool {
+			out = append(out, i)
+			return true
+		})
+	}
+	slices.Sort(out)
+	return out
 }
 
 // LockRange locks r in the default column family for this Txn, as Locker.LockRange does, and
@@ -84,8 +134,7 @@ func (t *Txn) lockRange(ctx context.Context, cf uint32, r Range, opts Options) (
 	if err != nil {
 		return nil, err
 	}
-	rare := t.rareParts()
-	rare.rngs.items = append(rare.rngs.items, txnLock{h: h})
+	t.rareParts().rngs.add(txnLock{h: h})
 	return h, nil
 }
 
@@ -93,26 +142,36 @@ func (t *Txn) lockRange(ctx context.Context, cf uint32, r Range, opts Options) (
 // that covers it in a mode at least as strong as asked, after the checks and the Hold upgrade of a
 // re-entrant lock, or nil and nil when there is none and the key must be locked on its own.
 func (t *Txn) lockInRange(ctx context.Context, req lockRequest, opts Options) (*Handle, error) {
-	rs := t.ranges()
-	for i, x := range rs.items {
-		h := x.h
-		if !h.hold.Covers(req.cf, req.key) || (h.Shared() && !opts.Shared) {
-			continue
-		}
-		if !rs.current(i) || h.IsExpired() {
-			continue
-		}
-		return t.relock(ctx, h, req, opts)
+	h := t.ranges().serving(req.cf, req.key, opts.Shared)
+	if h == nil {
+		return nil, nil
 	}
-	return nil, nil
+	return t.relock(ctx, h, req, opts)
+}
+
+// serving returns the current, live handle of a range that covers key in column family cf in a
+// mode at least as strong as asked (an exclusive range serves both modes, a shared one shared
+// requests), or nil: a lock of key the Txn asks for is that range's handle.
+func (s *txnRanges) serving(cf uint32, key []byte, shared bool) *Handle {
+	var buf [8]int
+	for _, i := range s.covering(cf, key, buf[:0]) {
+		h := s.items[i].h
+		if h.Shared() && !shared {
+			continue
+		}
+		if !s.current(i) || h.IsExpired() {
+			continue
+		}
+		return h
+	}
+	return nil
 }
 
 // find returns the position of the current handle of range r in column family cf, or -1.
 func (s *txnRanges) find(cf uint32, r Range) int {
-	for i := len(s.items) - 1; i >= 0; i-- {
-		if h := s.items[i].h; h.hold.CF() == cf && sameRange(h, r) {
-			return i
-		}
+	var buf [64]byte
+	if i, ok := s.latest[string(appendRangeID(buf[:0], cf, r.Start, r.End))]; ok {
+		return i
 	}
 	return -1
 }
@@ -123,21 +182,16 @@ func (s *txnRanges) current(i int) bool {
 	return s.find(h.hold.CF(), Range{Start: h.key(), End: h.hold.RangeEnd()}) == i
 }
 
-// sameRange reports whether h locks exactly r: the same Start, and the same End or both none.
-func sameRange(h *Handle, r Range) bool {
-	end := h.hold.RangeEnd()
-	return bytes.Equal(h.key(), r.Start) && (end == nil) == (r.End == nil) && bytes.Equal(end, r.End)
-}
-
 // forWrite returns the position of a current, live, exclusive range of the Txn that covers key in
 // column family cf, which then protects a write of key; else -1 and the error of the write when a
 // range covers key (ErrNotLocked when one is held shared, else ErrLeaseExpired or ErrReleased as
 // for the lock of a key), or nil when none does.
 func (s *txnRanges) forWrite(cf uint32, key []byte) (int, error) {
 	var err error
-	for i, x := range s.items {
-		h := x.h
-		if !h.hold.Covers(cf, key) || !s.current(i) {
+	var buf [8]int
+	for _, i := range s.covering(cf, key, buf[:0]) {
+		h := s.items[i].h
+		if !s.current(i) {
 			continue
 		}
 		switch {
@@ -164,9 +218,19 @@ func (t *Txn) rangeLeaseEnded(cf uint32, r Range) error {
 	if rs == nil {
 		return nil
 	}
-	for i, x := range rs.items {
-		h := x.h
-		if h.hold.CF() != cf || !rs.current(i) || h.released() || !overlaps(h, r) {
+	idx := rs.byCF[cf]
+	if idx == nil {
+		return nil
+	}
+	var meeting []int
+	idx.Meeting(r.Start, r.End, func(i int) bool {
+		meeting = append(meeting, i)
+		return true
+	})
+	slices.Sort(meeting)
+	for _, i := range meeting {
+		h := rs.items[i].h
+		if !rs.current(i) || h.released() {
 			continue
 		}
 		if h.IsLeaseExpired() {
@@ -174,12 +238,6 @@ func (t *Txn) rangeLeaseEnded(cf uint32, r Range) error {
 		}
 	}
 	return nil
-}
-
-// overlaps reports whether the range h locks and r share a key.
-func overlaps(h *Handle, r Range) bool {
-	end := h.hold.RangeEnd()
-	return r.below(h.key()) && (end == nil || bytes.Compare(r.Start, end) < 0)
 }
 
 // checkedRanges appends to hs the range handles Commit checks: each that protects a staged write,

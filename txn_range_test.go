@@ -374,9 +374,9 @@ func TestTxnRangeClosesDeadlock(t *testing.T) {
 	require.NotNil(t, granted(t, first, "t1's key"))
 }
 
-// An exclusive key lock inside the Txn's own shared range is a lock of its own: it queues behind a
-// request for the key that waits for the range, which is a deadlock the Txn gets at once; the
-// exclusive LockRange of the range is an upgrade and goes ahead of that request.
+// An exclusive key lock inside the Txn's own shared range is a lock of its own: it passes a
+// request for the key that waits for the range (waiting behind it would be a deadlock), and the
+// exclusive LockRange of the range is an upgrade and goes ahead of that request too.
 func TestTxnExclusiveKeyUnderOwnSharedRange(t *testing.T) {
 	_, _, l, other := lockerPair(t)
 	ctx := context.Background()
@@ -387,12 +387,14 @@ func TestTxnExclusiveKeyUnderOwnSharedRange(t *testing.T) {
 	queued := lockAsync(ctx, other, []byte("n"), wait)
 	waitingCount(t, l, 1)
 
-	_, err = txn.Lock(ctx, []byte("n"), node)
-	require.ErrorIs(t, err, recordlock.ErrDeadlock)
+	n, err := txn.Lock(ctx, []byte("n"), node)
+	require.NoError(t, err, "the request for n waits for the Txn's range, so the Txn passes it")
+	assert.NotSame(t, s, n)
 	up, err := txn.LockRange(ctx, rng("m", "p"), node)
 	require.NoError(t, err)
 	assert.Same(t, s, up)
 	require.NoError(t, txn.Put([]byte("n"), []byte("v")))
+	assert.True(t, pendingLock(queued))
 	require.NoError(t, txn.Commit())
 	require.True(t, granted(t, queued, "n after the Txn").Release())
 }

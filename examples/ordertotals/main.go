@@ -3,10 +3,17 @@
 // commits the total, so an order of customer 7 placed meanwhile (a phantom, a key that did not
 // exist when the total was read) waits until the total has landed.
 //
-// Workers place orders, each one Txn that locks its new order's key and commits the order, for
-// customer 7 or for customer 8. A totaler commits totals of customer 7 side by side: each total is
-// one Txn that locks recordlock.Prefix("order/7/") with Options{Shared: true}, reads the orders in
-// it with Txn.Scan, and commits "count sum" under a key of its own.
+// Workers place orders, for customer 7 or for customer 8, each one Txn that locks, with one
+// LockAll, the customer's order counter "order/<customer>/#count" and its new order's key, both
+// inside the customer's range, and commits the order and the counter one up. A totaler commits
+// totals of customer 7 side by side: each total is one Txn that locks recordlock.Prefix("order/7/")
+// with Options{Shared: true}, reads the orders and the counter in it with Txn.Scan, checks that the
+// counter counts the orders it read, and commits "count sum" under a key of its own.
+//
+// Workers that lock in one order (LockAll) never deadlock, with each other or beside the totaler's
+// range: a worker holding the counter that asks for its order's key while a total waits for the
+// counter passes that total rather than queue behind it. The program prints the deadlocks the
+// Locker detected, and fails on any.
 //
 // Afterwards the program replays RocksDB's write-ahead log, which holds every commit in the order
 // it landed, and checks that every total equals the orders of customer 7 present when its commit
@@ -38,6 +45,12 @@ import (
 
 // customer7 starts the key of every order of customer 7, the orders the totals sum.
 var customer7 = []byte("order/7/")
+
+// counterName ends the key of a customer's order counter, which sorts before the customer's orders.
+const counterName = "#count"
+
+// counterOf is the key of the order counter of the customer whose keys start with prefix.
+func counterOf(prefix []byte) []byte { return append(bytes.Clone(prefix), counterName...) }
 
 func main() {
 	workers := flag.Int("workers", 4, "goroutines placing orders")
@@ -74,8 +87,9 @@ func run(workers, orders, totals int, unlocked bool) error {
 			r := rand.New(rand.NewPCG(uint64(w), 7))
 			for n := range orders {
 				customer := 7 + r.IntN(2)
-				key := fmt.Appendf(nil, "order/%d/%d-%04d", customer, w, n)
-				if err := placeOrder(l, key, 1+r.Int64N(100)); err != nil {
+				prefix := fmt.Appendf(nil, "order/%d/", customer)
+				key := fmt.Appendf(prefix[:len(prefix):len(prefix)], "%d-%04d", w, n)
+				if err := placeOrder(l, counterOf(prefix), key, 1+r.Int64N(100)); err != nil {
 					errs <- err
 					return
 				}
@@ -97,8 +111,12 @@ func run(workers, orders, totals int, unlocked bool) error {
 	if err := <-errs; err != nil {
 		return err
 	}
-	fmt.Printf("%d orders placed and %d totals of customer 7 committed side by side in %v\n",
-		placed.Load(), committed.Load(), time.Since(start).Round(time.Millisecond))
+	deadlocks := l.Stats().Deadlocks
+	fmt.Printf("%d orders placed and %d totals of customer 7 committed side by side in %v, with %d deadlocks\n",
+		placed.Load(), committed.Load(), time.Since(start).Round(time.Millisecond), deadlocks)
+	if deadlocks != 0 {
+		return fmt.Errorf("%d deadlocks among workers that lock in one order", deadlocks)
+	}
 
 	rep, err := checkLog(db)
 	if unlocked {
@@ -120,18 +138,34 @@ func run(workers, orders, totals int, unlocked bool) error {
 	return nil
 }
 
-// placeOrder commits an order of amount under key, in a Txn that locks the key. The key lock of an
-// order of customer 7 waits while a total holds the customer's range.
-func placeOrder(l *recordlock.Locker, key []byte, amount int64) error {
+// placeOrder commits an order of amount under key and counts it in its customer's counter, in a
+// Txn that locks both with one LockAll. The locks of an order of customer 7 wait while a total
+// holds the customer's range.
+func placeOrder(l *recordlock.Locker, counter, key []byte, amount int64) error {
 	txn := l.Begin()
 	defer txn.Rollback()
-	if _, err := txn.Lock(context.Background(), key, recordlock.Options{}); err != nil {
+	if _, err := txn.LockAll(context.Background(), recordlock.Options{}, counter, key); err != nil {
+		return err
+	}
+	count, err := counted(txn.Get(counter))
+	if err != nil {
+		return err
+	}
+	if err := txn.Put(counter, strconv.AppendInt(nil, count+1, 10)); err != nil {
 		return err
 	}
 	if err := txn.Put(key, strconv.AppendInt(nil, amount, 10)); err != nil {
 		return err
 	}
 	return txn.Commit()
+}
+
+// counted is the count a counter's value holds (none yet: 0), or the read's error.
+func counted(value []byte, err error) (int64, error) {
+	if err != nil || value == nil {
+		return 0, err
+	}
+	return strconv.ParseInt(string(value), 10, 64)
 }
 
 // commitTotal totals the orders of customer 7 under a shared lock of their range (none when
@@ -146,14 +180,23 @@ func commitTotal(l *recordlock.Locker, key []byte, unlocked bool) error {
 			return err
 		}
 	}
-	var count, sum int64
-	err := txn.Scan(orders, func(_, value []byte) error {
+	counter := counterOf(customer7)
+	var count, sum, counterSays int64
+	err := txn.Scan(orders, func(key, value []byte) error {
+		var err error
+		if bytes.Equal(key, counter) {
+			counterSays, err = counted(value, nil)
+			return err
+		}
 		amount, err := strconv.ParseInt(string(value), 10, 64)
 		count, sum = count+1, sum+amount
 		return err
 	})
 	if err != nil {
 		return err
+	}
+	if count != counterSays && !unlocked {
+		return fmt.Errorf("the total read %d orders of customer 7, and its counter says %d", count, counterSays)
 	}
 	if _, err := txn.Lock(ctx, key, recordlock.Options{}); err != nil {
 		return err
@@ -207,6 +250,7 @@ func (r *replay) apply(batch *grocksdb.WriteBatch, seq uint64) error {
 			}
 			r.totals++
 			r.last = string(rec.Value)
+		case bytes.HasSuffix(rec.Key, []byte("/"+counterName)): // counted with its order
 		case bytes.HasPrefix(rec.Key, customer7):
 			amount, err := strconv.ParseInt(string(rec.Value), 10, 64)
 			if err != nil {

@@ -36,7 +36,7 @@ func (sh *shard) serve(e *keyEntry) {
 // through.
 func (sh *shard) keyChanged(rk *rangedKey) {
 	if rk.space.queuedOver(rk.key) {
-		sh.serveRanges(rk.space)
+		sh.serveRanges(rk.space, rk.key, nil, true)
 	}
 }
 
@@ -112,25 +112,30 @@ func (sh *shard) serveKey(e *keyEntry) {
 }
 
 // grantShared grants the shared requests at the head of e's queue, up to the next exclusive
-// one. Their deadlines are watched when a request stays queued behind them.
+// one, and reports whether it granted them all. In range mode a range can keep one of them from
+// the key; the others, which do not conflict with it, are granted unless a range keeps them too
+// (docs/DESIGN.md §17.2). Their deadlines are watched when a request stays queued behind them.
 func (sh *shard) grantShared(e *keyEntry) (served bool) {
 	end := e.head
 	for end != nil && end.shared {
 		end = end.next
 	}
-	for w := e.head; w != end; w = e.head {
+	served = true
+	for w := e.head; w != end; {
+		next := w.next
 		c := w.h.ten
-		if c.closed.Load() {
+		switch {
+		case c.closed.Load():
 			sh.drop(w, waitClosed)
-			continue
+		case sh.rangeKeeps(e, w, c):
+			served = false
+		default:
+			wall, mono := ReadClock(c.clock)
+			sh.unqueueGranted(e, w, mono)
+			sh.grantKey(e, w.h, wall, mono, w.lease, end != nil || e.rangeWaitsOver())
+			w.finish(waitGranted)
 		}
-		if sh.rangeKeeps(e, w, c) {
-			return false // nothing behind it passes it
-		}
-		wall, mono := ReadClock(c.clock)
-		sh.unqueueGranted(e, w, mono)
-		sh.grantKey(e, w.h, wall, mono, w.lease, end != nil || e.rangeWaitsOver())
-		w.finish(waitGranted)
+		w = next
 	}
-	return true
+	return served
 }

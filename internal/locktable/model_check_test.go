@@ -23,12 +23,12 @@ func (m *modelRun) settle(rt *rapid.T) {
 	for {
 		pending := false
 		for _, r := range m.queue {
-			if !m.queuedInTable(r) && len(r.done) == 0 {
+			if !m.queuedInTable(r) && !r.hasReturned() {
 				pending = true
 			}
 		}
 		for r := range m.ended {
-			if len(r.done) == 0 {
+			if !r.hasReturned() {
 				pending = true
 			}
 		}
@@ -48,21 +48,28 @@ func (m *modelRun) settle(rt *rapid.T) {
 		}
 	}
 	clear(m.ended)
-	// Requests the model still queues may have failed only as deadlock victims.
+	// Requests the model still queues may have failed only as deadlock victims. A victim need not
+	// be the newest request (a wait checked again can close the cycle, and which of the waits
+	// checked finds it first is up to the goroutines), and its leaving can grant requests behind
+	// it: those are matched once the model has taken the victims out and served them.
 	m.victims = m.victims[:0]
+	var early []*mReq
 	for _, r := range m.queue {
-		if len(r.done) == 0 {
+		if !r.hasReturned() {
 			continue
 		}
-		err := r.result()
 		var dl *DeadlockError
-		if !errors.As(err, &dl) {
-			rt.Fatalf("%v ended with %v while the model queues it: %s", r, err, m.describe())
+		if !errors.As(r.result(), &dl) {
+			early = append(early, r)
+			continue
 		}
 		m.checkNamesCycle(rt, r, dl)
 		modelDeadlocks.Add(1)
 		m.deadlocks++
 		m.victims = append(m.victims, r)
+	}
+	if len(m.victims) == 0 && len(early) > 0 {
+		rt.Fatalf("%v ended with %v while the model queues it: %s", early[0], early[0].result(), m.describe())
 	}
 	for _, r := range m.victims {
 		m.dequeue(rt, r, nil)

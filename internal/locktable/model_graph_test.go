@@ -16,8 +16,9 @@ import (
 // waitsOn lists the owners whose locks must go before r, owner o's queued request, can be
 // granted: the owner of every holder that conflicts with r, and of every request queued ahead of
 // r that conflicts with it, and, through each such request, everything that request waits on in
-// turn, since it is served before r. A holder of no owner ends a path (its lease or a timeout
-// settles it); a request of no owner passes its waits on. o itself is listed when r waits through
+// turn, since it is served before r, but for the requests r passes (model_rules_test.go). A holder
+// of no owner ends a path (its lease or a timeout settles it); a request of no owner passes its
+// waits on. o itself is listed when r waits through
 // another request on one of o's own locks.
 func (m *modelRun) waitsOn(r *mReq) []int {
 	var out []int
@@ -29,8 +30,8 @@ func (m *modelRun) waitsOn(r *mReq) []int {
 				out = append(out, h.owner)
 			}
 		}
-		for _, p := range m.queue[:slices.Index(m.queue, q)] {
-			if !q.behind(p) || seen[p] {
+		for _, p := range m.queue {
+			if p == q || !m.aheadOf(p, q) || !q.behind(p) || !sameKey(p, q) && m.passes(q, p) || seen[p] {
 				continue
 			}
 			seen[p] = true

@@ -48,40 +48,73 @@ func replay(t *testing.T, deadlocks int, steps func(rt *rapid.T, m *modelRun)) {
 	})
 }
 
-// A shared range waits for every conflicting exclusive request queued ahead of it, not only the
-// nearest: o3 holds b and o4 holds a, both shared; o2's exclusive request for b queues (waiting
-// for o3), then o1's for a (waiting for o4). o3's shared [a,c) conflicts with both and queues
-// behind them. The nearer one, o1's, leads only to o4, which waits for nothing; the farther, o2's,
-// waits for o3 itself, so o3's request closes o3 → o2 → o3 and must fail.
+// A shared range waits for the conflicting exclusive requests queued ahead of it that it does not
+// pass, and passes one that waits for its owner through another owner's wait: o4 holds b shared
+// and o2's exclusive b queues, waiting for o4; o3 holds d and o4's exclusive d queues, waiting for
+// o3; a request of no owner holds a shared and o1's exclusive a queues behind it. o3's shared
+// [a,c) conflicts with o1's and o2's requests. o2's waits for o4, which waits for o3: o3 passes
+// it, where waiting behind it would close o3 → o2 → o4 → o3. o1's waits for no owner's lock: o3
+// waits behind it, and is granted once a is free and o1 has had it.
 func TestModelRangeWaitsForEveryConflictingRequestAhead(t *testing.T) {
-	replay(t, 1, func(rt *rapid.T, m *modelRun) {
-		m.lock(rt, 3, tB, true, true, replayLease, replayTimeout)
-		m.lock(rt, 4, tA, true, true, replayLease, replayTimeout)
+	replay(t, 0, func(rt *rapid.T, m *modelRun) {
+		m.lock(rt, 4, tB, true, true, replayLease, replayTimeout)
 		m.lock(rt, 2, tB, false, true, replayLease, replayTimeout)
+		m.lock(rt, 3, tD, false, true, replayLease, replayTimeout)
+		m.lock(rt, 4, tD, false, true, replayLease, replayTimeout)
+		outside := m.lock(rt, 0, tA, true, true, replayLease, replayTimeout)
 		m.lock(rt, 1, tA, false, true, replayLease, replayTimeout)
 		m.lock(rt, 3, tAC, true, true, replayLease, replayTimeout)
+		if m.request(3) == nil {
+			rt.Fatalf("o3's range did not wait behind o1's request: %s", m.describe())
+		}
+		for _, o := range []int{0, 1} {
+			h := m.heldBy(o, tA)
+			if o == 0 {
+				h = m.holdOf(outside)
+			}
+			if h == nil {
+				rt.Fatalf("o%d does not hold a: %s", o, m.describe())
+			}
+			h.h.Release()
+			m.drop(rt, h, false)
+			m.settle(rt)
+		}
+		if m.heldBy(3, tAC) == nil {
+			rt.Fatalf("o3 was not granted [a,c) once a was free: %s", m.describe())
+		}
 	})
 }
 
-// A key that is free still queues behind a queued exclusive range that contains it, and waits for
-// it: o1 holds a shared; o2's exclusive [a,c) queues, waiting for o1; o3's exclusive d, outside
-// the range, is granted at once; o1's shared b, free but inside the queued range, queues behind it
-// and closes o1 → o2 → o1. Once o1 lets a go, the range is o2's.
+// A key that is free still queues behind a queued exclusive range that contains it, unless the
+// range waits for the key's owner: o1 holds a shared; o2's exclusive [a,c) queues, waiting for
+// o1; o3's exclusive d, outside the range, is granted at once; o4's shared b, free but inside the
+// queued range, queues behind it; o1's shared b passes both, since they wait for o1's a (the
+// range itself, o4's request through it). Once o1 lets a go the range still waits for o1's b, and
+// once o1 lets b go too, the range is o2's.
 func TestModelKeyQueuesBehindConflictingRange(t *testing.T) {
-	replay(t, 1, func(rt *rapid.T, m *modelRun) {
-		held := m.lock(rt, 1, tA, true, true, replayLease, replayTimeout)
+	replay(t, 0, func(rt *rapid.T, m *modelRun) {
+		m.lock(rt, 1, tA, true, true, replayLease, replayTimeout)
 		m.lock(rt, 2, tAC, false, true, replayLease, replayTimeout)
 		m.lock(rt, 3, tD, false, true, replayLease, replayTimeout)
-		m.lock(rt, 1, tB, true, true, replayLease, replayTimeout)
-		h := m.heldBy(1, tA)
-		if h == nil || h.h != held.h {
-			rt.Fatalf("o1 does not hold a: %s", m.describe())
+		m.lock(rt, 4, tB, true, true, replayLease, replayTimeout)
+		if m.request(4) == nil {
+			rt.Fatalf("o4's shared b did not queue behind the range: %s", m.describe())
 		}
-		h.h.Release()
-		m.drop(rt, h, false)
-		m.settle(rt)
+		m.lock(rt, 1, tB, true, true, replayLease, replayTimeout)
+		for _, k := range []int{tA, tB} {
+			h := m.heldBy(1, k)
+			if h == nil {
+				rt.Fatalf("o1 does not hold %s: %s", targetName(k), m.describe())
+			}
+			if m.heldBy(2, tAC) != nil {
+				rt.Fatalf("o2 was granted [a,c) while o1 holds %s: %s", targetName(k), m.describe())
+			}
+			h.h.Release()
+			m.drop(rt, h, false)
+			m.settle(rt)
+		}
 		if m.heldBy(2, tAC) == nil {
-			rt.Fatalf("o2 was not granted [a,c) once a was free: %s", m.describe())
+			rt.Fatalf("o2 was not granted [a,c) once a and b were free: %s", m.describe())
 		}
 	})
 }
@@ -108,15 +141,18 @@ func TestModelRangeUpgradesDeadlock(t *testing.T) {
 	})
 }
 
-// An owner can wait on itself through a request of no owner: o1 holds a; an exclusive request of
-// no owner for a queues behind it; o1's exclusive [a,c) does not conflict with o1's own a, but it
-// does with the request of no owner queued ahead, which waits for o1. Nothing but a timeout would
-// end that wait, so o1's request must fail as a deadlock of o1 alone.
+// An owner passes a request of no owner that waits for it: o1 holds a; an exclusive request of no
+// owner for a queues behind it; o1's exclusive [a,c) does not conflict with o1's own a, and it
+// passes the request of no owner, which cannot be served before o1 lets a go anyway. Waiting
+// behind it, o1 would wait for itself.
 func TestModelRangeWaitsOnItsOwnerThroughRequestOfNoOwner(t *testing.T) {
-	replay(t, 1, func(rt *rapid.T, m *modelRun) {
+	replay(t, 0, func(rt *rapid.T, m *modelRun) {
 		m.lock(rt, 1, tA, false, true, replayLease, replayTimeout)
 		m.lock(rt, 0, tA, false, true, replayLease, replayTimeout)
 		m.lock(rt, 1, tAC, false, true, replayLease, replayTimeout)
+		if m.heldBy(1, tAC) == nil {
+			rt.Fatalf("o1 did not pass the request that waits for it: %s", m.describe())
+		}
 	})
 }
 
@@ -145,40 +181,110 @@ func TestModelRangeGrantedAtLapseOfKeyGrantedWhileItWaited(t *testing.T) {
 
 // A newcomer does not barge past a waiter that a range keeps from a free key: o1 holds [a,c)
 // shared, and an exclusive request of no owner for a queues, kept from the free key by that range.
-// o1's own exclusive a conflicts with no holder (its range is its own), but it must queue behind
-// the request ahead, not take the key within the barging window meant for a woken waiter; and
-// there it waits for itself through that request, a deadlock of o1 alone.
+// o2's exclusive a, which holds nothing, queues behind it rather than take the key within the
+// barging window meant for a woken waiter. o1's own exclusive a passes both, which wait for o1's
+// range, and takes the key.
 func TestModelKeyNewcomerDoesNotPassWaiterKeptByRange(t *testing.T) {
-	replay(t, 1, func(rt *rapid.T, m *modelRun) {
+	replay(t, 0, func(rt *rapid.T, m *modelRun) {
 		m.lock(rt, 1, tAC, true, true, replayLease, replayTimeout)
 		m.lock(rt, 0, tA, false, true, replayLease, replayTimeout)
+		m.lock(rt, 2, tA, false, true, replayLease, replayTimeout)
+		if m.request(2) == nil {
+			rt.Fatalf("o2's exclusive a did not queue: %s", m.describe())
+		}
 		m.lock(rt, 1, tA, false, true, replayLease, replayTimeout)
+		if m.heldBy(1, tA) == nil {
+			rt.Fatalf("o1 did not pass the requests that wait for its range: %s", m.describe())
+		}
 	})
 }
 
-// A request of no owner passes on the requests queued ahead of it too, not only the holders it
-// conflicts with: o1 holds [c,∞) exclusively; o3's shared [b,d) queues (waiting for o1), then an
-// exclusive c of no owner (behind o3's request, which it conflicts with), then o1's shared [b,d),
-// which conflicts only with the request of no owner. Through it, o1 waits for o3, which waits for
-// o1: o1's request closes the cycle and must fail.
+// An owner passes a request that waits for it through the requests queued ahead of it: o1 holds
+// [c,∞) exclusively; o3's shared [b,d) queues (waiting for o1), then an exclusive b of no owner
+// (behind o3's request, which it conflicts with); o1's shared [b,d) conflicts only with the
+// request of no owner, which does not conflict with o1's range, but waits behind o3's request,
+// which does. So o1 passes it and takes [b,d).
 func TestModelRangeWaitsThroughRequestsAheadOfRequestOfNoOwner(t *testing.T) {
-	replay(t, 1, func(rt *rapid.T, m *modelRun) {
+	replay(t, 0, func(rt *rapid.T, m *modelRun) {
 		m.lock(rt, 1, tCUp, false, true, replayLease, replayTimeout)
 		m.lock(rt, 3, tBD, true, true, replayLease, replayTimeout)
-		m.lock(rt, 0, tC, false, true, replayLease, replayTimeout)
+		m.lock(rt, 0, tB, false, true, replayLease, replayTimeout)
 		m.lock(rt, 1, tBD, true, true, replayLease, replayTimeout)
+		if m.heldBy(1, tBD) == nil {
+			rt.Fatalf("o1 did not pass the request that waits for it through o3's: %s", m.describe())
+		}
 	})
 }
 
-// In range mode a key's request waits for the requests queued ahead of it for its key: o1 holds
-// [a,c) shared; o2's exclusive a queues, kept by o1's range; o1's own exclusive a conflicts with
-// no holder, but it is served after o2's request, which waits for o1: o1 → o2 → o1. (Before range
-// mode, requests ahead waited for the same holders as the one behind, and no edge to them was
-// needed.)
-func TestModelKeyWaitsForRequestAheadKeptByOwnRange(t *testing.T) {
+// In range mode a key's request waits for the requests queued ahead of it for its key: o1 holds d;
+// o3 holds [a,c) shared; o2's exclusive a queues, kept by o3's range; o1's exclusive a conflicts
+// with no holder, but it is served after o2's request, which does not wait for o1. When o3 then
+// asks for d, it closes o3 → o1 → o2 → o3 and must fail. (Before range mode, requests ahead waited
+// for the same holders as the one behind, and no edge to them was needed.)
+func TestModelKeyWaitsForRequestAheadKeptByRange(t *testing.T) {
 	replay(t, 1, func(rt *rapid.T, m *modelRun) {
-		m.lock(rt, 1, tAC, true, true, replayLease, replayTimeout)
+		m.lock(rt, 1, tD, false, true, replayLease, replayTimeout)
+		m.lock(rt, 3, tAC, true, true, replayLease, replayTimeout)
 		m.lock(rt, 2, tA, false, true, replayLease, replayTimeout)
 		m.lock(rt, 1, tA, false, true, replayLease, replayTimeout)
+		m.lock(rt, 3, tD, false, true, replayLease, replayTimeout)
+	})
+}
+
+// A request that passed others keeps passing them when its owner's lock ends while they wait
+// behind its own request: o3 holds [c,∞) shared, o4 holds a shared and o1 holds every key shared;
+// o4's exclusive c queues (waiting for o3 and o1), then an exclusive [b,d) of no owner (waiting
+// for them too, and behind o4's request). o1's exclusive c passes both, which wait for o1's range,
+// and queues ahead of o4's request, for o3. When o1's range is revoked, the request of no owner
+// still waits behind o4's, which waits behind o1's: o1 passes it still, rather than wait behind
+// it in a cycle, and takes c once o3 lets its range go.
+func TestModelOwnerStillPassesRequestBehindItsOwn(t *testing.T) {
+	replay(t, 0, func(rt *rapid.T, m *modelRun) {
+		m.lock(rt, 3, tCUp, true, true, replayLease, replayTimeout)
+		m.lock(rt, 4, tA, true, true, replayLease, replayTimeout)
+		m.lock(rt, 1, tAll, true, true, replayLease, replayTimeout)
+		m.lock(rt, 4, tC, false, true, replayLease, replayTimeout)
+		m.lock(rt, 0, tBD, false, true, replayLease, replayTimeout)
+		m.lock(rt, 1, tC, false, true, replayLease, replayTimeout)
+		if m.request(1) == nil || m.request(4) == nil {
+			rt.Fatalf("o1's and o4's requests for c do not both wait: %s", m.describe())
+		}
+		for _, o := range []int{1, 3} {
+			t := map[int]int{1: tAll, 3: tCUp}[o]
+			h := m.heldBy(o, t)
+			if h == nil {
+				rt.Fatalf("o%d does not hold %s: %s", o, targetName(t), m.describe())
+			}
+			h.h.Revoke()
+			m.drop(rt, h, true)
+			m.settle(rt)
+		}
+		if m.heldBy(1, tC) == nil {
+			rt.Fatalf("o1 was not granted c: %s", m.describe())
+		}
+	})
+}
+
+// A request passes one it queued behind once a later wait makes that one wait for its owner
+// (found by TestModelOrderedWriters): o3 holds a; o4's shared range over every key queues, waiting
+// for o3; o2 holds b shared; o1, holding nothing, asks for d exclusively and queues behind o4's
+// range; o2's exclusive d queues behind o1's request, which waits for no lock of o2. Then o3 asks
+// for b, waiting for o2's share: now o4's range waits for o2 through o3's wait, and so does o1's
+// request behind it. o2 must pass both and take d; left behind o1's request, it would close
+// o2 → o1 → o4 → o3 → o2 among writers that lock in key order.
+func TestModelOwnerPassesRequestAheadThatComesToWaitForIt(t *testing.T) {
+	replay(t, 0, func(rt *rapid.T, m *modelRun) {
+		m.lock(rt, 3, tA, false, true, replayLease, replayTimeout)
+		m.lock(rt, 4, tAll, true, true, replayLease, replayTimeout)
+		m.lock(rt, 2, tB, true, true, replayLease, replayTimeout)
+		m.lock(rt, 1, tD, false, true, replayLease, replayTimeout)
+		m.lock(rt, 2, tD, false, true, replayLease, replayTimeout)
+		if m.request(1) == nil || m.request(2) == nil {
+			rt.Fatalf("o1's and o2's requests for d do not both wait: %s", m.describe())
+		}
+		m.lock(rt, 3, tB, false, true, replayLease, replayTimeout)
+		if m.heldBy(2, tD) == nil {
+			rt.Fatalf("o2 did not pass the requests that came to wait for it: %s", m.describe())
+		}
 	})
 }

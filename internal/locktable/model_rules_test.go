@@ -9,7 +9,9 @@ import (
 // The model check's rules (docs/DESIGN.md §15.2, §15.3, §17), decided by brute force over the
 // whole state: two locks conflict when their key sets meet, at least one is exclusive, and they
 // are not of one owner; a request is served once no holder and no request queued ahead of it
-// conflicts with it. Where no range is involved, the rules of keys alone (per key a FIFO queue,
+// conflicts with it, but for the requests it passes: a request of an owner that holds locks passes
+// a request that waits for one of them, itself or through the requests queued ahead of it (§17.2).
+// Where no range is involved, the rules of keys alone (per key a FIFO queue,
 // upgrades ahead, served from its head) decide too, and the two must agree (model_test.go drives
 // them).
 
@@ -40,22 +42,133 @@ func (m *modelRun) blocked(r *mReq, ahead []*mReq) bool {
 		}
 	}
 	for _, q := range ahead {
-		if r.behind(q) {
+		if r.behind(q) && (sameKey(r, q) || !m.passes(r, q)) {
 			return true
 		}
 	}
 	return false
 }
 
-// admits is the grant rule for r on arrival, on a settled table: a lock queues behind every
-// request, an upgrade only behind the upgrades queued. Where no range is involved it must be the
-// rule of keys alone.
-func (m *modelRun) admits(rt *rapid.T, r *mReq) bool {
-	ahead := m.queue
-	if r.up != nil {
-		ahead = m.queue[:m.upgradesQueued()]
+// passes reports whether r may pass q, a request queued ahead of it: its column family is in range
+// mode, r's owner held locks as it asked, and q cannot be served before that owner lets go.
+func (m *modelRun) passes(r, q *mReq) bool {
+	if !m.rangeMode || r.owner == 0 || !r.holds || q.owner == r.owner {
+		return false
 	}
-	ok := !m.blocked(r, ahead)
+	return m.waitsForOwner(q, r.owner, map[*mReq]bool{})
+}
+
+// waitsForOwner reports whether q, a queued request, cannot be served before owner o lets go: it
+// conflicts with a lock of o, or with a lock of another owner whose queued request waits for o in
+// turn; or a request queued ahead of it that it conflicts with is o's, or waits for o in turn.
+func (m *modelRun) waitsForOwner(q *mReq, o int, seen map[*mReq]bool) bool {
+	if seen[q] {
+		return false
+	}
+	seen[q] = true
+	for _, h := range m.holds {
+		if h.owner == 0 || !q.blockedBy(h) {
+			continue
+		}
+		if h.owner == o {
+			return true
+		}
+		if u := m.request(h.owner); u != nil && m.waitsForOwner(u, o, seen) {
+			return true
+		}
+	}
+	for _, p := range m.queue {
+		if p != q && m.aheadOf(p, q) && q.behind(p) && (p.owner == o || m.waitsForOwner(p, o, seen)) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameKey reports whether p and q are requests for one key, which its queue orders.
+func sameKey(p, q *mReq) bool { return p.target == q.target && p.target < modelKeys }
+
+// aheadOf reports whether p, a queued request, is served before q, another one, where they
+// conflict: upgrades go ahead of every other request, in their order; requests for one key are in
+// the order of its queue, where a request that passes others is placed ahead of them; all others
+// are in the order of arrival.
+func (m *modelRun) aheadOf(p, q *mReq) bool {
+	switch {
+	case sameKey(p, q) || p.up != nil && q.up != nil:
+		return slices.Index(m.queue, p) < slices.Index(m.queue, q)
+	case p.up != nil || q.up != nil:
+		return p.up != nil
+	}
+	return p.id < q.id
+}
+
+// passPoint is where r, a newcomer's request for a key, is queued when it waits: ahead of the
+// first request for its key that it passes, or -1 for the tail.
+func (m *modelRun) passPoint(r *mReq) int {
+	if r.up != nil || r.target >= modelKeys {
+		return -1
+	}
+	for i, q := range m.queue {
+		if sameKey(q, r) && m.passes(r, q) {
+			return i
+		}
+	}
+	return -1
+}
+
+// repass moves each queued key request of an owner that held locks as it asked ahead of the
+// first request queued ahead of it for its key that it passes now, oldest first and from the
+// start again after each move, each at most once: a new wait can make a request pass one it
+// queued behind (§17.2).
+func (m *modelRun) repass() {
+	if !m.rangeMode {
+		return
+	}
+	done := map[*mReq]bool{}
+	for moved := true; moved; {
+		moved = false
+		byAge := slices.Clone(m.queue)
+		slices.SortFunc(byAge, func(a, b *mReq) int { return a.id - b.id })
+		for _, r := range byAge {
+			if r.up != nil || r.target >= modelKeys || r.owner == 0 || !r.holds || done[r] {
+				continue
+			}
+			at := slices.Index(m.queue, r)
+			for i, q := range m.queue[:at] {
+				if sameKey(q, r) && m.passes(r, q) {
+					m.queue = slices.Insert(slices.Delete(m.queue, at, at+1), i, r)
+					moved, done[r] = true, true
+					break
+				}
+			}
+			if moved {
+				break
+			}
+		}
+	}
+}
+
+// newcomerAhead lists the queued requests ahead of r, a newcomer: for an upgrade the upgrades
+// queued; for a lock every request but those for its key from its pass point on.
+func (m *modelRun) newcomerAhead(r *mReq) []*mReq {
+	if r.up != nil {
+		return slices.DeleteFunc(slices.Clone(m.queue), func(q *mReq) bool { return q.up == nil })
+	}
+	at := m.passPoint(r)
+	var out []*mReq
+	for i, q := range m.queue {
+		if at < 0 || i < at || !sameKey(q, r) {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// admits is the grant rule for r on arrival, on a settled table: a lock queues behind every
+// request but those it passes, an upgrade only behind the upgrades queued. Where no range is
+// involved it must be the rule of keys alone.
+func (m *modelRun) admits(rt *rapid.T, r *mReq) bool {
+	ok := !m.blocked(r, m.newcomerAhead(r))
 	if !m.rangesInvolved() && r.target < modelKeys && ok != m.fifoAdmits(r) {
 		rt.Fatalf("the rules disagree on %v: by conflicts %v, by the key's FIFO queue %v\n%s", r, ok, !ok, m.describe())
 	}
@@ -78,11 +191,19 @@ func (m *modelRun) serve(rt *rapid.T) {
 		}
 	}
 	var left []*mReq
+	granted := map[*mReq]bool{}
 	for _, r := range m.queue {
-		if m.blocked(r, left) {
+		var ahead []*mReq
+		for _, q := range m.queue {
+			if q != r && !granted[q] && m.aheadOf(q, r) {
+				ahead = append(ahead, q)
+			}
+		}
+		if m.blocked(r, ahead) {
 			left = append(left, r)
 			continue
 		}
+		granted[r] = true
 		if keysOnly && !slices.Contains(served, r) {
 			rt.Fatalf("the rules disagree: conflicts grant %v, the key's FIFO queue does not\n%s", r, m.describe())
 		}
@@ -124,11 +245,10 @@ func (m *modelRun) drop(rt *rapid.T, h *mHold, expired bool) {
 	m.serve(rt)
 }
 
-// rangesInvolved reports whether a range is held or queued.
-func (m *modelRun) rangesInvolved() bool {
-	return slices.ContainsFunc(m.holds, func(h *mHold) bool { return h.target >= modelKeys }) ||
-		slices.ContainsFunc(m.queue, func(r *mReq) bool { return r.target >= modelKeys })
-}
+// rangesInvolved reports whether the column family is in range mode (a range was asked for
+// since the run began): the table then applies the rules of §17 to every request, and the rules of
+// keys alone no longer decide.
+func (m *modelRun) rangesInvolved() bool { return m.rangeMode }
 
 // keyHolders and keyQueue are key k's holders and queue, for the rules of keys alone.
 func (m *modelRun) keyHolders(k int) []*mHold {

@@ -34,6 +34,16 @@ func (m *modelRun) heldBy(o, t int) *mHold {
 	return nil
 }
 
+// holdOf returns the model's hold that r was granted, or nil.
+func (m *modelRun) holdOf(r *mReq) *mHold {
+	for _, h := range m.holds {
+		if h.id == r.id {
+			return h
+		}
+	}
+	return nil
+}
+
 // coveredBy returns a range hold of owner o (not 0) that contains key t in a mode at least as
 // strong as asked (shared or not), or nil: a Txn's Lock of such a key returns that hold and does
 // not reach the table.
@@ -67,17 +77,24 @@ func (m *modelRun) stepLock(rt *rapid.T) {
 	m.lock(rt, o, t, shared, wait, lease, timeout)
 }
 
-// newHold returns a hold of the check's tenant for target t.
-func (m *modelRun) newHold(o, t int, shared bool) *Hold {
+// newHold returns a hold of the check's tenant for target t, marked FlagOwnerHolds when holds.
+func (m *modelRun) newHold(o, t int, shared, holds bool) *Hold {
 	var owner Owner
 	if o != 0 {
 		owner = m.owners[o]
 	}
+	opts := testOptions{Shared: shared, OwnerHolds: holds}
 	if t < modelKeys {
-		return m.l.newHold(modelKey(t), testOptions{Shared: shared}, owner)
+		return m.l.newHold(modelKey(t), opts, owner)
 	}
+	m.rangeMode = true // InitRange puts the column family in range mode
 	s := spanOf(t)
-	return m.l.newRangeHold(s.start, s.end, testOptions{Shared: shared}, owner)
+	return m.l.newRangeHold(s.start, s.end, opts, owner)
+}
+
+// holdsAny reports whether owner o (not 0) holds a lock, as a Txn knows when it asks.
+func (m *modelRun) holdsAny(o int) bool {
+	return o != 0 && slices.ContainsFunc(m.holds, func(h *mHold) bool { return h.owner == o })
 }
 
 // lock is a lock request of owner o (0: none) for target t, or by an owner that holds t shared an
@@ -86,10 +103,11 @@ func (m *modelRun) lock(rt *rapid.T, o, t int, shared, wait bool, lease, timeout
 	if held := m.heldBy(o, t); held != nil {
 		return m.upgrade(rt, held, timeout)
 	}
-	h := m.newHold(o, t, shared)
+	holds := m.holdsAny(o)
+	h := m.newHold(o, t, shared, holds)
 	h.SetAskedLease(lease)
 	m.seq++
-	r := &mReq{id: m.seq, owner: o, target: t, shared: shared, lease: lease, deadline: m.now + timeout, h: h}
+	r := &mReq{id: m.seq, owner: o, target: t, shared: shared, lease: lease, deadline: m.now + timeout, h: h, holds: holds}
 	admitted := m.admits(rt, r)
 	if !wait {
 		_, err := h.Acquire(context.Background(), lease, timeout, false, false)
@@ -113,7 +131,13 @@ func (m *modelRun) lock(rt *rapid.T, o, t int, shared, wait bool, lease, timeout
 		m.grant(r)
 		m.ended[r] = nil
 	} else {
-		m.queue = append(m.queue, r)
+		if at := m.passPoint(r); at >= 0 {
+			m.queue = slices.Insert(m.queue, at, r)
+		} else {
+			m.queue = append(m.queue, r)
+		}
+		m.repass()
+		m.serve(rt) // a new wait of an owner can let another owner's request pass (§17.2)
 	}
 	m.settle(rt)
 	return r
@@ -132,6 +156,8 @@ func (m *modelRun) upgrade(rt *rapid.T, held *mHold, timeout time.Duration) *mRe
 		m.ended[r] = nil
 	} else {
 		m.queue = slices.Insert(m.queue, m.upgradesQueued(), r)
+		m.repass()
+		m.serve(rt)
 	}
 	m.settle(rt)
 	return r

@@ -144,16 +144,25 @@ type mReq struct {
 	lease    time.Duration
 	deadline time.Duration // when it times out
 	h        *Hold         // the lock's hold; for an upgrade, up.h
+	// holds says that its owner held a lock as it asked (FlagOwnerHolds): only then does it pass
+	// the requests that wait for its owner (model_rules_test.go).
+	holds    bool
 	cancel   context.CancelFunc
 	done     chan error
-	returned bool // done was read
+	returned bool  // done was read
+	err      error // what it read
 }
 
-// result reads how r's call returned.
+// result reads how r's call returned, once.
 func (r *mReq) result() error {
-	r.returned = true
-	return <-r.done
+	if !r.returned {
+		r.returned, r.err = true, <-r.done
+	}
+	return r.err
 }
+
+// hasReturned reports whether r's call has returned, read or not.
+func (r *mReq) hasReturned() bool { return r.returned || len(r.done) > 0 }
 
 // exclusive reports whether r asks for an exclusive lock: an exclusive request or an upgrade.
 func (r *mReq) exclusive() bool { return r.up != nil || !r.shared }
@@ -188,6 +197,8 @@ type modelRun struct {
 	// counts them over the run.
 	victims   []*mReq
 	deadlocks int
+	// rangeMode says that a range was asked for: the table's column family is in range mode.
+	rangeMode bool
 }
 
 func newModelRun(t *testing.T, rt *rapid.T) *modelRun {

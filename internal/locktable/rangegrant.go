@@ -1,7 +1,9 @@
 package locktable
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 )
 
@@ -28,7 +30,7 @@ func conflicts(a, b *Hold) bool {
 // settled first, as a newcomer settles a key's lapsed holders; without, a lapsed range blocks
 // until its timer settles it, so that serving a key never ends another lease under it.
 func (sp *rangeSpace) keyBlocked(sh *shard, h *Hold, seq uint64, settle bool, c *Tenant, mono time.Duration) bool {
-	if sp.ranges.n == 0 || sh.tab.modes.noConflicts.Load() || !sp.ranges.containsAny(h.key()) {
+	if sp.ranges.n == 0 || sh.tab.modes.noConflicts.Load() || !sp.ranges.mayConflict(h.key(), h.flags()&FlagShared != 0) {
 		return false
 	}
 	if settle {
@@ -64,28 +66,25 @@ func (sp *rangeSpace) rangeBlocked(sh *shard, h *Hold, seq uint64, settle bool, 
 	}
 	blocked := false
 	sp.keysIn(start, end, func(e *keyEntry) bool {
-		blocked = e.blocksRange(h, seq)
+		blocked = sp.keyBlocksRange(e, h, seq)
 		return !blocked
 	})
 	return blocked || sp.rangesBlock(h, seq)
 }
 
-// rangesOver calls f on every range lock and queued range request of sp that meets h's key set
-// (its key, or a range hold's span), in order of start, until f returns false.
-func (sp *rangeSpace) rangesOver(h *Hold, f func(*rangeItem) bool) {
-	if h.IsRange() {
-		sp.ranges.meeting(h.key(), h.cold.span.end, f)
-		return
-	}
-	sp.ranges.containing(h.key(), f)
-}
-
 // rangesBlock reports whether a range lock or request of sp keeps h, a request placed seq in the
-// order of arrival, waiting (rangeItem.blocks).
+// order of arrival, waiting (rangeItem.blocks), but for a request h passes (rangepass.go).
 func (sp *rangeSpace) rangesBlock(h *Hold, seq uint64) bool {
 	blocked := false
-	sp.rangesOver(h, func(it *rangeItem) bool {
-		blocked = it.blocks(h, seq)
+	sp.ranges.heldConflicting(h, func(it *rangeItem) bool {
+		blocked = conflicts(h, it.h)
+		return !blocked
+	})
+	if blocked {
+		return true
+	}
+	sp.ranges.queuedOver(h, func(it *rangeItem) bool {
+		blocked = it.blocks(h, seq) && !sp.passes(h, it.w)
 		return !blocked
 	})
 	return blocked
@@ -102,8 +101,8 @@ func (it *rangeItem) blocks(h *Hold, seq uint64) bool {
 // and whose lease lapsed at mono (a reading of c's clock) but is not ended yet, and returns it.
 // They are collected first: ending one serves what it held up, which can change the tree.
 func (sp *rangeSpace) lapsedRanges(h *Hold, c *Tenant, mono time.Duration, lapsed []*Hold) []*Hold {
-	sp.rangesOver(h, func(it *rangeItem) bool {
-		if it.w == nil && conflicts(h, it.h) && it.h.lapsedFor(c, mono) {
+	sp.ranges.heldConflicting(h, func(it *rangeItem) bool {
+		if conflicts(h, it.h) && it.h.lapsedFor(c, mono) {
 			lapsed = append(lapsed, it.h)
 		}
 		return true
@@ -111,9 +110,10 @@ func (sp *rangeSpace) lapsedRanges(h *Hold, c *Tenant, mono time.Duration, lapse
 	return lapsed
 }
 
-// blocksRange reports whether e's key keeps h, a range request over it placed seq in the order
-// of arrival, waiting: a conflicting holder, or a conflicting request queued before it.
-func (e *keyEntry) blocksRange(h *Hold, seq uint64) bool {
+// keyBlocksRange reports whether e's key keeps h, a range request over it placed seq in the
+// order of arrival, waiting: a conflicting holder, or a conflicting request queued before it that
+// h does not pass (rangepass.go).
+func (sp *rangeSpace) keyBlocksRange(e *keyEntry, h *Hold, seq uint64) bool {
 	if e.holder != nil {
 		if conflicts(h, e.holder) {
 			return true
@@ -125,7 +125,7 @@ func (e *keyEntry) blocksRange(h *Hold, seq uint64) bool {
 		}
 	}
 	for w := e.head; w != nil; w = w.next {
-		if w.seq < seq && conflicts(h, w.h) {
+		if w.seq < seq && conflicts(h, w.h) && !sp.passes(h, w) {
 			return true
 		}
 	}
@@ -194,7 +194,9 @@ func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, w
 func (sh *shard) grantRange(sp *rangeSpace, it *rangeItem, wall int64, mono, lease time.Duration) {
 	h := it.h
 	it.w = nil
-	if !it.inTree {
+	if it.inTree {
+		sp.ranges.refile(it) // from the queued requests to the locks held
+	} else {
 		sp.ranges.insert(it)
 	}
 	h.e = nil
@@ -207,10 +209,12 @@ func (sh *shard) grantRange(sp *rangeSpace, it *rangeItem, wall int64, mono, lea
 	sh.schedule(h)
 }
 
-// serveRanges grants, oldest first, the queued range requests of sp that nothing keeps waiting
-// any more. A call made while it runs (settling or serving a key can come back here) asks it to
-// go over the queue once more instead.
-func (sh *shard) serveRanges(sp *rangeSpace) {
+// serveRanges grants, oldest first, the queued range requests of sp that meet [start, end) (end
+// nil: no bound), or with point the key start, and that nothing keeps waiting any more: a change
+// to the holders or the queue there can let through only those, and a request granted holds up
+// the ones behind it rather than let them through. A call made while it runs (settling or serving
+// a key can come back here) asks it to go over the whole queue once more instead.
+func (sh *shard) serveRanges(sp *rangeSpace, start, end []byte, point bool) {
 	if len(sp.queue) == 0 {
 		return
 	}
@@ -219,37 +223,57 @@ func (sh *shard) serveRanges(sp *rangeSpace) {
 		return
 	}
 	sp.serving = true
-	for again := true; again; again = sp.again {
+	var batch []*rangeItem
+	collect := func(it *rangeItem) bool {
+		batch = append(batch, it)
+		return true
+	}
+	if point {
+		sp.ranges.queued.containing(start, collect)
+	} else {
+		sp.ranges.queued.meeting(start, end, collect)
+	}
+	slices.SortFunc(batch, func(a, b *rangeItem) int { return cmp.Compare(a.w.seq, b.w.seq) })
+	sh.serveQueuedRanges(sp, batch)
+	for sp.again {
 		sp.again = false
-		for i := 0; i < len(sp.queue); {
-			it := sp.queue[i]
-			w := it.w
-			c := w.h.ten
-			if c.closed.Load() {
-				sh.dropRange(w, waitClosed)
-				sh.serveAfterRange(sp, it.start(), it.end())
-				continue
-			}
-			if up := w.upgrade; up != nil && up.Dead() {
-				sh.dropRange(w, waitShareEnded)
-				sh.serveAfterRange(sp, it.start(), it.end())
-				continue
-			}
-			wall, mono := ReadClock(c.clock)
-			if sp.rangeBlocked(sh, w.h, w.seq, false, c, mono) {
-				i++
-				continue
-			}
-			if w.upgrade != nil {
-				sh.finishRangeUpgrade(sp, it, mono)
-				continue
-			}
-			sh.unqueueGrantedRange(sp, it, mono)
-			sh.grantRange(sp, it, wall, mono, w.lease)
-			w.finish(waitGranted)
-		}
+		sh.serveQueuedRanges(sp, append(batch[:0], sp.queue...))
 	}
 	sp.serving = false
+}
+
+// serveQueuedRanges grants the queued range requests of batch, in its order, that nothing keeps
+// waiting any more; one that left the queue meanwhile is skipped.
+func (sh *shard) serveQueuedRanges(sp *rangeSpace, batch []*rangeItem) {
+	for _, it := range batch {
+		w := it.w
+		if w == nil {
+			continue // granted or dropped since the batch was made
+		}
+		sp.ranges.tried++
+		c := w.h.ten
+		if c.closed.Load() {
+			sh.dropRange(w, waitClosed)
+			sh.serveAfterRange(sp, it.start(), it.end())
+			continue
+		}
+		if up := w.upgrade; up != nil && up.Dead() {
+			sh.dropRange(w, waitShareEnded)
+			sh.serveAfterRange(sp, it.start(), it.end())
+			continue
+		}
+		wall, mono := ReadClock(c.clock)
+		if sp.rangeBlocked(sh, w.h, w.seq, false, c, mono) {
+			continue
+		}
+		if w.upgrade != nil {
+			sh.finishRangeUpgrade(sp, it, mono)
+			continue
+		}
+		sh.unqueueGrantedRange(sp, it, mono)
+		sh.grantRange(sp, it, wall, mono, w.lease)
+		w.finish(waitGranted)
+	}
 }
 
 // served takes rk out of its space's index if serving its entry took the entry out of the table
@@ -266,12 +290,7 @@ func (sp *rangeSpace) queuedOver(key []byte) bool {
 	if len(sp.queue) == 0 {
 		return false
 	}
-	found := false
-	sp.ranges.containing(key, func(it *rangeItem) bool {
-		found = it.w != nil
-		return !found
-	})
-	return found
+	return sp.ranges.queued.containsAny(key)
 }
 
 // unlinkQueued takes it out of sp's queue of range requests; it stays in the tree.
@@ -286,6 +305,9 @@ func (sp *rangeSpace) unlinkQueued(sh *shard, it *rangeItem) {
 	}
 	w := it.w
 	w.left = true
+	if w.listed != nil {
+		sh.unlist(sp, w)
+	}
 	if w.counted {
 		w.counted = false
 		sh.counts.waiting--
@@ -330,6 +352,7 @@ func (sh *shard) giveBackRange(h *Hold, f, set uint32) {
 		sh.dropRange(w, waitShareEnded)
 	}
 	sh.held--
+	sh.ownerLetGo(h)
 	sh.serveAfterRange(sp, h.key(), h.cold.span.end)
 }
 
@@ -348,7 +371,7 @@ func (sh *shard) serveAfterRange(sp *rangeSpace, start, end []byte) {
 		sh.serveKey(e)
 		rk.served()
 	}
-	sh.serveRanges(sp)
+	sh.serveRanges(sp, start, end, false)
 }
 
 // watchSpan watches the holders of the keys inside h's range, for a range request that queues
@@ -360,12 +383,12 @@ func (sh *shard) watchSpan(sp *rangeSpace, h *Hold) {
 		sh.tellHolders(e)
 		return true
 	})
-	sp.ranges.meeting(h.key(), h.cold.span.end, func(it *rangeItem) bool {
-		if it.w == nil {
+	for _, t := range []*rangeTree{&sp.ranges.shared, &sp.ranges.exclusive} {
+		t.meeting(h.key(), h.cold.span.end, func(it *rangeItem) bool {
 			sh.tellHolder(it.h)
-		}
-		return true
-	})
+			return true
+		})
+	}
 }
 
 // rangeWaitsOver reports whether, in range mode, a range request over e's key is queued: a

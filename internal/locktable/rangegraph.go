@@ -33,32 +33,21 @@ func (sp *rangeSpace) rangeEdges(h *Hold, w *waiter, s *rangeEdgeSink) {
 // requestsAhead calls f on every request that conflicts with x, a queued request of sp, and is
 // served before it: for a key's request, those queued ahead of it for its key, and the range
 // requests over its key queued before it; for a range request, the requests for the keys inside
-// it and the range requests over it queued before it.
+// it and the range requests over it queued before it (queuedAhead), but those that x passes
+// (rangepass.go), which are not served before it. In its key's queue a request passes others by
+// its place, where it queues or is moved to (repass); the ones ahead of it it waits for.
 func (sp *rangeSpace) requestsAhead(x *waiter, f func(*waiter)) {
-	xh := x.h
-	if x.space == nil {
-		for y := xh.e.head; y != nil && y != x; y = y.next {
-			if conflicts(xh, y.h) {
-				f(y)
-			}
-		}
-	} else {
-		sp.keysIn(xh.key(), xh.cold.span.end, func(e *keyEntry) bool {
-			for y := e.head; y != nil; y = y.next {
-				if y.seq < x.seq && conflicts(xh, y.h) {
-					f(y)
-				}
-			}
-			return true
-		})
-	}
-	sp.rangesOver(xh, func(it *rangeItem) bool {
-		if it.w != nil && it.w.seq < x.seq && conflicts(xh, it.h) {
-			f(it.w)
+	sp.queuedAhead(x, func(y *waiter) bool {
+		if sameQueue(x, y) || !sp.passes(x.h, y) {
+			f(y)
 		}
 		return true
 	})
 }
+
+// sameQueue reports whether x and y are queued for one key, whose queue is served from its head:
+// there a request passes others by its place alone (rangepass.go).
+func sameQueue(x, y *waiter) bool { return x.space == nil && y.space == nil && x.h.e == y.h.e }
 
 // passOn adds x's owner through add, or, for a request of no owner, everything it waits for
 // through s.through and s.throughHolder, once per request.
@@ -98,8 +87,8 @@ func (sp *rangeSpace) holdersBlocking(x *Hold, f func(*Hold)) {
 
 // rangeHolders calls f on the range locks of sp that meet x's key set and conflict with x.
 func (sp *rangeSpace) rangeHolders(x *Hold, f func(*Hold)) {
-	sp.rangesOver(x, func(it *rangeItem) bool {
-		if it.w == nil && conflicts(x, it.h) {
+	sp.ranges.heldConflicting(x, func(it *rangeItem) bool {
+		if conflicts(x, it.h) {
 			f(it.h)
 		}
 		return true

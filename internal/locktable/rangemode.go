@@ -34,8 +34,12 @@ type rangeModes struct {
 // shard's mutex.
 type rangeSpace struct {
 	keys   *btree.BTreeG[*rangedKey] // the column family's keys held or waited on, by key
-	ranges rangeTree                 // its range locks and queued range requests
+	ranges rangeSet                  // its range locks and queued range requests
 	queue  []*rangeItem              // its queued range requests, oldest first
+	// waiting is the request each owner has queued in the column family, of a key or a range:
+	// what a lock of that owner's waits on, for the exception to the order of arrival
+	// (rangepass.go).
+	waiting map[Owner]*waiter
 	// seq is the last number given: every request its place in the order of arrival, and every
 	// range item its id.
 	seq uint64
@@ -123,20 +127,27 @@ func (h *Hold) acquireRouted(ctx context.Context, lease, timeout time.Duration, 
 	if sp != nil {
 		e = sh.lookup(h) // settling lapsed ranges may have changed the entry
 	}
+	admitted, before := true, (*waiter)(nil)
+	if sp != nil && e != nil {
+		admitted, before = sp.placeNewcomer(e, h, c, mono)
+	}
 	switch {
-	case blocked && !wait:
+	case (blocked || !admitted) && !wait:
 		sh.unlockAndRunDeferred()
 		return 0, ErrLocked
-	case blocked:
+	case blocked || !admitted:
 		if e == nil {
 			e = sh.newRangedEntry(sp, h)
 		}
-		return mono, sh.wait(ctx, e, h, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
+		return mono, sh.waitBefore(ctx, e, h, before, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
+	case sp != nil && e != nil:
+		sh.grantKey(e, h, wall, mono, lease, e.head != nil || e.rangeWaitsOver())
 	case e != nil:
 		return sh.takeBusy(ctx, e, h, wall, mono, lease, timeout, wait, ctxBounds)
 	case sp != nil:
 		e = sh.newRangedEntry(sp, h)
-		sh.grantKey(e, h, wall, mono, lease, false)
+		// A range request it passed (rangepass.go) waits for it, and must see its lease end.
+		sh.grantKey(e, h, wall, mono, lease, e.rangeWaitsOver())
 	default:
 		e = sh.newEntry(hash)
 		sh.grantKey(e, h, wall, mono, lease, false)
@@ -203,6 +214,11 @@ func (t *Table) enterRangeMode(cf uint32) *shard {
 func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace, home uint64) {
 	_, key := e.record()
 	rk := &rangedKey{key: bytes.Clone(key), space: sp, e: e}
+	for w := e.head; w != nil; w = w.next {
+		if w.h.owner != nil {
+			sp.listed(w) // queued before its column family had ranges
+		}
+	}
 	if sh == to {
 		e.setRanged(rk)
 		for _, h := range e.appendHolders(nil) {

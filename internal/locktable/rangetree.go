@@ -14,6 +14,8 @@ type rangeTree struct {
 	root *rangeItem
 	n    int
 	rnd  uint64 // the state of the priorities' generator
+	// steps counts the nodes its searches visited, for the tests that bound their cost.
+	steps uint64
 }
 
 // rangeItem is a range hold's node in its column family's tree, held or queued.
@@ -36,6 +38,7 @@ type rangeItem struct {
 	// in two integer comparisons each.
 	startPrefix, leftEndPrefix keyPrefix
 	inTree                     bool
+	tree                       *rangeTree // the tree of its rangeSet it is in, while inTree
 }
 
 func (it *rangeItem) start() []byte { return it.h.key() }
@@ -161,14 +164,15 @@ func joinItems(a, b *rangeItem) *rangeItem {
 // meeting calls f on every item whose span meets [start, end) (end nil: no bound), in order of
 // start, until f returns false.
 func (t *rangeTree) meeting(start, end []byte, f func(*rangeItem) bool) {
-	meetingIn(t.root, start, end, f)
+	t.meetingIn(t.root, start, end, f)
 }
 
-func meetingIn(n *rangeItem, start, end []byte, f func(*rangeItem) bool) bool {
+func (t *rangeTree) meetingIn(n *rangeItem, start, end []byte, f func(*rangeItem) bool) bool {
 	if n == nil || (!n.maxUnbounded && compareKeys(n.maxEnd, start) <= 0) {
 		return true // nothing below ends after start
 	}
-	if !meetingIn(n.left, start, end, f) {
+	t.steps++
+	if !t.meetingIn(n.left, start, end, f) {
 		return false
 	}
 	if end != nil && compareKeys(n.start(), end) >= 0 {
@@ -177,7 +181,7 @@ func meetingIn(n *rangeItem, start, end []byte, f func(*rangeItem) bool) bool {
 	if spansMeet(n.start(), n.end(), start, end) && !f(n) {
 		return false
 	}
-	return meetingIn(n.right, start, end, f)
+	return t.meetingIn(n.right, start, end, f)
 }
 
 // containsAny reports whether some item's span holds key. It follows one path down: where an
@@ -187,6 +191,7 @@ func meetingIn(n *rangeItem, start, end []byte, f func(*rangeItem) bool) bool {
 func (t *rangeTree) containsAny(key []byte) bool {
 	p := prefixOf(key)
 	for n := t.root; n != nil; {
+		t.steps++
 		c := n.startPrefix.compare(p)
 		if c == 0 {
 			c = compareKeys(n.start(), key)
@@ -211,14 +216,15 @@ func (t *rangeTree) containsAny(key []byte) bool {
 
 // containing calls f on every item whose span holds key, until f returns false.
 func (t *rangeTree) containing(key []byte, f func(*rangeItem) bool) {
-	containingIn(t.root, key, f)
+	t.containingIn(t.root, key, f)
 }
 
-func containingIn(n *rangeItem, key []byte, f func(*rangeItem) bool) bool {
+func (t *rangeTree) containingIn(n *rangeItem, key []byte, f func(*rangeItem) bool) bool {
 	if n == nil || (!n.maxUnbounded && compareKeys(n.maxEnd, key) <= 0) {
 		return true
 	}
-	if !containingIn(n.left, key, f) {
+	t.steps++
+	if !t.containingIn(n.left, key, f) {
 		return false
 	}
 	if compareKeys(n.start(), key) > 0 {
@@ -227,7 +233,7 @@ func containingIn(n *rangeItem, key []byte, f func(*rangeItem) bool) bool {
 	if (n.end() == nil || compareKeys(key, n.end()) < 0) && !f(n) {
 		return false
 	}
-	return containingIn(n.right, key, f)
+	return t.containingIn(n.right, key, f)
 }
 
 // keyPrefix is the first sixteen bytes of a key, big-endian, zero-padded. Keys whose prefixes

@@ -38,13 +38,29 @@ func (sp *rangeSpace) rangeWaiters(h *Hold) (n, read int) {
 		}
 		return true
 	})
-	for _, it := range sp.queue {
+	sp.ranges.queuedOver(h, func(it *rangeItem) bool {
 		read++
-		if spansMeet(h.key(), h.cold.span.end, it.start(), it.end()) && conflicts(h, it.h) {
+		if conflicts(h, it.h) {
 			n++
 		}
-	}
+		return true
+	})
 	return n, read
+}
+
+// appendRanges appends to hs the holds of sp's range locks, then of its queued range requests,
+// oldest first, for a view to visit one at a time.
+func (sp *rangeSpace) appendRanges(hs []*Hold) []*Hold {
+	for _, t := range []*rangeTree{&sp.ranges.shared, &sp.ranges.exclusive} {
+		t.meeting(nil, nil, func(it *rangeItem) bool {
+			hs = append(hs, it.h)
+			return true
+		})
+	}
+	for _, it := range sp.queue {
+		hs = append(hs, it.h)
+	}
+	return hs
 }
 
 // queuedRangesOver counts the range requests queued over the key of h, a holder of a key, that
@@ -55,8 +71,8 @@ func (sh *shard) queuedRangesOver(h *Hold) int {
 		return 0
 	}
 	n := 0
-	sp.rangesOver(h, func(it *rangeItem) bool {
-		if it.w != nil && conflicts(h, it.h) {
+	sp.ranges.queuedOver(h, func(it *rangeItem) bool {
+		if conflicts(h, it.h) {
 			n++
 		}
 		return true
@@ -81,26 +97,21 @@ func (sh *shard) visitRange(h *Hold, f func(h *Hold, waiters int)) {
 	f(h, n)
 }
 
-// visitRangeWaits calls wait on every queued range request of the shard's spaces, oldest first,
-// and, unless holder is nil, holder on every range lock with a conflicting request queued.
-func (sh *shard) visitRangeWaits(wait func(QueuedRequest), holder func(h *Hold, waiters int)) {
-	for _, sp := range sh.spaces {
-		for _, it := range sp.queue {
-			sh.counts.visited++
-			wait(it.w.request())
+// visitRangeWaits calls wait on h, a range request of the shard listed before the mutex was taken
+// (appendRanges), if it is still queued, or, unless holder is nil, holder on h, a range lock, if it
+// still holds its range and a conflicting request is queued.
+func (sh *shard) visitRangeWaits(h *Hold, wait func(QueuedRequest), holder func(h *Hold, waiters int)) {
+	it := &h.cold.span.item
+	switch {
+	case !it.inTree:
+	case it.w != nil:
+		sh.counts.visited++
+		wait(it.w.request())
+	case holder != nil:
+		if n, read := sh.spaces[h.cf].rangeWaiters(h); n > 0 {
+			sh.counts.visited += uint64(read)
+			holder(h, n)
 		}
-		if holder == nil {
-			continue
-		}
-		sp.ranges.meeting(nil, nil, func(it *rangeItem) bool {
-			if it.w == nil {
-				if n, read := sp.rangeWaiters(it.h); n > 0 {
-					sh.counts.visited += uint64(read)
-					holder(it.h, n)
-				}
-			}
-			return true
-		})
 	}
 }
 

@@ -242,6 +242,7 @@ func (sh *shard) giveBackRanged(h *Hold, e *keyEntry, f, set uint32) {
 	h.e = nil
 	e.holder = nil
 	sh.held--
+	sh.ownerLetGo(h)
 	sh.serve(e)
 }
 
@@ -260,6 +261,9 @@ func (sh *shard) giveBackShare(h *Hold, e *keyEntry, f, set uint32) {
 		sh.drop(w, waitShareEnded)
 	}
 	sh.held--
+	if e.ranged() != nil {
+		sh.ownerLetGo(h)
+	}
 	sh.serve(e)
 }
 

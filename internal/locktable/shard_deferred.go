@@ -9,9 +9,11 @@ type deferredCall struct {
 	h    *Hold
 	fn   func() error
 	note func()
-	// tell, when set, is a tenant's waited-on function, called with owner.
-	tell  func(Owner)
-	owner Owner
+	// tell, when set, is a tenant's waited-on function, called with owner; with regraph set
+	// instead, owner's wait is checked for a cycle again (waitGraph.recheckOwner).
+	tell    func(Owner)
+	regraph *waitGraph
+	owner   Owner
 }
 
 // deferHook moves h's release hook, if any, to the list run after mu is released.
@@ -36,6 +38,10 @@ func runDeferred(hs []deferredCall) {
 	for _, p := range hs {
 		if p.tell != nil {
 			p.tell(p.owner)
+			continue
+		}
+		if p.regraph != nil {
+			p.regraph.recheckOwner(p.owner)
 			continue
 		}
 		if p.note != nil {

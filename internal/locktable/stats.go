@@ -120,10 +120,7 @@ func (sh *shard) listKeys(want func(*keyEntry) bool) (keys []keyRef, ranges []*H
 		keys = append(keys, keyRef{hash: e.hash, h: h})
 	})
 	for _, sp := range sh.spaces {
-		sp.ranges.meeting(nil, nil, func(it *rangeItem) bool {
-			ranges = append(ranges, it.h)
-			return true
-		})
+		ranges = sp.appendRanges(ranges)
 	}
 	return keys, ranges
 }
@@ -146,14 +143,13 @@ func (w *waiter) request() QueuedRequest {
 // first per key, and, unless holder is nil, holder on each holder of each key with a request
 // queued, with their number, read in the same visit so that a wait and what it waits for agree. It
 // settles nothing: the holder of a key with a request queued has its deadline on a timer, which
-// settles it. As VisitHolders, it holds the mutex for one key's visit at a time, and once for
-// the range requests and range locks of the shard's spaces together.
+// settles it. As VisitHolders, it holds the mutex for one key's or one range's visit at a time.
 func (t *Table) VisitWaits(i int, wait func(QueuedRequest), holder func(h *Hold, waiters int)) {
 	sh := &t.shards[i]
 	keys, ranges := sh.listKeys(func(e *keyEntry) bool { return e.head != nil })
-	if len(ranges) > 0 {
+	for _, r := range ranges {
 		sh.mu.Lock()
-		sh.visitRangeWaits(wait, holder)
+		sh.visitRangeWaits(r, wait, holder)
 		sh.mu.Unlock()
 	}
 	for _, k := range keys {

@@ -85,6 +85,9 @@ func (h *Hold) Downgrade() {
 			sh.serve(e)
 		} else {
 			h.SetFlags(FlagShared)
+			if h.IsRange() { // its place among the ranges is by mode
+				sh.spaces[h.cf].ranges.refile(&h.cold.span.item)
+			}
 		}
 	}
 	sh.unlockAndRunDeferred()

@@ -3,6 +3,7 @@ package locktable
 import (
 	"bytes"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,6 +25,8 @@ import (
 type waitGraph struct {
 	mu      sync.Mutex // taken before any shard mutex, never under one
 	waiting map[Owner]*Hold
+	// count is len(waiting), read without mu by range mode's give-backs (ownerLetGo).
+	count atomic.Int32
 
 	// The search's scratch space, reused by the next search; guarded by mu.
 	parent      map[Owner]Owner
@@ -42,20 +45,23 @@ type waitGraph struct {
 // first, when it is held shared) had held it.
 func (g *waitGraph) enter(h *Hold) error {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if g.waiting == nil {
 		g.waiting = map[Owner]*Hold{}
 	}
 	g.waiting[h.owner] = h
+	g.count.Store(int32(len(g.waiting)))
 	cycle := g.cycleThrough(h.owner)
 	if cycle == nil {
+		g.mu.Unlock()
 		return nil
 	}
 	delete(g.waiting, h.owner)
+	g.count.Store(int32(len(g.waiting)))
 	sh := h.lockShard()
 	w := h.w
 	if w == nil { // granted, timed out or closed since: the wait loop reports it
 		sh.mu.Unlock()
+		g.mu.Unlock()
 		return nil
 	}
 	err := &DeadlockError{Cycle: cycle}
@@ -66,7 +72,11 @@ func (g *waitGraph) enter(h *Hold) error {
 		}
 	}
 	sh.abandon(w, waitDeadlock)
-	sh.unlockAndRunDeferred()
+	// The calls deferred run once mu is released too: one may check another wait (recheckOwner).
+	hs := sh.drainDeferred()
+	sh.mu.Unlock()
+	g.mu.Unlock()
+	runDeferred(hs)
 	return err
 }
 
@@ -75,8 +85,27 @@ func (g *waitGraph) leave(h *Hold) {
 	g.mu.Lock()
 	if g.waiting[h.owner] == h {
 		delete(g.waiting, h.owner)
+		g.count.Store(int32(len(g.waiting)))
 	}
 	g.mu.Unlock()
+}
+
+// recheckOwner wakes the request o waits with, if o waits, to look for a cycle through it again,
+// as a new wait is checked: a lock of o ended, so o's request may no longer pass a request that
+// waited for it (rangepass.go), and the edge to that one may close a cycle.
+func (g *waitGraph) recheckOwner(o Owner) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h := g.waiting[o]
+	if h == nil {
+		return
+	}
+	sh := h.lockShard()
+	if w := h.w; w != nil && !w.recheck {
+		w.recheck = true
+		w.signal()
+	}
+	sh.mu.Unlock()
 }
 
 // blockers appends to out the Txns that t, waiting with h, waits for now, and returns it

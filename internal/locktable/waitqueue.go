@@ -50,6 +50,9 @@ type waiter struct {
 	seq uint64
 	// space is the column family of a queued range request; nil for a key's request.
 	space *rangeSpace
+	// listed is the column family in range mode whose waiting owners list this request, the
+	// request of its owner there (rangeSpace.waiting); nil otherwise.
+	listed *rangeSpace
 }
 
 // mode reports what w asks for: a shared lock, or the upgrade of a shared lock its Txn holds.
@@ -79,8 +82,15 @@ func (e *keyEntry) bargeable(w *waiter, c *Tenant, mono time.Duration) bool {
 }
 
 // enqueue appends w to e's wait queue.
-func (sh *shard) enqueue(e *keyEntry, w *waiter) {
-	if t := e.tail; t != nil {
+func (sh *shard) enqueue(e *keyEntry, w *waiter) { sh.enqueueAfter(e, w, e.tail) }
+
+// enqueueAfter links w into e's wait queue right behind after, or at its head when after is nil.
+// Only a request that passes the ones behind it (rangepass.go) is linked anywhere but the tail;
+// the requests it passes keep their record of the exclusive request ahead, and the wait graph,
+// in range mode where that happens, also reads the queue itself (rangegraph.go), so that their
+// edge to w is not missed.
+func (sh *shard) enqueueAfter(e *keyEntry, w, after *waiter) {
+	if t := after; t != nil {
 		if t.shared {
 			w.exAhead, _ = e.exclusiveAhead(t)
 		} else {
@@ -94,13 +104,17 @@ func (sh *shard) enqueue(e *keyEntry, w *waiter) {
 		w.ownerHolds = true
 		e.ownersHolding++
 	}
-	w.prev = e.tail
-	if e.tail != nil {
-		e.tail.next = w
+	w.prev = after
+	if after != nil {
+		w.next, after.next = after.next, w
 	} else {
-		e.head = w
+		w.next, e.head = e.head, w
 	}
-	e.tail = w
+	if w.next != nil {
+		w.next.prev = w
+	} else {
+		e.tail = w
+	}
 }
 
 // enqueueUpgrade puts w, an upgrade, ahead of every request queued for e's key but the upgrades
@@ -204,6 +218,9 @@ func (sh *shard) dequeue(e *keyEntry, w *waiter) {
 	}
 	w.next, w.prev = nil, nil
 	w.left = true
+	if w.listed != nil {
+		sh.unlist(w.listed, w)
+	}
 	if w.ownerHolds {
 		e.ownersHolding--
 	}

@@ -12,11 +12,21 @@ import (
 // done or the Locker closes (ErrGrantedAfterClose when a grant raced with that). A Txn's wait is
 // first checked for a deadlock. It is called with mu held and returns with it released.
 func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Hold, lease, deadline, mono time.Duration) error {
+	return sh.waitBefore(ctx, e, h, nil, lease, deadline, mono)
+}
+
+// waitBefore is wait with h queued ahead of before, a request queued for e's key that h passes
+// (rangepass.go), or at the tail when before is nil.
+func (sh *shard) waitBefore(ctx context.Context, e *keyEntry, h *Hold, before *waiter, lease, deadline, mono time.Duration) error {
 	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&FlagShared != 0}
 	if e.ranged() != nil {
 		w.seq = e.ranged().space.nextSeq()
 	}
-	sh.enqueue(e, w)
+	if before == nil {
+		sh.enqueue(e, w)
+	} else {
+		sh.enqueueAfter(e, w, before.prev)
+	}
 	return sh.sleep(ctx, e, w, deadline)
 }
 
@@ -29,6 +39,12 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 	h := w.h
 	c := h.ten
 	h.w, h.e = w, e
+	if h.owner != nil {
+		sh.list(e, w)
+		if sp := w.listed; sp != nil && len(sp.waiting) > 1 {
+			sh.serveWaitingOwners(sp, w)
+		}
+	}
 	h.deadline.Store(int64(deadline)) // the wait's timeout until the key is granted
 	sh.schedule(h)
 	if e != nil {

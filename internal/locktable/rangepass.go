@@ -1,0 +1,301 @@
+package locktable
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// The one exception to the order of arrival in range mode (docs/DESIGN.md §17.2): a request of an
+// owner never waits behind a queued request that waits for a lock that owner holds, itself or
+// through the requests it waits behind. That request cannot be served before the owner lets go
+// anyway, so passing it starves nobody, and waiting behind it would be a deadlock: a writer that
+// holds key a and asks for key b would otherwise queue behind a reader's range request over both,
+// which waits for a. Everything here runs under the home shard's mutex.
+
+// passes reports whether h, a request, may pass x, a request queued before it: h's owner holds
+// locks (FlagOwnerHolds), and x waits for one of them (waitsForOwner).
+func (sp *rangeSpace) passes(h *Hold, x *waiter) bool {
+	o := h.owner
+	if o == nil || h.flags()&FlagOwnerHolds == 0 || x.h.owner == o {
+		return false
+	}
+	var seen []*waiter
+	return sp.waitsForOwner(x, o, &seen)
+}
+
+// waitsForOwner reports whether x, a request queued in sp, cannot be served before o lets go: it
+// conflicts with a lock o holds that meets its key set; or it is queued behind a conflicting
+// request (queuedAhead) that is o's own or that waits for o in turn; or it conflicts with a lock of
+// another owner whose request in this column family waits for o in turn. seen are the requests
+// looked at already, each once. (A wait through an owner's request in another column family is
+// not followed: the wait-for graph sees it, and a cycle through it fails as a deadlock.)
+func (sp *rangeSpace) waitsForOwner(x *waiter, o Owner, seen *[]*waiter) bool {
+	if slices.Contains(*seen, x) {
+		return false
+	}
+	*seen = append(*seen, x)
+	if sp.conflictsWithLocksOf(x, o, seen) {
+		return true
+	}
+	found := false
+	sp.queuedAhead(x, func(y *waiter) bool {
+		found = y.h.owner == o || sp.waitsForOwner(y, o, seen)
+		return !found
+	})
+	return found
+}
+
+// conflictsWithLocksOf reports whether x, a request queued in sp, conflicts with a lock that meets
+// its key set, a range lock or a key's lock of its key or of a key inside its range, that o holds,
+// or that an owner holds whose request queued in sp waits for o (waitsForOwner, with seen).
+func (sp *rangeSpace) conflictsWithLocksOf(x *waiter, o Owner, seen *[]*waiter) bool {
+	xh := x.h
+	found := false
+	holds := func(y *Hold) bool {
+		if y.owner == nil || !conflicts(xh, y) {
+			return false
+		}
+		if y.owner == o {
+			return true
+		}
+		u := sp.waiting[y.owner]
+		return u != nil && sp.waitsForOwner(u, o, seen)
+	}
+	sp.ranges.heldConflicting(xh, func(it *rangeItem) bool {
+		found = holds(it.h)
+		return !found
+	})
+	if found {
+		return true
+	}
+	held := func(e *keyEntry) bool {
+		if e.holder == nil {
+			return true
+		}
+		found = holds(e.holder)
+		for _, y := range e.sharers {
+			found = found || holds(y)
+		}
+		return !found
+	}
+	switch {
+	case x.space != nil:
+		sp.keysIn(xh.key(), xh.cold.span.end, held)
+	case xh.e != nil:
+		held(xh.e)
+	}
+	return found
+}
+
+// queuedAhead calls f, until it returns false, on every request that conflicts with x, a queued
+// request of sp, and was queued ahead of it: for a key's request, those ahead of it in its key's
+// queue, and the range requests over its key queued before it; for a range request, the requests
+// for the keys inside it and the range requests over it queued before it.
+func (sp *rangeSpace) queuedAhead(x *waiter, f func(*waiter) bool) {
+	xh := x.h
+	more := true
+	if x.space == nil {
+		for y := xh.e.head; y != nil && y != x && more; y = y.next {
+			if conflicts(xh, y.h) {
+				more = f(y)
+			}
+		}
+	} else {
+		sp.keysIn(xh.key(), xh.cold.span.end, func(e *keyEntry) bool {
+			for y := e.head; y != nil && more; y = y.next {
+				if y.seq < x.seq && conflicts(xh, y.h) {
+					more = f(y)
+				}
+			}
+			return more
+		})
+	}
+	if !more {
+		return
+	}
+	sp.ranges.queuedOver(xh, func(it *rangeItem) bool {
+		if it.w.seq < x.seq && conflicts(xh, it.h) {
+			more = f(it.w)
+		}
+		return more
+	})
+}
+
+// placeNewcomer decides h, a newcomer's request for e's key, of a column family in range mode,
+// as far as the key's own holders and queue go (keyBlocked decides the ranges): whether it takes
+// the key at once, and if not, the request it queues ahead of, or nil for the tail. It passes the
+// first request queued for the key that waits for its owner (passes) and all behind it; of those
+// ahead of it, one it conflicts with keeps it waiting (a newcomer's shared request so is not kept
+// by shared requests that a range keeps from the key), and then an exclusive request may still
+// take a key freed for a woken waiter within the barging window (keyEntry.admits). mono is a
+// reading of c's clock.
+func (sp *rangeSpace) placeNewcomer(e *keyEntry, h *Hold, c *Tenant, mono time.Duration) (admitted bool, before *waiter) {
+	if h.owner != nil && h.flags()&FlagOwnerHolds != 0 {
+		for w := e.head; w != nil; w = w.next {
+			if sp.passes(h, w) {
+				before = w
+				break
+			}
+		}
+	}
+	for w := e.head; w != before; w = w.next {
+		if conflicts(h, w.h) {
+			return before == nil && e.admits(h, c, mono), before
+		}
+	}
+	if h.flags()&FlagShared != 0 {
+		return e.holder == nil || e.shares > 0, before
+	}
+	return e.holder == nil, before
+}
+
+// ownerLetGo is called as h, a lock in a column family in range mode, is given back: if h has an
+// owner and some owner waits, the waits that may have passed a request because of h are checked
+// for a cycle again once the mutex is released (recheckWaiting). Such a request no longer passes
+// the ones that waited for h, and the edge to each of those is new.
+func (sh *shard) ownerLetGo(h *Hold) {
+	if h.owner == nil || sh.tab.graph.count.Load() == 0 {
+		return
+	}
+	sh.deferred = append(sh.deferred, deferredCall{regraph: &sh.tab.graph, owner: h.owner})
+	if sp := sh.spaces[h.cf]; sp != nil {
+		sh.recheckWaiting(sp)
+	}
+}
+
+// recheckWaiting has the wait of every owner with a request queued in sp checked for a cycle
+// again once the mutex is released: a lock or a request of another owner there ended, through
+// which a request may have passed others (waitsForOwner), and the edges it has then are new.
+func (sh *shard) recheckWaiting(sp *rangeSpace) {
+	for o := range sp.waiting {
+		sh.deferred = append(sh.deferred, deferredCall{regraph: &sh.tab.graph, owner: o})
+	}
+}
+
+// list records w, a request of an owner just queued for e's key (for a range request, e is nil),
+// as its owner's request in its column family, if that is in range mode.
+func (sh *shard) list(e *keyEntry, w *waiter) {
+	sp := w.space
+	if sp == nil && e != nil {
+		if rk := e.ranged(); rk != nil {
+			sp = rk.space
+		}
+	}
+	if sp != nil {
+		sp.listed(w)
+	}
+}
+
+// listed records w, a queued request of an owner, as its owner's request in sp.
+func (sp *rangeSpace) listed(w *waiter) {
+	if sp.waiting == nil {
+		sp.waiting = map[Owner]*waiter{}
+	}
+	sp.waiting[w.h.owner] = w
+	w.listed = sp
+}
+
+// unlist takes w, which leaves the queue, out of sp's list of waiting owners; the waits of the
+// others are checked again (recheckWaiting), since some may have passed a request through w.
+func (sh *shard) unlist(sp *rangeSpace, w *waiter) {
+	if sp.waiting[w.h.owner] == w {
+		delete(sp.waiting, w.h.owner)
+	}
+	w.listed = nil
+	sh.recheckWaiting(sp)
+}
+
+// serveWaitingOwners serves the queues of the requests of the owners waiting in sp but new, which
+// just queued: an owner's request can pass a request that waits for the owner through another
+// owner's wait (waitsForOwner), so a new wait can let one of them through. A key's request that
+// can now pass requests ahead of it in its key's queue is first moved ahead of them (repass).
+func (sh *shard) serveWaitingOwners(sp *rangeSpace, added *waiter) {
+	if sh.repass(sp) {
+		sh.recheckWaiting(sp) // the requests passed wait for the mover now, a new edge
+	}
+	var others []*waiter // collected first: serving changes the list
+	for _, u := range sp.waiting {
+		if u != added {
+			others = append(others, u)
+		}
+	}
+	slices.SortFunc(others, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
+	for _, u := range others {
+		switch {
+		case u.left: // served meanwhile
+		case u.space != nil:
+			sh.serveRanges(sp, u.h.key(), u.h.cold.span.end, false)
+		default:
+			sh.serve(u.h.e)
+		}
+	}
+}
+
+// repass moves the key requests of the owners waiting in sp that hold locks ahead of the first
+// request queued ahead of them for their key that they pass now, and reports whether one moved.
+// A request passes another only if that one cannot be served before its owner lets go, and a new
+// wait elsewhere can make it so after the request queued: it must not stay behind it then
+// (docs/DESIGN.md §17.2). Oldest first, and from the start again after each move, since a move
+// can let others pass in turn; each request moves at most once, so it ends (two requests that
+// pass each other wait for each other, a cycle the wait-for graph finds).
+func (sh *shard) repass(sp *rangeSpace) (moved bool) {
+	var keyed []*waiter
+	for _, u := range sp.waiting {
+		if u.space == nil && u.upgrade == nil && !u.left && u.h.flags()&FlagOwnerHolds != 0 {
+			keyed = append(keyed, u)
+		}
+	}
+	slices.SortFunc(keyed, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
+	for again := true; again; {
+		again = false
+		for i, u := range keyed {
+			if u == nil {
+				continue // moved already
+			}
+			if before := sp.passPointOf(u); before != nil {
+				sh.moveAhead(u.h.e, u, before)
+				keyed[i] = nil
+				moved, again = true, true
+				break
+			}
+		}
+	}
+	return moved
+}
+
+// passPointOf returns the first request queued ahead of u in its key's queue that u passes, or
+// nil; never one woken for the key, which takes it when it runs.
+func (sp *rangeSpace) passPointOf(u *waiter) *waiter {
+	for w := u.h.e.head; w != nil && w != u; w = w.next {
+		if w.state == waitWoken {
+			continue
+		}
+		if sp.passes(u.h, w) {
+			return w
+		}
+	}
+	return nil
+}
+
+// moveAhead relinks w, queued for e's key, right ahead of before, a request queued ahead of it,
+// as enqueueAfter links a newcomer that passes before.
+func (sh *shard) moveAhead(e *keyEntry, w, before *waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		e.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		e.tail = w.prev
+	}
+	w.next, w.prev = nil, nil
+	if w.ownerHolds { // enqueueAfter counts it again
+		w.ownerHolds = false
+		e.ownersHolding--
+	}
+	w.exAhead, w.ownedAhead = nil, nil
+	sh.enqueueAfter(e, w, before.prev)
+}
