@@ -1,7 +1,6 @@
 package locktable
 
 import (
-	"flag"
 	"testing"
 	"time"
 
@@ -16,14 +15,7 @@ import (
 // giving back what is held, one lock at a time, until nothing is queued: every request, of a range
 // or a key, is served once what it waits for has ended.
 func TestModelOrderedWriters(t *testing.T) {
-	for name, v := range map[string]string{"rapid.checks": modelChecks, "rapid.steps": modelStepsEach} {
-		if !flagSet(name) {
-			if err := flag.Set(name, v); err != nil {
-				t.Fatal(err)
-			}
-			defer flag.Set(name, flag.Lookup(name).DefValue)
-		}
-	}
+	useModelSize(t)
 	rapid.Check(t, func(rt *rapid.T) {
 		m := newModelRun(t, rt)
 		defer m.finish(rt)

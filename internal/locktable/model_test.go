@@ -43,15 +43,22 @@ func modelChecks() string { return strconv.Itoa(stressCount(200, 3000)) }
 
 const modelStepsEach = "100"
 
-func TestModel(t *testing.T) {
+// useModelSize sets -rapid.checks and -rapid.steps to modelChecks and modelStepsEach for the rest
+// of the test, unless the command line set them.
+func useModelSize(t *testing.T) {
 	for name, v := range map[string]string{"rapid.checks": modelChecks(), "rapid.steps": modelStepsEach} {
-		if !flagSet(name) {
-			if err := flag.Set(name, v); err != nil {
-				t.Fatal(err)
-			}
-			defer flag.Set(name, flag.Lookup(name).DefValue)
+		if flagSet(name) {
+			continue
 		}
+		if err := flag.Set(name, v); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { flag.Set(name, flag.Lookup(name).DefValue) })
 	}
+}
+
+func TestModel(t *testing.T) {
+	useModelSize(t)
 	modelSteps.Store(0)
 	modelDeadlocks.Store(0)
 	rapid.Check(t, func(rt *rapid.T) { newModelRun(t, rt).run(rt) })
