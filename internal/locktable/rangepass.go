@@ -281,17 +281,7 @@ func (sp *rangeSpace) passPointOf(u *waiter) *waiter {
 // moveAhead relinks w, queued for e's key, right ahead of before, a request queued ahead of it,
 // as enqueueAfter links a newcomer that passes before.
 func (sh *shard) moveAhead(e *keyEntry, w, before *waiter) {
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		e.head = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		e.tail = w.prev
-	}
-	w.next, w.prev = nil, nil
+	unlink(e, w)
 	if w.ownerHolds { // enqueueAfter counts it again
 		w.ownerHolds = false
 		e.ownersHolding--

@@ -204,8 +204,9 @@ func (e *keyEntry) upgradeOf(h *Hold) *waiter {
 	return nil
 }
 
-// dequeue unlinks w from e's wait queue.
-func (sh *shard) dequeue(e *keyEntry, w *waiter) {
+// unlink takes w out of e's list of waiters, and nothing else: dequeue and moveAhead keep the
+// counts.
+func unlink(e *keyEntry, w *waiter) {
 	if w.prev != nil {
 		w.prev.next = w.next
 	} else {
@@ -217,6 +218,11 @@ func (sh *shard) dequeue(e *keyEntry, w *waiter) {
 		e.tail = w.prev
 	}
 	w.next, w.prev = nil, nil
+}
+
+// dequeue unlinks w from e's wait queue.
+func (sh *shard) dequeue(e *keyEntry, w *waiter) {
+	unlink(e, w)
 	w.left = true
 	if w.listed != nil {
 		sh.unlist(w.listed, w)
