@@ -456,3 +456,18 @@ func timesOut(t *testing.T, clk *recordlock.ManualClock, l *recordlock.Locker, k
 	clk.Advance(timeout)
 	require.ErrorIs(t, await(t, res, "the timed-out lock"), recordlock.ErrTimeout)
 }
+
+// txnUnderSharedRangeWithWaiter begins a Txn that holds the shared range [m, p), and queues another
+// Locker's exclusive request for n behind that range. It returns the Txn (rolled back when the
+// test ends), its range's handle and the queued request.
+func txnUnderSharedRangeWithWaiter(t *testing.T) (*recordlock.Txn, *recordlock.Handle, <-chan lockResult) {
+	t.Helper()
+	_, _, l, other := lockerPair(t)
+	txn := l.Begin()
+	t.Cleanup(txn.Rollback)
+	s, err := txn.LockRange(context.Background(), rng("m", "p"), shared)
+	require.NoError(t, err)
+	queued := lockAsync(context.Background(), other, []byte("n"), wait)
+	waitingCount(t, l, 1)
+	return txn, s, queued
+}

@@ -87,14 +87,8 @@ func TestTxnLockAllCFInsideOwnRange(t *testing.T) {
 // A shared range serves shared LockAll requests, not exclusive ones: an exclusive key inside it
 // is a lock of its own, which passes the request that waits for the range.
 func TestTxnLockAllInsideOwnSharedRange(t *testing.T) {
-	_, _, l, other := lockerPair(t)
 	ctx := context.Background()
-	txn := l.Begin()
-	defer txn.Rollback()
-	s, err := txn.LockRange(ctx, rng("m", "p"), shared)
-	require.NoError(t, err)
-	queued := lockAsync(ctx, other, []byte("n"), wait)
-	waitingCount(t, l, 1)
+	txn, s, queued := txnUnderSharedRangeWithWaiter(t)
 
 	hs, err := txn.LockAll(ctx, shared, []byte("n"), []byte("o"))
 	require.NoError(t, err)

@@ -378,14 +378,8 @@ func TestTxnRangeClosesDeadlock(t *testing.T) {
 // request for the key that waits for the range (waiting behind it would be a deadlock), and the
 // exclusive LockRange of the range is an upgrade and goes ahead of that request too.
 func TestTxnExclusiveKeyUnderOwnSharedRange(t *testing.T) {
-	_, _, l, other := lockerPair(t)
 	ctx := context.Background()
-	txn := l.Begin()
-	defer txn.Rollback()
-	s, err := txn.LockRange(ctx, rng("m", "p"), shared)
-	require.NoError(t, err)
-	queued := lockAsync(ctx, other, []byte("n"), wait)
-	waitingCount(t, l, 1)
+	txn, s, queued := txnUnderSharedRangeWithWaiter(t)
 
 	n, err := txn.Lock(ctx, []byte("n"), node)
 	require.NoError(t, err, "the request for n waits for the Txn's range, so the Txn passes it")
