@@ -76,3 +76,31 @@ func (sh *shard) tellHolder(x *Hold) {
 		sh.deferred = append(sh.deferred, deferredCall{tell: f, owner: x.owner})
 	}
 }
+
+// heldTell is the call tellHolders queues for a key's one holder, kept by its caller instead.
+type heldTell struct {
+	tell  func(Owner)
+	owner Owner
+}
+
+// tellHoldersAfter is tellHolders for a caller that releases mu with unlockAndRunDeferred
+// before it queues anything else, and then runs what it returns: the call for a key held by one
+// holder, the usual case, which then needs no deferred list of its own (allocated for every
+// wait otherwise). It runs after the calls deferred before it, as it would from the list.
+func (sh *shard) tellHoldersAfter(e *keyEntry) heldTell {
+	if len(e.sharers) > 0 {
+		sh.tellHolders(e)
+		return heldTell{}
+	}
+	if x := e.holder; x != nil && x.ten.onWaitedOn != nil && x.owner != nil {
+		return heldTell{tell: x.ten.onWaitedOn, owner: x.owner}
+	}
+	return heldTell{}
+}
+
+// run makes the call, if any, once mu is released.
+func (t heldTell) run() {
+	if t.tell != nil {
+		t.tell(t.owner)
+	}
+}
