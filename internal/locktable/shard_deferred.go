@@ -52,11 +52,14 @@ func runDeferred(hs []deferredCall) {
 	}
 }
 
-// unlockAndRunDeferred releases mu and then runs the calls deferred while it was held.
+// unlockAndRunDeferred releases mu and then runs the calls deferred while it was held. Most
+// critical sections defer none, and then it makes no call.
 func (sh *shard) unlockAndRunDeferred() {
 	hs := sh.drainDeferred()
 	sh.mu.Unlock()
-	runDeferred(hs)
+	if len(hs) > 0 {
+		runDeferred(hs)
+	}
 }
 
 // tellHolders queues, to run once mu is released, a call of the waited-on function of each
