@@ -237,7 +237,7 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 			r, wait = &res, locktable.Unbounded
 		}
 	}
-	h := l.newHandle(req, e.flags)
+	h := l.newHandle(&req, e.flags)
 	h.hold.SetAskedLease(r.Lease)
 	start, err := h.hold.Acquire(ctx, r.Lease, wait, req.wait, ctxBounds)
 	if err != nil {
@@ -262,8 +262,9 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 }
 
 // newHandle returns a handle for the request, with flags (Hold, Shared) set, and marked as asked
-// by a Txn that holds other keys when it does (locktable.FlagOwnerHolds).
-func (l *Locker) newHandle(req lockRequest, flags uint32) *Handle {
+// by a Txn that holds other keys when it does (locktable.FlagOwnerHolds). The request is passed
+// by pointer: copied, it took ten instructions of every Lock.
+func (l *Locker) newHandle(req *lockRequest, flags uint32) *Handle {
 	if req.owner != nil && (req.holding || req.owner.holdsAny()) {
 		flags |= locktable.FlagOwnerHolds
 	}

@@ -3,6 +3,7 @@ package recordlock
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/linxGnu/grocksdb"
 
@@ -32,6 +33,8 @@ type commitQueue struct {
 	exclusive bool            // that write is an unmergeable batch's, and nothing else may run
 	bypasses  int             // writes of waited-on Txns in flight beside the queue
 	waiting   []*commitWaiter // the Txns parked, in arrival order; the head leads next
+	// parked is len(waiting), stored with every change of it, for hurry to read without mu.
+	parked atomic.Int32
 }
 
 // commitWaiter is a Txn parked in a commitQueue. Waiters are reused: each is sent to exactly
@@ -65,6 +68,7 @@ func (q *commitQueue) write(t *Txn) error {
 	w := commitWaiterPool.Get().(*commitWaiter)
 	w.t, w.merges = t, merges
 	q.waiting = append(q.waiting, w)
+	q.parked.Store(int32(len(q.waiting)))
 	t.parked = true
 	q.mu.Unlock()
 	// Parked first, asked second: a request queued for a key of t's before it parked is seen
@@ -95,11 +99,14 @@ func (q *commitQueue) writeBeside(t *Txn) error {
 // queued (locktable.Tenant.SetOnWaitedOn). If that owner is a Txn of this queue parked with a
 // batch that may bypass, it leaves the queue and writes at once beside it, as it would have had
 // the request come before it parked: the waiter waits for its commit and should not also wait
-// for the queue. A request queued behind n sharers tells n owners, so a call for a Txn that is
-// not parked costs one mutex round trip and no scan; one for a parked Txn scans the parked
-// Txns, as many as the goroutines committing.
+// for the queue. A request queued behind n sharers tells n owners, so a call costs one atomic
+// read while nobody is parked; then one for a Txn that is not parked costs one mutex round trip
+// and no scan, and one for a parked Txn scans the parked Txns, as many as the goroutines
+// committing.
 func (q *commitQueue) hurry(o locktable.Owner) {
-	if t, ok := o.(*Txn); ok {
+	// With nobody parked now, the call needs no mutex: a Txn that parks after this read asks
+	// whether it is waited on once parked (write), and finds the request that called.
+	if t, ok := o.(*Txn); ok && q.parked.Load() != 0 {
 		q.hurryTxn(t)
 	}
 }
@@ -117,6 +124,7 @@ func (q *commitQueue) hurryTxn(t *Txn) {
 	}
 	w := q.waiting[i]
 	q.waiting = slices.Delete(q.waiting, i, i+1)
+	q.parked.Store(int32(len(q.waiting)))
 	t.parked = false
 	q.bypasses++
 	w.bypass = true
@@ -170,6 +178,7 @@ func (q *commitQueue) done(bypass bool) {
 	w := q.waiting[0]
 	q.waiting[0] = nil
 	q.waiting = q.waiting[1:]
+	q.parked.Store(int32(len(q.waiting)))
 	w.t.parked = false
 	q.start(w.merges)
 	w.lead = true
@@ -232,6 +241,7 @@ func (q *commitQueue) takeGroup(lead *commitWaiter) []*commitWaiter {
 	rest = append(rest, q.waiting[i:]...)
 	clear(q.waiting[len(rest):]) // the taken waiters must not stay reachable
 	q.waiting = rest
+	q.parked.Store(int32(len(q.waiting)))
 	return group
 }
 

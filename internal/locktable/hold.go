@@ -46,7 +46,8 @@ type Hold struct {
 }
 
 // Owner is a holder that can wait for another holder, as the wait-for graph sees it (a Txn). Two
-// holds with the same owner never wait for each other.
+// holds with the same owner never wait for each other. An Owner is a pointer to an object of its
+// own: the graph tells owners apart by that pointer (ownerKey).
 type Owner interface {
 	// Name labels the owner in a DeadlockError.
 	Name() string

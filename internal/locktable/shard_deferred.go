@@ -52,11 +52,14 @@ func runDeferred(hs []deferredCall) {
 	}
 }
 
-// unlockAndRunDeferred releases mu and then runs the calls deferred while it was held.
+// unlockAndRunDeferred releases mu and then runs the calls deferred while it was held. Most
+// critical sections defer none, and then it makes no call.
 func (sh *shard) unlockAndRunDeferred() {
 	hs := sh.drainDeferred()
 	sh.mu.Unlock()
-	runDeferred(hs)
+	if len(hs) > 0 {
+		runDeferred(hs)
+	}
 }
 
 // tellHolders queues, to run once mu is released, a call of the waited-on function of each
@@ -74,5 +77,33 @@ func (sh *shard) tellHolders(e *keyEntry) {
 func (sh *shard) tellHolder(x *Hold) {
 	if f := x.ten.onWaitedOn; f != nil && x.owner != nil {
 		sh.deferred = append(sh.deferred, deferredCall{tell: f, owner: x.owner})
+	}
+}
+
+// heldTell is the call tellHolders queues for a key's one holder, kept by its caller instead.
+type heldTell struct {
+	tell  func(Owner)
+	owner Owner
+}
+
+// tellHoldersAfter is tellHolders for a caller that releases mu with unlockAndRunDeferred
+// before it queues anything else, and then runs what it returns: the call for a key held by one
+// holder, the usual case, which then needs no deferred list of its own (allocated for every
+// wait otherwise). It runs after the calls deferred before it, as it would from the list.
+func (sh *shard) tellHoldersAfter(e *keyEntry) heldTell {
+	if len(e.sharers) > 0 {
+		sh.tellHolders(e)
+		return heldTell{}
+	}
+	if x := e.holder; x != nil && x.ten.onWaitedOn != nil && x.owner != nil {
+		return heldTell{tell: x.ten.onWaitedOn, owner: x.owner}
+	}
+	return heldTell{}
+}
+
+// run makes the call, if any, once mu is released.
+func (t heldTell) run() {
+	if t.tell != nil {
+		t.tell(t.owner)
 	}
 }

@@ -24,12 +24,12 @@ import (
 // again (recheckBehind), so a move that closes or keeps a cycle is checked as a new wait is.
 type waitGraph struct {
 	mu      sync.Mutex // taken before any shard mutex, never under one
-	waiting map[Owner]*Hold
+	waiting map[ownerKey]*Hold
 	// count is len(waiting), read without mu by range mode's give-backs (ownerLetGo).
 	count atomic.Int32
 
 	// The search's scratch space, reused by the next search; guarded by mu.
-	parent      map[Owner]Owner
+	parent      map[ownerKey]Owner
 	stack, next []Owner
 	// edgesRead counts the edges every search so far has read; guarded by mu. Tests bound the
 	// cost of a search with it.
@@ -46,16 +46,16 @@ type waitGraph struct {
 func (g *waitGraph) enter(h *Hold) error {
 	g.mu.Lock()
 	if g.waiting == nil {
-		g.waiting = map[Owner]*Hold{}
+		g.waiting = map[ownerKey]*Hold{}
 	}
-	g.waiting[h.owner] = h
+	g.waiting[keyOf(h.owner)] = h
 	g.count.Store(int32(len(g.waiting)))
 	cycle := g.cycleThrough(h.owner)
 	if cycle == nil {
 		g.mu.Unlock()
 		return nil
 	}
-	delete(g.waiting, h.owner)
+	delete(g.waiting, keyOf(h.owner))
 	g.count.Store(int32(len(g.waiting)))
 	sh := h.lockShard()
 	w := h.w
@@ -83,8 +83,8 @@ func (g *waitGraph) enter(h *Hold) error {
 // leave records that h's Txn no longer waits.
 func (g *waitGraph) leave(h *Hold) {
 	g.mu.Lock()
-	if g.waiting[h.owner] == h {
-		delete(g.waiting, h.owner)
+	if k := keyOf(h.owner); g.waiting[k] == h {
+		delete(g.waiting, k)
 		g.count.Store(int32(len(g.waiting)))
 	}
 	g.mu.Unlock()
@@ -96,7 +96,7 @@ func (g *waitGraph) leave(h *Hold) {
 func (g *waitGraph) recheckOwner(o Owner) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	h := g.waiting[o]
+	h := g.waiting[keyOf(o)]
 	if h == nil {
 		return
 	}
@@ -128,46 +128,24 @@ func (g *waitGraph) blockers(t Owner, h *Hold, out []Owner) []Owner {
 		return out
 	}
 	w, e := h.w, h.e
-	add := func(o Owner) {
-		if o != nil && o != t {
-			out = append(out, o)
-		}
-	}
 	// A holder whose lease has passed holds nothing any more, though nobody may have settled it
 	// yet: its timer, armed as the request queued, passes the key on.
-	now := h.ten.clock.Mono()
-	addHolder := func(x *Hold) {
-		if !x.lapsedAt(x.monoFor(h.ten, now)) {
-			add(x.owner)
-		}
-	}
+	b := edgeList{t: t, ten: h.ten, now: h.ten.clock.Mono(), out: out}
 	if w.space != nil || e.ranged() != nil {
-		// What a request of no owner ahead passes on may lead back to t itself.
-		through := func(o Owner) {
-			if o != nil {
-				out = append(out, o)
-			}
-		}
-		sink := &rangeEdgeSink{owner: add, through: through, holder: addHolder, throughHolder: func(x *Hold) {
-			if !x.lapsedAt(x.monoFor(h.ten, now)) {
-				through(x.owner)
-			}
-		}}
+		b.addRangeEdges(h, w)
 		if w.space != nil {
-			w.space.rangeEdges(h, w, sink)
-			return out
+			return b.out
 		}
-		e.ranged().space.rangeEdges(h, w, sink)
 	}
 	switch {
 	case e.holder == nil:
 	case !w.shared:
-		addHolder(e.holder)
+		b.addHolder(e.holder)
 		for _, s := range e.sharers {
-			addHolder(s)
+			b.addHolder(s)
 		}
 	case e.heldExclusively():
-		addHolder(e.holder)
+		b.addHolder(e.holder)
 	}
 	if w.shared {
 		x, skipped := e.exclusiveAhead(w)
@@ -175,35 +153,88 @@ func (g *waitGraph) blockers(t Owner, h *Hold, out []Owner) []Owner {
 		if x != nil && x.h.owner == nil {
 			// x needs every holder gone, and w is granted after it.
 			if !e.heldExclusively() && e.holder != nil {
-				addHolder(e.holder)
+				b.addHolder(e.holder)
 				for _, s := range e.sharers {
-					addHolder(s)
+					b.addHolder(s)
 				}
 			}
 			x, skipped = e.ownedExclusiveAhead(x)
 			g.skipped += uint64(skipped)
 		}
 		if x != nil {
-			add(x.h.owner)
+			b.add(x.h.owner)
 		}
 	}
-	return out
+	return b.out
+}
+
+// edgeList collects the owners that t, waiting, waits for (blockers), as read at now on the
+// clock of ten, t's request's tenant. A method value of it is made only for range mode's edges
+// (addRangeEdges), so that a key's search allocates nothing.
+type edgeList struct {
+	t   Owner
+	ten *Tenant
+	now time.Duration
+	out []Owner
+}
+
+// add adds o, unless it is none or t itself.
+func (b *edgeList) add(o Owner) {
+	if o != nil && o != b.t {
+		b.out = append(b.out, o)
+	}
+}
+
+// addThrough adds o, unless it is none: what a request of no owner ahead passes on may lead back
+// to t itself.
+func (b *edgeList) addThrough(o Owner) {
+	if o != nil {
+		b.out = append(b.out, o)
+	}
+}
+
+// addHolder adds the owner of x unless x's lease has passed.
+func (b *edgeList) addHolder(x *Hold) {
+	if !x.lapsedAt(x.monoFor(b.ten, b.now)) {
+		b.add(x.owner)
+	}
+}
+
+// addThroughHolder is addThrough of the owner of x unless x's lease has passed.
+func (b *edgeList) addThroughHolder(x *Hold) {
+	if !x.lapsedAt(x.monoFor(b.ten, b.now)) {
+		b.addThrough(x.owner)
+	}
+}
+
+// addRangeEdges adds the edges of w, h's waiting request, by range mode's rule (rangegraph.go).
+// The sink's functions are bound to a copy of b, so that b itself stays where its caller made it.
+func (b *edgeList) addRangeEdges(h *Hold, w *waiter) {
+	r := new(edgeList)
+	*r = *b
+	sink := &rangeEdgeSink{owner: r.add, through: r.addThrough, holder: r.addHolder, throughHolder: r.addThroughHolder}
+	if w.space != nil {
+		w.space.rangeEdges(h, w, sink)
+	} else {
+		h.e.ranged().space.rangeEdges(h, w, sink)
+	}
+	b.out = r.out
 }
 
 // cycleThrough returns the cycle of waits from start back to start, or nil. It searches depth
 // first from start over the Txns that are waiting; every step reads one shard under its mutex.
 func (g *waitGraph) cycleThrough(start Owner) []Wait {
 	if g.parent == nil {
-		g.parent = map[Owner]Owner{}
+		g.parent = map[ownerKey]Owner{}
 	}
 	defer g.resetSearch()
 	parent := g.parent
-	parent[start] = nil
+	parent[keyOf(start)] = nil
 	stack := append(g.stack[:0], start)
 	for len(stack) > 0 {
 		t := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		h := g.waiting[t]
+		h := g.waiting[keyOf(t)]
 		if h == nil {
 			continue
 		}
@@ -213,10 +244,11 @@ func (g *waitGraph) cycleThrough(start Owner) []Wait {
 			if b == start {
 				return g.describe(parent, t)
 			}
-			if _, seen := parent[b]; seen || g.waiting[b] == nil {
+			k := keyOf(b)
+			if _, seen := parent[k]; seen || g.waiting[k] == nil {
 				continue
 			}
-			parent[b] = t
+			parent[k] = t
 			stack = append(stack, b)
 		}
 	}
@@ -245,15 +277,15 @@ func (g *waitGraph) resetSearch() {
 
 // describe lists the cycle that ends with last waiting for the start of the search, from the
 // start.
-func (g *waitGraph) describe(parent map[Owner]Owner, last Owner) []Wait {
+func (g *waitGraph) describe(parent map[ownerKey]Owner, last Owner) []Wait {
 	var path []Owner
-	for t := last; t != nil; t = parent[t] {
+	for t := last; t != nil; t = parent[keyOf(t)] {
 		path = append(path, t)
 	}
 	cycle := make([]Wait, 0, len(path))
 	for i := len(path) - 1; i >= 0; i-- {
 		t := path[i]
-		h := g.waiting[t]
+		h := g.waiting[keyOf(t)]
 		cycle = append(cycle, Wait{Owner: t, CF: h.cf, Key: bytes.Clone(h.key())})
 	}
 	return cycle

@@ -47,9 +47,10 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 	}
 	h.deadline.Store(int64(deadline)) // the wait's timeout until the key is granted
 	sh.schedule(h)
+	var tell heldTell
 	if e != nil {
 		sh.watchHolders(e) // the key must pass on at the holders' deadlines
-		sh.tellHolders(e)
+		tell = sh.tellHoldersAfter(e)
 	} else {
 		sh.watchSpan(w.space, h) // and tells their holders, as tellHolders does
 	}
@@ -57,6 +58,7 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 		sh.countWaiting(w)
 	}
 	sh.unlockAndRunDeferred()
+	tell.run()
 	if h.owner != nil {
 		if err := sh.tab.graph.enter(h); err != nil {
 			return err
