@@ -51,15 +51,16 @@ func (t *Table) Counts() Counts {
 // key or range in that shard, with the number of requests queued that conflict with it. A holder
 // whose lease lapsed unwatched is settled first, as any look at its key settles it, and not
 // visited. f may read the hold but must not call into the table. A key with s holders and q
-// requests queued costs O(s + q): its queue is counted once, not once per holder. The mutex is
-// taken once to list the shard's keys and ranges (a pointer each), then once per key or range, so
-// no request waits behind more than one key's visit.
+// requests queued costs O(s + q): its queue is counted once, not once per holder; so do s range
+// locks of one span with q requests queued over it. The mutex is taken once to list the shard's
+// keys and ranges (a pointer each), then once per key or span, so no request waits behind more
+// than one key's or one span's visit.
 func (t *Table) VisitHolders(i int, f func(h *Hold, waiters int)) {
 	sh := &t.shards[i]
 	keys, ranges := sh.listKeys(func(e *keyEntry) bool { return e.holder != nil })
-	for _, r := range ranges {
+	for i := 0; i < len(ranges); {
 		sh.mu.Lock()
-		sh.visitRange(r, f)
+		i += sh.visitRanges(ranges[i:], f)
 		sh.unlockAndRunDeferred()
 	}
 	var holders []*Hold
@@ -87,8 +88,10 @@ func (sh *shard) visitHolders(e *keyEntry, out []*Hold, f func(h *Hold, waiters 
 	}
 	waiters := e.queued()
 	sh.counts.visited += uint64(len(out) + waiters)
+	ranges := newWaiterTally(live) // range requests queued over the key wait too
+	sh.queuedRangesOver(live[0], &ranges)
 	for _, h := range live {
-		f(h, waiters+sh.queuedRangesOver(h)) // range requests queued over the key wait too
+		f(h, waiters+ranges.conflictingWith(h))
 	}
 	return out
 }
@@ -147,9 +150,9 @@ func (w *waiter) request() QueuedRequest {
 func (t *Table) VisitWaits(i int, wait func(QueuedRequest), holder func(h *Hold, waiters int)) {
 	sh := &t.shards[i]
 	keys, ranges := sh.listKeys(func(e *keyEntry) bool { return e.head != nil })
-	for _, r := range ranges {
+	for i := 0; i < len(ranges); {
 		sh.mu.Lock()
-		sh.visitRangeWaits(r, wait, holder)
+		i += sh.visitRangeWaits(ranges[i:], wait, holder)
 		sh.mu.Unlock()
 	}
 	for _, k := range keys {
