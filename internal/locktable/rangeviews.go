@@ -121,17 +121,14 @@ func heldRange(h *Hold) bool {
 	return it.inTree && it.w == nil && h.flags()&FlagHeld != 0
 }
 
-// sameSpan reports whether x, a range hold listed before the mutex was taken, still holds h's
-// span, h being a range lock: a view visits the two together.
-func sameSpan(h, x *Hold) bool {
-	return heldRange(x) && x.cf == h.cf && compareKeys(x.key(), h.key()) == 0 &&
-		(x.cold.span.end == nil) == (h.cold.span.end == nil) && compareKeys(x.cold.span.end, h.cold.span.end) == 0
-}
+// heldOverSpan reports whether x, a range hold listed before the mutex was taken, still holds
+// h's span, h being a range lock: a view visits the two together.
+func heldOverSpan(h, x *Hold) bool { return heldRange(x) && x.cf == h.cf && sameSpan(h, x) }
 
 // spanRun returns how many holds at the start of hs, the first a range lock, lock its span.
 func spanRun(hs []*Hold) int {
 	n := 1
-	for n < len(hs) && sameSpan(hs[0], hs[n]) {
+	for n < len(hs) && heldOverSpan(hs[0], hs[n]) {
 		n++
 	}
 	return n

@@ -37,6 +37,9 @@ type waitGraph struct {
 	// skipped counts the requests that had left the queue which searches stepped over to find
 	// the exclusive request ahead of a shared one; guarded by mu. Tests bound it too.
 	skipped uint64
+	// rangeSteps counts the steps searches took in the range sets of column families in range
+	// mode to read their edges (rangeSet.steps); guarded by mu. Tests bound it too.
+	rangeSteps uint64
 }
 
 // enter records that h's owner waits with h, which is queued, unless that would close a
@@ -153,11 +156,16 @@ func (g *waitGraph) blockers(t Owner, h *Hold, out []Owner) []Owner {
 				through(x.owner)
 			}
 		}}
+		sp := w.space
+		if sp == nil {
+			sp = e.ranged().space
+		}
+		before := sp.ranges.steps()
+		sp.rangeEdges(h, w, sink)
+		g.rangeSteps += sp.ranges.steps() - before
 		if w.space != nil {
-			w.space.rangeEdges(h, w, sink)
 			return out
 		}
-		e.ranged().space.rangeEdges(h, w, sink)
 	}
 	switch {
 	case e.holder == nil:
