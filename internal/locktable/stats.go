@@ -20,6 +20,9 @@ type shardCounts struct {
 	// visited counts the holders and queued requests VisitHolders and VisitWaits have read; tests
 	// bound their cost per key with it.
 	visited uint64
+	// repassed counts the key requests repass moved, and repassTried the requests it asked
+	// whether they could move (passPointOf); tests bound its cost with them.
+	repassed, repassTried uint64
 }
 
 // Counts sums the table's figures. Each shard is read under its mutex, which it holds only to
