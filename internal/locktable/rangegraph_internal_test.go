@@ -87,10 +87,40 @@ func TestRangeWaitCheckCostsLinearInQueued(t *testing.T) {
 	assert.LessOrEqual(t, total[200], uint64(8*200), "a bounded number of steps per Txn")
 }
 
-// BenchmarkRangeWaitCheck times the checks of n Txns queued one by one for one hot range, each
-// check in the wait of the Txn that queues (the time includes queueing the n Txns, and letting
-// them through at the end).
+// BenchmarkRangeWaitCheck times the search for a cycle through the last of n Txns queued one by
+// one for one hot range, which a Txn that runs holds.
 func BenchmarkRangeWaitCheck(b *testing.B) {
+	for _, n := range []int{150, 300, 600} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			l := newTestLocker(b, newTestTable(b), NewManualClock(time.Unix(1, 0)))
+			r := newHotRange(b, l)
+			for range n {
+				r.join(b, l)
+			}
+			g := &l.tab.graph
+			g.mu.Lock()
+			var last Owner
+			for o, h := range g.waiting {
+				if last == nil || h.cold.span.item.w.seq > g.waiting[last].cold.span.item.w.seq {
+					last = o
+				}
+			}
+			cycles := 0
+			for b.Loop() {
+				if g.cycleThrough(last) != nil {
+					cycles++
+				}
+			}
+			g.mu.Unlock()
+			require.Zero(b, cycles, "no cycle runs through a queue behind a holder that runs")
+			r.finish(b, l)
+		})
+	}
+}
+
+// BenchmarkRangeQueueOfTxns times queueing n Txns one by one for one hot range, each checked for
+// a deadlock as it waits, and letting them through.
+func BenchmarkRangeQueueOfTxns(b *testing.B) {
 	for _, n := range []int{150, 300, 600} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			for b.Loop() {
