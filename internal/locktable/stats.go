@@ -149,7 +149,7 @@ func (w *waiter) request() QueuedRequest {
 // first per key, and, unless holder is nil, holder on each holder of each key with a request
 // queued, with their number, read in the same visit so that a wait and what it waits for agree. It
 // settles nothing: the holder of a key with a request queued has its deadline on a timer, which
-// settles it. As VisitHolders, it holds the mutex for one key's or one range's visit at a time.
+// settles it. As VisitHolders, it holds the mutex for one key's or one span's visit at a time.
 func (t *Table) VisitWaits(i int, wait func(QueuedRequest), holder func(h *Hold, waiters int)) {
 	sh := &t.shards[i]
 	keys, ranges := sh.listKeys(func(e *keyEntry) bool { return e.head != nil })
