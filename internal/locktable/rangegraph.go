@@ -36,7 +36,15 @@ func (sp *rangeSpace) rangeEdges(h *Hold, w *waiter, s *rangeEdgeSink) {
 // it and the range requests over it queued before it (queuedAhead), but those that x passes
 // (rangepass.go), which are not served before it. In its key's queue a request passes others by
 // its place, where it queues or is moved to (repass); the ones ahead of it it waits for.
+//
+// A plain exclusive range request (plainExclusive) queued behind others of its span is the
+// exception: it reads them through the oldest of them (runHead).
 func (sp *rangeSpace) requestsAhead(x *waiter, f func(*waiter)) {
+	if head := sp.runHead(x); head != nil {
+		sp.keyRequestsAfter(x, head.seq, f)
+		sp.requestsAhead(head, f)
+		return
+	}
 	sp.queuedAhead(x, func(y *waiter) bool {
 		if sameQueue(x, y) || !sp.passes(x.h, y) {
 			f(y)
@@ -90,6 +98,86 @@ func (sp *rangeSpace) rangeHolders(x *Hold, f func(*Hold)) {
 	sp.ranges.heldConflicting(x, func(it *rangeItem) bool {
 		if conflicts(x, it.h) {
 			f(it.h)
+		}
+		return true
+	})
+}
+
+// plainExclusive reports whether w is a range request that asks for its range exclusively and
+// passes no request (rangepass.go): of no owner, or of an owner that held nothing when it asked,
+// and so holds nothing while it waits. Such a request conflicts with every request of another
+// owner that meets its range.
+func plainExclusive(w *waiter) bool {
+	h := w.h
+	return w.space != nil && w.seq != 0 && h.flags()&FlagShared == 0 && (h.owner == nil || h.flags()&FlagOwnerHolds == 0)
+}
+
+// sameSpan reports whether the range holds a and b cover the same keys.
+func sameSpan(a, b *Hold) bool {
+	ae, be := a.cold.span.end, b.cold.span.end
+	return compareKeys(a.key(), b.key()) == 0 && (ae == nil) == (be == nil) && compareKeys(ae, be) == 0
+}
+
+// runHead returns, for x, a queued plain exclusive range request (plainExclusive), the oldest
+// request of the run of plain exclusive requests of x's span that x is queued behind: the nearest
+// range request queued before x that meets its span and conflicts with it, if that is one of
+// them, that one's nearest in turn, and so on; nil when the nearest is none of them, or there is
+// none. Any two of the run wait for the same holders (their owners hold nothing), and the later
+// waits for everything the earlier does, so the edges of x are those of the head, but to the
+// head itself and the rest of the run, plus those to the key requests queued between the head
+// and x (docs/DESIGN.md §17.3): a path through a request of the run has a path without it. That
+// keeps a check of N Txns queued for one hot range at one edge per holder each, where edges to
+// each request of the run made the N checks cost O(N³) steps.
+//
+// The head found is kept in x and used while it is queued: no range request can queue between
+// two queued ones, so the run behind a queued head stays one.
+func (sp *rangeSpace) runHead(x *waiter) *waiter {
+	if !plainExclusive(x) {
+		return nil
+	}
+	if h := x.runHead; h != nil && !h.left {
+		return h
+	}
+	x.runHead = nil
+	z := sp.nearestRangeAhead(x)
+	if z == nil || !plainExclusive(z) || !sameSpan(z.h, x.h) {
+		return nil
+	}
+	head := z
+	if zh := sp.runHead(z); zh != nil {
+		head = zh
+	}
+	x.runHead = head
+	return head
+}
+
+// nearestRangeAhead returns the range request queued last before x, a queued range request that
+// passes none (plainExclusive), that meets its span and conflicts with it, or nil. The queue is in
+// order of arrival (seq), so x is found by a binary search, and the walk back from it ends at the
+// first request over its span.
+func (sp *rangeSpace) nearestRangeAhead(x *waiter) *waiter {
+	older := sp.queuedBefore(x)
+	start, end := x.h.key(), x.h.cold.span.end
+	for i := len(older) - 1; i >= 0; i-- {
+		y := older[i]
+		sp.ranges.scanned++
+		if spansMeet(y.start(), y.end(), start, end) && conflicts(x.h, y.h) {
+			return y.w
+		}
+	}
+	return nil
+}
+
+// keyRequestsAfter calls f on the requests for the keys inside the range of x, a queued range
+// request that passes none, that conflict with it and were queued after the one placed seq in the
+// order of arrival and before x.
+func (sp *rangeSpace) keyRequestsAfter(x *waiter, seq uint64, f func(*waiter)) {
+	xh := x.h
+	sp.keysIn(xh.key(), xh.cold.span.end, func(e *keyEntry) bool {
+		for y := e.head; y != nil; y = y.next {
+			if y.seq > seq && y.seq < x.seq && conflicts(xh, y.h) {
+				f(y)
+			}
 		}
 		return true
 	})

@@ -2,6 +2,7 @@ package locktable
 
 import (
 	"cmp"
+	"math/bits"
 	"slices"
 	"time"
 )
@@ -114,12 +115,33 @@ func (sp *rangeSpace) queuedAhead(x *waiter, f func(*waiter) bool) {
 	if !more {
 		return
 	}
+	if x.space != nil {
+		if older := sp.queuedBefore(x); len(older) <= 2*bits.Len(uint(sp.ranges.queued.n)) {
+			// Few were queued before x: reading them is cheaper than finding every request over
+			// its span, the later ones too, in the tree (the head of a hot range's queue).
+			for i := len(older) - 1; i >= 0 && more; i-- {
+				it := older[i]
+				sp.ranges.scanned++
+				if spansMeet(it.start(), it.end(), xh.key(), xh.cold.span.end) && conflicts(xh, it.h) {
+					more = f(it.w)
+				}
+			}
+			return
+		}
+	}
 	sp.ranges.queuedOver(xh, func(it *rangeItem) bool {
 		if it.w.seq < x.seq && conflicts(xh, it.h) {
 			more = f(it.w)
 		}
 		return more
 	})
+}
+
+// queuedBefore returns the range requests queued before x, a queued range request, in the order
+// of arrival: the queue is in that order (seq), so a binary search finds x.
+func (sp *rangeSpace) queuedBefore(x *waiter) []*rangeItem {
+	i, _ := slices.BinarySearchFunc(sp.queue, x.seq, func(it *rangeItem, seq uint64) int { return cmp.Compare(it.w.seq, seq) })
+	return sp.queue[:i]
 }
 
 // placeNewcomer decides h, a newcomer's request for e's key, of a column family in range mode,
@@ -210,13 +232,16 @@ func (sh *shard) unlist(sp *rangeSpace, w *waiter) {
 // just queued: an owner's request can pass a request that waits for the owner through another
 // owner's wait (waitsForOwner), so a new wait can let one of them through. A key's request that
 // can now pass requests ahead of it in its key's queue is first moved ahead of them (repass).
+// Only the requests of owners that held locks as they asked (FlagOwnerHolds) pass any, so only
+// theirs are served: a new wait lets nothing else through, and N Txns that hold nothing queued
+// on one hot range do not serve each other's queues again at every wait.
 func (sh *shard) serveWaitingOwners(sp *rangeSpace, added *waiter) {
 	if sh.repass(sp) {
 		sh.recheckWaiting(sp) // the requests passed wait for the mover now, a new edge
 	}
 	var others []*waiter // collected first: serving changes the list
 	for _, u := range sp.waiting {
-		if u != added {
+		if u != added && u.h.flags()&FlagOwnerHolds != 0 {
 			others = append(others, u)
 		}
 	}
@@ -253,7 +278,9 @@ func (sh *shard) repass(sp *rangeSpace) (moved bool) {
 			if u == nil {
 				continue // moved already
 			}
+			sh.counts.repassTried++
 			if before := sp.passPointOf(u); before != nil {
+				sh.counts.repassed++
 				sh.moveAhead(u.h.e, u, before)
 				keyed[i] = nil
 				moved, again = true, true

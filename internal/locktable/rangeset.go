@@ -12,12 +12,15 @@ type rangeSet struct {
 	n                 int
 	// tried counts the queued requests serveRanges looked at, for the tests that bound its cost.
 	tried uint64
+	// scanned counts the queued range requests the wait-for graph's searches stepped over to find
+	// the nearest one over a request (nearestRangeAhead), for the tests that bound their cost.
+	scanned uint64
 }
 
-// steps counts the steps of the set's searches and serves so far: the nodes they visited and the
-// queued requests tried.
+// steps counts the steps of the set's searches and serves so far: the nodes they visited, the
+// queued requests tried and those scanned.
 func (s *rangeSet) steps() uint64 {
-	return s.shared.steps + s.exclusive.steps + s.queued.steps + s.tried
+	return s.shared.steps + s.exclusive.steps + s.queued.steps + s.tried + s.scanned
 }
 
 // treeFor is the tree it belongs in now: by whether it is queued, and by its hold's mode.

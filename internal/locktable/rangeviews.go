@@ -1,5 +1,7 @@
 package locktable
 
+import "slices"
+
 // What the table's views, probes and Shutdown see of range locks: each is read in its column
 // family's home shard, with that shard's keys.
 
@@ -29,33 +31,44 @@ func (sh *shard) evictRanges(c *Tenant, held []*Hold) []*Hold {
 // rangeWaiters counts the queued requests that conflict with h, a range lock of sp: those for
 // keys inside it, and range requests over it.
 func (sp *rangeSpace) rangeWaiters(h *Hold) (n, read int) {
-	sp.keysIn(h.key(), h.cold.span.end, func(e *keyEntry) bool {
-		for w := e.head; w != nil; w = w.next {
-			read++
-			if conflicts(h, w.h) {
-				n++
+	t := newWaiterTally([]*Hold{h})
+	read = sp.tallyOver(h, &t)
+	return t.conflictingWith(h), read
+}
+
+// tallyOver adds to t the requests queued over h's key set: for a range, the requests for the
+// keys inside it and the range requests that meet it; for a key, the range requests over it (its
+// own queue is the key's). It returns how many it read.
+func (sp *rangeSpace) tallyOver(h *Hold, t *waiterTally) (read int) {
+	if h.IsRange() {
+		sp.keysIn(h.key(), h.cold.span.end, func(e *keyEntry) bool {
+			for w := e.head; w != nil; w = w.next {
+				t.add(w.h)
+				read++
 			}
-		}
-		return true
-	})
+			return true
+		})
+	}
 	sp.ranges.queuedOver(h, func(it *rangeItem) bool {
+		t.add(it.h)
 		read++
-		if conflicts(h, it.h) {
-			n++
-		}
 		return true
 	})
-	return n, read
+	return read
 }
 
 // appendRanges appends to hs the holds of sp's range locks, then of its queued range requests,
-// oldest first, for a view to visit one at a time.
+// oldest first, for a view to visit one at a time. The locks of one span are listed together
+// (by start, then end), so that a view counts the requests queued over that span once for all
+// of them (visitRanges).
 func (sp *rangeSpace) appendRanges(hs []*Hold) []*Hold {
 	for _, t := range []*rangeTree{&sp.ranges.shared, &sp.ranges.exclusive} {
+		from := len(hs)
 		t.meeting(nil, nil, func(it *rangeItem) bool {
 			hs = append(hs, it.h)
 			return true
 		})
+		sortRunsByEnd(hs[from:])
 	}
 	for _, it := range sp.queue {
 		hs = append(hs, it.h)
@@ -63,56 +76,119 @@ func (sp *rangeSpace) appendRanges(hs []*Hold) []*Hold {
 	return hs
 }
 
-// queuedRangesOver counts the range requests queued over the key of h, a holder of a key, that
-// conflict with it.
-func (sh *shard) queuedRangesOver(h *Hold) int {
+// sortRunsByEnd sorts each run of holds with one start in hs, which is in order of start, by
+// end, keeping the order of those with one end too.
+func sortRunsByEnd(hs []*Hold) {
+	for i := 0; i < len(hs); {
+		j := i + 1
+		for j < len(hs) && compareKeys(hs[j].key(), hs[i].key()) == 0 {
+			j++
+		}
+		if j-i > 1 {
+			slices.SortStableFunc(hs[i:j], func(a, b *Hold) int { return compareEnds(a.cold.span.end, b.cold.span.end) })
+		}
+		i = j
+	}
+}
+
+// compareEnds orders range ends, nil (no bound) last.
+func compareEnds(a, b []byte) int {
+	switch {
+	case a == nil && b == nil:
+		return 0
+	case a == nil:
+		return 1
+	case b == nil:
+		return -1
+	}
+	return compareKeys(a, b)
+}
+
+// queuedRangesOver adds to t the range requests queued over the key of h, a holder of a key,
+// counted in visited.
+func (sh *shard) queuedRangesOver(h *Hold, t *waiterTally) {
 	sp := sh.spaces[h.cf]
 	if sp == nil || len(sp.queue) == 0 {
-		return 0
+		return
 	}
-	n := 0
-	sp.ranges.queuedOver(h, func(it *rangeItem) bool {
-		if conflicts(h, it.h) {
-			n++
-		}
-		return true
-	})
-	sh.counts.visited += uint64(n)
+	sh.counts.visited += uint64(sp.tallyOver(h, t))
+}
+
+// heldRange reports whether h, a range hold listed before the mutex was taken, still holds its
+// range.
+func heldRange(h *Hold) bool {
+	it := &h.cold.span.item
+	return it.inTree && it.w == nil && h.flags()&FlagHeld != 0
+}
+
+// heldOverSpan reports whether x, a range hold listed before the mutex was taken, still holds
+// h's span, h being a range lock: a view visits the two together.
+func heldOverSpan(h, x *Hold) bool { return heldRange(x) && x.cf == h.cf && sameSpan(h, x) }
+
+// spanRun returns how many holds at the start of hs, the first a range lock, lock its span.
+func spanRun(hs []*Hold) int {
+	n := 1
+	for n < len(hs) && heldOverSpan(hs[0], hs[n]) {
+		n++
+	}
 	return n
 }
 
-// visitRange calls f on h, a range hold or request of the shard listed before the mutex was
-// taken, if it still holds its range and its lease is live (a lapse is settled), with the number
-// of queued requests that conflict with it.
-func (sh *shard) visitRange(h *Hold, f func(h *Hold, waiters int)) {
-	it := &h.cold.span.item
-	if !it.inTree || it.w != nil || h.flags()&FlagHeld == 0 {
-		return
+// visitRanges calls f on hs[0], a range hold or request of the shard listed before the mutex was
+// taken, and on the holds listed after it that lock the same span (appendRanges lists those
+// together), each that still holds its range with its lease live (a lapse is settled), with the
+// number of queued requests that conflict with it. The requests queued over the span are read
+// once for them all, as a key's queue is for its sharers, so s locks of one span with q requests
+// queued over it cost O(s + q). It returns how many of hs it looked at.
+func (sh *shard) visitRanges(hs []*Hold, f func(h *Hold, waiters int)) int {
+	if !heldRange(hs[0]) {
+		return 1
 	}
-	if h.flags()&FlagFencing == 0 && h.settle(sh) {
-		return
+	n := spanRun(hs)
+	live := make([]*Hold, 0, n)
+	for _, h := range hs[:n] {
+		if h.flags()&FlagFencing == 0 && h.settle(sh) {
+			continue
+		}
+		live = append(live, h)
 	}
-	n, read := sh.spaces[h.cf].rangeWaiters(h)
-	sh.counts.visited += uint64(1 + read)
-	f(h, n)
+	sh.counts.visited += uint64(n)
+	if len(live) == 0 {
+		return n
+	}
+	t := newWaiterTally(live)
+	sh.counts.visited += uint64(sh.spaces[live[0].cf].tallyOver(live[0], &t))
+	for _, h := range live {
+		f(h, t.conflictingWith(h))
+	}
+	return n
 }
 
-// visitRangeWaits calls wait on h, a range request of the shard listed before the mutex was taken
-// (appendRanges), if it is still queued, or, unless holder is nil, holder on h, a range lock, if it
-// still holds its range and a conflicting request is queued.
-func (sh *shard) visitRangeWaits(h *Hold, wait func(QueuedRequest), holder func(h *Hold, waiters int)) {
+// visitRangeWaits calls wait on hs[0], a range request of the shard listed before the mutex was
+// taken (appendRanges), if it is still queued; or, unless holder is nil, holder on hs[0], a range
+// lock, and on the locks of its span listed after it, each that still holds its range and has a
+// conflicting request queued, reading those requests once for them all (visitRanges). It returns
+// how many of hs it looked at.
+func (sh *shard) visitRangeWaits(hs []*Hold, wait func(QueuedRequest), holder func(h *Hold, waiters int)) int {
+	h := hs[0]
 	it := &h.cold.span.item
 	switch {
 	case !it.inTree:
 	case it.w != nil:
 		sh.counts.visited++
 		wait(it.w.request())
-	case holder != nil:
-		if n, read := sh.spaces[h.cf].rangeWaiters(h); n > 0 {
-			sh.counts.visited += uint64(read)
-			holder(h, n)
+	case holder != nil && heldRange(h):
+		n := spanRun(hs)
+		t := newWaiterTally(hs[:n])
+		sh.counts.visited += uint64(n + sh.spaces[h.cf].tallyOver(h, &t))
+		for _, x := range hs[:n] {
+			if c := t.conflictingWith(x); c > 0 {
+				holder(x, c)
+			}
 		}
+		return n
 	}
+	return 1
 }
 
 // rangesEmpty reports whether the shard's spaces hold no range lock or request.

@@ -20,6 +20,9 @@ type shardCounts struct {
 	// visited counts the holders and queued requests VisitHolders and VisitWaits have read; tests
 	// bound their cost per key with it.
 	visited uint64
+	// repassed counts the key requests repass moved, and repassTried the requests it asked
+	// whether they could move (passPointOf); tests bound its cost with them.
+	repassed, repassTried uint64
 }
 
 // Counts sums the table's figures. Each shard is read under its mutex, which it holds only to
@@ -51,15 +54,16 @@ func (t *Table) Counts() Counts {
 // key or range in that shard, with the number of requests queued that conflict with it. A holder
 // whose lease lapsed unwatched is settled first, as any look at its key settles it, and not
 // visited. f may read the hold but must not call into the table. A key with s holders and q
-// requests queued costs O(s + q): its queue is counted once, not once per holder. The mutex is
-// taken once to list the shard's keys and ranges (a pointer each), then once per key or range, so
-// no request waits behind more than one key's visit.
+// requests queued costs O(s + q): its queue is counted once, not once per holder; so do s range
+// locks of one span with q requests queued over it. The mutex is taken once to list the shard's
+// keys and ranges (a pointer each), then once per key or span, so no request waits behind more
+// than one key's or one span's visit.
 func (t *Table) VisitHolders(i int, f func(h *Hold, waiters int)) {
 	sh := &t.shards[i]
 	keys, ranges := sh.listKeys(func(e *keyEntry) bool { return e.holder != nil })
-	for _, r := range ranges {
+	for i := 0; i < len(ranges); {
 		sh.mu.Lock()
-		sh.visitRange(r, f)
+		i += sh.visitRanges(ranges[i:], f)
 		sh.unlockAndRunDeferred()
 	}
 	var holders []*Hold
@@ -87,8 +91,10 @@ func (sh *shard) visitHolders(e *keyEntry, out []*Hold, f func(h *Hold, waiters 
 	}
 	waiters := e.queued()
 	sh.counts.visited += uint64(len(out) + waiters)
+	ranges := newWaiterTally(live) // range requests queued over the key wait too
+	sh.queuedRangesOver(live[0], &ranges)
 	for _, h := range live {
-		f(h, waiters+sh.queuedRangesOver(h)) // range requests queued over the key wait too
+		f(h, waiters+ranges.conflictingWith(h))
 	}
 	return out
 }
@@ -143,13 +149,13 @@ func (w *waiter) request() QueuedRequest {
 // first per key, and, unless holder is nil, holder on each holder of each key with a request
 // queued, with their number, read in the same visit so that a wait and what it waits for agree. It
 // settles nothing: the holder of a key with a request queued has its deadline on a timer, which
-// settles it. As VisitHolders, it holds the mutex for one key's or one range's visit at a time.
+// settles it. As VisitHolders, it holds the mutex for one key's or one span's visit at a time.
 func (t *Table) VisitWaits(i int, wait func(QueuedRequest), holder func(h *Hold, waiters int)) {
 	sh := &t.shards[i]
 	keys, ranges := sh.listKeys(func(e *keyEntry) bool { return e.head != nil })
-	for _, r := range ranges {
+	for i := 0; i < len(ranges); {
 		sh.mu.Lock()
-		sh.visitRangeWaits(r, wait, holder)
+		i += sh.visitRangeWaits(ranges[i:], wait, holder)
 		sh.mu.Unlock()
 	}
 	for _, k := range keys {

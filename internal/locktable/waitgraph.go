@@ -37,6 +37,9 @@ type waitGraph struct {
 	// skipped counts the requests that had left the queue which searches stepped over to find
 	// the exclusive request ahead of a shared one; guarded by mu. Tests bound it too.
 	skipped uint64
+	// rangeSteps counts the steps searches took in the range sets of column families in range
+	// mode to read their edges (rangeSet.steps); guarded by mu. Tests bound it too.
+	rangeSteps uint64
 }
 
 // enter records that h's owner waits with h, which is queued, unless that would close a
@@ -132,7 +135,7 @@ func (g *waitGraph) blockers(t Owner, h *Hold, out []Owner) []Owner {
 	// yet: its timer, armed as the request queued, passes the key on.
 	b := edgeList{t: t, ten: h.ten, now: h.ten.clock.Mono(), out: out}
 	if w.space != nil || e.ranged() != nil {
-		b.addRangeEdges(h, w)
+		g.rangeSteps += b.addRangeEdges(h, w)
 		if w.space != nil {
 			return b.out
 		}
@@ -207,18 +210,21 @@ func (b *edgeList) addThroughHolder(x *Hold) {
 	}
 }
 
-// addRangeEdges adds the edges of w, h's waiting request, by range mode's rule (rangegraph.go).
+// addRangeEdges adds the edges of w, h's waiting request, by the rule of range spaces
+// (rangegraph.go), and returns the steps it took in the space's range set.
 // The sink's functions are bound to a copy of b, so that b itself stays where its caller made it.
-func (b *edgeList) addRangeEdges(h *Hold, w *waiter) {
+func (b *edgeList) addRangeEdges(h *Hold, w *waiter) (steps uint64) {
 	r := new(edgeList)
 	*r = *b
 	sink := &rangeEdgeSink{owner: r.add, through: r.addThrough, holder: r.addHolder, throughHolder: r.addThroughHolder}
-	if w.space != nil {
-		w.space.rangeEdges(h, w, sink)
-	} else {
-		h.e.ranged().space.rangeEdges(h, w, sink)
+	sp := w.space
+	if sp == nil {
+		sp = h.e.ranged().space
 	}
+	before := sp.ranges.steps()
+	sp.rangeEdges(h, w, sink)
 	b.out = r.out
+	return sp.ranges.steps() - before
 }
 
 // cycleThrough returns the cycle of waits from start back to start, or nil. It searches depth

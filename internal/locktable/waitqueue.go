@@ -53,6 +53,9 @@ type waiter struct {
 	// listed is the column family in range mode whose waiting owners list this request, the
 	// request of its owner there (rangeSpace.waiting); nil otherwise.
 	listed *rangeSpace
+	// runHead is, for a plain exclusive range request, the oldest request of the run of such
+	// requests of its span it queued behind, found by the wait-for graph (rangeSpace.runHead).
+	runHead *waiter
 }
 
 // mode reports what w asks for: a shared lock, or the upgrade of a shared lock its Txn holds.
