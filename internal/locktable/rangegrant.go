@@ -155,29 +155,46 @@ func (sh *shard) newRangedEntry(sp *rangeSpace, h *Hold) *keyEntry {
 	return e
 }
 
-// acquireRange is Acquire of a range hold.
+// acquireRange is Acquire of a range hold. Its span goes into the cover first, then the keys
+// inside it that are still in their own shards are brought into the home shard (bringIn), unless
+// a live span of the cover holds all of it already; only then is the request placed among the
+// others, in the order of arrival, as a request that arrives then.
 func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
 	c := h.ten
 	if c.closed.Load() {
 		return 0, ErrClosed
 	}
-	sh := c.tab.enterRangeMode(h.cf)
-	h.hash = routed(c.tab.hash(h.cf, h.key()), homeOf(h.cf))
-	wall, mono := ReadClock(c.clock)
+	sp := c.tab.spaceFor(h.cf)
+	sh := sp.home
+	h.hash = routed(c.tab.hash(h.cf, h.key()), sp.homeIdx)
 	sh.mu.Lock()
 	if c.closed.Load() {
 		sh.mu.Unlock()
 		return 0, ErrClosed
 	}
-	sp := sh.spaces[h.cf]
 	it := &h.cold.span.item
 	it.id = sp.nextSeq()
+	start, end := h.key(), h.cold.span.end
+	inside := sp.cover.Load().live.holdsSpan(start, end)
+	sp.coverAdd(it)
+	if !inside {
+		sh.mu.Unlock()
+		sp.bringIn(c.tab, h.cf, start, end)
+		sh.mu.Lock()
+		if c.closed.Load() {
+			sp.spanGone(it)
+			sh.unlockAndRunDeferred()
+			return 0, ErrClosed
+		}
+	}
+	wall, mono := ReadClock(c.clock)
 	if !sp.rangeBlocked(sh, h, newest, true, c, mono) {
 		sh.grantRange(sp, it, wall, mono, lease)
 		sh.unlockAndRunDeferred()
 		return mono, nil
 	}
 	if !wait {
+		sp.spanGone(it)
 		sh.unlockAndRunDeferred()
 		return 0, ErrLocked
 	}
@@ -280,7 +297,11 @@ func (sh *shard) serveQueuedRanges(sp *rangeSpace, batch []*rangeItem) {
 // (serveKey does exactly when the key has neither holder nor waiter).
 func (rk *rangedKey) served() {
 	if rk.e.holder == nil && rk.e.head == nil {
-		rk.space.keys.Delete(rk)
+		sp := rk.space
+		sp.keys.Delete(rk)
+		if rk.point != 0 {
+			sp.orphanLeft(rk)
+		}
 	}
 }
 
@@ -331,6 +352,7 @@ func (sh *shard) dropRange(w *waiter, outcome waitState) {
 	it := &w.h.cold.span.item
 	sp.unlinkQueued(sh, it)
 	sp.ranges.remove(it)
+	sp.spanGone(it)
 	it.w = nil
 	sh.unschedule(w.h)
 	w.finish(outcome)
@@ -347,6 +369,7 @@ func (sh *shard) giveBackRange(h *Hold, f, set uint32) {
 	}
 	sp := sh.spaces[h.cf]
 	sp.ranges.remove(it)
+	sp.spanGone(it)
 	h.state.Store(f&^FlagHeld | set)
 	if w := sp.upgradeOfRange(h); w != nil {
 		sh.dropRange(w, waitShareEnded)

@@ -74,7 +74,7 @@ func (sh *shard) lookup(h *Hold) *keyEntry { return sh.index.find(h.hash, h.cf, 
 // InitRange on, so its request goes the way of acquireRouted (rangemode.go).
 func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
 	c := h.ten
-	if c.tab.routes.Load() != nil {
+	if c.tab.spaces.Load() != nil {
 		return h.acquireRouted(ctx, lease, timeout, wait, ctxBounds)
 	}
 	hash := c.tab.hash(h.cf, h.key())
@@ -85,7 +85,7 @@ func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, 
 	// be shorter for the time spent waiting for the mutex, and timers are armed from a fresh one.
 	wall, mono := ReadClock(c.clock)
 	sh.mu.Lock()
-	if c.tab.routes.Load() != nil { // a column family entered range mode meanwhile
+	if c.tab.spaces.Load() != nil { // a column family had its first range request meanwhile
 		sh.mu.Unlock()
 		return h.acquireRouted(ctx, lease, timeout, wait, ctxBounds)
 	}

@@ -50,9 +50,9 @@ type tableHeader struct {
 	path   string // the database's, for log records
 	seed   maphash.Seed
 	stamps *Stamps
-	// routes places the records of the column families in range mode; nil until one is
-	// (rangemode.go). Every request reads it, so it is kept here with the seed.
-	routes atomic.Pointer[rangeRoutes]
+	// spaces maps each column family that has had a range request to its range space
+	// (rangespace.go); nil until one has. Every request reads it, so it is kept here with the seed.
+	spaces atomic.Pointer[map[uint32]*rangeSpace]
 }
 
 // New returns the table of the database at path, whose grants mint AcquiredAt from stamps.
