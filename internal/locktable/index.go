@@ -23,7 +23,7 @@ const (
 	// keys come and go allocates nothing.
 	minSlots = 8
 	// hashShift skips the hash bits that chose the shard, which every key of a shard shares.
-	hashShift = shardBits
+	hashShift = shardBits + 1
 )
 
 func (t *entryTable) home(hash uint64) int { return int(hash>>hashShift) & (len(t.slots) - 1) }

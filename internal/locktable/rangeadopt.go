@@ -5,7 +5,6 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
-	"unsafe"
 )
 
 // Bringing keys into the home shard (docs/DESIGN.md §17.1). A column family's keys live in their
@@ -22,6 +21,22 @@ import (
 // broughtBatch bounds the entries a range request brings in under one hold of a shard's mutex,
 // so that a range over many held keys delays the other keys of their shards by one batch at most.
 const broughtBatch = 64
+
+// broughtScan bounds the slots of a shard's index a range request looks at under one hold of the
+// shard's mutex.
+const broughtScan = 1024
+
+// broughtSteps counts what bring did under one hold of a shard's mutex at most, for the tests
+// that bound it.
+type broughtSteps struct {
+	maxLooked, maxMoved, holds int
+}
+
+func (s *broughtSteps) note(looked, moved int) {
+	s.maxLooked = max(s.maxLooked, looked)
+	s.maxMoved = max(s.maxMoved, moved)
+	s.holds++
+}
 
 // brings reports whether a span of sp's cover covers key: its request must look in the home
 // shard.
@@ -86,30 +101,24 @@ func (sh *shard) takeHere(ctx context.Context, sp *rangeSpace, h *Hold, wall int
 func (h *Hold) acquireBrought(ctx context.Context, sh *shard, sp *rangeSpace, hash uint64, owned bool, wall int64,
 	mono, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
 	home := sp.home
-	if sh != home {
-		sh.mu.Unlock()
-		lockPair(sh, home)
-	}
+	sh.mu.Unlock()
+	lockPair(sh, home)
 	at := routed(hash, sp.homeIdx)
 	cv := sp.cover.Load() // changed only under the home shard's mutex
 	live := cv.live.stabs(h.key())
 	switch {
 	case live || owned:
-		if e := sh.index.find(hash, h.cf, h.key()); e != nil && e.ranged() == nil {
+		if e := sh.index.find(hash, h.cf, h.key()); e != nil {
 			if rk := sh.moveEntry(home, e, sp); !live {
 				sp.orphanBrought(rk)
 			}
 		}
 	case home.index.find(at, h.cf, h.key()) == nil:
-		if sh != home {
-			home.unlockAndRunDeferred()
-		}
+		home.unlockAndRunDeferred()
 		h.hash = hash
 		return sh.takeHere(ctx, sp, h, wall, mono, lease, timeout, wait, ctxBounds)
 	}
-	if sh != home {
-		sh.unlockAndRunDeferred()
-	}
+	sh.unlockAndRunDeferred()
 	h.hash = at
 	return home.takeInRanges(ctx, sp, h, wall, mono, lease, timeout, wait, ctxBounds)
 }
@@ -155,18 +164,11 @@ func (sh *shard) takeInRanges(ctx context.Context, sp *rangeSpace, h *Hold, wall
 	return mono, nil
 }
 
-// lockPair takes the mutexes of a and b, which may be one shard, in the order of their place in
-// the table, the one order every path that holds two of them takes them in.
-func lockPair(a, b *shard) {
-	if a == b {
-		a.mu.Lock()
-		return
-	}
-	if uintptr(unsafe.Pointer(b)) < uintptr(unsafe.Pointer(a)) {
-		a, b = b, a
-	}
-	a.mu.Lock()
-	b.mu.Lock()
+// lockPair takes the mutexes of sh, a key shard, and home, a home shard: a key shard's first,
+// the one order every path that holds two shards' mutexes takes them in.
+func lockPair(sh, home *shard) {
+	sh.mu.Lock()
+	home.mu.Lock()
 }
 
 // bringIn brings into sp's home shard the entries of column family cf in [start, end) (end nil:
@@ -181,32 +183,45 @@ func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 }
 
 // bring brings into sp's home shard the entries that want reports true of and that are still in
-// their own shards, a shard at a time and at most broughtBatch under one hold of its mutex. Those
-// no live span covers are orphans.
+// their own shards, a shard at a time. One hold of a shard's mutex looks at broughtScan slots of
+// its index at most and brings in broughtBatch entries at most, so that the other keys of the
+// shard wait for one batch at most, however many keys it holds. Those no live span covers are
+// orphans.
 func (sp *rangeSpace) bring(t *Table, want func(*keyEntry) bool) {
 	home := sp.home
 	var batch []*keyEntry
-	for i := range t.shards {
+	for i := range KeyShards {
 		sh := &t.shards[i]
-		for {
+		for at, size := 0, -1; ; {
 			lockPair(sh, home)
+			slots := sh.index.slots
+			if len(slots) != size { // resized since the last batch: entries moved, look again
+				at, size = 0, len(slots)
+			}
 			batch = batch[:0]
-			sh.index.all(func(e *keyEntry) {
-				if len(batch) == broughtBatch {
-					return
-				}
-				if e.ranged() == nil && want(e) {
+			from, stop := at, min(at+broughtScan, size)
+			first := -1
+			for ; at < stop && len(batch) < broughtBatch; at++ {
+				if e := slots[at]; e != nil && want(e) {
 					batch = append(batch, e)
+					if first < 0 {
+						first = at
+					}
 				}
-			})
+			}
+			sp.broughtSteps.note(at-from, len(batch))
 			for _, e := range batch {
 				sp.orphanBrought(sh.moveEntry(home, e, sp))
 			}
-			if sh != home {
-				sh.unlockAndRunDeferred()
+			done := at >= size && first < 0
+			if first >= 0 {
+				// Taking an entry out shifts the ones after it in its probe run back into the
+				// hole (index.go): look again from the first hole.
+				at = first
 			}
+			sh.unlockAndRunDeferred()
 			home.unlockAndRunDeferred()
-			if len(batch) < broughtBatch {
+			if done {
 				break
 			}
 		}
@@ -229,8 +244,8 @@ func (sp *rangeSpace) bringOwnerWaits(t *Table, cf uint32) {
 	})
 }
 
-// moveEntry brings e, an entry of sp's column family in sh, and its holders and waiters, into
-// sp's home shard to, with both shards' mutexes held, and returns it as the home shard's index
+// moveEntry brings e, an entry of sp's column family in sh, a key shard, and its holders and
+// waiters, into sp's home shard to, with both shards' mutexes held, and returns it as the home shard's index
 // of keys holds it.
 func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace) *rangedKey {
 	_, key := e.record()
@@ -239,14 +254,6 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace) *rangedKey {
 		if w.h.owner != nil {
 			sp.listed(w) // queued before a range covered its key
 		}
-	}
-	if sh == to {
-		e.setRanged(rk)
-		for _, h := range e.appendHolders(nil) {
-			h.SetFlags(FlagRanged)
-		}
-		sp.keys.ReplaceOrInsert(rk)
-		return rk
 	}
 	ne := to.newEntry(routed(e.hash, sp.homeIdx))
 	hash := ne.hash

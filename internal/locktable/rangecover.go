@@ -164,27 +164,40 @@ func (n *coverNode) holdsSpan(start, end []byte) bool {
 
 // rangeCover is what a key request reads of its column family's ranges before it takes any mutex
 // but its own shard's: live holds the span of every range lock and range request of the column
-// family, and retiring the key of every orphan, a key in the home shard that no live span covers
-// (rangedKey.point). It is replaced, never changed, under the home shard's mutex.
+// family, and retiring the spans that route the orphans, the keys in the home shard that no live
+// span covers (retiredSpan). It is replaced, never changed, under the home shard's mutex.
 type rangeCover struct {
 	live, retiring *coverNode
+}
+
+// retiredSpan is a span of the cover's retiring spans: that of a range that ended while keys it
+// had brought into the home shard were still there, or of one key brought in for an owner's wait
+// (orphanBrought). It stays for as long as one of its orphans does.
+type retiredSpan struct {
+	start, end []byte
+	id         uint64
+	orphans    int
 }
 
 // keyAfter is the first key after key, the end of the span that holds key alone.
 func keyAfter(key []byte) []byte { return append(bytes.Clone(key), 0) }
 
-// orphan makes rk, a key of the home shard that no live span covers, an orphan in next, the
-// cover to be published: its key gets a retiring span of its own, which routes its requests to
-// the home shard for as long as it stays there.
-func (sp *rangeSpace) orphan(rk *rangedKey, next *rangeCover) {
-	rk.point = sp.nextSeq()
-	next.retiring = coverWith(next.retiring, rk.key, keyAfter(rk.key), rk.point)
+// retire adds r, which has orphans, to next, the cover to be published.
+func (sp *rangeSpace) retire(r *retiredSpan, next *rangeCover) {
+	next.retiring = coverWith(next.retiring, r.start, r.end, r.id)
 }
 
-// unorphan takes rk's retiring span out of next: a live span covers it again, or it left.
-func (rk *rangedKey) unorphan(next *rangeCover) {
-	next.retiring = coverWithout(next.retiring, rk.key, rk.point)
-	rk.point = 0
+// unorphan takes rk off its retired span's orphans, and the span out of next once it has none: a
+// live span covers rk again, or rk left the home shard. It reports whether next changed.
+func (rk *rangedKey) unorphan(next *rangeCover) bool {
+	r := rk.retired
+	rk.retired = nil
+	r.orphans--
+	if r.orphans > 0 {
+		return false
+	}
+	next.retiring = coverWithout(next.retiring, r.start, r.id)
+	return true
 }
 
 // coverAdd puts it's span in sp's live cover; the orphans inside it are covered again.
@@ -194,7 +207,7 @@ func (sp *rangeSpace) coverAdd(it *rangeItem) {
 	it.covering = true
 	if next.retiring != nil {
 		sp.keysIn(it.start(), it.end(), func(e *keyEntry) bool {
-			if rk := e.ranged(); rk.point != 0 {
+			if rk := e.ranged(); rk.retired != nil {
 				rk.unorphan(next)
 			}
 			return true
@@ -205,7 +218,7 @@ func (sp *rangeSpace) coverAdd(it *rangeItem) {
 
 // spanGone takes it's span out of sp's live cover, once its range lock or request has ended. The
 // keys in it that no other live span covers stay in the home shard until they leave the table,
-// as orphans.
+// as orphans of its span, which joins the retiring spans.
 func (sp *rangeSpace) spanGone(it *rangeItem) {
 	if !it.covering {
 		return
@@ -213,31 +226,39 @@ func (sp *rangeSpace) spanGone(it *rangeItem) {
 	it.covering = false
 	cv := sp.cover.Load()
 	next := &rangeCover{live: coverWithout(cv.live, it.start(), it.id), retiring: cv.retiring}
+	r := &retiredSpan{start: it.start(), end: it.end(), id: it.id}
 	sp.keysIn(it.start(), it.end(), func(e *keyEntry) bool {
-		if rk := e.ranged(); rk.point == 0 && !next.live.stabs(rk.key) {
-			sp.orphan(rk, next)
+		if rk := e.ranged(); rk.retired == nil && !next.live.stabs(rk.key) {
+			rk.retired = r
+			r.orphans++
 		}
 		return true
 	})
+	if r.orphans > 0 {
+		sp.retire(r, next)
+	}
 	sp.cover.Store(next)
 }
 
-// orphanLeft takes the retiring span of rk, an orphan that left the table, out of the cover.
+// orphanLeft takes rk, an orphan, off its retired span as it leaves the table.
 func (sp *rangeSpace) orphanLeft(rk *rangedKey) {
 	cv := sp.cover.Load()
 	next := &rangeCover{live: cv.live, retiring: cv.retiring}
-	rk.unorphan(next)
-	sp.cover.Store(next)
+	if rk.unorphan(next) {
+		sp.cover.Store(next)
+	}
 }
 
-// orphanBrought makes rk, a key just brought into the home shard that no live span covers, an
-// orphan.
+// orphanBrought makes rk, a key just brought into the home shard, an orphan with a retired span
+// of its own if no live span covers it.
 func (sp *rangeSpace) orphanBrought(rk *rangedKey) {
-	if sp.cover.Load().live.stabs(rk.key) {
+	cv := sp.cover.Load()
+	if cv.live.stabs(rk.key) {
 		return
 	}
-	cv := sp.cover.Load()
+	r := &retiredSpan{start: rk.key, end: keyAfter(rk.key), id: sp.nextSeq(), orphans: 1}
+	rk.retired = r
 	next := &rangeCover{live: cv.live, retiring: cv.retiring}
-	sp.orphan(rk, next)
+	sp.retire(r, next)
 	sp.cover.Store(next)
 }

@@ -299,7 +299,7 @@ func (rk *rangedKey) served() {
 	if rk.e.holder == nil && rk.e.head == nil {
 		sp := rk.space
 		sp.keys.Delete(rk)
-		if rk.point != 0 {
+		if rk.retired != nil {
 			sp.orphanLeft(rk)
 		}
 	}

@@ -29,12 +29,11 @@ type rangeSpace struct {
 	// cover is the spans a key request must look for its key in before it takes its own shard's
 	// lock for granted: published under the home shard's mutex, read under any.
 	cover atomic.Pointer[rangeCover]
-	// orphans counts the keys in keys that no live span covers any more: they stay in the home
-	// shard until they leave the table, and cover.retiring routes their requests there.
-	orphans int
-	keys    *btree.BTreeG[*rangedKey] // the keys brought into the home shard, by key
-	ranges  rangeSet                  // its range locks and queued range requests
-	queue   []*rangeItem              // its queued range requests, oldest first
+	keys  *btree.BTreeG[*rangedKey] // the keys brought into the home shard, by key
+	// broughtSteps is what bringing keys in did under one hold of a shard's mutex at most.
+	broughtSteps broughtSteps
+	ranges       rangeSet     // its range locks and queued range requests
+	queue        []*rangeItem // its queued range requests, oldest first
 	// waiting is the request each owner has queued in the space, of a key or a range: what a lock
 	// of that owner's waits on, for the exception to the order of arrival (rangepass.go).
 	waiting map[Owner]*waiter
@@ -52,9 +51,9 @@ type rangedKey struct {
 	key   []byte
 	space *rangeSpace
 	e     *keyEntry
-	// point is the id of its own span in the cover's retiring spans while no live span covers it
-	// (rangecover.go), 0 otherwise.
-	point uint64
+	// retired is the retiring span that routes its requests here while no live span covers it
+	// (rangecover.go), nil otherwise.
+	retired *retiredSpan
 }
 
 func keyBefore(a, b *rangedKey) bool { return bytes.Compare(a.key, b.key) < 0 }
@@ -69,11 +68,11 @@ func (sp *rangeSpace) nextSeq() uint64 {
 // phantoms the check prevents are caught.
 func (t *Table) DisableRangeConflicts() { t.modes.noConflicts.Store(true) }
 
-// homeOf is the home shard of column family cf's range space.
-func homeOf(cf uint32) uint64 { return (uint64(cf) * 0x9e3779b97f4a7c15 >> 32) & (ShardCount - 1) }
+// homeOf is the place among the table's shards of column family cf's home shard.
+func homeOf(cf uint32) uint64 { return KeyShards + (uint64(cf)*0x9e3779b97f4a7c15>>32)&(homeShards-1) }
 
-// routed is hash with its shard bits set to home.
-func routed(hash, home uint64) uint64 { return hash&^(ShardCount-1) | home }
+// routed is hash with its shard bits set to home, a home shard's place.
+func routed(hash, home uint64) uint64 { return hash&^(2*KeyShards-1) | home }
 
 // spaceOf is column family cf's range space, nil while it has had no range request.
 func (t *Table) spaceOf(cf uint32) *rangeSpace {

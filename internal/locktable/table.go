@@ -22,8 +22,15 @@ import (
 const (
 	// shardBits is how many low bits of a record's hash choose its shard.
 	shardBits = 7
-	// ShardCount is the number of shards of a table.
-	ShardCount = 1 << shardBits
+	// KeyShards is the number of shards a record's hash spreads the keys over.
+	KeyShards = 1 << shardBits
+	// homeShards is the number of home shards, where the keys that range locks cover are kept
+	// (rangespace.go): apart from the key shards, so that no key that a range does not cover
+	// waits behind a range's work. A hash places a record in one when its bit KeyShards is set
+	// (routed); Table.hash leaves it clear.
+	homeShards = 8
+	// ShardCount is the number of shards of a table, its home shards included.
+	ShardCount = KeyShards + homeShards
 )
 
 // falseSharingRange is how far apart memory written by different cores is kept: two cache lines,
@@ -71,10 +78,10 @@ func (t *Table) hash(cf uint32, key []byte) uint64 {
 	if cf != 0 {
 		h ^= uint64(cf) * 0x9e3779b97f4a7c15 // spreads cf over every bit, the shard bits too
 	}
-	return h
+	return h &^ KeyShards
 }
 
-func (t *Table) shard(hash uint64) *shard { return &t.shards[hash&(ShardCount-1)] }
+func (t *Table) shard(hash uint64) *shard { return &t.shards[hash&(2*KeyShards-1)] }
 
 // evict takes every trace of c out of the table, for Shutdown: each waiting request of c fails
 // with ErrClosed, and the holds of c are returned for the caller to release (outside the shard
