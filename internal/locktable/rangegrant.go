@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The grant rule of a column family in range mode (docs/DESIGN.md §17): two locks conflict when
+// The grant rule in a range space (docs/DESIGN.md §17): two locks conflict when
 // their key sets meet and one is exclusive, unless one owner holds both; a request is served after
 // every conflicting request queued before it (sp.seq orders them) and never waits for one it does
 // not conflict with. Key requests keep the rule of their key (grant.go) and, on top of it, wait
@@ -144,7 +144,7 @@ func (sp *rangeSpace) keysIn(start, end []byte, f func(*keyEntry) bool) {
 	sp.keys.AscendRange(from, &rangedKey{key: end}, each)
 }
 
-// newRangedEntry adds an entry for h's key, of a column family in range mode, to the shard.
+// newRangedEntry adds an entry for h's key, which a live span covers, to the home shard.
 func (sh *shard) newRangedEntry(sp *rangeSpace, h *Hold) *keyEntry {
 	e := sh.newEntry(h.hash)
 	// The hold's key never changes, and the slice keeps it alive for as long as the entry needs it.
@@ -414,7 +414,7 @@ func (sh *shard) watchSpan(sp *rangeSpace, h *Hold) {
 	}
 }
 
-// rangeWaitsOver reports whether, in range mode, a range request over e's key is queued: a
+// rangeWaitsOver reports whether, in a home shard, a range request over e's key is queued: a
 // holder the key's queue is granted then must be watched, since that request may wait for it to
 // lapse as well (range requests watch only the holders there when they queue, watchSpan).
 func (e *keyEntry) rangeWaitsOver() bool {

@@ -25,7 +25,7 @@ import (
 type waitGraph struct {
 	mu      sync.Mutex // taken before any shard mutex, never under one
 	waiting map[Owner]*Hold
-	// count is len(waiting), read without mu by range mode's give-backs (ownerLetGo).
+	// count is len(waiting), read without mu by give-backs in home shards (ownerLetGo).
 	count atomic.Int32
 
 	// The search's scratch space, reused by the next search; guarded by mu.
