@@ -177,3 +177,41 @@ func TestOwnersWaitInTheHomeShard(t *testing.T) {
 	assert.Nil(t, tab.spaceOf(0).cover.Load().retiring)
 	assert.True(t, ProbeTableEmpty(l))
 }
+
+// A key request that comes after a range request published its span, in a key shard the range
+// request has visited already, finds the span in the cover and is taken in the home shard, where
+// the range request, once it has visited every shard, sees it. Taken in its own shard instead, it
+// would be behind the range request's visit, and both would hold the key.
+func TestKeyRequestBehindARangesVisitGoesToTheHomeShard(t *testing.T) {
+	tab := newTestTable(t)
+	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+	last := &tab.shards[KeyShards-1] // the range request visits it after every other key shard
+	var k []byte
+	for i := 0; k == nil; i++ {
+		if c := []byte(fmt.Sprintf("k%03d", i)); naturalShard(tab, c) != KeyShards-1 {
+			k = c
+		}
+	}
+	first, err := l.TryLockRange("a", "b", testOptions{}) // makes the range space, which visits every shard
+	require.NoError(t, err)
+	require.True(t, first.Release())
+	last.mu.Lock()
+	ranged := make(chan error, 1)
+	go func() {
+		r, err := l.TryLockRange("k", "l", testOptions{})
+		if err == nil {
+			r.Release()
+		}
+		ranged <- err
+	}()
+	sp := tab.spaceOf(0)
+	require.Eventually(t, func() bool { return sp.cover.Load().live != nil },
+		5*time.Second, 100*time.Microsecond, "the range request publishes its span")
+	h, err := l.TryLock(k, testOptions{})
+	require.NoError(t, err, "the range request is not placed yet")
+	assert.Equal(t, int(homeOf(0)), tab.ShardOf(0, k), "the cover sent the key to the home shard")
+	last.mu.Unlock()
+	assert.ErrorIs(t, Await(t, ranged, "the range request"), ErrLocked, "the range request sees the key")
+	require.True(t, h.Release())
+	assert.True(t, ProbeTableEmpty(l))
+}
