@@ -74,11 +74,9 @@ func New(path string, stamps *Stamps) *Table {
 // hash is the table's hash of the record (cf, key). Column family 0, the default, hashes as the
 // key alone.
 func (t *Table) hash(cf uint32, key []byte) uint64 {
-	h := maphash.Bytes(t.seed, key)
-	if cf != 0 {
-		h ^= uint64(cf) * 0x9e3779b97f4a7c15 // spreads cf over every bit, the shard bits too
-	}
-	return h &^ KeyShards
+	// cf spread over every bit, the shard bits too (0 for the default column family), with no
+	// branch: the function must stay small enough to be inlined into Acquire.
+	return (maphash.Bytes(t.seed, key) ^ uint64(cf)*0x9e3779b97f4a7c15) &^ KeyShards
 }
 
 func (t *Table) shard(hash uint64) *shard { return &t.shards[hash&(2*KeyShards-1)] }
