@@ -215,3 +215,53 @@ func TestKeyRequestBehindARangesVisitGoesToTheHomeShard(t *testing.T) {
 	require.True(t, h.Release())
 	assert.True(t, ProbeTableEmpty(l))
 }
+
+// A range request inside the span of one whose keys are still on their way into the home shard
+// brings in its keys itself: skipping that, it would be placed while a key inside it is held in
+// a key shard that neither has visited yet.
+func TestRangeInsideARangeStillBringingInBringsItsOwnKeys(t *testing.T) {
+	tab := newTestTable(t)
+	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+	first, err := l.TryLockRange("a", "b", testOptions{}) // makes the range space, which visits every shard
+	require.NoError(t, err)
+	require.True(t, first.Release())
+	last := &tab.shards[KeyShards-1]
+	var k []byte
+	for i := 0; k == nil; i++ {
+		if c := []byte(fmt.Sprintf("k%03d", i)); naturalShard(tab, c) == KeyShards-1 {
+			k = c
+		}
+	}
+	h, err := l.TryLock(k, testOptions{})
+	require.NoError(t, err)
+	last.mu.Lock()
+	outer := make(chan error, 1)
+	go func() {
+		r, err := l.TryLockRange("k", "l", testOptions{})
+		if err == nil {
+			r.Release()
+		}
+		outer <- err
+	}()
+	sp := tab.spaceOf(0)
+	require.Eventually(t, func() bool { return sp.cover.Load().live != nil },
+		5*time.Second, 100*time.Microsecond, "the outer range request publishes its span")
+	inner := make(chan error, 1)
+	go func() {
+		r, err := l.TryLockRange(string(k), string(k)+"\x00", testOptions{Shared: true})
+		if err == nil {
+			r.Release()
+		}
+		inner <- err
+	}()
+	select {
+	case err := <-inner:
+		t.Fatalf("the inner range request ended (%v) while a key inside it was still on its way", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	last.mu.Unlock()
+	assert.ErrorIs(t, Await(t, inner, "the inner range request"), ErrLocked, "the inner range sees the key held inside it")
+	assert.ErrorIs(t, Await(t, outer, "the outer range request"), ErrLocked)
+	require.True(t, h.Release())
+	assert.True(t, ProbeTableEmpty(l))
+}

@@ -224,6 +224,7 @@ func (sp *rangeSpace) spanGone(it *rangeItem) {
 		return
 	}
 	it.covering = false
+	sp.broughtIn = coverWithout(sp.broughtIn, it.start(), it.id)
 	cv := sp.cover.Load()
 	next := &rangeCover{live: coverWithout(cv.live, it.start(), it.id), retiring: cv.retiring}
 	r := &retiredSpan{start: it.start(), end: it.end(), id: it.id}

@@ -157,8 +157,8 @@ func (sh *shard) newRangedEntry(sp *rangeSpace, h *Hold) *keyEntry {
 
 // acquireRange is Acquire of a range hold. Its span goes into the cover first, then the keys
 // inside it that are still in their own shards are brought into the home shard (bringIn), unless
-// a live span of the cover holds all of it already; only then is the request placed among the
-// others, in the order of arrival, as a request that arrives then.
+// the span of a range whose keys are all in already holds all of it (broughtIn); only then is the
+// request placed among the others, in the order of arrival, as a request that arrives then.
 func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
 	c := h.ten
 	if c.closed.Load() {
@@ -175,7 +175,7 @@ func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, w
 	it := &h.cold.span.item
 	it.id = sp.nextSeq()
 	start, end := h.key(), h.cold.span.end
-	inside := sp.cover.Load().live.holdsSpan(start, end)
+	inside := sp.broughtIn.holdsSpan(start, end)
 	sp.coverAdd(it)
 	if !inside {
 		sh.mu.Unlock()
@@ -187,6 +187,7 @@ func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, w
 			return 0, ErrClosed
 		}
 	}
+	sp.broughtIn = coverWith(sp.broughtIn, start, end, it.id)
 	wall, mono := ReadClock(c.clock)
 	if !sp.rangeBlocked(sh, h, newest, true, c, mono) {
 		sh.grantRange(sp, it, wall, mono, lease)
