@@ -254,12 +254,16 @@ func TestRangeInsideARangeStillBringingInBringsItsOwnKeys(t *testing.T) {
 		}
 		inner <- err
 	}()
+	var early error
 	select {
 	case err := <-inner:
-		t.Fatalf("the inner range request ended (%v) while a key inside it was still on its way", err)
+		early = fmt.Errorf("the inner range request ended (%v) while a key inside it was still on its way", err)
 	case <-time.After(50 * time.Millisecond):
 	}
 	last.mu.Unlock()
+	if early != nil {
+		t.Fatal(early)
+	}
 	assert.ErrorIs(t, Await(t, inner, "the inner range request"), ErrLocked, "the inner range sees the key held inside it")
 	assert.ErrorIs(t, Await(t, outer, "the outer range request"), ErrLocked)
 	require.True(t, h.Release())
