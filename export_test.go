@@ -46,11 +46,11 @@ func ProbeSameShard(l *Locker, a, b []byte) bool {
 	return l.tab.ShardOf(0, a) == l.tab.ShardOf(0, b)
 }
 
-// KeyPerShard returns one key for each shard of l's table, each beginning with prefix, so that a
+// KeyPerShard returns one key for each key shard of l's table, each beginning with prefix, so that a
 // test can reach every shard's timer.
 func KeyPerShard(l *Locker, prefix string) [][]byte {
-	keys := make([][]byte, locktable.ShardCount)
-	for i, found := 0, 0; found < locktable.ShardCount; i++ {
+	keys := make([][]byte, locktable.KeyShards)
+	for i, found := 0, 0; found < locktable.KeyShards; i++ {
 		k := fmt.Appendf(nil, "%s%d", prefix, i)
 		if s := l.tab.ShardOf(0, k); keys[s] == nil {
 			keys[s] = k

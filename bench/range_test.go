@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"errors"
 	"context"
 	"fmt"
 	"testing"
@@ -243,4 +244,111 @@ func benchLockRelease(b *testing.B, lock func(j int) (*recordlock.Handle, error)
 		}
 		h.Release()
 	}
+}
+
+// BenchmarkParallelDistinctKeysBesideRange (P15) is P2's parallel Lock+Release of distinct keys,
+// in a column family where a range lock is held:
+//   - recordlock: with an exclusive range lock over the prefix "other/" held by the same Locker,
+//     which none of the keys locked is in;
+//   - noranges: the same on a database where no range lock was ever taken.
+//
+// Target: recordlock ≤ 1.15× noranges, at GOMAXPROCS 2.
+func BenchmarkParallelDistinctKeysBesideRange(b *testing.B) {
+	run := func(b *testing.B, ranged bool) {
+		l := lockerOn(b, tempdb.New(b))
+		ctx := context.Background()
+		if ranged {
+			if _, err := l.LockRange(ctx, recordlock.Prefix([]byte("other/")), heldLockOpts); err != nil {
+				b.Fatal(err)
+			}
+		}
+		var s slicer
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			base := s.base()
+			for i := 0; pb.Next(); i++ {
+				h, err := l.Lock(ctx, key(base+i&(sliceKeys-1)), lockOpts)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				h.Release()
+			}
+		})
+	}
+	b.Run("recordlock", func(b *testing.B) { run(b, true) })
+	b.Run("noranges", func(b *testing.B) { run(b, false) })
+}
+
+// firstRangeHeld is the number of keys held when P16 takes its column family's first range lock.
+const firstRangeHeld = 100_000
+
+// BenchmarkFirstRangeDelay (P16) is how long a column family's first range lock, taken with
+// 100,000 keys held in it, delays other goroutines' Lock+Release. One op holds the 100,000 keys
+// on a fresh Locker (untimed), then takes the first range while a second goroutine locks and
+// releases keys no one holds, one after another, timing each: the reported maxdelay-µs is the
+// longest of those across all ops, and the op's time is the range lock's own.
+//   - covering: the range covers every held key (a shared TryLockRange, which fails ErrLocked
+//     once it has seen them);
+//   - beside: the range covers none of them (an exclusive LockRange of "other/").
+//
+// Target: maxdelay-µs < 1,000 in both.
+func BenchmarkFirstRangeDelay(b *testing.B) {
+	held := heldKeys(firstRangeHeld)
+	run := func(b *testing.B, r recordlock.Range, shared bool) {
+		var worst time.Duration
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			l := lockerOn(b, tempdb.New(b))
+			ctx := context.Background()
+			for _, k := range held {
+				if _, err := l.Lock(ctx, k, heldLockOpts); err != nil {
+					b.Fatal(err)
+				}
+			}
+			stop := make(chan struct{})
+			probed := make(chan time.Duration)
+			go func() {
+				var longest time.Duration
+				for j := 0; ; j++ {
+					select {
+					case <-stop:
+						probed <- longest
+						return
+					default:
+					}
+					t0 := time.Now()
+					h, err := l.Lock(ctx, key(j), lockOpts)
+					if err != nil {
+						b.Error(err)
+						probed <- longest
+						return
+					}
+					h.Release()
+					longest = max(longest, time.Since(t0))
+				}
+			}()
+			b.StartTimer()
+			opts := heldLockOpts
+			opts.Shared = shared
+			h, err := l.TryLockRange(r, opts)
+			b.StopTimer()
+			close(stop)
+			worst = max(worst, <-probed)
+			switch {
+			case err == nil:
+				h.Release()
+			case !shared || !errors.Is(err, recordlock.ErrLocked):
+				b.Fatal(err)
+			}
+			if err := l.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(us(worst), "maxdelay-µs")
+	}
+	b.Run("covering", func(b *testing.B) { run(b, recordlock.Prefix([]byte("held/")), true) })
+	b.Run("beside", func(b *testing.B) { run(b, recordlock.Prefix([]byte("other/")), false) })
 }

@@ -12,7 +12,7 @@ const bargeWindow = time.Millisecond
 // admits reports whether a newcomer's request for h, made at mono on c's clock, takes e's key at
 // once (docs/DESIGN.md §15.2): a shared one if nothing is queued and the key is free or held
 // shared; an exclusive one if the key is free and nothing is queued, or its oldest waiter was
-// woken for it and may still be passed (keyEntry.bargeable). In range mode a key can be free
+// woken for it and may still be passed (keyEntry.bargeable). In a home shard a key can be free
 // with its oldest waiter not woken, kept from it by a range; no newcomer passes that one.
 func (e *keyEntry) admits(h *Hold, c *Tenant, mono time.Duration) bool {
 	if h.flags()&FlagShared != 0 {
@@ -21,7 +21,7 @@ func (e *keyEntry) admits(h *Hold, c *Tenant, mono time.Duration) bool {
 	return e.holder == nil && (e.head == nil || e.wakePending && e.bargeable(e.head, c, mono))
 }
 
-// serve serves e's queue and, in range mode, the range requests its key may have held up.
+// serve serves e's queue and, in a home shard, the range requests its key may have held up.
 func (sh *shard) serve(e *keyEntry) {
 	rk := e.ranged()
 	sh.serveKey(e) // may take e out of the table
@@ -31,7 +31,7 @@ func (sh *shard) serve(e *keyEntry) {
 	}
 }
 
-// keyChanged serves the queued range requests of a column family in range mode whose key's
+// keyChanged serves the queued range requests of a range space whose key's
 // holders or queue changed, if one of them covers the key: only then can the change let one
 // through.
 func (sh *shard) keyChanged(rk *rangedKey) {
@@ -40,7 +40,7 @@ func (sh *shard) keyChanged(rk *rangedKey) {
 	}
 }
 
-// rangeKeeps reports whether, in range mode, a range keeps w, queued for e's key, from it.
+// rangeKeeps reports whether, in a home shard, a range keeps w, queued for e's key, from it.
 func (sh *shard) rangeKeeps(e *keyEntry, w *waiter, c *Tenant) bool {
 	rk := e.ranged()
 	return rk != nil && rk.space.keyBlocked(sh, w.h, w.seq, false, c, 0)
@@ -58,7 +58,7 @@ func (sh *shard) serveKey(e *keyEntry) {
 		w := e.head
 		if w == nil {
 			if e.holder == nil {
-				sh.remove(e) // in range mode, serve's caller then takes it out of its space
+				sh.remove(e) // in a home shard, serve's caller then takes it out of its space
 			}
 			return
 		}
@@ -112,7 +112,7 @@ func (sh *shard) serveKey(e *keyEntry) {
 }
 
 // grantShared grants the shared requests at the head of e's queue, up to the next exclusive
-// one, and reports whether it granted them all. In range mode a range can keep one of them from
+// one, and reports whether it granted them all. In a home shard a range can keep one of them from
 // the key; the others, which do not conflict with it, are granted unless a range keeps them too
 // (docs/DESIGN.md §17.2). Their deadlines are watched when a request stays queued behind them.
 func (sh *shard) grantShared(e *keyEntry) (served bool) {

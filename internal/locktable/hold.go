@@ -24,8 +24,8 @@ type Hold struct {
 	leaseHi uint8
 	leaseLo uint32
 	// hash places the record in its shard: set by Acquire before the hold is published, and
-	// changed only with every shard's mutex held, when its column family enters range mode
-	// (rangemode.go): read it with hashNow, except under the mutex; see lockShard.
+	// changed only with the mutexes of its key shard and its home shard held, when a range brings
+	// it in (rangeadopt.go): read it with hashNow, except under the mutex; see lockShard.
 	hash uint64
 	cf   uint32 // column family ID: a record is (cf, key)
 

@@ -9,7 +9,7 @@ import "bytes"
 const (
 	// FlagRange marks a range hold, from InitRange on.
 	FlagRange uint32 = FlagOwnerHolds << (iota + 1)
-	// FlagRanged marks the holder of a key whose column family is in range mode (rangemode.go).
+	// FlagRanged marks the holder of a key brought into its column family's home shard (rangeadopt.go).
 	FlagRanged
 )
 
@@ -21,11 +21,11 @@ type span struct {
 
 // InitRange readies h, before it is published, for a request of tenant t for the keys k of column
 // family cf with start <= k < end (end nil: no upper bound), with the initial flags of Init. It
-// copies start and end; the caller has checked that end is nil or after start. It puts the column
-// family in range mode (rangemode.go), if it is not yet, so that Acquire, which takes the range,
-// finds the table in range mode.
+// copies start and end; the caller has checked that end is nil or after start. It makes the
+// column family's range space (rangespace.go), if it has none yet, so that Acquire, which takes
+// the range, goes the way of acquireRouted.
 func (h *Hold) InitRange(t *Tenant, cf uint32, start, end []byte, flags uint32) {
-	t.tab.enterRangeMode(cf)
+	t.tab.spaceFor(cf)
 	h.Init(t, cf, start, flags|FlagRange)
 	s := &span{}
 	if end != nil {

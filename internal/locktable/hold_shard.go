@@ -3,15 +3,15 @@ package locktable
 import "sync/atomic"
 
 // The shard a hold is in, and taking its mutex. A hold's record is placed by its hash, which
-// changes only when its column family enters range mode (rangemode.go), with every shard's mutex
-// held; so a path takes the mutex of the shard the hash names, then checks the hash again.
+// changes only when a range brings it into its home shard (rangeadopt.go), with the mutexes of
+// both shards held; so a path takes the mutex of the shard the hash names, then checks the hash again.
 
 func (h *Hold) shard() *shard { return h.ten.tab.shard(h.hashNow()) }
 
 func (h *Hold) hashNow() uint64 { return atomic.LoadUint64(&h.hash) }
 
 // lockShard takes the mutex of h's shard and returns the shard. The record moves to another shard
-// only with every mutex held (rangemode.go), so once the mutex of the shard h names is held, h
+// only with the mutexes of both shards held (rangeadopt.go), so once the mutex of the shard h names is held, h
 // stays there until it is released.
 func (h *Hold) lockShard() *shard {
 	hash := h.hashNow()

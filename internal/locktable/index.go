@@ -23,7 +23,7 @@ const (
 	// keys come and go allocates nothing.
 	minSlots = 8
 	// hashShift skips the hash bits that chose the shard, which every key of a shard shares.
-	hashShift = shardBits
+	hashShift = shardBits + 1
 )
 
 func (t *entryTable) home(hash uint64) int { return int(hash>>hashShift) & (len(t.slots) - 1) }
@@ -138,7 +138,7 @@ type keyEntry struct {
 	holder     *Hold // the exclusive holder or one sharer; nil exactly while the key is free
 	head, tail *waiter
 	// link is, while the entry is spare, the next spare entry (nextSpare), and while its key's
-	// column family is in range mode, its ranged key (rangemode.go); never both at once, so one
+	// entry is in a home shard, its ranged key (rangespace.go); never both at once, so one
 	// word serves both and the fields an uncontended Lock and Release touch stay in one cache line.
 	link        unsafe.Pointer
 	shares      int32 // holders in shared mode, holder included; 0 while held exclusively or free
@@ -157,7 +157,7 @@ type keyEntry struct {
 func (e *keyEntry) nextSpare() *keyEntry     { return (*keyEntry)(e.link) }
 func (e *keyEntry) setNextSpare(n *keyEntry) { e.link = unsafe.Pointer(n) }
 
-// ranged is the entry's ranged key, nil unless its column family is in range mode.
+// ranged is the entry's ranged key, nil unless it is in a home shard.
 func (e *keyEntry) ranged() *rangedKey     { return (*rangedKey)(e.link) }
 func (e *keyEntry) setRanged(r *rangedKey) { e.link = unsafe.Pointer(r) }
 

@@ -12,17 +12,12 @@ import (
 // rangeSpaceLocked takes the mutex of the home shard of column family 0 and returns it with the
 // column family's range space, or returns nil while it has had no range lock.
 func (m *modelRun) rangeSpaceLocked() (*shard, *rangeSpace) {
-	r := m.tab.routes.Load()
-	if r == nil {
+	sp := m.tab.spaceOf(0)
+	if sp == nil {
 		return nil, nil
 	}
-	home, ok := r.home[0]
-	if !ok {
-		return nil, nil
-	}
-	sh := &m.tab.shards[home]
-	sh.mu.Lock()
-	return sh, sh.spaces[0]
+	sp.home.mu.Lock()
+	return sp.home, sp
 }
 
 // rangeQueuedInTable reports whether r, a range request, is queued in the table, counted, asleep.

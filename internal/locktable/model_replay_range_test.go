@@ -216,11 +216,11 @@ func TestModelRangeWaitsThroughRequestsAheadOfRequestOfNoOwner(t *testing.T) {
 	})
 }
 
-// In range mode a key's request waits for the requests queued ahead of it for its key: o1 holds d;
+// In a home shard a key's request waits for the requests queued ahead of it for its key: o1 holds d;
 // o3 holds [a,c) shared; o2's exclusive a queues, kept by o3's range; o1's exclusive a conflicts
 // with no holder, but it is served after o2's request, which does not wait for o1. When o3 then
-// asks for d, it closes o3 → o1 → o2 → o3 and must fail. (Before range mode, requests ahead waited
-// for the same holders as the one behind, and no edge to them was needed.)
+// asks for d, it closes o3 → o1 → o2 → o3 and must fail. (Where no range covers a key, requests ahead
+// wait for the same holders as the one behind, and no edge to them is needed.)
 func TestModelKeyWaitsForRequestAheadKeptByRange(t *testing.T) {
 	replay(t, 1, func(rt *rapid.T, m *modelRun) {
 		m.lock(rt, 1, tD, false, true, replayLease, replayTimeout)

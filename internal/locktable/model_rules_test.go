@@ -245,7 +245,7 @@ func (m *modelRun) drop(rt *rapid.T, h *mHold, expired bool) {
 	m.serve(rt)
 }
 
-// rangesInvolved reports whether the column family is in range mode (a range was asked for
+// rangesInvolved reports whether the column family has a range space (a range was asked for
 // since the run began): the table then applies the rules of §17 to every request, and the rules of
 // keys alone no longer decide.
 func (m *modelRun) rangesInvolved() bool { return m.rangeMode }

@@ -87,7 +87,7 @@ func (m *modelRun) newHold(o, t int, shared, holds bool) *Hold {
 	if t < modelKeys {
 		return m.l.newHold(modelKey(t), opts, owner)
 	}
-	m.rangeMode = true // InitRange puts the column family in range mode
+	m.rangeMode = true // InitRange makes the column family's range space
 	s := spanOf(t)
 	return m.l.newRangeHold(s.start, s.end, opts, owner)
 }

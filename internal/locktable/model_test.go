@@ -204,7 +204,7 @@ type modelRun struct {
 	// counts them over the run.
 	victims   []*mReq
 	deadlocks int
-	// rangeMode says that a range was asked for: the table's column family is in range mode.
+	// rangeMode says that a range was asked for: the table's column family has a range space.
 	rangeMode bool
 }
 

@@ -57,7 +57,7 @@ func (t *Table) Queued(cf uint32, key []byte) (queued, woken int) {
 }
 
 // ShardOf is the shard of the record (cf, key).
-func (t *Table) ShardOf(cf uint32, key []byte) int { return int(t.placed(cf, key) & (ShardCount - 1)) }
+func (t *Table) ShardOf(cf uint32, key []byte) int { return int(t.placed(cf, key) & (2*KeyShards - 1)) }
 
 // schedulers calls f on every scheduler of the shard's taken clock slots.
 func (sh *shard) schedulers(f func(*scheduler)) {

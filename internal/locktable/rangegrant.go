@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The grant rule of a column family in range mode (docs/DESIGN.md §17): two locks conflict when
+// The grant rule in a range space (docs/DESIGN.md §17): two locks conflict when
 // their key sets meet and one is exclusive, unless one owner holds both; a request is served after
 // every conflicting request queued before it (sp.seq orders them) and never waits for one it does
 // not conflict with. Key requests keep the rule of their key (grant.go) and, on top of it, wait
@@ -144,7 +144,7 @@ func (sp *rangeSpace) keysIn(start, end []byte, f func(*keyEntry) bool) {
 	sp.keys.AscendRange(from, &rangedKey{key: end}, each)
 }
 
-// newRangedEntry adds an entry for h's key, of a column family in range mode, to the shard.
+// newRangedEntry adds an entry for h's key, which a live span covers, to the home shard.
 func (sh *shard) newRangedEntry(sp *rangeSpace, h *Hold) *keyEntry {
 	e := sh.newEntry(h.hash)
 	// The hold's key never changes, and the slice keeps it alive for as long as the entry needs it.
@@ -155,29 +155,47 @@ func (sh *shard) newRangedEntry(sp *rangeSpace, h *Hold) *keyEntry {
 	return e
 }
 
-// acquireRange is Acquire of a range hold.
+// acquireRange is Acquire of a range hold. Its span goes into the cover first, then the keys
+// inside it that are still in their own shards are brought into the home shard (bringIn), unless
+// the span of a range whose keys are all in already holds all of it (broughtIn); only then is the
+// request placed among the others, in the order of arrival, as a request that arrives then.
 func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
 	c := h.ten
 	if c.closed.Load() {
 		return 0, ErrClosed
 	}
-	sh := c.tab.enterRangeMode(h.cf)
-	h.hash = routed(c.tab.hash(h.cf, h.key()), homeOf(h.cf))
-	wall, mono := ReadClock(c.clock)
+	sp := c.tab.spaceFor(h.cf)
+	sh := sp.home
+	h.hash = routed(c.tab.hash(h.cf, h.key()), sp.homeIdx)
 	sh.mu.Lock()
 	if c.closed.Load() {
 		sh.mu.Unlock()
 		return 0, ErrClosed
 	}
-	sp := sh.spaces[h.cf]
 	it := &h.cold.span.item
 	it.id = sp.nextSeq()
+	start, end := h.key(), h.cold.span.end
+	inside := sp.broughtIn.holdsSpan(start, end)
+	sp.coverAdd(it)
+	if !inside {
+		sh.mu.Unlock()
+		sp.bringIn(c.tab, h.cf, start, end)
+		sh.mu.Lock()
+		if c.closed.Load() {
+			sp.spanGone(it)
+			sh.unlockAndRunDeferred()
+			return 0, ErrClosed
+		}
+	}
+	sp.broughtIn = coverWith(sp.broughtIn, start, end, it.id)
+	wall, mono := ReadClock(c.clock)
 	if !sp.rangeBlocked(sh, h, newest, true, c, mono) {
 		sh.grantRange(sp, it, wall, mono, lease)
 		sh.unlockAndRunDeferred()
 		return mono, nil
 	}
 	if !wait {
+		sp.spanGone(it)
 		sh.unlockAndRunDeferred()
 		return 0, ErrLocked
 	}
@@ -280,7 +298,11 @@ func (sh *shard) serveQueuedRanges(sp *rangeSpace, batch []*rangeItem) {
 // (serveKey does exactly when the key has neither holder nor waiter).
 func (rk *rangedKey) served() {
 	if rk.e.holder == nil && rk.e.head == nil {
-		rk.space.keys.Delete(rk)
+		sp := rk.space
+		sp.keys.Delete(rk)
+		if rk.retired != nil {
+			sp.orphanLeft(rk)
+		}
 	}
 }
 
@@ -331,6 +353,7 @@ func (sh *shard) dropRange(w *waiter, outcome waitState) {
 	it := &w.h.cold.span.item
 	sp.unlinkQueued(sh, it)
 	sp.ranges.remove(it)
+	sp.spanGone(it)
 	it.w = nil
 	sh.unschedule(w.h)
 	w.finish(outcome)
@@ -347,6 +370,7 @@ func (sh *shard) giveBackRange(h *Hold, f, set uint32) {
 	}
 	sp := sh.spaces[h.cf]
 	sp.ranges.remove(it)
+	sp.spanGone(it)
 	h.state.Store(f&^FlagHeld | set)
 	if w := sp.upgradeOfRange(h); w != nil {
 		sh.dropRange(w, waitShareEnded)
@@ -391,7 +415,7 @@ func (sh *shard) watchSpan(sp *rangeSpace, h *Hold) {
 	}
 }
 
-// rangeWaitsOver reports whether, in range mode, a range request over e's key is queued: a
+// rangeWaitsOver reports whether, in a home shard, a range request over e's key is queued: a
 // holder the key's queue is granted then must be watched, since that request may wait for it to
 // lapse as well (range requests watch only the holders there when they queue, watchSpan).
 func (e *keyEntry) rangeWaitsOver() bool {

@@ -1,11 +1,11 @@
 package locktable
 
-// The wait-for edges of range mode (docs/DESIGN.md §17): a request waits for every conflicting
+// The wait-for edges in a range space (docs/DESIGN.md §17): a request waits for every conflicting
 // holder of a key or range that meets it, and for every conflicting request queued before it.
 // A request of no owner queued before it passes on its own waits: the request behind waits,
 // through it, for everything that request waits for, the holders it conflicts with and the
-// requests queued before it, whose own waits a request of no owner passes on again. In range mode
-// a request's own owner can be among those: its locks never conflict with its own request, but
+// requests queued before it, whose own waits a request of no owner passes on again. In a range
+// space a request's own owner can be among those: its locks never conflict with its own request, but
 // they do with a request of no owner queued ahead of it, which it cannot pass.
 
 // rangeEdgeSink receives the owners rangeEdges finds. owner and holder skip the waiting owner
@@ -20,7 +20,7 @@ type rangeEdgeSink struct {
 // rangeEdges adds to s the owners that w, the waiting request of h in sp, waits for by range
 // mode's rule. For a key's request the edges to its key's own holders are the key's rule's
 // (waitgraph.go); its edges to the requests queued ahead of it for its key are added here, since
-// in range mode they need not wait for the same holders as it does.
+// in a range space they need not wait for the same holders as it does.
 func (sp *rangeSpace) rangeEdges(h *Hold, w *waiter, s *rangeEdgeSink) {
 	sp.requestsAhead(w, func(x *waiter) { sp.passOn(x, s, s.owner) })
 	if w.space == nil { // a key's request: the range locks over its key

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The one exception to the order of arrival in range mode (docs/DESIGN.md §17.2): a request of an
+// The one exception to the order of arrival in a range space (docs/DESIGN.md §17.2): a request of an
 // owner never waits behind a queued request that waits for a lock that owner holds, itself or
 // through the requests it waits behind. That request cannot be served before the owner lets go
 // anyway, so passing it starves nobody, and waiting behind it would be a deadlock: a writer that
@@ -144,7 +144,7 @@ func (sp *rangeSpace) queuedBefore(x *waiter) []*rangeItem {
 	return sp.queue[:i]
 }
 
-// placeNewcomer decides h, a newcomer's request for e's key, of a column family in range mode,
+// placeNewcomer decides h, a newcomer's request for e's key, in the home shard of a range space,
 // as far as the key's own holders and queue go (keyBlocked decides the ranges): whether it takes
 // the key at once, and if not, the request it queues ahead of, or nil for the tail. It passes the
 // first request queued for the key that waits for its owner (passes) and all behind it; of those
@@ -172,7 +172,7 @@ func (sp *rangeSpace) placeNewcomer(e *keyEntry, h *Hold, c *Tenant, mono time.D
 	return e.holder == nil, before
 }
 
-// ownerLetGo is called as h, a lock in a column family in range mode, is given back: if h has an
+// ownerLetGo is called as h, a lock in the home shard of a range space, is given back: if h has an
 // owner and some owner waits, the waits that may have passed a request because of h are checked
 // for a cycle again once the mutex is released (recheckWaiting). Such a request no longer passes
 // the ones that waited for h, and the edge to each of those is new.
@@ -196,7 +196,7 @@ func (sh *shard) recheckWaiting(sp *rangeSpace) {
 }
 
 // list records w, a request of an owner just queued for e's key (for a range request, e is nil),
-// as its owner's request in its column family, if that is in range mode.
+// as its owner's request in its key's range space, if it is in the home shard.
 func (sh *shard) list(e *keyEntry, w *waiter) {
 	sp := w.space
 	if sp == nil && e != nil {

@@ -39,6 +39,7 @@ type rangeItem struct {
 	startPrefix, leftEndPrefix keyPrefix
 	inTree                     bool
 	tree                       *rangeTree // the tree of its rangeSet it is in, while inTree
+	covering                   bool       // its span is in its space's live cover (rangecover.go)
 }
 
 func (it *rangeItem) start() []byte { return it.h.key() }

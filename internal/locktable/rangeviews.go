@@ -204,15 +204,11 @@ func (sh *shard) rangesEmpty() bool {
 // QueuedRanges counts the range requests fully queued (as Queued counts a key's) in column
 // family cf.
 func (t *Table) QueuedRanges(cf uint32) int {
-	r := t.routes.Load()
-	if r == nil {
+	sp := t.spaceOf(cf)
+	if sp == nil {
 		return 0
 	}
-	home, ok := r.home[cf]
-	if !ok {
-		return 0
-	}
-	sh := &t.shards[home]
+	sh := sp.home
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	n := 0

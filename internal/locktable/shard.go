@@ -47,7 +47,7 @@ type shardState struct {
 	ownEntries [2]keyEntry
 	deferred   []deferredCall // release hooks and debug records to run once mu is released
 	counts     shardCounts    // what only contended and failing calls count
-	// spaces are the column families in range mode whose home this shard is (rangemode.go).
+	// spaces are the range spaces whose home this shard is (rangespace.go).
 	spaces map[uint32]*rangeSpace
 }
 
@@ -70,11 +70,11 @@ func (sh *shard) lookup(h *Hold) *keyEntry { return sh.index.find(h.hash, h.cf, 
 // failure it returns ErrClosed, ErrLocked (the key is busy and !wait), ErrTimeout, ctx's error or
 // a *DeadlockError, and h holds nothing and waits for nothing, except that a grant that raced
 // with the tenant's close returns ErrGrantedAfterClose with the key held, for the caller to
-// release. A range hold takes its range the same way: its column family is in range mode from
-// InitRange on, so its request goes the way of acquireRouted (rangemode.go).
+// release. A range hold takes its range the same way: its column family has a range space from
+// InitRange on, so its request goes the way of acquireRouted (rangeadopt.go).
 func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
 	c := h.ten
-	if c.tab.routes.Load() != nil {
+	if c.tab.spaces.Load() != nil {
 		return h.acquireRouted(ctx, lease, timeout, wait, ctxBounds)
 	}
 	hash := c.tab.hash(h.cf, h.key())
@@ -85,7 +85,7 @@ func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, 
 	// be shorter for the time spent waiting for the mutex, and timers are armed from a fresh one.
 	wall, mono := ReadClock(c.clock)
 	sh.mu.Lock()
-	if c.tab.routes.Load() != nil { // a column family entered range mode meanwhile
+	if c.tab.spaces.Load() != nil { // a column family had its first range request meanwhile
 		sh.mu.Unlock()
 		return h.acquireRouted(ctx, lease, timeout, wait, ctxBounds)
 	}
@@ -167,7 +167,7 @@ func (sh *shard) grant(e *keyEntry, h *Hold, wall int64, mono, lease time.Durati
 }
 
 // grantKey is grant anywhere but Acquire's grant of a key not in the table: a holder of a key in
-// range mode is marked so (FlagRanged), so that giving it back serves the ranges its key may hold
+// a home shard is marked so (FlagRanged), so that giving it back serves the ranges its key may hold
 // up.
 func (sh *shard) grantKey(e *keyEntry, h *Hold, wall int64, mono, lease time.Duration, watch bool) {
 	sh.grant(e, h, wall, mono, lease, watch)
@@ -228,10 +228,10 @@ func (sh *shard) giveBack(h *Hold, set uint32) {
 	h.e = nil // the entry may be reused once the key leaves the table
 	e.holder = nil
 	sh.held--
-	sh.serveKey(e) // not serve: the key is not in range mode (FlagRanged)
+	sh.serveKey(e) // not serve: the key is not in a home shard (FlagRanged)
 }
 
-// giveBackRanged is giveBack of the exclusive holder of a key in range mode, whose flags are f.
+// giveBackRanged is giveBack of the exclusive holder of a key in a home shard, whose flags are f.
 func (sh *shard) giveBackRanged(h *Hold, e *keyEntry, f, set uint32) {
 	if e == nil || e.holder != h {
 		h.SetFlags(set)

@@ -38,7 +38,7 @@ func (sh *shard) owns(e *keyEntry) bool {
 // remove takes e, which has neither holder nor waiters, out of the table and keeps it for reuse.
 // Once no key of the shard is held or waited on, the shard holds no allocated entry: a table
 // whose keys come and go returns to its idle size.
-// An entry in range mode leaves its space's index after it (rangedKey.served).
+// An entry of a home shard leaves its space's index after it (rangedKey.served).
 func (sh *shard) remove(e *keyEntry) {
 	sh.index.remove(e)
 	// e has no holder and no waiters, so its pointers are nil already but for the link, which the

@@ -22,8 +22,15 @@ import (
 const (
 	// shardBits is how many low bits of a record's hash choose its shard.
 	shardBits = 7
-	// ShardCount is the number of shards of a table.
-	ShardCount = 1 << shardBits
+	// KeyShards is the number of shards a record's hash spreads the keys over.
+	KeyShards = 1 << shardBits
+	// homeShards is the number of home shards, where the keys that range locks cover are kept
+	// (rangespace.go): apart from the key shards, so that no key that a range does not cover
+	// waits behind a range's work. A hash places a record in one when its bit KeyShards is set
+	// (routed); Table.hash leaves it clear.
+	homeShards = 8
+	// ShardCount is the number of shards of a table, its home shards included.
+	ShardCount = KeyShards + homeShards
 )
 
 // falseSharingRange is how far apart memory written by different cores is kept: two cache lines,
@@ -50,9 +57,9 @@ type tableHeader struct {
 	path   string // the database's, for log records
 	seed   maphash.Seed
 	stamps *Stamps
-	// routes places the records of the column families in range mode; nil until one is
-	// (rangemode.go). Every request reads it, so it is kept here with the seed.
-	routes atomic.Pointer[rangeRoutes]
+	// spaces maps each column family that has had a range request to its range space
+	// (rangespace.go); nil until one has. Every request reads it, so it is kept here with the seed.
+	spaces atomic.Pointer[map[uint32]*rangeSpace]
 }
 
 // New returns the table of the database at path, whose grants mint AcquiredAt from stamps.
@@ -67,14 +74,12 @@ func New(path string, stamps *Stamps) *Table {
 // hash is the table's hash of the record (cf, key). Column family 0, the default, hashes as the
 // key alone.
 func (t *Table) hash(cf uint32, key []byte) uint64 {
-	h := maphash.Bytes(t.seed, key)
-	if cf != 0 {
-		h ^= uint64(cf) * 0x9e3779b97f4a7c15 // spreads cf over every bit, the shard bits too
-	}
-	return h
+	// cf spread over every bit, the shard bits too (0 for the default column family), with no
+	// branch: the function must stay small enough to be inlined into Acquire.
+	return (maphash.Bytes(t.seed, key) ^ uint64(cf)*0x9e3779b97f4a7c15) &^ KeyShards
 }
 
-func (t *Table) shard(hash uint64) *shard { return &t.shards[hash&(ShardCount-1)] }
+func (t *Table) shard(hash uint64) *shard { return &t.shards[hash&(2*KeyShards-1)] }
 
 // evict takes every trace of c out of the table, for Shutdown: each waiting request of c fails
 // with ErrClosed, and the holds of c are returned for the caller to release (outside the shard

@@ -25,7 +25,7 @@ import (
 type waitGraph struct {
 	mu      sync.Mutex // taken before any shard mutex, never under one
 	waiting map[ownerKey]*Hold
-	// count is len(waiting), read without mu by range mode's give-backs (ownerLetGo).
+	// count is len(waiting), read without mu by give-backs in home shards (ownerLetGo).
 	count atomic.Int32
 
 	// The search's scratch space, reused by the next search; guarded by mu.
@@ -172,7 +172,7 @@ func (g *waitGraph) blockers(t Owner, h *Hold, out []Owner) []Owner {
 }
 
 // edgeList collects the owners that t, waiting, waits for (blockers), as read at now on the
-// clock of ten, t's request's tenant. A method value of it is made only for range mode's edges
+// clock of ten, t's request's tenant. A method value of it is made only for the edges in range spaces
 // (addRangeEdges), so that a key's search allocates nothing.
 type edgeList struct {
 	t   Owner

@@ -45,12 +45,12 @@ type waiter struct {
 	// exclusive request ahead moved to another waiting owner (recheckBehind). checking is set
 	// while that search runs, so that the table's probes do not count the wait as settled.
 	recheck, checking bool
-	// seq is the request's place in the order of arrival of its column family, in range mode
-	// (rangegrant.go); 0 for one queued before it entered range mode, and for an upgrade.
+	// seq is the request's place in the order of arrival of its range space (rangegrant.go); 0
+	// for one queued before its key was brought into the home shard, and for an upgrade.
 	seq uint64
 	// space is the column family of a queued range request; nil for a key's request.
 	space *rangeSpace
-	// listed is the column family in range mode whose waiting owners list this request, the
+	// listed is the range space whose waiting owners list this request, the
 	// request of its owner there (rangeSpace.waiting); nil otherwise.
 	listed *rangeSpace
 	// runHead is, for a plain exclusive range request, the oldest request of the run of such
@@ -90,7 +90,7 @@ func (sh *shard) enqueue(e *keyEntry, w *waiter) { sh.enqueueAfter(e, w, e.tail)
 // enqueueAfter links w into e's wait queue right behind after, or at its head when after is nil.
 // Only a request that passes the ones behind it (rangepass.go) is linked anywhere but the tail;
 // the requests it passes keep their record of the exclusive request ahead, and the wait graph,
-// in range mode where that happens, also reads the queue itself (rangegraph.go), so that their
+// in a home shard where that happens, also reads the queue itself (rangegraph.go), so that their
 // edge to w is not missed.
 func (sh *shard) enqueueAfter(e *keyEntry, w, after *waiter) {
 	if t := after; t != nil {

@@ -34,7 +34,7 @@ func (sh *shard) waitBefore(ctx context.Context, e *keyEntry, h *Hold, before *w
 // blocks until w is granted, the timeout passes, ctx is done, the Locker closes or, for an
 // upgrade, its share ends. A Txn's wait is first checked for a deadlock. It is called with mu
 // held and returns with it released. The record may move to another shard meanwhile
-// (rangemode.go), so the shard and entry are looked up again whenever the mutex is taken again.
+// (rangeadopt.go), so the shard and entry are looked up again whenever the mutex is taken again.
 func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline time.Duration) error {
 	h := w.h
 	c := h.ten

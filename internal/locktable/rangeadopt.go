@@ -1,0 +1,291 @@
+package locktable
+
+import (
+	"bytes"
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// Bringing keys into the home shard (docs/DESIGN.md §17.1). A column family's keys live in their
+// own shards, spread by hash, but for those a range lock or request covers: those are brought
+// into the column family's home shard, where the ranges are, so that the grant rule of ranges
+// and keys runs under one mutex. A range request publishes its span in the cover first, then
+// brings in the keys inside it, a shard at a time; a key request reads the cover under its own
+// shard's mutex, and goes to the home shard only when a span covers its key. The shard mutex
+// orders the two: either the range request's visit of the shard came after the key's request
+// registered there, and brings it in, or the key's request read the cover after the span was
+// published, and goes to the home shard itself. Either way no shard is stopped, and the keys no
+// range covers never leave their shards.
+
+// broughtBatch bounds the entries a range request brings in under one hold of a shard's mutex,
+// so that a range over many held keys delays the other keys of their shards by one batch at most.
+const broughtBatch = 64
+
+// broughtScan bounds the slots of a shard's index a range request looks at under one hold of the
+// shard's mutex.
+const broughtScan = 1024
+
+// broughtSteps counts what bring did under one hold of a shard's mutex at most, for the tests
+// that bound it.
+type broughtSteps struct {
+	maxLooked, maxMoved, holds int
+}
+
+func (s *broughtSteps) note(looked, moved int) {
+	s.maxLooked = max(s.maxLooked, looked)
+	s.maxMoved = max(s.maxMoved, moved)
+	s.holds++
+}
+
+// brings reports whether a span of sp's cover covers key: its request must look in the home
+// shard.
+func (sp *rangeSpace) brings(key []byte) bool {
+	cv := sp.cover.Load()
+	return cv.live.stabs(key) || cv.retiring != nil && cv.retiring.stabs(key)
+}
+
+// acquireRouted is Acquire once some column family of the table has had a range request: a key
+// covered by a span of its column family's cover is taken in the home shard (acquireBrought),
+// any other in its own shard, as Acquire does. It is apart from Acquire so that a table that
+// never had a range runs Acquire's path as it was.
+func (h *Hold) acquireRouted(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
+	if h.flags()&FlagRange != 0 {
+		return h.acquireRange(ctx, lease, timeout, wait, ctxBounds)
+	}
+	c := h.ten
+	hash := c.tab.hash(h.cf, h.key())
+	sh := c.tab.shard(hash)
+	wall, mono := ReadClock(c.clock)
+	sh.mu.Lock()
+	if c.closed.Load() {
+		sh.mu.Unlock()
+		return 0, ErrClosed
+	}
+	sp := c.tab.spaceOf(h.cf)
+	if sp != nil && sp.brings(h.key()) {
+		return h.acquireBrought(ctx, sh, sp, hash, false, wall, mono, lease, timeout, wait, ctxBounds)
+	}
+	h.hash = hash
+	return sh.takeHere(ctx, sp, h, wall, mono, lease, timeout, wait, ctxBounds)
+}
+
+// takeHere ends acquireRouted in h's own shard sh, whose mutex is held, as Acquire does; but an
+// owner's request that must wait, in a column family with a range space sp, waits in the home
+// shard, key and all: an owner's request there passes a request that waits for it (rangepass.go),
+// also through the waits of other owners, and those it must see.
+func (sh *shard) takeHere(ctx context.Context, sp *rangeSpace, h *Hold, wall int64, mono, lease, timeout time.Duration,
+	wait, ctxBounds bool) (time.Duration, error) {
+	e := sh.lookup(h)
+	if e != nil && e.holder != nil && sh.settleHolders(e, h, h.ten, mono) {
+		e = sh.lookup(h)
+	}
+	if e == nil {
+		e = sh.newEntry(h.hash)
+		sh.grant(e, h, wall, mono, lease, false)
+		sh.index.insert(e)
+		sh.unlockAndRunDeferred()
+		return mono, nil
+	}
+	if sp != nil && h.owner != nil && wait && !e.admits(h, h.ten, mono) {
+		return h.acquireBrought(ctx, sh, sp, h.hash, true, wall, mono, lease, timeout, wait, ctxBounds)
+	}
+	return sh.takeBusy(ctx, e, h, wall, mono, lease, timeout, wait, ctxBounds)
+}
+
+// acquireBrought is acquireRouted of a key a span of sp's cover covers, or with owned of an
+// owner's request that must wait for a key, with the mutex of its own shard sh held. With both
+// mutexes held it reads the cover again: a live span (or owned) brings the key's entry into the
+// home shard now if a range request has not yet; a retiring one only means the entry may still be
+// there.
+func (h *Hold) acquireBrought(ctx context.Context, sh *shard, sp *rangeSpace, hash uint64, owned bool, wall int64,
+	mono, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
+	home := sp.home
+	sh.mu.Unlock()
+	lockPair(sh, home)
+	at := routed(hash, sp.homeIdx)
+	cv := sp.cover.Load() // changed only under the home shard's mutex
+	live := cv.live.stabs(h.key())
+	switch {
+	case live || owned:
+		if e := sh.index.find(hash, h.cf, h.key()); e != nil {
+			if rk := sh.moveEntry(home, e, sp); !live {
+				sp.orphanBrought(rk)
+			}
+		}
+	case home.index.find(at, h.cf, h.key()) == nil:
+		home.unlockAndRunDeferred()
+		h.hash = hash
+		return sh.takeHere(ctx, sp, h, wall, mono, lease, timeout, wait, ctxBounds)
+	}
+	sh.unlockAndRunDeferred()
+	h.hash = at
+	return home.takeInRanges(ctx, sp, h, wall, mono, lease, timeout, wait, ctxBounds)
+}
+
+// takeInRanges ends acquireBrought in the home shard sh, whose mutex is held: h's key waits for
+// the ranges over it as well as for its holders (rangegrant.go).
+func (sh *shard) takeInRanges(ctx context.Context, sp *rangeSpace, h *Hold, wall int64, mono, lease, timeout time.Duration,
+	wait, ctxBounds bool) (time.Duration, error) {
+	c := h.ten
+	e := sh.lookup(h)
+	if e != nil && e.holder != nil && sh.settleHolders(e, h, c, mono) {
+		e = sh.lookup(h) // settling may have emptied and removed the entry
+	}
+	blocked := sp.keyBlocked(sh, h, newest, true, c, mono)
+	e = sh.lookup(h) // settling lapsed ranges may have changed the entry
+	if e == nil && !sp.cover.Load().live.stabs(h.key()) {
+		// The key left the home shard, and no live span brings it back: its own shard takes it,
+		// which needs that shard's mutex first.
+		sh.unlockAndRunDeferred()
+		return h.acquireRouted(ctx, lease, timeout, wait, ctxBounds)
+	}
+	admitted, before := true, (*waiter)(nil)
+	if e != nil {
+		admitted, before = sp.placeNewcomer(e, h, c, mono)
+	}
+	switch {
+	case (blocked || !admitted) && !wait:
+		sh.unlockAndRunDeferred()
+		return 0, ErrLocked
+	case blocked || !admitted:
+		if e == nil {
+			e = sh.newRangedEntry(sp, h)
+		}
+		return mono, sh.waitBefore(ctx, e, h, before, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
+	case e != nil:
+		sh.grantKey(e, h, wall, mono, lease, e.head != nil || e.rangeWaitsOver())
+	default:
+		e = sh.newRangedEntry(sp, h)
+		// A range request it passed (rangepass.go) waits for it, and must see its lease end.
+		sh.grantKey(e, h, wall, mono, lease, e.rangeWaitsOver())
+	}
+	sh.unlockAndRunDeferred()
+	return mono, nil
+}
+
+// lockPair takes the mutexes of sh, a key shard, and home, a home shard: a key shard's first,
+// the one order every path that holds two shards' mutexes takes them in.
+func lockPair(sh, home *shard) {
+	sh.mu.Lock()
+	home.mu.Lock()
+}
+
+// bringIn brings into sp's home shard the entries of column family cf in [start, end) (end nil:
+// no bound) that are still in their own shards, a shard at a time and at most broughtBatch under
+// one hold of its mutex. The span is in sp's live cover already, so no entry in it is made outside
+// the home shard meanwhile.
+func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
+	sp.bring(t, func(e *keyEntry) bool {
+		ecf, key := e.record()
+		return ecf == cf && spanContains(start, end, key)
+	})
+}
+
+// bring brings into sp's home shard the entries that want reports true of and that are still in
+// their own shards, a shard at a time. One hold of a shard's mutex looks at broughtScan slots of
+// its index at most and brings in broughtBatch entries at most, so that the other keys of the
+// shard wait for one batch at most, however many keys it holds. Those no live span covers are
+// orphans.
+func (sp *rangeSpace) bring(t *Table, want func(*keyEntry) bool) {
+	home := sp.home
+	var batch []*keyEntry
+	for i := range KeyShards {
+		sh := &t.shards[i]
+		for at, size := 0, -1; ; {
+			lockPair(sh, home)
+			slots := sh.index.slots
+			if len(slots) != size { // resized since the last batch: entries moved, look again
+				at, size = 0, len(slots)
+			}
+			batch = batch[:0]
+			from, stop := at, min(at+broughtScan, size)
+			first := -1
+			for ; at < stop && len(batch) < broughtBatch; at++ {
+				if e := slots[at]; e != nil && want(e) {
+					batch = append(batch, e)
+					if first < 0 {
+						first = at
+					}
+				}
+			}
+			sp.broughtSteps.note(at-from, len(batch))
+			for _, e := range batch {
+				sp.orphanBrought(sh.moveEntry(home, e, sp))
+			}
+			done := at >= size && first < 0
+			if first >= 0 {
+				// Taking an entry out shifts the ones after it in its probe run back into the
+				// hole (index.go): look again from the first hole.
+				at = first
+			}
+			sh.unlockAndRunDeferred()
+			home.unlockAndRunDeferred()
+			if done {
+				break
+			}
+		}
+	}
+}
+
+// bringOwnerWaits brings into sp's new home shard the entries of column family cf for which an
+// owner's request waits, as takeHere does for a request that waits once the space is made.
+func (sp *rangeSpace) bringOwnerWaits(t *Table, cf uint32) {
+	sp.bring(t, func(e *keyEntry) bool {
+		if ecf, _ := e.record(); ecf != cf {
+			return false
+		}
+		for w := e.head; w != nil; w = w.next {
+			if w.h.owner != nil {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// moveEntry brings e, an entry of sp's column family in sh, a key shard, and its holders and
+// waiters, into sp's home shard to, with both shards' mutexes held, and returns it as the home shard's index
+// of keys holds it.
+func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace) *rangedKey {
+	_, key := e.record()
+	rk := &rangedKey{key: bytes.Clone(key), space: sp, e: e}
+	for w := e.head; w != nil; w = w.next {
+		if w.h.owner != nil {
+			sp.listed(w) // queued before a range covered its key
+		}
+	}
+	ne := to.newEntry(routed(e.hash, sp.homeIdx))
+	hash := ne.hash
+	*ne = *e // its holders and queue, and what the entry knows of them
+	ne.hash = hash
+	ne.setRanged(rk)
+	rk.e = ne
+	move := func(h *Hold) {
+		scheduled := h.heapIdx >= 0
+		sh.unschedule(h)
+		atomic.StoreUint64(&h.hash, routed(h.hash, sp.homeIdx))
+		h.e = ne
+		if scheduled {
+			to.schedule(h)
+		}
+	}
+	for _, h := range ne.appendHolders(nil) {
+		move(h)
+		h.SetFlags(FlagRanged)
+		sh.held--
+		to.held++
+	}
+	for w := ne.head; w != nil; w = w.next {
+		move(w.h)
+		if w.counted {
+			sh.counts.waiting--
+			to.counts.waiting++
+		}
+	}
+	*e = keyEntry{hash: e.hash} // emptied, as remove takes it
+	sh.remove(e)
+	to.index.insert(ne)
+	sp.keys.ReplaceOrInsert(rk)
+	return rk
+}

@@ -1,0 +1,271 @@
+package locktable
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// naturalShard is the shard the record (0, key) hashes to, where it stays unless a range brings
+// it into the home shard.
+func naturalShard(tab *Table, key []byte) int { return int(tab.hash(0, key) & (2*KeyShards - 1)) }
+
+// Keys that no range covers stay in their own shards while ranges are held in their column
+// family; the keys a range covers are in the home shard while it lasts, and go back to their own
+// shards as they leave the table once it ended.
+func TestOnlyTheKeysRangesCoverGoToTheHomeShard(t *testing.T) {
+	tab := newTestTable(t)
+	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+	r, err := l.TryLockRange("m", "n", testOptions{Shared: true})
+	require.NoError(t, err)
+	home := int(tab.spaceOf(0).homeIdx)
+	var outside, inside []*Hold
+	spread := map[int]bool{}
+	for i := range 256 {
+		k := []byte(fmt.Sprintf("a%03d", i))
+		h, err := l.TryLock(k, testOptions{})
+		require.NoError(t, err)
+		outside = append(outside, h)
+		assert.Equal(t, naturalShard(tab, k), tab.ShardOf(0, k), "a key no range covers stays in its own shard")
+		spread[tab.ShardOf(0, k)] = true
+		k = []byte(fmt.Sprintf("m%03d", i))
+		h, err = l.TryLock(k, testOptions{Shared: true})
+		require.NoError(t, err)
+		inside = append(inside, h)
+		assert.Equal(t, home, tab.ShardOf(0, k), "a key a range covers is in the home shard")
+	}
+	assert.Greater(t, len(spread), KeyShards/2, "the keys outside the range are spread over the shards")
+
+	require.True(t, r.Release())
+	k := []byte("m000")
+	assert.Equal(t, home, tab.ShardOf(0, k), "a key held when its range ended stays in the home shard while held")
+	require.True(t, inside[0].Release())
+	h, err := l.TryLock(k, testOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, naturalShard(tab, k), tab.ShardOf(0, k), "once it left the table it is taken in its own shard")
+	require.True(t, h.Release())
+	for _, h := range append(outside, inside[1:]...) {
+		require.True(t, h.Release())
+	}
+	assert.Nil(t, tab.spaceOf(0).cover.Load().retiring, "no key is left in the home shard without a range")
+	assert.True(t, ProbeTableEmpty(l))
+}
+
+// A range request visits the shards one at a time, holding none while it waits for one: while
+// one shard's mutex is held elsewhere and the request waits for it, every other shard takes and
+// gives back keys.
+func TestFirstRangeStopsNoShardButTheOneItVisits(t *testing.T) {
+	tab := newTestTable(t)
+	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+	busy := uint64(KeyShards / 2)
+	tab.shards[busy].mu.Lock()
+	done := make(chan error, 1)
+	go func() {
+		r, err := l.TryLockRange("k", "l", testOptions{})
+		if err == nil {
+			r.Release()
+		}
+		done <- err
+	}()
+	// Keys in every shard but the busy one are taken and given back while the range request waits
+	// for the busy shard's mutex (or before it got that far).
+	taken := 0
+	for i := 0; taken < 4*KeyShards; i++ {
+		k := []byte(fmt.Sprintf("x%05d", i))
+		if uint64(naturalShard(tab, k)) == busy {
+			continue
+		}
+		h, err := l.TryLock(k, testOptions{})
+		require.NoError(t, err)
+		require.True(t, h.Release())
+		taken++
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the range request ended (%v) while a shard it must visit was busy", err)
+	default:
+	}
+	tab.shards[busy].mu.Unlock()
+	require.NoError(t, Await(t, done, "the range request"))
+	assert.True(t, ProbeTableEmpty(l))
+}
+
+// With 100,000 keys held, a column family's first range lock, over all of them or over none,
+// holds a shard's mutex for one bounded batch at a time: it looks at broughtScan slots of a
+// shard's index and brings in broughtBatch keys at most under one hold, however many are held.
+func TestFirstRangeHoldsEachShardForOneBatch(t *testing.T) {
+	const n = 100_000
+	for _, tc := range []struct {
+		name       string
+		start, end string
+		moved      bool
+	}{
+		{"over none of them", "z", "", false},
+		{"over all of them", "k", "l", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tab := newTestTable(t)
+			l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+			held := make([]*Hold, n)
+			for i := range held {
+				h, err := l.TryLock([]byte(fmt.Sprintf("k%06d", i)), testOptions{})
+				require.NoError(t, err)
+				held[i] = h
+			}
+			r, err := l.TryLockRange(tc.start, tc.end, testOptions{Shared: true})
+			if tc.moved {
+				require.ErrorIs(t, err, ErrLocked, "a shared range waits for the keys held exclusive inside it")
+			} else {
+				require.NoError(t, err)
+				require.True(t, r.Release())
+			}
+			sp := tab.spaceOf(0)
+			st := sp.broughtSteps
+			t.Logf("holds of a shard mutex: %d; at most %d slots looked at and %d keys brought in under one", st.holds, st.maxLooked, st.maxMoved)
+			assert.LessOrEqual(t, st.maxLooked, broughtScan)
+			assert.LessOrEqual(t, st.maxMoved, broughtBatch)
+			home := int(sp.homeIdx)
+			inHome := 0
+			for i := 0; i < n; i += 997 {
+				if tab.ShardOf(0, held[i].key()) == home {
+					inHome++
+				}
+			}
+			if tc.moved {
+				assert.Equal(t, (n+996)/997, inHome, "every key inside the range was brought into the home shard")
+				assert.GreaterOrEqual(t, st.holds, n/broughtBatch)
+			} else {
+				assert.Less(t, inHome, (n+996)/997/8, "the keys stay in their own shards")
+			}
+			assert.Equal(t, n, tab.Counts().Held)
+			for _, h := range held {
+				require.True(t, h.Release())
+			}
+			assert.Nil(t, sp.cover.Load().retiring)
+			assert.True(t, ProbeTableEmpty(l))
+		})
+	}
+}
+
+// An owner's request that waits, in a column family with a range space, waits in the home shard,
+// where the requests that may pass it through its wait see it (rangepass.go).
+func TestOwnersWaitInTheHomeShard(t *testing.T) {
+	tab := newTestTable(t)
+	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+	r, err := l.TryLockRange("m", "n", testOptions{})
+	require.NoError(t, err)
+	k := []byte("a")
+	h, err := l.TryLock(k, testOptions{})
+	require.NoError(t, err)
+	require.Equal(t, naturalShard(tab, k), tab.ShardOf(0, k))
+	txn := l.Begin()
+	ch := make(chan error, 1)
+	go func() {
+		_, err := txn.Lock(context.Background(), k, testOptions{})
+		ch <- err
+	}()
+	WaitQueued(t, l, k, 1)
+	assert.Equal(t, int(homeOf(0)), tab.ShardOf(0, k), "the owner's wait brought the key into the home shard")
+	require.True(t, h.Release())
+	require.NoError(t, Await(t, ch, "the owner's request"))
+	txn.Rollback()
+	require.True(t, r.Release())
+	assert.Nil(t, tab.spaceOf(0).cover.Load().retiring)
+	assert.True(t, ProbeTableEmpty(l))
+}
+
+// A key request that comes after a range request published its span, in a key shard the range
+// request has visited already, finds the span in the cover and is taken in the home shard, where
+// the range request, once it has visited every shard, sees it. Taken in its own shard instead, it
+// would be behind the range request's visit, and both would hold the key.
+func TestKeyRequestBehindARangesVisitGoesToTheHomeShard(t *testing.T) {
+	tab := newTestTable(t)
+	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+	last := &tab.shards[KeyShards-1] // the range request visits it after every other key shard
+	var k []byte
+	for i := 0; k == nil; i++ {
+		if c := []byte(fmt.Sprintf("k%03d", i)); naturalShard(tab, c) != KeyShards-1 {
+			k = c
+		}
+	}
+	first, err := l.TryLockRange("a", "b", testOptions{}) // makes the range space, which visits every shard
+	require.NoError(t, err)
+	require.True(t, first.Release())
+	last.mu.Lock()
+	ranged := make(chan error, 1)
+	go func() {
+		r, err := l.TryLockRange("k", "l", testOptions{})
+		if err == nil {
+			r.Release()
+		}
+		ranged <- err
+	}()
+	sp := tab.spaceOf(0)
+	require.Eventually(t, func() bool { return sp.cover.Load().live != nil },
+		5*time.Second, 100*time.Microsecond, "the range request publishes its span")
+	h, err := l.TryLock(k, testOptions{})
+	require.NoError(t, err, "the range request is not placed yet")
+	assert.Equal(t, int(homeOf(0)), tab.ShardOf(0, k), "the cover sent the key to the home shard")
+	last.mu.Unlock()
+	assert.ErrorIs(t, Await(t, ranged, "the range request"), ErrLocked, "the range request sees the key")
+	require.True(t, h.Release())
+	assert.True(t, ProbeTableEmpty(l))
+}
+
+// A range request inside the span of one whose keys are still on their way into the home shard
+// brings in its keys itself: skipping that, it would be placed while a key inside it is held in
+// a key shard that neither has visited yet.
+func TestRangeInsideARangeStillBringingInBringsItsOwnKeys(t *testing.T) {
+	tab := newTestTable(t)
+	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+	first, err := l.TryLockRange("a", "b", testOptions{}) // makes the range space, which visits every shard
+	require.NoError(t, err)
+	require.True(t, first.Release())
+	last := &tab.shards[KeyShards-1]
+	var k []byte
+	for i := 0; k == nil; i++ {
+		if c := []byte(fmt.Sprintf("k%03d", i)); naturalShard(tab, c) == KeyShards-1 {
+			k = c
+		}
+	}
+	h, err := l.TryLock(k, testOptions{})
+	require.NoError(t, err)
+	last.mu.Lock()
+	outer := make(chan error, 1)
+	go func() {
+		r, err := l.TryLockRange("k", "l", testOptions{})
+		if err == nil {
+			r.Release()
+		}
+		outer <- err
+	}()
+	sp := tab.spaceOf(0)
+	require.Eventually(t, func() bool { return sp.cover.Load().live != nil },
+		5*time.Second, 100*time.Microsecond, "the outer range request publishes its span")
+	inner := make(chan error, 1)
+	go func() {
+		r, err := l.TryLockRange(string(k), string(k)+"\x00", testOptions{Shared: true})
+		if err == nil {
+			r.Release()
+		}
+		inner <- err
+	}()
+	var early error
+	select {
+	case err := <-inner:
+		early = fmt.Errorf("the inner range request ended (%v) while a key inside it was still on its way", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	last.mu.Unlock()
+	if early != nil {
+		t.Fatal(early)
+	}
+	assert.ErrorIs(t, Await(t, inner, "the inner range request"), ErrLocked, "the inner range sees the key held inside it")
+	assert.ErrorIs(t, Await(t, outer, "the outer range request"), ErrLocked)
+	require.True(t, h.Release())
+	assert.True(t, ProbeTableEmpty(l))
+}

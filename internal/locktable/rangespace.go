@@ -1,0 +1,137 @@
+package locktable
+
+import (
+	"bytes"
+	"sync"
+	"sync/atomic"
+
+	"github.com/google/btree"
+)
+
+// The range space of a column family (docs/DESIGN.md §17): made by the column family's first
+// range request, in the column family's home shard. It keeps the column family's range locks and
+// queued range requests, and the keys they cover, which are brought into the home shard
+// (rangeadopt.go); every other key of the column family stays in its own shard.
+
+// rangeModes is the table's part of its range spaces, but for the map of them (tableHeader).
+type rangeModes struct {
+	mu sync.Mutex // serializes making a range space
+	// noConflicts makes ranges conflict with nothing: for tests that show a missing check is
+	// caught.
+	noConflicts atomic.Bool
+}
+
+// rangeSpace is what the home shard of a column family keeps of its ranges, guarded by the home
+// shard's mutex; cover alone is read without it.
+type rangeSpace struct {
+	home    *shard
+	homeIdx uint64 // home's place among the table's shards
+	// cover is the spans a key request must look for its key in before it takes its own shard's
+	// lock for granted: published under the home shard's mutex, read under any.
+	cover atomic.Pointer[rangeCover]
+	// broughtIn holds the spans of the live cover whose keys are all in the home shard: a range
+	// request's span joins it once its keys are brought in. A span inside one of them needs no
+	// bringing in; one only in the cover may have keys still on their way.
+	broughtIn *coverNode
+	keys      *btree.BTreeG[*rangedKey] // the keys brought into the home shard, by key
+	// broughtSteps is what bringing keys in did under one hold of a shard's mutex at most.
+	broughtSteps broughtSteps
+	ranges       rangeSet     // its range locks and queued range requests
+	queue        []*rangeItem // its queued range requests, oldest first
+	// waiting is the request each owner has queued in the space, of a key or a range: what a lock
+	// of that owner's waits on, for the exception to the order of arrival (rangepass.go).
+	waiting map[Owner]*waiter
+	// seq is the last number given: every request its place in the order of arrival, and every
+	// range item its id.
+	seq uint64
+	// serving is set while serveRanges runs, and again asks it to go over the queue once more.
+	serving, again bool
+}
+
+// rangedKey is an entry of the home shard's keys, as its space's index holds it. The index holds
+// these rather than the entries, whose link is reused once they leave (index.go), so that an entry
+// taken out of the table by serveKey leaves the index after it (rangedKey.served).
+type rangedKey struct {
+	key   []byte
+	space *rangeSpace
+	e     *keyEntry
+	// retired is the retiring span that routes its requests here while no live span covers it
+	// (rangecover.go), nil otherwise.
+	retired *retiredSpan
+}
+
+func keyBefore(a, b *rangedKey) bool { return bytes.Compare(a.key, b.key) < 0 }
+
+// nextSeq gives a request its place in the order of arrival, and a range item its id.
+func (sp *rangeSpace) nextSeq() uint64 {
+	sp.seq++
+	return sp.seq
+}
+
+// DisableRangeConflicts makes range locks conflict with nothing, for a test that shows that the
+// phantoms the check prevents are caught.
+func (t *Table) DisableRangeConflicts() { t.modes.noConflicts.Store(true) }
+
+// homeOf is the place among the table's shards of column family cf's home shard.
+func homeOf(cf uint32) uint64 { return KeyShards + (uint64(cf)*0x9e3779b97f4a7c15>>32)&(homeShards-1) }
+
+// routed is hash with its shard bits set to home, a home shard's place.
+func routed(hash, home uint64) uint64 { return hash&^(2*KeyShards-1) | home }
+
+// spaceOf is column family cf's range space, nil while it has had no range request.
+func (t *Table) spaceOf(cf uint32) *rangeSpace {
+	if m := t.spaces.Load(); m != nil {
+		return (*m)[cf]
+	}
+	return nil
+}
+
+// spaceFor is column family cf's range space, made now if it has none. Making it stops nobody:
+// the keys its ranges cover are brought in by the range requests themselves, and the keys owners
+// wait for are brought in here, a batch at a time (bringOwnerWaits).
+func (t *Table) spaceFor(cf uint32) *rangeSpace {
+	if sp := t.spaceOf(cf); sp != nil {
+		return sp
+	}
+	t.modes.mu.Lock()
+	defer t.modes.mu.Unlock()
+	if sp := t.spaceOf(cf); sp != nil {
+		return sp
+	}
+	idx := homeOf(cf)
+	sp := &rangeSpace{home: &t.shards[idx], homeIdx: idx, keys: btree.NewG(16, keyBefore)}
+	sp.cover.Store(&rangeCover{})
+	home := sp.home
+	home.mu.Lock()
+	if home.spaces == nil {
+		home.spaces = map[uint32]*rangeSpace{}
+	}
+	home.spaces[cf] = sp
+	home.mu.Unlock()
+	next := map[uint32]*rangeSpace{cf: sp}
+	if old := t.spaces.Load(); old != nil {
+		for k, v := range *old {
+			next[k] = v
+		}
+	}
+	t.spaces.Store(&next)
+	sp.bringOwnerWaits(t, cf)
+	return sp
+}
+
+// placed is the hash that places the record (cf, key) now: in its column family's home shard
+// once a range brought it there.
+func (t *Table) placed(cf uint32, key []byte) uint64 {
+	hash := t.hash(cf, key)
+	sp := t.spaceOf(cf)
+	if sp == nil {
+		return hash
+	}
+	at := routed(hash, sp.homeIdx)
+	sp.home.mu.Lock()
+	defer sp.home.mu.Unlock()
+	if sp.home.index.find(at, cf, key) != nil {
+		return at
+	}
+	return hash
+}
