@@ -97,3 +97,68 @@ func reportHeap(b *testing.B, cycle func() (perLock, afterPct float64)) {
 	b.ReportMetric(sumPer/float64(b.N), "B/lock")
 	b.ReportMetric(sumAfter/float64(b.N), "%heap-after")
 }
+
+// BenchmarkHeldLockMemoryWithRanges is P5 in a column family with range locks in use: one op
+// holds 1,000,000 locks at once, then releases them all.
+//   - keysbeside: key locks, beside an exclusive range lock held over the prefix "other/";
+//   - keysinside: shared key locks, under a shared range lock held over all of them, so that
+//     every one is kept in the column family's home shard;
+//   - ranges: range locks, each over the keys from one record up to the next key after it.
+//
+// Target: ≤ 256 B/lock for key locks, ≤ 384 B/lock for range locks.
+func BenchmarkHeldLockMemoryWithRanges(b *testing.B) {
+	ctx := context.Background()
+	keyCycle := func(b *testing.B, l *recordlock.Locker, opts recordlock.Options) {
+		reportHeap(b, func() (float64, float64) {
+			return heapCycle(b, func(key []byte) *recordlock.Handle {
+				h, err := l.Lock(ctx, key, opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return h
+			}, func(h *recordlock.Handle) {
+				if !h.Release() {
+					b.Fatal("release of a held lock failed")
+				}
+			})
+		})
+	}
+	b.Run("keysbeside", func(b *testing.B) {
+		l := newLocker(b)
+		r, err := l.LockRange(ctx, recordlock.Prefix([]byte("other/")), heldLockOpts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer r.Release()
+		keyCycle(b, l, lockOpts)
+	})
+	b.Run("keysinside", func(b *testing.B) {
+		l := newLocker(b)
+		shared := lockOpts
+		shared.Shared = true
+		sharedHeld := heldLockOpts
+		sharedHeld.Shared = true
+		r, err := l.LockRange(ctx, recordlock.Prefix(nil), sharedHeld)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer r.Release()
+		keyCycle(b, l, shared)
+	})
+	b.Run("ranges", func(b *testing.B) {
+		l := newLocker(b)
+		reportHeap(b, func() (float64, float64) {
+			return heapCycle(b, func(key []byte) *recordlock.Handle {
+				h, err := l.LockRange(ctx, recordlock.Range{Start: key, End: append(key, 0)}, lockOpts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return h
+			}, func(h *recordlock.Handle) {
+				if !h.Release() {
+					b.Fatal("release of a held lock failed")
+				}
+			})
+		})
+	})
+}
