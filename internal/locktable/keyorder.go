@@ -35,6 +35,9 @@ func orderedBefore(a, b orderedKey) bool {
 type keyOrder struct {
 	pending []orderedKey
 	tree    *btree.BTreeG[orderedKey]
+	// read counts the items range requests read, pending and in the tree, for the tests that
+	// bound their cost.
+	read uint64
 }
 
 // orderSlack is the size below which neither the pending list nor the tree is compacted.
@@ -94,6 +97,7 @@ func (sh *shard) sortPending(max int) bool {
 		}
 	}
 	n := min(max, len(o.pending))
+	o.read += uint64(n)
 	rest := len(o.pending) - n
 	for _, k := range o.pending[rest:] {
 		if sh.live(k) {
@@ -113,6 +117,7 @@ func (sh *shard) inSpan(cf uint32, start, end []byte, max int, batch []*keyEntry
 	var stale []orderedKey
 	done := true
 	o.tree.AscendGreaterOrEqual(orderedKey{cf: cf, key: start}, func(k orderedKey) bool {
+		o.read++
 		if k.cf != cf || end != nil && bytes.Compare(k.key, end) >= 0 {
 			return false
 		}
