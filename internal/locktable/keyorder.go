@@ -2,6 +2,7 @@ package locktable
 
 import (
 	"bytes"
+	"sync/atomic"
 
 	"github.com/google/btree"
 )
@@ -38,6 +39,9 @@ type keyOrder struct {
 	// read counts the items range requests read, pending and in the tree, for the tests that
 	// bound their cost.
 	read uint64
+	// noted is set once anything was noted: a range request passes a shard that never had
+	// anything noted without taking its mutex.
+	noted atomic.Bool
 }
 
 // orderSlack is the size below which neither the pending list nor the tree is compacted.
@@ -50,6 +54,9 @@ func (sh *shard) live(k orderedKey) bool { return sh.index.find(k.hash, k.cf, k.
 // space.
 func (sh *shard) noteEntry(h *Hold, e *keyEntry) {
 	o := &sh.order
+	if len(o.pending) == 0 && !o.noted.Load() {
+		o.noted.Store(true)
+	}
 	o.pending = append(o.pending, orderedKey{cf: h.cf, key: h.key(), hash: h.hash, e: e})
 	if len(o.pending) > 2*sh.index.n+orderSlack {
 		kept := o.pending[:0]
@@ -71,6 +78,7 @@ func (sh *shard) noteAll(cf uint32, from, to int) {
 			continue
 		}
 		if ecf, key := e.record(); ecf == cf {
+			sh.order.noted.Store(true)
 			sh.order.pending = append(sh.order.pending, orderedKey{cf: cf, key: key, hash: e.hash, e: e})
 		}
 	}

@@ -185,6 +185,9 @@ func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 	var batch []*keyEntry
 	for i := range KeyShards {
 		sh := &t.shards[i]
+		if !sh.order.noted.Load() {
+			continue
+		}
 		sh.mu.Lock()
 		if sh.order.empty() {
 			sh.mu.Unlock()
