@@ -84,6 +84,9 @@ func (sh *shard) takeHere(ctx context.Context, sp *rangeSpace, h *Hold, wall int
 		e = sh.newEntry(h.hash)
 		sh.grant(e, h, wall, mono, lease, false)
 		sh.index.insert(e)
+		if sp != nil {
+			sh.noteEntry(h, e)
+		}
 		sh.unlockAndRunDeferred()
 		return mono, nil
 	}
@@ -172,22 +175,53 @@ func lockPair(sh, home *shard) {
 }
 
 // bringIn brings into sp's home shard the entries of column family cf in [start, end) (end nil:
-// no bound) that are still in their own shards, a shard at a time and at most broughtBatch under
-// one hold of its mutex. The span is in sp's live cover already, so no entry in it is made outside
-// the home shard meanwhile.
+// no bound) that are still in their key shards, found in each shard's order (keyorder.go), a
+// shard at a time. One hold of a shard's mutex sorts broughtScan pending items at most, then reads
+// broughtBatch entries inside the span at most and brings them in, so that the other keys of the
+// shard wait for one batch at most, however many keys it holds. The span is in sp's live cover
+// already, so no entry in it is made outside the home shard meanwhile.
 func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
-	sp.bring(t, func(e *keyEntry) bool {
-		ecf, key := e.record()
-		return ecf == cf && spanContains(start, end, key)
-	})
+	home := sp.home
+	var batch []*keyEntry
+	for i := range KeyShards {
+		sh := &t.shards[i]
+		if !sh.order.noted.Load() {
+			continue
+		}
+		sh.mu.Lock()
+		if sh.order.empty() {
+			sh.mu.Unlock()
+			continue
+		}
+		sh.mu.Unlock()
+		for {
+			lockPair(sh, home)
+			done := false
+			if sh.sortPending(broughtScan) {
+				batch, done = sh.inSpan(cf, start, end, broughtBatch, batch[:0])
+				sp.broughtSteps.note(0, len(batch))
+				for _, e := range batch {
+					_, key := e.record()
+					sh.forget(cf, key)
+					sp.orphanBrought(sh.moveEntry(home, e, sp))
+				}
+				clear(batch)
+			}
+			sh.unlockAndRunDeferred()
+			home.unlockAndRunDeferred()
+			if done {
+				break
+			}
+		}
+	}
 }
 
-// bring brings into sp's home shard the entries that want reports true of and that are still in
-// their own shards, a shard at a time. One hold of a shard's mutex looks at broughtScan slots of
-// its index at most and brings in broughtBatch entries at most, so that the other keys of the
-// shard wait for one batch at most, however many keys it holds. Those no live span covers are
-// orphans.
-func (sp *rangeSpace) bring(t *Table, want func(*keyEntry) bool) {
+// bringOwnerWaits readies sp, just made, in every key shard: it notes the entries of column
+// family cf made before (noteAll), and brings into the home shard those for which an owner's
+// request waits, as takeHere does for a request that waits once the space is made. One hold of a
+// shard's mutex looks at broughtScan slots of its index at most and brings in broughtBatch
+// entries at most.
+func (sp *rangeSpace) bringOwnerWaits(t *Table, cf uint32) {
 	home := sp.home
 	var batch []*keyEntry
 	for i := range KeyShards {
@@ -202,13 +236,14 @@ func (sp *rangeSpace) bring(t *Table, want func(*keyEntry) bool) {
 			from, stop := at, min(at+broughtScan, size)
 			first := -1
 			for ; at < stop && len(batch) < broughtBatch; at++ {
-				if e := slots[at]; e != nil && want(e) {
+				if e := slots[at]; e != nil && ownerWaitsIn(e, cf) {
 					batch = append(batch, e)
 					if first < 0 {
 						first = at
 					}
 				}
 			}
+			sh.noteAll(cf, from, at)
 			sp.broughtSteps.note(at-from, len(batch))
 			for _, e := range batch {
 				sp.orphanBrought(sh.moveEntry(home, e, sp))
@@ -228,20 +263,18 @@ func (sp *rangeSpace) bring(t *Table, want func(*keyEntry) bool) {
 	}
 }
 
-// bringOwnerWaits brings into sp's new home shard the entries of column family cf for which an
-// owner's request waits, as takeHere does for a request that waits once the space is made.
-func (sp *rangeSpace) bringOwnerWaits(t *Table, cf uint32) {
-	sp.bring(t, func(e *keyEntry) bool {
-		if ecf, _ := e.record(); ecf != cf {
-			return false
-		}
-		for w := e.head; w != nil; w = w.next {
-			if w.h.owner != nil {
-				return true
-			}
-		}
+// ownerWaitsIn reports whether e is an entry of column family cf for which an owner's request
+// waits.
+func ownerWaitsIn(e *keyEntry, cf uint32) bool {
+	if ecf, _ := e.record(); ecf != cf {
 		return false
-	})
+	}
+	for w := e.head; w != nil; w = w.next {
+		if w.h.owner != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // moveEntry brings e, an entry of sp's column family in sh, a key shard, and its holders and

@@ -195,6 +195,16 @@ func TestKeyRequestBehindARangesVisitGoesToTheHomeShard(t *testing.T) {
 	first, err := l.TryLockRange("a", "b", testOptions{}) // makes the range space, which visits every shard
 	require.NoError(t, err)
 	require.True(t, first.Release())
+	// A key taken in the last shard once the space is made has it noted, so that range requests
+	// visit it (keyorder.go).
+	for i := 0; ; i++ {
+		if c := []byte(fmt.Sprintf("x%03d", i)); naturalShard(tab, c) == KeyShards-1 {
+			x, err := l.TryLock(c, testOptions{})
+			require.NoError(t, err)
+			require.True(t, x.Release())
+			break
+		}
+	}
 	last.mu.Lock()
 	ranged := make(chan error, 1)
 	go func() {
@@ -268,4 +278,51 @@ func TestRangeInsideARangeStillBringingInBringsItsOwnKeys(t *testing.T) {
 	assert.ErrorIs(t, Await(t, outer, "the outer range request"), ErrLocked)
 	require.True(t, h.Release())
 	assert.True(t, ProbeTableEmpty(l))
+}
+
+// orderReads is the items that range requests read so far in the orders of tab's key shards.
+func orderReads(tab *Table) uint64 {
+	var n uint64
+	for i := range KeyShards {
+		sh := &tab.shards[i]
+		sh.mu.Lock()
+		n += sh.order.read
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// A range lock among n held keys of its column family reads, in the key shards' orders, the keys
+// inside it and a bounded number more per shard, not the n: with 100 times the keys held, a range
+// between two of them reads as many items. (The first range lock sorts in the keys held before.)
+func TestRangeLockAmongHeldKeysCostsLogN(t *testing.T) {
+	perOp := map[int]float64{}
+	for _, n := range []int{1_000, 100_000} {
+		tab := newTestTable(t)
+		l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+		held := make([]*Hold, n)
+		for i := range held {
+			h, err := l.TryLock([]byte(fmt.Sprintf("k%07d", 2*i)), testOptions{})
+			require.NoError(t, err)
+			held[i] = h
+		}
+		first, err := l.TryLockRange("a", "b", testOptions{})
+		require.NoError(t, err)
+		require.True(t, first.Release())
+		before := orderReads(tab)
+		const ops = 200
+		for j := range ops {
+			i := j * (n / ops)
+			r, err := l.TryLockRange(fmt.Sprintf("k%07d", 2*i+1), fmt.Sprintf("k%07d", 2*i+2), testOptions{})
+			require.NoError(t, err)
+			require.True(t, r.Release())
+		}
+		perOp[n] = float64(orderReads(tab)-before) / ops
+		for _, h := range held {
+			require.True(t, h.Release())
+		}
+		assert.True(t, ProbeTableEmpty(l))
+	}
+	t.Logf("items read per range Lock+Release among n held keys: %v", perOp)
+	assert.LessOrEqual(t, perOp[100_000], 2*perOp[1_000]+float64(KeyShards), "the reads do not grow with n")
 }

@@ -26,6 +26,9 @@ type rangeModes struct {
 type rangeSpace struct {
 	home    *shard
 	homeIdx uint64 // home's place among the table's shards
+	// ready is closed once every key shard has noted the column family's entries made before the
+	// space (bringOwnerWaits): a range request finds the keys inside it only among those noted.
+	ready chan struct{}
 	// cover is the spans a key request must look for its key in before it takes its own shard's
 	// lock for granted: published under the home shard's mutex, read under any.
 	cover atomic.Pointer[rangeCover]
@@ -91,15 +94,17 @@ func (t *Table) spaceOf(cf uint32) *rangeSpace {
 // wait for are brought in here, a batch at a time (bringOwnerWaits).
 func (t *Table) spaceFor(cf uint32) *rangeSpace {
 	if sp := t.spaceOf(cf); sp != nil {
+		<-sp.ready
 		return sp
 	}
 	t.modes.mu.Lock()
 	defer t.modes.mu.Unlock()
 	if sp := t.spaceOf(cf); sp != nil {
+		<-sp.ready
 		return sp
 	}
 	idx := homeOf(cf)
-	sp := &rangeSpace{home: &t.shards[idx], homeIdx: idx, keys: btree.NewG(16, keyBefore)}
+	sp := &rangeSpace{home: &t.shards[idx], homeIdx: idx, keys: btree.NewG(16, keyBefore), ready: make(chan struct{})}
 	sp.cover.Store(&rangeCover{})
 	home := sp.home
 	home.mu.Lock()
@@ -116,6 +121,7 @@ func (t *Table) spaceFor(cf uint32) *rangeSpace {
 	}
 	t.spaces.Store(&next)
 	sp.bringOwnerWaits(t, cf)
+	close(sp.ready)
 	return sp
 }
 

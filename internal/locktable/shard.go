@@ -49,6 +49,9 @@ type shardState struct {
 	counts     shardCounts    // what only contended and failing calls count
 	// spaces are the range spaces whose home this shard is (rangespace.go).
 	spaces map[uint32]*rangeSpace
+	// order is a key shard's ordered view of its entries of column families with a range space
+	// (keyorder.go).
+	order keyOrder
 }
 
 // init makes the shard part of t and its own entries spare, before the table is used.

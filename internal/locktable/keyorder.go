@@ -1,0 +1,157 @@
+package locktable
+
+import (
+	"bytes"
+	"sync/atomic"
+
+	"github.com/google/btree"
+)
+
+// A key shard's ordered view of its entries of column families that have a range space, so that
+// a range request finds the keys inside its span there in O(log n + k) rather than by a walk of
+// the shard's index (docs/DESIGN.md §17.1). The key path pays an append for it: an entry made in
+// such a column family is noted as pending, in no order, and a range request's visit sorts the
+// pending ones into the tree. Neither is told when an entry leaves: a visit checks each item it
+// reads against the index (live) and drops the ones that left, and both are compacted once they
+// hold more than twice the shard's entries, so they stay within a constant of its size.
+
+// orderedKey is an entry of a key shard, as its order holds it: the record, its hash, and the
+// entry it had when noted. The key is the one of the hold that made the entry, which never
+// changes.
+type orderedKey struct {
+	cf   uint32
+	key  []byte
+	hash uint64
+	e    *keyEntry
+}
+
+func orderedBefore(a, b orderedKey) bool {
+	if a.cf != b.cf {
+		return a.cf < b.cf
+	}
+	return bytes.Compare(a.key, b.key) < 0
+}
+
+// keyOrder is a key shard's ordered view, guarded by the shard's mutex.
+type keyOrder struct {
+	pending []orderedKey
+	tree    *btree.BTreeG[orderedKey]
+	// read counts the items range requests read, pending and in the tree, for the tests that
+	// bound their cost.
+	read uint64
+	// noted is set once anything was noted: a range request passes a shard that never had
+	// anything noted without taking its mutex.
+	noted atomic.Bool
+}
+
+// orderSlack is the size below which neither the pending list nor the tree is compacted.
+const orderSlack = 64
+
+// live reports whether k still names an entry of the shard, the one it was noted with.
+func (sh *shard) live(k orderedKey) bool { return sh.index.find(k.hash, k.cf, k.key) == k.e }
+
+// noteEntry notes e, just made for h's record in sh, a key shard, in a column family with a range
+// space.
+func (sh *shard) noteEntry(h *Hold, e *keyEntry) {
+	o := &sh.order
+	if len(o.pending) == 0 && !o.noted.Load() {
+		o.noted.Store(true)
+	}
+	o.pending = append(o.pending, orderedKey{cf: h.cf, key: h.key(), hash: h.hash, e: e})
+	if len(o.pending) > 2*sh.index.n+orderSlack {
+		kept := o.pending[:0]
+		for _, k := range o.pending {
+			if sh.live(k) {
+				kept = append(kept, k)
+			}
+		}
+		clear(o.pending[len(kept):])
+		o.pending = kept
+	}
+}
+
+// noteAll notes every entry of column family cf in sh's index slots [from, to), for a range space
+// just made: entries made before it were not noted as they were made.
+func (sh *shard) noteAll(cf uint32, from, to int) {
+	for _, e := range sh.index.slots[from:to] {
+		if e == nil {
+			continue
+		}
+		if ecf, key := e.record(); ecf == cf {
+			sh.order.noted.Store(true)
+			sh.order.pending = append(sh.order.pending, orderedKey{cf: cf, key: key, hash: e.hash, e: e})
+		}
+	}
+}
+
+// sortPending moves at most max pending items that are still live into the tree, and reports
+// whether none is left pending. A tree grown past twice the shard's entries is rebuilt from its
+// live items first.
+func (sh *shard) sortPending(max int) bool {
+	o := &sh.order
+	if o.tree == nil {
+		o.tree = btree.NewG(16, orderedBefore)
+	}
+	if o.tree.Len() > 2*sh.index.n+orderSlack {
+		var stale []orderedKey
+		o.tree.Ascend(func(k orderedKey) bool {
+			if !sh.live(k) {
+				stale = append(stale, k)
+			}
+			return true
+		})
+		for _, k := range stale {
+			o.tree.Delete(k)
+		}
+	}
+	n := min(max, len(o.pending))
+	o.read += uint64(n)
+	rest := len(o.pending) - n
+	for _, k := range o.pending[rest:] {
+		if sh.live(k) {
+			o.tree.ReplaceOrInsert(k)
+		}
+	}
+	clear(o.pending[rest:])
+	o.pending = o.pending[:rest]
+	return rest == 0
+}
+
+// inSpan collects into batch, up to max, the live entries of column family cf in [start, end)
+// (end nil: no bound) from the tree, dropping at most max stale items it meets on the way, and
+// returns the batch and whether it reached the span's end.
+func (sh *shard) inSpan(cf uint32, start, end []byte, max int, batch []*keyEntry) ([]*keyEntry, bool) {
+	o := &sh.order
+	var stale []orderedKey
+	done := true
+	o.tree.AscendGreaterOrEqual(orderedKey{cf: cf, key: start}, func(k orderedKey) bool {
+		o.read++
+		if k.cf != cf || end != nil && bytes.Compare(k.key, end) >= 0 {
+			return false
+		}
+		if len(batch) == max || len(stale) == max {
+			done = false
+			return false
+		}
+		if sh.live(k) {
+			batch = append(batch, k.e)
+		} else {
+			stale = append(stale, k)
+		}
+		return true
+	})
+	for _, k := range stale {
+		o.tree.Delete(k)
+	}
+	return batch, done
+}
+
+// forget takes e's item out of the tree: e is leaving the shard for its home shard.
+func (sh *shard) forget(cf uint32, key []byte) {
+	if sh.order.tree != nil {
+		sh.order.tree.Delete(orderedKey{cf: cf, key: key})
+	}
+}
+
+// ordered reports whether the shard has anything noted.
+func (o *keyOrder) empty() bool { return len(o.pending) == 0 && (o.tree == nil || o.tree.Len() == 0) }
