@@ -131,12 +131,11 @@ func (h *Hold) acquireBrought(ctx context.Context, sh *shard, sp *rangeSpace, ha
 func (sh *shard) takeInRanges(ctx context.Context, sp *rangeSpace, h *Hold, wall int64, mono, lease, timeout time.Duration,
 	wait, ctxBounds bool) (time.Duration, error) {
 	c := h.ten
-	e := sh.lookup(h)
-	if e != nil && e.holder != nil && sh.settleHolders(e, h, c, mono) {
-		e = sh.lookup(h) // settling may have emptied and removed the entry
+	if e := sh.lookup(h); e != nil && e.holder != nil {
+		sh.settleHolders(e, h, c, mono)
 	}
 	blocked := sp.keyBlocked(sh, h, newest, true, c, mono)
-	e = sh.lookup(h) // settling lapsed ranges may have changed the entry
+	e := sh.lookup(h) // settling lapsed holders or ranges may have changed or removed the entry
 	if e == nil && !sp.cover.Load().live.stabs(h.key()) {
 		// The key left the home shard, and no live span brings it back: its own shard takes it,
 		// which needs that shard's mutex first.
