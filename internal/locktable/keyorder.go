@@ -153,5 +153,5 @@ func (sh *shard) forget(cf uint32, key []byte) {
 	}
 }
 
-// ordered reports whether the shard has anything noted.
+// empty reports whether nothing is pending or in the tree.
 func (o *keyOrder) empty() bool { return len(o.pending) == 0 && (o.tree == nil || o.tree.Len() == 0) }
