@@ -21,22 +21,22 @@ func (m *modelRun) settle(rt *rapid.T) {
 	m.clk.Advance(0) // a deadline armed already passed falls due now, as on the real clock
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		pending := false
+		var pending []*mReq
 		for _, r := range m.queue {
 			if !m.queuedInTable(r) && !r.hasReturned() {
-				pending = true
+				pending = append(pending, r)
 			}
 		}
 		for r := range m.ended {
 			if !r.hasReturned() {
-				pending = true
+				pending = append(pending, r)
 			}
 		}
-		if !pending {
+		if len(pending) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			rt.Fatalf("the table did not settle: %s", m.describe())
+			rt.Fatalf("the table did not settle: %v neither returned nor sleeps queued: %s", pending, m.describe())
 		}
 		time.Sleep(20 * time.Microsecond)
 	}

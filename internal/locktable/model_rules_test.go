@@ -2,6 +2,7 @@ package locktable
 
 import (
 	"slices"
+	"time"
 
 	"pgregory.net/rapid"
 )
@@ -11,6 +12,8 @@ import (
 // are not of one owner; a request is served once no holder and no request queued ahead of it
 // conflicts with it, but for the requests it passes: a request of an owner that holds locks passes
 // a request that waits for one of them, itself or through the requests queued ahead of it (§17.2).
+// Where two requests that conflict are both free to go, the younger passing the older, either may
+// be served first, and the model takes the one the table served.
 // Where no range is involved, the rules of keys alone (per key a FIFO queue,
 // upgrades ahead, served from its head) decide too, and the two must agree (model_test.go drives
 // them).
@@ -203,6 +206,10 @@ func (m *modelRun) serve(rt *rapid.T) {
 			left = append(left, r)
 			continue
 		}
+		if s := m.rival(r, granted); s != nil && m.firstServed(r, s) == s {
+			left = append(left, r) // s is served below, and r is then blocked by it
+			continue
+		}
 		granted[r] = true
 		if keysOnly && !slices.Contains(served, r) {
 			rt.Fatalf("the rules disagree: conflicts grant %v, the key's FIFO queue does not\n%s", r, m.describe())
@@ -218,6 +225,48 @@ func (m *modelRun) serve(rt *rapid.T) {
 		rt.Fatalf("the rules disagree: the keys' FIFO queues grant %v, conflicts only %d of them\n%s", served, len(m.queue)-len(left), m.describe())
 	}
 	m.queue = left
+}
+
+// rival returns a request queued after r that conflicts with r and that nothing stops now
+// either, as it passes r (r waits, through the requests ahead of it, for its owner), or nil.
+// Either may then be served first: the rule grants each once nothing it does not pass stops it,
+// and which of the two the table reaches first is up to the order in which it serves its keys
+// and ranges.
+func (m *modelRun) rival(r *mReq, granted map[*mReq]bool) *mReq {
+	if !m.rangeMode || r.up != nil {
+		return nil
+	}
+	for _, s := range m.queue {
+		if s == r || s.up != nil || granted[s] || !m.aheadOf(r, s) || !s.behind(r) || !m.passes(s, r) {
+			continue
+		}
+		var ahead []*mReq
+		for _, q := range m.queue {
+			if q != s && !granted[q] && m.aheadOf(q, s) {
+				ahead = append(ahead, q)
+			}
+		}
+		if !m.blocked(s, ahead) {
+			return s
+		}
+	}
+	return nil
+}
+
+// firstServed waits for the table to serve r or s, rivals that conflict, and returns the one it
+// granted; r if it grants neither in time, which settle then reports.
+func (m *modelRun) firstServed(r, s *mReq) *mReq {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Microsecond) {
+		switch {
+		case r.hasReturned():
+			return r
+		case s.hasReturned() && s.result() == nil:
+			return s
+		case s.hasReturned():
+			return r
+		}
+	}
+	return r
 }
 
 // dequeue takes r out of the queue, ended with err, and serves the queue.
