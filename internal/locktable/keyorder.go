@@ -10,14 +10,14 @@ import (
 // A key shard's ordered view of its entries of column families that have a range space, so that
 // a range request finds the keys inside its span there in O(log n + k) rather than by a walk of
 // the shard's index (docs/DESIGN.md §17.1). The key path pays an append for it: an entry made in
-// such a column family is noted as pending, in no order, and a range request's visit sorts the
-// pending ones into the tree. Neither is told when an entry leaves: a visit checks each item it
-// reads against the index (live) and drops the ones that left, and both are compacted once they
-// hold more than twice the shard's entries, so they stay within a constant of its size.
+// such a column family is noted as pending (the entry alone), in no order, and a range request's visit sorts the
+// pending ones into the tree. An entry that leaves while it is the last one pending is taken off
+// again; of any other, neither is told: a visit checks each item it reads against the index (live)
+// and drops the ones that left, and both are compacted once they hold more than twice the shard's
+// entries, so they stay within a constant of its size.
 
 // orderedKey is an entry of a key shard, as its order holds it: the record, its hash, and the
-// entry it had when noted. The key is the one of the hold that made the entry, which never
-// changes.
+// entry it had when sorted in. The key is the one of a hold of the entry, which never changes.
 type orderedKey struct {
 	cf   uint32
 	key  []byte
@@ -34,7 +34,7 @@ func orderedBefore(a, b orderedKey) bool {
 
 // keyOrder is a key shard's ordered view, guarded by the shard's mutex.
 type keyOrder struct {
-	pending []orderedKey
+	pending []*keyEntry
 	tree    *btree.BTreeG[orderedKey]
 	// read counts the items range requests read, pending and in the tree, for the tests that
 	// bound their cost.
@@ -47,26 +47,42 @@ type keyOrder struct {
 // orderSlack is the size below which neither the pending list nor the tree is compacted.
 const orderSlack = 64
 
+// noted is pending entry e as the tree would hold it, its record read now; not ok once e is
+// spare. An entry that left and was made again for another record is sorted in as that one.
+func (sh *shard) noted(e *keyEntry) (orderedKey, bool) {
+	cf, key := e.record()
+	return orderedKey{cf: cf, key: key, hash: e.hash, e: e}, e.holder != nil || e.head != nil
+}
+
 // live reports whether k still names an entry of the shard, the one it was noted with.
 func (sh *shard) live(k orderedKey) bool { return sh.index.find(k.hash, k.cf, k.key) == k.e }
 
-// noteEntry notes e, just made for h's record in sh, a key shard, in a column family with a range
+// noteEntry notes e, just made in sh, a key shard, for a record of a column family with a range
 // space.
-func (sh *shard) noteEntry(h *Hold, e *keyEntry) {
+func (sh *shard) noteEntry(e *keyEntry) {
 	o := &sh.order
 	if len(o.pending) == 0 && !o.noted.Load() {
 		o.noted.Store(true)
 	}
-	o.pending = append(o.pending, orderedKey{cf: h.cf, key: h.key(), hash: h.hash, e: e})
+	o.pending = append(o.pending, e)
 	if len(o.pending) > 2*sh.index.n+orderSlack {
 		kept := o.pending[:0]
-		for _, k := range o.pending {
-			if sh.live(k) {
-				kept = append(kept, k)
+		for _, e := range o.pending {
+			if k, ok := sh.noted(e); ok && sh.live(k) {
+				kept = append(kept, e)
 			}
 		}
 		clear(o.pending[len(kept):])
 		o.pending = kept
+	}
+}
+
+// unnote takes e, leaving the shard, off the pending list if it was the last noted there: a key
+// locked and released before any range request came by costs neither a compaction nor a sort.
+func (o *keyOrder) unnote(e *keyEntry) {
+	if n := len(o.pending); n > 0 && o.pending[n-1] == e {
+		o.pending[n-1] = nil
+		o.pending = o.pending[:n-1]
 	}
 }
 
@@ -77,9 +93,9 @@ func (sh *shard) noteAll(cf uint32, from, to int) {
 		if e == nil {
 			continue
 		}
-		if ecf, key := e.record(); ecf == cf {
+		if ecf, _ := e.record(); ecf == cf {
 			sh.order.noted.Store(true)
-			sh.order.pending = append(sh.order.pending, orderedKey{cf: cf, key: key, hash: e.hash, e: e})
+			sh.order.pending = append(sh.order.pending, e)
 		}
 	}
 }
@@ -107,8 +123,8 @@ func (sh *shard) sortPending(max int) bool {
 	n := min(max, len(o.pending))
 	o.read += uint64(n)
 	rest := len(o.pending) - n
-	for _, k := range o.pending[rest:] {
-		if sh.live(k) {
+	for _, e := range o.pending[rest:] {
+		if k, ok := sh.noted(e); ok && sh.live(k) {
 			o.tree.ReplaceOrInsert(k)
 		}
 	}

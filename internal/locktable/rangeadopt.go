@@ -67,6 +67,14 @@ func (h *Hold) acquireRouted(ctx context.Context, lease, timeout time.Duration, 
 		return h.acquireBrought(ctx, sh, sp, hash, false, wall, mono, lease, timeout, wait, ctxBounds)
 	}
 	h.hash = hash
+	if sp != nil && sh.lookup(h) == nil { // the uncontended case, here as in Acquire: a call costs it more
+		e := sh.newEntry(hash)
+		sh.grant(e, h, wall, mono, lease, false)
+		sh.index.insert(e)
+		sh.noteEntry(e)
+		sh.unlockAndRunDeferred()
+		return mono, nil
+	}
 	return sh.takeHere(ctx, sp, h, wall, mono, lease, timeout, wait, ctxBounds)
 }
 
@@ -85,7 +93,7 @@ func (sh *shard) takeHere(ctx context.Context, sp *rangeSpace, h *Hold, wall int
 		sh.grant(e, h, wall, mono, lease, false)
 		sh.index.insert(e)
 		if sp != nil {
-			sh.noteEntry(h, e)
+			sh.noteEntry(e)
 		}
 		sh.unlockAndRunDeferred()
 		return mono, nil

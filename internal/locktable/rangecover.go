@@ -105,18 +105,23 @@ func joinCover(a, b *coverNode) *coverNode {
 }
 
 // stabs reports whether a span of n contains key: one path down the tree, as an interval tree's
-// search goes (a left subtree whose largest end is after key holds the only candidates, or none
-// starts at or before key anywhere to its right either).
+// search goes. A subtree whose largest end is at or before key holds no candidate; below that, a
+// left subtree whose largest end is after key holds the only candidates, or none starts at or
+// before key anywhere to its right either.
 func (n *coverNode) stabs(key []byte) bool {
+	if n == nil || !n.maxUnbounded && compareKeys(key, n.maxEnd) >= 0 {
+		return false
+	}
 	for n != nil {
-		if compareKeys(n.start, key) <= 0 && (n.end == nil || compareKeys(key, n.end) < 0) {
+		c := compareKeys(n.start, key)
+		if c <= 0 && (n.end == nil || compareKeys(key, n.end) < 0) {
 			return true
 		}
 		if l := n.left; l != nil && (l.maxUnbounded || compareKeys(key, l.maxEnd) < 0) {
 			n = l
 			continue
 		}
-		if compareKeys(n.start, key) > 0 {
+		if c > 0 {
 			return false
 		}
 		n = n.right

@@ -2,6 +2,7 @@ package locktable
 
 import (
 	"bytes"
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -81,12 +82,26 @@ func homeOf(cf uint32) uint64 { return KeyShards + (uint64(cf)*0x9e3779b97f4a7c1
 // routed is hash with its shard bits set to home, a home shard's place.
 func routed(hash, home uint64) uint64 { return hash&^(2*KeyShards-1) | home }
 
+// spaceMap is the table's range spaces by column family, copied whenever one is added: every key
+// request of a table that had a range reads it, so the column families numbered below lowSpaces,
+// which are most, are found by index rather than in the map.
+type spaceMap struct {
+	low  [lowSpaces]*rangeSpace
+	high map[uint32]*rangeSpace
+}
+
+const lowSpaces = 16
+
 // spaceOf is column family cf's range space, nil while it has had no range request.
 func (t *Table) spaceOf(cf uint32) *rangeSpace {
-	if m := t.spaces.Load(); m != nil {
-		return (*m)[cf]
+	m := t.spaces.Load()
+	switch {
+	case m == nil:
+		return nil
+	case cf < lowSpaces:
+		return m.low[cf]
 	}
-	return nil
+	return m.high[cf]
 }
 
 // spaceFor is column family cf's range space, made now if it has none. Making it stops nobody:
@@ -113,11 +128,18 @@ func (t *Table) spaceFor(cf uint32) *rangeSpace {
 	}
 	home.spaces[cf] = sp
 	home.mu.Unlock()
-	next := map[uint32]*rangeSpace{cf: sp}
+	var next spaceMap
 	if old := t.spaces.Load(); old != nil {
-		for k, v := range *old {
-			next[k] = v
+		next.low = old.low
+		next.high = maps.Clone(old.high)
+	}
+	if cf < lowSpaces {
+		next.low[cf] = sp
+	} else {
+		if next.high == nil {
+			next.high = map[uint32]*rangeSpace{}
 		}
+		next.high[cf] = sp
 	}
 	t.spaces.Store(&next)
 	sp.bringOwnerWaits(t, cf)

@@ -282,5 +282,11 @@ func compareKeys(a, b []byte) int {
 		}
 		a, b = a[8:], b[8:]
 	}
+	if len(a) > 0 && len(b) > 0 && a[0] != b[0] { // most short keys differ at once
+		if a[0] < b[0] {
+			return -1
+		}
+		return 1
+	}
 	return bytes.Compare(a, b)
 }

@@ -59,7 +59,7 @@ type tableHeader struct {
 	stamps *Stamps
 	// spaces maps each column family that has had a range request to its range space
 	// (rangespace.go); nil until one has. Every request reads it, so it is kept here with the seed.
-	spaces atomic.Pointer[map[uint32]*rangeSpace]
+	spaces atomic.Pointer[spaceMap]
 }
 
 // New returns the table of the database at path, whose grants mint AcquiredAt from stamps.
