@@ -21,7 +21,7 @@ func (sh *shard) newRangedEntry(sp *rangeSpace, h *Hold) *keyEntry {
 
 // acquireRange is Acquire of a range hold. Its span goes into the cover first, then the keys
 // inside it that are still in their own shards are brought into the home shard (bringIn), unless
-// the span of a range whose keys are all in already holds all of it (broughtIn); only then is the
+// the span of a range whose keys are all in already holds all of it (rangeSet.holdsSpan); only then is the
 // request placed among the others, in the order of arrival, as a request that arrives then.
 func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
 	c := h.ten
@@ -39,7 +39,7 @@ func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, w
 	it := &h.cold.span.item
 	it.id = sp.nextSeq()
 	start, end := h.key(), h.cold.span.end
-	inside := sp.broughtIn.holdsSpan(start, end)
+	inside := sp.ranges.holdsSpan(start, end)
 	sp.coverAdd(it)
 	if !inside {
 		sh.mu.Unlock()
@@ -51,7 +51,6 @@ func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, w
 			return 0, ErrClosed
 		}
 	}
-	sp.broughtIn = coverWith(sp.broughtIn, start, end, it.id)
 	wall, mono := ReadClock(c.clock)
 	if !sp.rangeBlocked(sh, h, newest, true, c, mono) {
 		sh.grantRange(sp, it, wall, mono, lease)
@@ -76,7 +75,7 @@ func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, w
 func (sh *shard) grantRange(sp *rangeSpace, it *rangeItem, wall int64, mono, lease time.Duration) {
 	h := it.h
 	it.w = nil
-	if it.inTree {
+	if it.tree != nil {
 		sp.ranges.refile(it) // from the queued requests to the locks held
 	} else {
 		sp.ranges.insert(it)

@@ -7,12 +7,10 @@ import "bytes"
 // copies the O(log R) nodes on its path, so that a key request reads the tree under its own
 // shard's mutex, without the home shard's, while a range request publishes the next version.
 type coverNode struct {
-	start, end   []byte // end nil: no upper bound
-	id           uint64
-	prio         uint64
-	maxEnd       []byte // the largest end in the subtree, unless maxUnbounded
-	maxUnbounded bool
-	left, right  *coverNode
+	start       []byte
+	end, maxEnd *[]byte // its own end and the largest in its subtree; a nil end has no bound
+	id          uint64
+	left, right *coverNode
 }
 
 func (n *coverNode) before(start []byte, id uint64) bool {
@@ -26,10 +24,10 @@ func (n *coverNode) before(start []byte, id uint64) bool {
 func (n *coverNode) withChildren(left, right *coverNode) *coverNode {
 	c := *n
 	c.left, c.right = left, right
-	c.maxEnd, c.maxUnbounded = c.end, c.end == nil
+	c.maxEnd = c.end
 	for _, ch := range [2]*coverNode{left, right} {
 		if ch != nil {
-			c.maxEnd, c.maxUnbounded = laterEnd(c.maxEnd, c.maxUnbounded, ch.maxEnd, ch.maxUnbounded)
+			c.maxEnd = laterEnd(c.maxEnd, ch.maxEnd)
 		}
 	}
 	return &c
@@ -45,17 +43,20 @@ func coverPrio(id uint64) uint64 {
 	return id ^ id>>33
 }
 
-// coverWith returns the tree n with the span [start, end) numbered id added.
-func coverWith(n *coverNode, start, end []byte, id uint64) *coverNode {
-	add := &coverNode{start: start, end: end, id: id, prio: coverPrio(id)}
-	return insertCover(n, add)
+// coverWith returns the tree n with the span [start, *end) numbered id added. The nodes share
+// the end with the range or retired span that has it, which never changes it.
+func coverWith(n *coverNode, start []byte, end *[]byte, id uint64) *coverNode {
+	return insertCover(n, &coverNode{start: start, end: end, id: id})
 }
+
+// prio is the node's treap priority.
+func (n *coverNode) prio() uint64 { return coverPrio(n.id) }
 
 func insertCover(n, add *coverNode) *coverNode {
 	if n == nil {
 		return add.withChildren(nil, nil)
 	}
-	if add.prio > n.prio {
+	if add.prio() > n.prio() {
 		l, r := splitCover(n, add.start, add.id)
 		return add.withChildren(l, r)
 	}
@@ -98,7 +99,7 @@ func joinCover(a, b *coverNode) *coverNode {
 		return b
 	case b == nil:
 		return a
-	case a.prio > b.prio:
+	case a.prio() > b.prio():
 		return a.withChildren(a.left, joinCover(a.right, b))
 	}
 	return b.withChildren(joinCover(a, b.left), b.right)
@@ -109,15 +110,15 @@ func joinCover(a, b *coverNode) *coverNode {
 // left subtree whose largest end is after key holds the only candidates, or none starts at or
 // before key anywhere to its right either.
 func (n *coverNode) stabs(key []byte) bool {
-	if n == nil || !n.maxUnbounded && compareKeys(key, n.maxEnd) >= 0 {
+	if n == nil || !endsAfter(n.maxEnd, key) {
 		return false
 	}
 	for n != nil {
 		c := compareKeys(n.start, key)
-		if c <= 0 && (n.end == nil || compareKeys(key, n.end) < 0) {
+		if c <= 0 && endsAfter(n.end, key) {
 			return true
 		}
-		if l := n.left; l != nil && (l.maxUnbounded || compareKeys(key, l.maxEnd) < 0) {
+		if l := n.left; l != nil && endsAfter(l.maxEnd, key) {
 			n = l
 			continue
 		}
@@ -127,44 +128,6 @@ func (n *coverNode) stabs(key []byte) bool {
 		n = n.right
 	}
 	return false
-}
-
-// holdsSpan reports whether one span of n contains all of [start, end) (end nil: no bound):
-// the largest end among the spans that start at or before start, found on one path down.
-func (n *coverNode) holdsSpan(start, end []byte) bool {
-	var best []byte
-	found, unbounded := false, false
-	for n != nil {
-		if compareKeys(n.start, start) > 0 {
-			n = n.left
-			continue
-		}
-		ends := []*coverNode{n}
-		if n.left != nil {
-			ends = append(ends, n.left)
-		}
-		for i, x := range ends {
-			e, u := x.end, x.end == nil
-			if i > 0 {
-				e, u = x.maxEnd, x.maxUnbounded
-			}
-			if !found {
-				best, unbounded, found = e, u, true
-			} else {
-				best, unbounded = laterEnd(best, unbounded, e, u)
-			}
-		}
-		n = n.right
-	}
-	switch {
-	case !found:
-		return false
-	case unbounded:
-		return true
-	case end == nil:
-		return false
-	}
-	return compareKeys(end, best) <= 0
 }
 
 // rangeCover is what a key request reads of its column family's ranges before it takes any mutex
@@ -189,7 +152,7 @@ func keyAfter(key []byte) []byte { return append(bytes.Clone(key), 0) }
 
 // retire adds r, which has orphans, to next, the cover to be published.
 func (sp *rangeSpace) retire(r *retiredSpan, next *rangeCover) {
-	next.retiring = coverWith(next.retiring, r.start, r.end, r.id)
+	next.retiring = coverWith(next.retiring, r.start, &r.end, r.id)
 }
 
 // unorphan takes rk off its retired span's orphans, and the span out of next once it has none: a
@@ -208,7 +171,7 @@ func (rk *rangedKey) unorphan(next *rangeCover) bool {
 // coverAdd puts it's span in sp's live cover; the orphans inside it are covered again.
 func (sp *rangeSpace) coverAdd(it *rangeItem) {
 	cv := sp.cover.Load()
-	next := &rangeCover{live: coverWith(cv.live, it.start(), it.end(), it.id), retiring: cv.retiring}
+	next := &rangeCover{live: coverWith(cv.live, it.start(), it.endRef(), it.id), retiring: cv.retiring}
 	it.covering = true
 	if next.retiring != nil {
 		sp.keysIn(it.start(), it.end(), func(e *keyEntry) bool {
@@ -229,7 +192,6 @@ func (sp *rangeSpace) spanGone(it *rangeItem) {
 		return
 	}
 	it.covering = false
-	sp.broughtIn = coverWithout(sp.broughtIn, it.start(), it.id)
 	cv := sp.cover.Load()
 	next := &rangeCover{live: coverWithout(cv.live, it.start(), it.id), retiring: cv.retiring}
 	r := &retiredSpan{start: it.start(), end: it.end(), id: it.id}

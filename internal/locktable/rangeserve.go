@@ -145,7 +145,7 @@ func (sh *shard) dropRange(w *waiter, outcome waitState) {
 // giveBackRange is giveBack of a range hold whose flags are f.
 func (sh *shard) giveBackRange(h *Hold, f, set uint32) {
 	it := &h.cold.span.item
-	if f&FlagHeld == 0 || !it.inTree || it.w != nil {
+	if f&FlagHeld == 0 || it.tree == nil || it.w != nil {
 		h.SetFlags(set)
 		sh.tab.logFault(h.ten, "a handle gave back a range it did not hold")
 		return

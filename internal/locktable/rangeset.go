@@ -36,29 +36,35 @@ func (s *rangeSet) treeFor(it *rangeItem) *rangeTree {
 
 // insert puts it in the tree it belongs in.
 func (s *rangeSet) insert(it *rangeItem) {
-	t := s.treeFor(it)
-	t.insert(it)
-	it.tree = t
+	s.treeFor(it).insert(it)
 	s.n++
 }
 
 // remove takes it out of its tree; a no-op for an item in none.
 func (s *rangeSet) remove(it *rangeItem) {
-	if !it.inTree {
+	if it.tree == nil {
 		return
 	}
 	it.tree.remove(it)
-	it.tree = nil
 	s.n--
 }
 
 // refile moves it, if it is in a tree, to the one it belongs in now: after it was granted, or
 // its hold's mode changed.
 func (s *rangeSet) refile(it *rangeItem) {
-	if it.inTree && it.tree != s.treeFor(it) {
+	if it.tree != nil && it.tree != s.treeFor(it) {
 		s.remove(it)
 		s.insert(it)
 	}
+}
+
+// holdsSpan reports whether the span of one of the set's range locks or requests contains all
+// of [start, end) (end nil: no bound). Such a span's keys are all in the home shard: a request
+// joins the set only once the keys inside it were brought in (acquireRange), and leaves it as its
+// span leaves the cover (spanGone), and every key made inside a live span since was made there.
+// A range request inside one brings in nothing.
+func (s *rangeSet) holdsSpan(start, end []byte) bool {
+	return s.shared.holdsSpan(start, end) || s.exclusive.holdsSpan(start, end) || s.queued.holdsSpan(start, end)
 }
 
 // meeting calls f on every item whose span meets [start, end) (end nil: no bound), until f

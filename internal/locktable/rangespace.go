@@ -33,11 +33,7 @@ type rangeSpace struct {
 	// cover is the spans a key request must look for its key in before it takes its own shard's
 	// lock for granted: published under the home shard's mutex, read under any.
 	cover atomic.Pointer[rangeCover]
-	// broughtIn holds the spans of the live cover whose keys are all in the home shard: a range
-	// request's span joins it once its keys are brought in. A span inside one of them needs no
-	// bringing in; one only in the cover may have keys still on their way.
-	broughtIn *coverNode
-	keys      *btree.BTreeG[*rangedKey] // the keys brought into the home shard, by key
+	keys  *btree.BTreeG[*rangedKey] // the keys brought into the home shard, by key
 	// broughtSteps is what bringing keys in did under one hold of a shard's mutex at most.
 	broughtSteps broughtSteps
 	ranges       rangeSet     // its range locks and queued range requests

@@ -13,12 +13,13 @@ import (
 type rangeTree struct {
 	root *rangeItem
 	n    int
-	rnd  uint64 // the state of the priorities' generator
 	// steps counts the nodes its searches visited, for the tests that bound their cost.
 	steps uint64
 }
 
-// rangeItem is a range hold's node in its column family's tree, held or queued.
+// rangeItem is a range hold's node in its column family's tree, held or queued. It is part of
+// every range lock, so it keeps no copy of a key: its largest ends point at the end of the item
+// that has them (a nil end has no bound), and its treap priority is a hash of its id.
 type rangeItem struct {
 	h *Hold
 	// w is the queued request, nil once granted; its seq is the request's place in the column
@@ -26,24 +27,19 @@ type rangeItem struct {
 	w  *waiter
 	id uint64 // orders items of one start: a number of nextSeq, unique in the column family
 
-	left, right  *rangeItem
-	prio         uint64
-	maxEnd       []byte // the largest end in the subtree, unless maxUnbounded
-	maxUnbounded bool
-	// leftEnd is the largest end of the item and its left subtree, unless leftUnbounded: the
-	// items that start at or before it. It answers containsAny with one comparison per level.
-	leftEnd       []byte
-	leftUnbounded bool
-	// The first sixteen bytes of start and leftEnd, which settle most comparisons of containsAny
-	// in two integer comparisons each.
-	startPrefix, leftEndPrefix keyPrefix
-	inTree                     bool
-	tree                       *rangeTree // the tree of its rangeSet it is in, while inTree
-	covering                   bool       // its span is in its space's live cover (rangecover.go)
+	left, right *rangeItem
+	maxEnd      *[]byte // the largest end in the subtree
+	// leftEnd is the largest end of the item and its left subtree: that of the items that start
+	// at or before it. It answers containsAny with one comparison per level.
+	leftEnd  *[]byte
+	tree     *rangeTree // the tree of its rangeSet it is in, nil while in none
+	covering bool       // its span is in its space's live cover (rangecover.go)
 }
 
-func (it *rangeItem) start() []byte { return it.h.key() }
-func (it *rangeItem) end() []byte   { return it.h.cold.span.end }
+func (it *rangeItem) start() []byte   { return it.h.key() }
+func (it *rangeItem) end() []byte     { return it.h.cold.span.end }
+func (it *rangeItem) endRef() *[]byte { return &it.h.cold.span.end }
+func (it *rangeItem) prio() uint64    { return coverPrio(it.id) }
 
 // before orders items by start, then by id.
 func (it *rangeItem) before(o *rangeItem) bool {
@@ -55,32 +51,32 @@ func (it *rangeItem) before(o *rangeItem) bool {
 
 // fix recomputes it's largest ends from its own and its children's.
 func (it *rangeItem) fix() {
-	it.leftEnd, it.leftUnbounded = it.end(), it.end() == nil
+	it.leftEnd = it.endRef()
 	if l := it.left; l != nil {
-		it.leftEnd, it.leftUnbounded = laterEnd(it.leftEnd, it.leftUnbounded, l.maxEnd, l.maxUnbounded)
+		it.leftEnd = laterEnd(it.leftEnd, l.maxEnd)
 	}
-	it.leftEndPrefix = prefixOf(it.leftEnd)
-	it.maxEnd, it.maxUnbounded = it.leftEnd, it.leftUnbounded
+	it.maxEnd = it.leftEnd
 	if r := it.right; r != nil {
-		it.maxEnd, it.maxUnbounded = laterEnd(it.maxEnd, it.maxUnbounded, r.maxEnd, r.maxUnbounded)
+		it.maxEnd = laterEnd(it.maxEnd, r.maxEnd)
 	}
 }
 
-// laterEnd returns the later of two ends, each nil with its flag set when it has no bound.
-func laterEnd(a []byte, aUnbounded bool, b []byte, bUnbounded bool) ([]byte, bool) {
+// laterEnd returns the later of two ends; a nil end has no bound.
+func laterEnd(a, b *[]byte) *[]byte {
 	switch {
-	case aUnbounded || bUnbounded:
-		return nil, true
-	case compareKeys(b, a) > 0:
-		return b, false
+	case *a == nil:
+		return a
+	case *b == nil || compareKeys(*b, *a) > 0:
+		return b
 	}
-	return a, false
+	return a
 }
+
+// endsAfter reports whether the end e lies after key: e has no bound, or key is before it.
+func endsAfter(e *[]byte, key []byte) bool { return *e == nil || compareKeys(key, *e) < 0 }
 
 func (t *rangeTree) insert(it *rangeItem) {
-	t.rnd = t.rnd*6364136223846793005 + 1442695040888963407
-	it.prio, it.left, it.right, it.inTree = t.rnd>>1|1, nil, nil, true
-	it.startPrefix = prefixOf(it.start())
+	it.left, it.right, it.tree = nil, nil, t
 	t.root = insertItem(t.root, it)
 	t.n++
 }
@@ -92,12 +88,12 @@ func insertItem(n, it *rangeItem) *rangeItem {
 	}
 	if it.before(n) {
 		n.left = insertItem(n.left, it)
-		if n.left.prio > n.prio {
+		if n.left.prio() > n.prio() {
 			n = rotateRight(n)
 		}
 	} else {
 		n.right = insertItem(n.right, it)
-		if n.right.prio > n.prio {
+		if n.right.prio() > n.prio() {
 			n = rotateLeft(n)
 		}
 	}
@@ -121,11 +117,11 @@ func rotateLeft(n *rangeItem) *rangeItem {
 
 // remove takes it out of the tree; a no-op for an item that is not in it.
 func (t *rangeTree) remove(it *rangeItem) {
-	if !it.inTree {
+	if it.tree != t {
 		return
 	}
 	t.root = removeItem(t.root, it)
-	it.left, it.right, it.inTree = nil, nil, false
+	it.left, it.right, it.tree = nil, nil, nil
 	t.n--
 }
 
@@ -151,7 +147,7 @@ func joinItems(a, b *rangeItem) *rangeItem {
 		return b
 	case b == nil:
 		return a
-	case a.prio > b.prio:
+	case a.prio() > b.prio():
 		a.right = joinItems(a.right, b)
 		a.fix()
 		return a
@@ -169,7 +165,7 @@ func (t *rangeTree) meeting(start, end []byte, f func(*rangeItem) bool) {
 }
 
 func (t *rangeTree) meetingIn(n *rangeItem, start, end []byte, f func(*rangeItem) bool) bool {
-	if n == nil || (!n.maxUnbounded && compareKeys(n.maxEnd, start) <= 0) {
+	if n == nil || !endsAfter(n.maxEnd, start) {
 		return true // nothing below ends after start
 	}
 	t.steps++
@@ -190,29 +186,47 @@ func (t *rangeTree) meetingIn(n *rangeItem, start, end []byte, f func(*rangeItem
 // does everything in its left subtree, and one of those holds key exactly when their largest end
 // (leftEnd) is after key; otherwise only the right subtree can.
 func (t *rangeTree) containsAny(key []byte) bool {
-	p := prefixOf(key)
 	for n := t.root; n != nil; {
 		t.steps++
-		c := n.startPrefix.compare(p)
-		if c == 0 {
-			c = compareKeys(n.start(), key)
-		}
-		if c > 0 {
+		if compareKeys(n.start(), key) > 0 {
 			n = n.left
 			continue
 		}
-		if n.leftUnbounded {
-			return true
-		}
-		if c = n.leftEndPrefix.compare(p); c == 0 {
-			c = compareKeys(n.leftEnd, key)
-		}
-		if c > 0 {
+		if endsAfter(n.leftEnd, key) {
 			return true
 		}
 		n = n.right
 	}
 	return false
+}
+
+// holdsSpan reports whether one item's span contains all of [start, end) (end nil: no bound):
+// the largest end among the items that start at or before start, found on one path down as
+// containsAny finds it.
+func (t *rangeTree) holdsSpan(start, end []byte) bool {
+	var best *[]byte
+	for n := t.root; n != nil; {
+		t.steps++
+		if compareKeys(n.start(), start) > 0 {
+			n = n.left
+			continue
+		}
+		if best == nil {
+			best = n.leftEnd
+		} else {
+			best = laterEnd(best, n.leftEnd)
+		}
+		n = n.right
+	}
+	switch {
+	case best == nil:
+		return false
+	case *best == nil:
+		return true
+	case end == nil:
+		return false
+	}
+	return compareKeys(end, *best) <= 0
 }
 
 // containing calls f on every item whose span holds key, until f returns false.
@@ -221,7 +235,7 @@ func (t *rangeTree) containing(key []byte, f func(*rangeItem) bool) {
 }
 
 func (t *rangeTree) containingIn(n *rangeItem, key []byte, f func(*rangeItem) bool) bool {
-	if n == nil || (!n.maxUnbounded && compareKeys(n.maxEnd, key) <= 0) {
+	if n == nil || !endsAfter(n.maxEnd, key) {
 		return true
 	}
 	t.steps++
@@ -235,37 +249,6 @@ func (t *rangeTree) containingIn(n *rangeItem, key []byte, f func(*rangeItem) bo
 		return false
 	}
 	return t.containingIn(n.right, key, f)
-}
-
-// keyPrefix is the first sixteen bytes of a key, big-endian, zero-padded. Keys whose prefixes
-// differ are ordered as their prefixes; keys with one prefix (a zero byte and the end of a key
-// look alike) are compared whole.
-type keyPrefix struct{ hi, lo uint64 }
-
-func prefixOf(k []byte) keyPrefix {
-	if len(k) < 16 {
-		var b [16]byte
-		copy(b[:], k)
-		k = b[:]
-	}
-	return keyPrefix{binary.BigEndian.Uint64(k), binary.BigEndian.Uint64(k[8:])}
-}
-
-// compare is -1, 1, or 0 when the keys must be compared whole.
-func (p keyPrefix) compare(q keyPrefix) int {
-	switch {
-	case p.hi != q.hi:
-		if p.hi < q.hi {
-			return -1
-		}
-		return 1
-	case p.lo != q.lo:
-		if p.lo < q.lo {
-			return -1
-		}
-		return 1
-	}
-	return 0
 }
 
 // compareKeys is bytes.Compare, eight bytes at a time while both keys have them: keys of one

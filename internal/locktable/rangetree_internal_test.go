@@ -9,7 +9,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-// The tree of ranges answers containsAny, containing and meeting as a scan of every item does,
+// The tree of ranges answers containsAny, containing, meeting and holdsSpan as a scan of every item does,
 // whatever ranges come and go: items over a small key space, so that they overlap, share starts
 // and ends, and some have no end.
 func TestRangeTreeAgreesWithAScan(t *testing.T) {
@@ -72,6 +72,15 @@ func TestRangeTreeAgreesWithAScan(t *testing.T) {
 			got = got[:0]
 			tree.meeting(start, end, func(it *rangeItem) bool { got = append(got, it); return true })
 			sameItems(rt, fmt.Sprintf("meeting(%q, %q)", start, end), got, want)
+
+			holds := false
+			for _, it := range items {
+				inside := it.end() == nil || end != nil && bytes.Compare(end, it.end()) <= 0
+				holds = holds || bytes.Compare(it.start(), start) <= 0 && inside
+			}
+			if got := tree.holdsSpan(start, end); got != holds {
+				rt.Fatalf("holdsSpan(%q, %q) = %v, but a scan says %v", start, end, got, holds)
+			}
 		}
 	})
 }

@@ -118,7 +118,7 @@ func (sh *shard) queuedRangesOver(h *Hold, t *waiterTally) {
 // range.
 func heldRange(h *Hold) bool {
 	it := &h.cold.span.item
-	return it.inTree && it.w == nil && h.flags()&FlagHeld != 0
+	return it.tree != nil && it.w == nil && h.flags()&FlagHeld != 0
 }
 
 // heldOverSpan reports whether x, a range hold listed before the mutex was taken, still holds
@@ -173,7 +173,7 @@ func (sh *shard) visitRangeWaits(hs []*Hold, wait func(QueuedRequest), holder fu
 	h := hs[0]
 	it := &h.cold.span.item
 	switch {
-	case !it.inTree:
+	case it.tree == nil:
 	case it.w != nil:
 		sh.counts.visited++
 		wait(it.w.request())
