@@ -14,7 +14,7 @@ import (
 // pending ones into the tree. An entry that leaves while it is the last one pending is taken off
 // again; of any other, neither is told: a visit checks each item it reads against the index (live)
 // and drops the ones that left, and both are compacted once they hold more than twice the shard's
-// entries, so they stay within a constant of its size.
+// entries, as entries come and as they go, so they stay within a constant of its size.
 
 // orderedKey is an entry of a key shard, as its order holds it: the record, its hash, and the
 // entry it had when sorted in. The key is the one of a hold of the entry, which never changes.
@@ -66,23 +66,66 @@ func (sh *shard) noteEntry(e *keyEntry) {
 	}
 	o.pending = append(o.pending, e)
 	if len(o.pending) > 2*sh.index.n+orderSlack {
-		kept := o.pending[:0]
-		for _, e := range o.pending {
-			if k, ok := sh.noted(e); ok && sh.live(k) {
-				kept = append(kept, e)
-			}
-		}
-		clear(o.pending[len(kept):])
-		o.pending = kept
+		sh.compactPending()
 	}
 }
 
-// unnote takes e, leaving the shard, off the pending list if it was the last noted there: a key
-// locked and released before any range request came by costs neither a compaction nor a sort.
-func (o *keyOrder) unnote(e *keyEntry) {
-	if n := len(o.pending); n > 0 && o.pending[n-1] == e {
+// compactPending drops the pending entries that left the shard.
+func (sh *shard) compactPending() {
+	o := &sh.order
+	kept := o.pending[:0]
+	for _, e := range o.pending {
+		if k, ok := sh.noted(e); ok && sh.live(k) {
+			kept = append(kept, e)
+		}
+	}
+	clear(o.pending[len(kept):])
+	o.pending = kept
+}
+
+// compactTree drops the tree's items whose entry left the shard.
+func (sh *shard) compactTree() {
+	o := &sh.order
+	var stale []orderedKey
+	o.tree.Ascend(func(k orderedKey) bool {
+		if !sh.live(k) {
+			stale = append(stale, k)
+		}
+		return true
+	})
+	for _, k := range stale {
+		o.tree.Delete(k)
+	}
+}
+
+// unnote is told that e is leaving the shard. It takes e off the pending list if it was the last
+// noted there: a key locked and released before any range request came by costs neither a
+// compaction nor a sort. And as entries leave, it compacts the pending list and the tree once
+// either holds more than twice the shard's entries, as noteEntry and sortPending do as entries
+// come: what they hold stays within a constant of the entries, and a shard whose keys all left
+// holds none of them (the entries it kept for reuse aside). Each compaction follows the leaving
+// of half the items it reads, so it costs O(1) per entry that leaves.
+func (sh *shard) unnote(e *keyEntry) {
+	if o := &sh.order; len(o.pending) != 0 || o.tree != nil {
+		sh.unnoteFrom(e)
+	}
+}
+
+// unnoteFrom is unnote of a shard whose order holds something.
+func (sh *shard) unnoteFrom(e *keyEntry) {
+	o := &sh.order
+	n := len(o.pending)
+	if n > 0 && o.pending[n-1] == e {
 		o.pending[n-1] = nil
 		o.pending = o.pending[:n-1]
+		n--
+	}
+	limit := 2*sh.index.n + orderSlack
+	if n > limit {
+		sh.compactPending()
+	}
+	if o.tree != nil && o.tree.Len() > limit {
+		sh.compactTree()
 	}
 }
 
@@ -109,16 +152,7 @@ func (sh *shard) sortPending(max int) bool {
 		o.tree = btree.NewG(16, orderedBefore)
 	}
 	if o.tree.Len() > 2*sh.index.n+orderSlack {
-		var stale []orderedKey
-		o.tree.Ascend(func(k orderedKey) bool {
-			if !sh.live(k) {
-				stale = append(stale, k)
-			}
-			return true
-		})
-		for _, k := range stale {
-			o.tree.Delete(k)
-		}
+		sh.compactTree()
 	}
 	n := min(max, len(o.pending))
 	o.read += uint64(n)

@@ -41,7 +41,7 @@ func (sh *shard) owns(e *keyEntry) bool {
 // An entry of a home shard leaves its space's index after it (rangedKey.served).
 func (sh *shard) remove(e *keyEntry) {
 	sh.index.remove(e)
-	sh.order.unnote(e)
+	sh.unnote(e)
 	// e has no holder and no waiters, so its pointers are nil already but for the link, which the
 	// spare list takes over.
 	e.wakePending = false
