@@ -2,6 +2,7 @@ package locktable
 
 import (
 	"bytes"
+	"slices"
 	"sync/atomic"
 
 	"github.com/google/btree"
@@ -81,6 +82,9 @@ func (sh *shard) compactPending() {
 	}
 	clear(o.pending[len(kept):])
 	o.pending = kept
+	if cap(kept) > 4*len(kept)+orderSlack {
+		o.pending = slices.Clone(kept) // let go of the room the entries that left took
+	}
 }
 
 // compactTree drops the tree's items whose entry left the shard.
@@ -119,6 +123,14 @@ func (sh *shard) unnoteFrom(e *keyEntry) {
 		o.pending[n-1] = nil
 		o.pending = o.pending[:n-1]
 		n--
+	}
+	if sh.index.n == 0 { // nothing is left to order
+		clear(o.pending)
+		o.pending = o.pending[:0]
+		if o.tree != nil {
+			o.tree.Clear(false)
+		}
+		return
 	}
 	limit := 2*sh.index.n + orderSlack
 	if n > limit {
