@@ -198,3 +198,32 @@ func TestTxnCommitInsideFenceOfItsHandlePanics(t *testing.T) {
 	require.True(t, h2.Release())
 	closeWithin(t, l)
 }
+
+// Close called by a commit returns, whether the fence's handle still held its key or was released
+// before the fence began (a fence Close would otherwise wait for, ending only once Close
+// returned); the commit returns after it, and the key can be taken again.
+func TestFenceCommitClosingItsLocker(t *testing.T) {
+	for _, released := range []bool{false, true} {
+		t.Run(fmt.Sprintf("released=%v", released), func(t *testing.T) {
+			db := openDB(t)
+			l, err := recordlock.New(db)
+			require.NoError(t, err)
+			h, err := l.TryLock([]byte("k"), recordlock.Options{Lease: time.Minute})
+			require.NoError(t, err)
+			if released {
+				require.True(t, h.Release())
+			}
+			fenced := make(chan error, 1)
+			go func() {
+				fenced <- h.Fence(func() error { return l.Close() })
+			}()
+			require.NoError(t, await(t, fenced, "a Fence whose commit closes its Locker"))
+			other, err := recordlock.New(db)
+			require.NoError(t, err)
+			again, err := other.TryLock([]byte("k"), recordlock.Options{})
+			require.NoError(t, err, "the key is free once the commit returned")
+			require.True(t, again.Release())
+			require.NoError(t, other.Close())
+		})
+	}
+}
