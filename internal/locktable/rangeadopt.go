@@ -3,6 +3,7 @@ package locktable
 import (
 	"bytes"
 	"context"
+	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -25,6 +26,11 @@ const broughtBatch = 64
 // broughtScan bounds the slots of a shard's index a range request looks at under one hold of the
 // shard's mutex.
 const broughtScan = 1024
+
+// sortBatch bounds the pending entries of a key shard's order a range request sorts in under one
+// hold of the shard's mutex: an insert into the order's btree costs about what a batch's move
+// costs per entry, not what a look at an index slot costs.
+const sortBatch = 128
 
 // broughtSteps counts what bring did under one hold of a shard's mutex at most, for the tests
 // that bound it.
@@ -204,7 +210,7 @@ func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 		for {
 			lockPair(sh, home)
 			done := false
-			if sh.sortPending(broughtScan) {
+			if sh.sortPending(sortBatch) {
 				batch, done = sh.inSpan(cf, start, end, broughtBatch, batch[:0])
 				sp.broughtSteps.note(0, len(batch))
 				for _, e := range batch {
@@ -219,9 +225,16 @@ func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 			if done {
 				break
 			}
+			yieldMutexes()
 		}
 	}
 }
+
+// yieldMutexes lets a request that queued for a shard's mutex during a batch take it before the
+// next batch does. A sync.Mutex lets the goroutine that unlocks it lock it again at once, before
+// the waiter it woke has run, and hands it over only once that waiter has waited 1 ms: without
+// this, a key request could wait a whole run of batches.
+func yieldMutexes() { runtime.Gosched() }
 
 // bringOwnerWaits readies sp, just made, in every key shard: it notes the entries of column
 // family cf made before (noteAll), and brings into the home shard those for which an owner's
@@ -266,6 +279,7 @@ func (sp *rangeSpace) bringOwnerWaits(t *Table, cf uint32) {
 			if done {
 				break
 			}
+			yieldMutexes()
 		}
 	}
 }
