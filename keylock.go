@@ -79,24 +79,6 @@ func releaseTable(path string) {
 	}
 }
 
-// tableClock is a Clock as the table reads it: the system clock itself, so that its hot path
-// reads it without an indirection, or c behind an adapter.
-func tableClock(c Clock) locktable.Clock {
-	if _, ok := c.(*systemClock); ok {
-		return locktable.System
-	}
-	return clockAdapter{c}
-}
-
-// clockAdapter gives the table a Clock of the API's.
-type clockAdapter struct{ Clock }
-
-func (a clockAdapter) AfterFunc(d time.Duration, f func()) locktable.Timer {
-	return a.Clock.AfterFunc(d, f)
-}
-
-func (a clockAdapter) NowMono() (int64, time.Duration) { return readClock(a.Clock) }
-
 // fromTable turns a refusal of the table into the API's error, and logs a deadlock's debug
 // record; the table returns ctx errors as they are.
 func (l *Locker) fromTable(h *Handle, err error) error {

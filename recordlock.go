@@ -69,7 +69,7 @@ func New(db *grocksdb.DB, opts ...Option) (*Locker, error) {
 		closing:    closing,
 		cancel:     cancel,
 	}
-	tab.Open(&l.ten, tableClock(cfg.clock), cfg.log)
+	tab.Open(&l.ten, cfg.clock, cfg.log)
 	if cfg.failpoints.noRangeConflicts {
 		tab.DisableRangeConflicts()
 	}

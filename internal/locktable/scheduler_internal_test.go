@@ -15,8 +15,8 @@ type signallingClock struct {
 	read chan struct{} // when set, closed and cleared at the next reading
 }
 
-func (c *signallingClock) NowMono() (int64, time.Duration) {
-	wall, mono := c.ManualClock.NowMono()
+func (c *signallingClock) nowMono() (int64, time.Duration) {
+	wall, mono := c.ManualClock.nowMono()
 	if c.read != nil {
 		close(c.read)
 		c.read = nil
