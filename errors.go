@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/recordlock/recordlock/internal/locktable"
 )
 
-// Sentinel errors, matched with errors.Is. Errors that come from RocksDB or from a ctx are
-// returned wrapped, so errors.Is still finds their cause.
+// Sentinel errors, matched with errors.Is. Errors that come from RocksDB are returned wrapped, so
+// errors.Is still finds their cause; a ctx's error is returned as it is, or wrapped when a
+// coordinator's round ended with it. ErrLocked, ErrTimeout, ErrLeaseExpired, ErrReleased and
+// ErrClosed are the key-lock table's own values, so its refusals need no translation.
 var (
 	// ErrInvalidOptions: an Options field or Locker option is out of range; nothing was locked.
 	ErrInvalidOptions = errors.New("recordlock: invalid options")
@@ -16,19 +20,19 @@ var (
 	// Start; nothing was locked or staged.
 	ErrInvalidKey = errors.New("recordlock: invalid key: a key must be non-empty and at most 2 GiB")
 	// ErrLocked: TryLock found the key held or waited on.
-	ErrLocked = errors.New("recordlock: key is locked")
+	ErrLocked = locktable.ErrLocked
 	// ErrTimeout: the key stayed busy for the whole Options.Timeout.
-	ErrTimeout = errors.New("recordlock: timed out waiting for the key")
+	ErrTimeout = locktable.ErrTimeout
 	// ErrLeaseExpired: the lease lapsed or was revoked, so the handle no longer authorizes writes.
-	ErrLeaseExpired = errors.New("recordlock: lease expired")
+	ErrLeaseExpired = locktable.ErrLeaseExpired
 	// ErrReleased: the handle was released deliberately and authorizes no new writes.
-	ErrReleased = errors.New("recordlock: lock already released")
+	ErrReleased = locktable.ErrReleased
 	// ErrClusterUnavailable: a cluster-scoped lock could not be granted by the coordinator.
 	ErrClusterUnavailable = errors.New("recordlock: cluster coordination unavailable")
 	// ErrScopeConflict: a Txn asked for cluster scope on a key it already holds node-scoped.
 	ErrScopeConflict = errors.New("recordlock: scope conflicts with the lock already held")
 	// ErrClosed: the Locker was closed.
-	ErrClosed = errors.New("recordlock: locker closed")
+	ErrClosed = locktable.ErrClosed
 	// ErrTxnDone: the Txn was already committed or rolled back.
 	ErrTxnDone = errors.New("recordlock: transaction already committed or rolled back")
 	// ErrDeadlock: waiting for the key would close a cycle of Txns waiting for each other; the

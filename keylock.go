@@ -79,33 +79,20 @@ func releaseTable(path string) {
 	}
 }
 
-// fromTable turns a refusal of the table into the API's error, and logs a deadlock's debug
-// record; the table returns ctx errors as they are.
+// fromTable returns a refusal of the table as the API's error. The sentinels are the table's
+// own, and ctx errors come back as they are; only a deadlock changes: its cycle is named with
+// the Txns' names, and its debug record is logged.
 func (l *Locker) fromTable(h *Handle, err error) error {
-	switch err {
-	case nil:
-		return nil
-	case locktable.ErrClosed:
-		return ErrClosed
-	case locktable.ErrLocked:
-		return ErrLocked
-	case locktable.ErrTimeout:
-		return ErrTimeout
-	case locktable.ErrReleased:
-		return ErrReleased
-	case locktable.ErrLeaseExpired:
-		return ErrLeaseExpired
-	}
 	var d *locktable.DeadlockError
-	if errors.As(err, &d) {
-		de := &DeadlockError{Cycle: make([]DeadlockWait, len(d.Cycle))}
-		for i, w := range d.Cycle {
-			de.Cycle[i] = DeadlockWait{Txn: w.Owner.Name(), ColumnFamilyID: w.CF, Key: w.Key}
-		}
-		l.logDeadlock(h, de, d.Waiters, d.HolderAge) // outside every mutex: the logger is the user's
-		return de
+	if !errors.As(err, &d) {
+		return err
 	}
-	return err
+	de := &DeadlockError{Cycle: make([]DeadlockWait, len(d.Cycle))}
+	for i, w := range d.Cycle {
+		de.Cycle[i] = DeadlockWait{Txn: w.Owner.Name(), ColumnFamilyID: w.CF, Key: w.Key}
+	}
+	l.logDeadlock(h, de, d.Waiters, d.HolderAge) // outside every mutex: the logger is the user's
+	return de
 }
 
 // logDeadlock writes a debug record of a deadlock found for h's request, with waiters the number of
