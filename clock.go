@@ -38,10 +38,6 @@ func SystemClock() Clock { return locktable.System }
 // LockAll's budget, a round) is such a sum, and its d may be as long as a ctx deadline is far.
 func monoAfter(mono, d time.Duration) time.Duration { return locktable.MonoAfter(mono, d) }
 
-// untilDeadline returns the time left until d, a ctx deadline. A ctx deadline is a reading of
-// the real clock whatever clock the Locker runs on, so it is measured here, with time.Until.
-func untilDeadline(d time.Time) time.Duration { return time.Until(d) }
-
 // ManualClock is a Clock that moves only when told to, for deterministic tests of code that uses
 // recordlock. It is safe for concurrent use. Its methods:
 //

@@ -225,17 +225,16 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 		coord = c
 	}
 	if coord != nil && ctxBounds {
-		ctxBounds = false
-		if d, ok := ctx.Deadline(); ok {
-			// The cluster round needs a bound on l's clock: the time left until the ctx deadline.
-			left := untilDeadline(d)
-			if left <= 0 {
-				return nil, context.DeadlineExceeded
-			}
-			res := *r
-			res.Timeout = left
-			r, wait = &res, locktable.Unbounded
+		// The cluster round needs its bound on l's clock: with a ctx deadline, the time left until
+		// it. The local wait still leaves that deadline to ctx (ctxBounds).
+		mono := l.clock.Mono()
+		end, err := locktable.BoundingDeadline(ctx, mono, r.Timeout, true)
+		if err != nil {
+			return nil, err
 		}
+		res := *r
+		res.Timeout = end - mono
+		r = &res
 	}
 	h := l.newHandle(&req, e.flags)
 	h.hold.SetAskedLease(r.Lease)

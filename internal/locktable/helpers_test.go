@@ -286,7 +286,7 @@ func (t *testTxn) Lock(ctx context.Context, key []byte, o testOptions) (*Hold, e
 			if timeout == 0 {
 				timeout = defaultTimeout
 			}
-			if err := h.Upgrade(ctx, timeout); err != nil {
+			if err := h.Upgrade(ctx, timeout, false); err != nil {
 				return nil, err
 			}
 		}
