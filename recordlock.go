@@ -218,7 +218,7 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 	}
 	var coord Coordinator
 	if r.Scope != ScopeNode { // a node lock never consults the coordinator
-		c, err := l.state.coord.resolve(r)
+		c, err := l.state.coord.choose(r)
 		if err != nil {
 			return nil, err
 		}

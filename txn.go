@@ -280,7 +280,7 @@ func (t *Txn) upgrade(ctx context.Context, h *Handle, opts Options) error {
 // wantsCluster reports whether a lock with options r would be cluster-scoped (or fail closed
 // asking for it) on this database now.
 func (t *Txn) wantsCluster(r Resolved) bool {
-	coord, err := t.l.state.coord.resolve(&r)
+	coord, err := t.l.state.coord.choose(&r)
 	return coord != nil || err != nil
 }
 

@@ -8,7 +8,8 @@ import (
 )
 
 // shard is one mutex's worth of the table. Every field of every entry, waiter and scheduler of
-// the shard, and the fields of Handle that its comment marks, are guarded by mu.
+// the shard, and the fields of a Hold whose comment says so (a hold of one of its keys), are
+// guarded by mu.
 type shard struct {
 	shardState
 	// Keeps the state of neighbouring shards, which goroutines on different keys write at once,
