@@ -1,10 +1,13 @@
 package recordlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/recordlock/recordlock/internal/locktable"
 )
@@ -116,3 +119,29 @@ type rangeError struct{ reason string }
 
 func (e *rangeError) Error() string        { return "recordlock: invalid range: " + e.reason }
 func (e *rangeError) Is(target error) bool { return target == ErrInvalidKey }
+
+// fromTable returns a refusal of the table as the API's error. The sentinels are the table's
+// own, and ctx errors come back as they are; only a deadlock changes: its cycle is named with
+// the Txns' names, and its debug record is logged.
+func (l *Locker) fromTable(h *Handle, err error) error {
+	var d *locktable.DeadlockError
+	if !errors.As(err, &d) {
+		return err
+	}
+	de := &DeadlockError{Cycle: make([]DeadlockWait, len(d.Cycle))}
+	for i, w := range d.Cycle {
+		de.Cycle[i] = DeadlockWait{Txn: w.Owner.Name(), ColumnFamilyID: w.CF, Key: w.Key}
+	}
+	l.logDeadlock(h, de, d.Waiters, d.HolderAge) // outside every mutex: the logger is the user's
+	return de
+}
+
+// logDeadlock writes a debug record of a deadlock found for h's request, with waiters the number of
+// Lock calls queued for h's key and holderAge how long its holder had held it.
+func (l *Locker) logDeadlock(h *Handle, err *DeadlockError, waiters int, holderAge time.Duration) {
+	if !l.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	l.log.Debug("recordlock: deadlock", "db", l.path, "key", string(h.key()), "cf", h.hold.CF(),
+		"holder_age", holderAge, "waiters", waiters, "cycle", err.Error())
+}
