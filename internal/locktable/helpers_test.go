@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -209,6 +211,49 @@ func Await[T any](t testing.TB, ch <-chan T, what string) T {
 	}
 }
 
+// granted receives a lock call's result from c and fails the test unless it succeeded.
+func granted(t testing.TB, c <-chan lockResult, what string) *Hold {
+	t.Helper()
+	r := Await(t, c, what)
+	require.NoError(t, r.err, what)
+	return r.h
+}
+
+// notReturned reports whether nothing has arrived on c within a short grace period: long enough
+// for a goroutine that is free to finish to do so, and a check of blocking, not of speed.
+func notReturned[T any](c <-chan T) bool {
+	select {
+	case <-c:
+		return false
+	case <-time.After(50 * time.Millisecond):
+		return true
+	}
+}
+
+// waitUntil polls cond until it holds, failing the test after 30s.
+func waitUntil(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; !cond(); i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		if i < 100 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+}
+
+// settleGoroutines waits until no more goroutines run than base, the count before the test
+// started its own: every goroutine a wait started has ended.
+func settleGoroutines(t testing.TB, base int) {
+	t.Helper()
+	waitUntil(t, fmt.Sprintf("the goroutine count is back to %d (now %d)", base, runtime.NumGoroutine()),
+		func() bool { return runtime.NumGoroutine() <= base })
+}
+
 // closed reports whether c is closed, without blocking.
 func closed(c <-chan struct{}) bool {
 	select {
@@ -228,6 +273,16 @@ func heapLen(l *testLocker, key []byte) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	return len(sh.sched(l).heap)
+}
+
+// waitingOn counts the requests waiting in the shard of key (Counts.Waiting, of that shard alone),
+// in O(1): a test that polls as each of thousands of waiters queues cannot afford to walk the
+// queue or every shard.
+func waitingOn(l *testLocker, key []byte) int {
+	sh := l.tab.shard(l.tab.hash(0, key))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.counts.waiting
 }
 
 // keysInShard returns n distinct keys that all hash to the same shard of l's table.
@@ -299,6 +354,29 @@ func (t *testTxn) Lock(ctx context.Context, key []byte, o testOptions) (*Hold, e
 	}
 	t.holds = append(t.holds, h)
 	return h, nil
+}
+
+// txnLockResult starts t.Lock in a goroutine and returns where its result arrives. t must make no
+// other call until it has.
+func txnLockResult(t *testTxn, key []byte, o testOptions) <-chan lockResult {
+	c := make(chan lockResult, 1)
+	go func() {
+		h, err := t.Lock(context.Background(), key, o)
+		c <- lockResult{h, err}
+	}()
+	return c
+}
+
+// cycleOf returns the owners and keys that err's cycle names, as "owner:key".
+func cycleOf(t testing.TB, err error) []string {
+	t.Helper()
+	var dl *DeadlockError
+	require.ErrorAs(t, err, &dl)
+	var names []string
+	for _, w := range dl.Cycle {
+		names = append(names, w.Owner.Name()+":"+string(w.Key))
+	}
+	return names
 }
 
 // Rollback releases t's holds and ends t.
