@@ -16,9 +16,9 @@ import (
 	"go.uber.org/goleak"
 )
 
-// The scaffolding of the table's tests, in one place: a manual clock, a tenant with the calls of a
-// Locker (testLocker), the owners of the wait-for graph, and the probes, waits and receives the
-// tests share. Every table a test makes is checked, when the test ends, to hold, queue and
+// The scaffolding of the table's tests, in one place: a tenant with the calls of a Locker
+// (testLocker), the owners of the wait-for graph, and the probes, waits and receives the tests
+// share; the tests' clock is the package's own ManualClock (manualclock.go). Every table a test makes is checked, when the test ends, to hold, queue and
 // schedule nothing (newTestTable), so that no test has to say so.
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
