@@ -171,12 +171,12 @@ func (sh *shard) grant(e *keyEntry, h *Hold, wall int64, mono, lease time.Durati
 }
 
 // grantKey is grant anywhere but Acquire's grant of a key not in the table: a holder of a key in
-// a home shard is marked so (FlagRanged), so that giving it back serves the ranges its key may hold
-// up.
+// a home shard is marked so (FlagInHomeShard), so that giving it back serves the ranges its key
+// may hold up.
 func (sh *shard) grantKey(e *keyEntry, h *Hold, wall int64, mono, lease time.Duration, watch bool) {
 	sh.grant(e, h, wall, mono, lease, watch)
 	if e.ranged() != nil {
-		h.SetFlags(FlagRanged)
+		h.SetFlags(FlagInHomeShard)
 	}
 }
 
@@ -212,7 +212,7 @@ func (sh *shard) watchHolders(e *keyEntry) {
 func (sh *shard) giveBack(h *Hold, set uint32) {
 	e := h.e
 	f := h.flags()
-	if f&(FlagShared|FlagRange|FlagRanged) != 0 {
+	if f&(FlagShared|FlagRange|FlagInHomeShard) != 0 {
 		switch {
 		case f&FlagRange != 0:
 			sh.giveBackRange(h, f, set)
@@ -232,7 +232,7 @@ func (sh *shard) giveBack(h *Hold, set uint32) {
 	h.e = nil // the entry may be reused once the key leaves the table
 	e.holder = nil
 	sh.held--
-	sh.serveKey(e) // not serve: the key is not in a home shard (FlagRanged)
+	sh.serveKey(e) // not serve: the key is not in a home shard (FlagInHomeShard)
 }
 
 // giveBackRanged is giveBack of the exclusive holder of a key in a home shard, whose flags are f.
