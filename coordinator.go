@@ -50,9 +50,9 @@ func (s *coordinatorSlot) remove(standalone bool) {
 	s.p.Store(&coordinatorState{standalone: standalone})
 }
 
-// resolve returns the coordinator a lock with options r must go through, nil for a node lock,
+// choose returns the coordinator a lock with options r must go through, nil for a node lock,
 // or ErrClusterUnavailable when cluster scope cannot be granted and must fail closed.
-func (s *coordinatorSlot) resolve(r *Resolved) (Coordinator, error) {
+func (s *coordinatorSlot) choose(r *Resolved) (Coordinator, error) {
 	if r.Scope == ScopeNode {
 		return nil, nil
 	}

@@ -1,14 +1,21 @@
 package recordlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
+	"time"
+
+	"github.com/recordlock/recordlock/internal/locktable"
 )
 
-// Sentinel errors, matched with errors.Is. Errors that come from RocksDB or from a ctx are
-// returned wrapped, so errors.Is still finds their cause.
+// Sentinel errors, matched with errors.Is. Errors that come from RocksDB are returned wrapped, so
+// errors.Is still finds their cause; a ctx's error is returned as it is, or wrapped when a
+// coordinator's round ended with it. ErrLocked, ErrTimeout, ErrLeaseExpired, ErrReleased and
+// ErrClosed are the key-lock table's own values, so its refusals need no translation.
 var (
 	// ErrInvalidOptions: an Options field or Locker option is out of range; nothing was locked.
 	ErrInvalidOptions = errors.New("recordlock: invalid options")
@@ -16,19 +23,19 @@ var (
 	// Start; nothing was locked or staged.
 	ErrInvalidKey = errors.New("recordlock: invalid key: a key must be non-empty and at most 2 GiB")
 	// ErrLocked: TryLock found the key held or waited on.
-	ErrLocked = errors.New("recordlock: key is locked")
+	ErrLocked = locktable.ErrLocked
 	// ErrTimeout: the key stayed busy for the whole Options.Timeout.
-	ErrTimeout = errors.New("recordlock: timed out waiting for the key")
+	ErrTimeout = locktable.ErrTimeout
 	// ErrLeaseExpired: the lease lapsed or was revoked, so the handle no longer authorizes writes.
-	ErrLeaseExpired = errors.New("recordlock: lease expired")
+	ErrLeaseExpired = locktable.ErrLeaseExpired
 	// ErrReleased: the handle was released deliberately and authorizes no new writes.
-	ErrReleased = errors.New("recordlock: lock already released")
+	ErrReleased = locktable.ErrReleased
 	// ErrClusterUnavailable: a cluster-scoped lock could not be granted by the coordinator.
 	ErrClusterUnavailable = errors.New("recordlock: cluster coordination unavailable")
 	// ErrScopeConflict: a Txn asked for cluster scope on a key it already holds node-scoped.
 	ErrScopeConflict = errors.New("recordlock: scope conflicts with the lock already held")
 	// ErrClosed: the Locker was closed.
-	ErrClosed = errors.New("recordlock: locker closed")
+	ErrClosed = locktable.ErrClosed
 	// ErrTxnDone: the Txn was already committed or rolled back.
 	ErrTxnDone = errors.New("recordlock: transaction already committed or rolled back")
 	// ErrDeadlock: waiting for the key would close a cycle of Txns waiting for each other; the
@@ -112,3 +119,29 @@ type rangeError struct{ reason string }
 
 func (e *rangeError) Error() string        { return "recordlock: invalid range: " + e.reason }
 func (e *rangeError) Is(target error) bool { return target == ErrInvalidKey }
+
+// fromTable returns a refusal of the table as the API's error. The sentinels are the table's
+// own, and ctx errors come back as they are; only a deadlock changes: its cycle is named with
+// the Txns' names, and its debug record is logged.
+func (l *Locker) fromTable(h *Handle, err error) error {
+	var d *locktable.DeadlockError
+	if !errors.As(err, &d) {
+		return err
+	}
+	de := &DeadlockError{Cycle: make([]DeadlockWait, len(d.Cycle))}
+	for i, w := range d.Cycle {
+		de.Cycle[i] = DeadlockWait{Txn: w.Owner.Name(), ColumnFamilyID: w.CF, Key: w.Key}
+	}
+	l.logDeadlock(h, de, d.Waiters, d.HolderAge) // outside every mutex: the logger is the user's
+	return de
+}
+
+// logDeadlock writes a debug record of a deadlock found for h's request, with waiters the number of
+// Lock calls queued for h's key and holderAge how long its holder had held it.
+func (l *Locker) logDeadlock(h *Handle, err *DeadlockError, waiters int, holderAge time.Duration) {
+	if !l.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	l.log.Debug("recordlock: deadlock", "db", l.path, "key", string(h.key()), "cf", h.hold.CF(),
+		"holder_age", holderAge, "waiters", waiters, "cycle", err.Error())
+}

@@ -466,3 +466,16 @@ func TestRenewClampedToRound(t *testing.T) {
 	clk.Advance(time.Nanosecond)
 	assert.True(t, h2.IsLeaseExpired())
 }
+
+// A round's release hook fires at the deadline without anyone looking: joining a round arms it.
+func TestJoinedRoundArmsItsDeadline(t *testing.T) {
+	db := openDB(t)
+	clk, l := manual(t, db)
+	h, err := l.TryLock([]byte("k"), recordlock.Options{})
+	require.NoError(t, err)
+	var hook hookCounter
+	joinHook(t, h, clk, time.Second, hook.hook)
+	clk.Advance(time.Second)
+	assert.Equal(t, 1, hook.count(), "the hook fired at the round's deadline")
+	assert.True(t, recordlock.ProbeTableEmpty(l))
+}

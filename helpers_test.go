@@ -445,18 +445,6 @@ func waitingCount(t testing.TB, l *recordlock.Locker, n int) {
 		10*time.Second, 200*time.Microsecond, "waiting for %d waiting calls", n)
 }
 
-// timesOut runs lock in a goroutine, waits until it is queued for key, advances clk past timeout
-// and checks that lock failed with ErrTimeout.
-func timesOut(t *testing.T, clk *recordlock.ManualClock, l *recordlock.Locker, key []byte, timeout time.Duration, lock func() error) {
-	t.Helper()
-	before := recordlock.ProbeQueuedWaiters(l, key)
-	res := make(chan error, 1)
-	go func() { res <- lock() }()
-	waitQueued(t, l, key, before+1)
-	clk.Advance(timeout)
-	require.ErrorIs(t, await(t, res, "the timed-out lock"), recordlock.ErrTimeout)
-}
-
 // txnUnderSharedRangeWithWaiter begins a Txn that holds the shared range [m, p), and queues another
 // Locker's exclusive request for n behind that range. It returns the Txn (rolled back when the
 // test ends), its range's handle and the queued request.

@@ -61,8 +61,11 @@ type Options struct {
 	Shared bool
 }
 
-// Resolved is Options with every default filled in, as Options.Resolve returns it: what a Lock
-// with those Options asks for (see Writing a coordinator in the package documentation).
+// Resolved is Options validated and with every default filled in, as Options.Resolve returns it:
+// what a Lock with those Options asks for. Code that needs that before locking reads it here: the
+// lease a Coordinator's Acquire will be given, the Timeout the wait gets, and whether the lock
+// stays on this node or goes through the coordinator (see Writing a coordinator in the package
+// documentation).
 type Resolved struct {
 	// Lease is Options.Lease, or DefaultLease for zero: the lease a Lock asks of the coordinator.
 	Lease time.Duration
@@ -80,8 +83,11 @@ type Resolved struct {
 	Shared bool
 }
 
-// Resolve validates o and fills in the defaults, as every Lock does; applications need not call
-// it (see Writing a coordinator in the package documentation). On failure it returns an
+// Resolve validates o and fills in the defaults, exactly as every Lock does with its Options.
+// Applications need not call it before locking; they call it to check Options up front (ones
+// read from configuration fail at start-up rather than at the first Lock), to log the settings in
+// effect, or, writing or testing a Coordinator, to see the lease its Acquire will be asked for
+// (see Writing a coordinator in the package documentation). On failure it returns an
 // *OptionError that matches ErrInvalidOptions, and the zero Resolved.
 func (o Options) Resolve() (Resolved, error) {
 	r := Resolved{

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -69,7 +70,7 @@ func New(db *grocksdb.DB, opts ...Option) (*Locker, error) {
 		closing:    closing,
 		cancel:     cancel,
 	}
-	tab.Open(&l.ten, tableClock(cfg.clock), cfg.log)
+	tab.Open(&l.ten, cfg.clock, cfg.log)
 	if cfg.failpoints.noRangeConflicts {
 		tab.DisableRangeConflicts()
 	}
@@ -218,24 +219,23 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 	}
 	var coord Coordinator
 	if r.Scope != ScopeNode { // a node lock never consults the coordinator
-		c, err := l.state.coord.resolve(r)
+		c, err := l.state.coord.choose(r)
 		if err != nil {
 			return nil, err
 		}
 		coord = c
 	}
 	if coord != nil && ctxBounds {
-		ctxBounds = false
-		if d, ok := ctx.Deadline(); ok {
-			// The cluster round needs a bound on l's clock: the time left until the ctx deadline.
-			left := untilDeadline(d)
-			if left <= 0 {
-				return nil, context.DeadlineExceeded
-			}
-			res := *r
-			res.Timeout = left
-			r, wait = &res, locktable.Unbounded
+		// The cluster round needs its bound on l's clock: with a ctx deadline, the time left until
+		// it. The local wait still leaves that deadline to ctx (ctxBounds).
+		mono := l.clock.Mono()
+		end, err := locktable.BoundingDeadline(ctx, mono, r.Timeout, true)
+		if err != nil {
+			return nil, err
 		}
+		res := *r
+		res.Timeout = end - mono
+		r = &res
 	}
 	h := l.newHandle(&req, e.flags)
 	h.hold.SetAskedLease(r.Lease)
@@ -296,4 +296,72 @@ func (l *Locker) close() {
 	l.cancel()
 	l.ten.Shutdown()
 	releaseTable(l.path)
+}
+
+// The door to the key-lock table, package locktable (docs/DESIGN.md §2): one table per database
+// in the process, shared by every Locker of it.
+
+// database is what the process keeps of one database for as long as it runs, beyond the life of
+// any table: its timestamps keep increasing when its last Locker closes and a new one opens after
+// the wall clock stepped back, and a coordinator removed without declaring the database
+// standalone keeps its locks failing closed.
+type database struct {
+	stamps locktable.Stamps
+	coord  coordinatorSlot
+}
+
+// openTable is a table and the number of Lockers using it.
+type openTable struct {
+	tab  *locktable.Table
+	refs int
+}
+
+// registry maps a database's canonical path to its table and its database state.
+var registry = struct {
+	sync.Mutex
+	tables    map[string]*openTable
+	databases map[string]*database
+}{tables: map[string]*openTable{}, databases: map[string]*database{}}
+
+// canonicalPath names a database so that two handles of it agree.
+func canonicalPath(name string) string {
+	p, err := filepath.Abs(name)
+	if err != nil {
+		return filepath.Clean(name)
+	}
+	if resolved, err := filepath.EvalSymlinks(p); err == nil {
+		return resolved
+	}
+	return p
+}
+
+// acquireTable returns the table and the state of the database at path, creating the table on
+// first use.
+func acquireTable(path string) (*locktable.Table, *database) {
+	registry.Lock()
+	defer registry.Unlock()
+	db := registry.databases[path]
+	if db == nil {
+		db = &database{}
+		registry.databases[path] = db
+	}
+	t := registry.tables[path]
+	if t == nil {
+		t = &openTable{tab: locktable.New(path, &db.stamps)}
+		registry.tables[path] = t
+	}
+	t.refs++
+	return t.tab, db
+}
+
+// releaseTable drops one reference to the table of the database at path; the last one removes
+// the table. Its timers were stopped as the clocks of its Lockers were dropped.
+func releaseTable(path string) {
+	registry.Lock()
+	defer registry.Unlock()
+	t := registry.tables[path]
+	t.refs--
+	if t.refs == 0 {
+		delete(registry.tables, path)
+	}
 }

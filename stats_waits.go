@@ -5,6 +5,7 @@ import (
 	"iter"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/debugview"
 	"github.com/recordlock/recordlock/internal/locktable"
 )
 
@@ -60,4 +61,23 @@ func waitInfo(q locktable.QueuedRequest) WaitInfo {
 		info.Owner = o.Name()
 	}
 	return info
+}
+
+// init lends waitsAndHolders to package httpdebug (through debugview), which shows the waits and
+// their keys' holders side by side.
+func init() {
+	debugview.Lend(debugview.Source[*Locker, WaitInfo, LockInfo]((*Locker).waitsAndHolders))
+}
+
+// waitsAndHolders returns every request queued now in l's database and a LockInfo for the
+// holder of each key with a request queued, visiting each shard once, for package httpdebug.
+// Like Locks, it reads each shard under its mutex only to copy these rows.
+func (l *Locker) waitsAndHolders() ([]WaitInfo, []LockInfo) {
+	var waits []WaitInfo
+	var holders []LockInfo
+	for i := range locktable.ShardCount {
+		l.tab.VisitWaits(i, func(q locktable.QueuedRequest) { waits = append(waits, waitInfo(q)) },
+			func(h *locktable.Hold, waiters int) { holders = append(holders, lockInfo(h, waiters)) })
+	}
+	return waits, holders
 }

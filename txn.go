@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/linxGnu/grocksdb"
-	"github.com/recordlock/recordlock/internal/locktable"
 )
 
 // Txn is a read-modify-write transaction over the Locker's database: it locks records, reads
@@ -275,13 +274,13 @@ func (t *Txn) upgrade(ctx context.Context, h *Handle, opts Options) error {
 	if err != nil {
 		return err
 	}
-	return t.l.fromTable(h, h.hold.Upgrade(ctx, locktable.WaitBound(ctx, r.Timeout, opts.Timeout == 0)))
+	return t.l.fromTable(h, h.hold.Upgrade(ctx, r.Timeout, opts.Timeout == 0))
 }
 
 // wantsCluster reports whether a lock with options r would be cluster-scoped (or fail closed
 // asking for it) on this database now.
 func (t *Txn) wantsCluster(r Resolved) bool {
-	coord, err := t.l.state.coord.resolve(&r)
+	coord, err := t.l.state.coord.choose(&r)
 	return coord != nil || err != nil
 }
 

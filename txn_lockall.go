@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/linxGnu/grocksdb"
+
+	"github.com/recordlock/recordlock/internal/locktable"
 )
 
 // LockAll locks every key of keys for this Txn, taking them in bytewise key order whatever order
@@ -74,17 +76,12 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	budget := r.Timeout
-	if opts.Timeout == 0 {
-		if d, ok := ctx.Deadline(); ok {
-			left := untilDeadline(d)
-			if left <= 0 {
-				return nil, context.DeadlineExceeded
-			}
-			budget = left
-		}
+	// The Timeout, or with none a ctx deadline, bounds the whole call, so it is kept on the clock.
+	end, err := locktable.BoundingDeadline(ctx, t.l.clock.Mono(), r.Timeout, opts.Timeout == 0)
+	if err != nil {
+		return nil, err
 	}
-	c := lockAllCall{t: t, cf: cf, ctx: ctx, opts: opts, end: monoAfter(t.l.clock.Mono(), budget)}
+	c := lockAllCall{t: t, cf: cf, ctx: ctx, opts: opts, end: end}
 
 	// order lists the positions of keys sorted by key; equal keys are adjacent, the first of
 	// each run stands for the run.
@@ -244,7 +241,7 @@ func (c *lockAllCall) upgrade(h *Handle) error {
 	if err != nil {
 		return err
 	}
-	return c.t.l.fromTable(h, h.hold.Upgrade(c.ctx, left))
+	return c.t.l.fromTable(h, h.hold.Upgrade(c.ctx, left, false))
 }
 
 // left is what is left of the call's Timeout, or ErrTimeout once it has run out.

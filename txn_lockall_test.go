@@ -379,3 +379,33 @@ func TestColumnFamiliesLockIndependently(t *testing.T) {
 	require.NoError(t, err, "Commit released k in family two")
 	assert.True(t, plain.Release())
 }
+
+// LockAll is all or nothing on ErrDeadlock too: the keys it took before the deadlocked one are
+// released, and the Txn's earlier locks are kept.
+func TestLockAllReleasesItsKeysOnDeadlock(t *testing.T) {
+	db := openDB(t)
+	_, l := manual(t, db)
+	ctx := context.Background()
+	t1, t2 := l.Begin(), l.Begin()
+	defer t1.Rollback()
+	defer t2.Rollback()
+	_, err := t1.Lock(ctx, []byte("m"), recordlock.Options{})
+	require.NoError(t, err)
+	pre, err := t2.Lock(ctx, []byte("z"), recordlock.Options{})
+	require.NoError(t, err)
+	t1Waits := txnLockAsync(t1, []byte("z"), recordlock.Options{})
+	waitQueued(t, l, []byte("z"), 1)
+
+	// t2 takes a, then would wait for m, held by t1, which waits for z, held by t2.
+	_, err = t2.LockAll(ctx, recordlock.Options{}, []byte("m"), []byte("a"))
+	require.ErrorIs(t, err, recordlock.ErrDeadlock)
+	h, err := l.TryLock([]byte("a"), recordlock.Options{})
+	require.NoError(t, err, "the key LockAll took before the deadlock was released")
+	require.True(t, h.Release())
+	assert.False(t, pre.IsExpired(), "the Txn's earlier lock is kept")
+
+	t2.Rollback()
+	require.NoError(t, await(t, t1Waits, "Lock").err)
+	t1.Rollback()
+	assert.True(t, recordlock.ProbeTableEmpty(l))
+}

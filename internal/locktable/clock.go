@@ -6,9 +6,10 @@ import (
 	"time"
 )
 
-// Clock is the table's source of time: leases and waits run on Mono, AcquiredAt and ExpiresAt on
-// Now, and every timer is armed with AfterFunc.
+// Clock is the table's source of time, and the API's (recordlock.Clock): leases and waits run on
+// Mono, timestamps, AcquiredAt and ExpiresAt on Now, and every timer is armed with AfterFunc.
 type Clock interface {
+	// Now is the wall clock: ExpiresAt and Timestamps.
 	Now() time.Time
 	// Mono is a monotonic reading from a fixed origin; it never decreases.
 	Mono() time.Duration
@@ -23,10 +24,10 @@ type Timer interface {
 	Stop() bool
 }
 
-// WallAndMono is implemented by clocks that can give both readings from one clock read, which
-// saves a read on every lock.
-type WallAndMono interface {
-	NowMono() (int64, time.Duration)
+// wallAndMono is implemented by clocks that can give both readings from one clock read, which
+// saves a read on every lock (ManualClock, and clocks that embed one).
+type wallAndMono interface {
+	nowMono() (int64, time.Duration)
 }
 
 // ReadClock returns c's wall reading in Unix nanoseconds and its monotonic reading, from one
@@ -36,8 +37,8 @@ func ReadClock(c Clock) (int64, time.Duration) {
 	if s, ok := c.(*SystemClock); ok {
 		return s.NowMono()
 	}
-	if wm, ok := c.(WallAndMono); ok {
-		return wm.NowMono()
+	if wm, ok := c.(wallAndMono); ok {
+		return wm.nowMono()
 	}
 	return c.Now().UnixNano(), c.Mono()
 }

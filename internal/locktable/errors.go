@@ -5,14 +5,15 @@ import (
 	"time"
 )
 
-// The table's refusals. The API turns each into its own sentinel; a request that fails with
-// its ctx returns the ctx's error unchanged.
+// The table's refusals. They are the API's sentinels too (recordlock.ErrLocked is ErrLocked), so
+// their messages are the API's and a refusal reaches the user as it is. A request that fails
+// with its ctx returns the ctx's error unchanged.
 var (
-	ErrClosed       = errors.New("locktable: tenant closed")
-	ErrLocked       = errors.New("locktable: key held")
-	ErrTimeout      = errors.New("locktable: wait timed out")
-	ErrReleased     = errors.New("locktable: hold released")
-	ErrLeaseExpired = errors.New("locktable: lease ended")
+	ErrClosed       = errors.New("recordlock: locker closed")
+	ErrLocked       = errors.New("recordlock: key is locked")
+	ErrTimeout      = errors.New("recordlock: timed out waiting for the key")
+	ErrReleased     = errors.New("recordlock: lock already released")
+	ErrLeaseExpired = errors.New("recordlock: lease expired")
 	// ErrFenceInOwnFence is what BeginFence reports to a commit that fences its own hold again.
 	ErrFenceInOwnFence = errors.New("locktable: fence inside its own fence")
 	// ErrGrantedAfterClose is what Acquire reports when the key was handed to the hold but its

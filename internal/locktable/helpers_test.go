@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -14,9 +16,9 @@ import (
 	"go.uber.org/goleak"
 )
 
-// The scaffolding of the table's tests, in one place: a manual clock, a tenant with the calls of a
-// Locker (testLocker), the owners of the wait-for graph, and the probes, waits and receives the
-// tests share. Every table a test makes is checked, when the test ends, to hold, queue and
+// The scaffolding of the table's tests, in one place: a tenant with the calls of a Locker
+// (testLocker), the owners of the wait-for graph, and the probes, waits and receives the tests
+// share; the tests' clock is the package's own ManualClock (manualclock.go). Every table a test makes is checked, when the test ends, to hold, queue and
 // schedule nothing (newTestTable), so that no test has to say so.
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -209,6 +211,49 @@ func Await[T any](t testing.TB, ch <-chan T, what string) T {
 	}
 }
 
+// granted receives a lock call's result from c and fails the test unless it succeeded.
+func granted(t testing.TB, c <-chan lockResult, what string) *Hold {
+	t.Helper()
+	r := Await(t, c, what)
+	require.NoError(t, r.err, what)
+	return r.h
+}
+
+// notReturned reports whether nothing has arrived on c within a short grace period: long enough
+// for a goroutine that is free to finish to do so, and a check of blocking, not of speed.
+func notReturned[T any](c <-chan T) bool {
+	select {
+	case <-c:
+		return false
+	case <-time.After(50 * time.Millisecond):
+		return true
+	}
+}
+
+// waitUntil polls cond until it holds, failing the test after 30s.
+func waitUntil(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; !cond(); i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		if i < 100 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+}
+
+// settleGoroutines waits until no more goroutines run than base, the count before the test
+// started its own: every goroutine a wait started has ended.
+func settleGoroutines(t testing.TB, base int) {
+	t.Helper()
+	waitUntil(t, fmt.Sprintf("the goroutine count is back to %d (now %d)", base, runtime.NumGoroutine()),
+		func() bool { return runtime.NumGoroutine() <= base })
+}
+
 // closed reports whether c is closed, without blocking.
 func closed(c <-chan struct{}) bool {
 	select {
@@ -228,6 +273,16 @@ func heapLen(l *testLocker, key []byte) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	return len(sh.sched(l).heap)
+}
+
+// waitingOn counts the requests waiting in the shard of key (Counts.Waiting, of that shard alone),
+// in O(1): a test that polls as each of thousands of waiters queues cannot afford to walk the
+// queue or every shard.
+func waitingOn(l *testLocker, key []byte) int {
+	sh := l.tab.shard(l.tab.hash(0, key))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.counts.waiting
 }
 
 // keysInShard returns n distinct keys that all hash to the same shard of l's table.
@@ -262,99 +317,6 @@ func releaseWokenNotRun(t *testing.T, h *Hold) *waiter {
 	return e.head
 }
 
-// ManualClock is a Clock that moves only when told to. It is safe for concurrent use.
-type ManualClock struct {
-	mu     sync.Mutex
-	wall   time.Time
-	mono   time.Duration
-	seq    uint64
-	timers []*manualTimer
-}
-
-type manualTimer struct {
-	c   *ManualClock
-	due time.Duration
-	seq uint64
-	f   func()
-}
-
-// NewManualClock returns a ManualClock whose wall reading is start and whose monotonic reading
-// is zero.
-func NewManualClock(start time.Time) *ManualClock { return &ManualClock{wall: start} }
-
-func (c *ManualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.wall
-}
-
-func (c *ManualClock) Mono() time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.mono
-}
-
-func (c *ManualClock) NowMono() (int64, time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.wall.UnixNano(), c.mono
-}
-
-// AfterFunc arms a timer that runs f inside the Advance that moves Mono past d.
-func (c *ManualClock) AfterFunc(d time.Duration, f func()) Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.seq++
-	t := &manualTimer{c: c, due: c.mono + max(d, 0), seq: c.seq, f: f}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-func (t *manualTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	for i, x := range t.c.timers {
-		if x == t {
-			t.c.timers = append(t.c.timers[:i], t.c.timers[i+1:]...)
-			return true
-		}
-	}
-	return false
-}
-
-// Advance moves both readings forward by d and then runs, in deadline order and in the calling
-// goroutine, every timer armed before this call that has fallen due.
-func (c *ManualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.mono += d
-	c.wall = c.wall.Add(d)
-	armedBefore := c.seq
-	c.mu.Unlock()
-	for {
-		t := c.nextDue(armedBefore)
-		if t == nil {
-			return
-		}
-		t.f()
-	}
-}
-
-// nextDue removes and returns the earliest due timer armed no later than seq, or nil.
-func (c *ManualClock) nextDue(seq uint64) *manualTimer {
-	c.mu.Lock()
-	var next *manualTimer
-	for _, t := range c.timers {
-		if t.seq <= seq && t.due <= c.mono && (next == nil || t.due < next.due) {
-			next = t
-		}
-	}
-	c.mu.Unlock()
-	if next != nil && !next.Stop() {
-		return c.nextDue(seq)
-	}
-	return next
-}
-
 // testTxn is an owner that locks as a Txn of the API does: re-entrant, upgrading a shared hold of
 // its own for an exclusive request, and releasing every hold it took when it rolls back.
 type testTxn struct {
@@ -379,7 +341,7 @@ func (t *testTxn) Lock(ctx context.Context, key []byte, o testOptions) (*Hold, e
 			if timeout == 0 {
 				timeout = defaultTimeout
 			}
-			if err := h.Upgrade(ctx, timeout); err != nil {
+			if err := h.Upgrade(ctx, timeout, false); err != nil {
 				return nil, err
 			}
 		}
@@ -392,6 +354,29 @@ func (t *testTxn) Lock(ctx context.Context, key []byte, o testOptions) (*Hold, e
 	}
 	t.holds = append(t.holds, h)
 	return h, nil
+}
+
+// txnLockResult starts t.Lock in a goroutine and returns where its result arrives. t must make no
+// other call until it has.
+func txnLockResult(t *testTxn, key []byte, o testOptions) <-chan lockResult {
+	c := make(chan lockResult, 1)
+	go func() {
+		h, err := t.Lock(context.Background(), key, o)
+		c <- lockResult{h, err}
+	}()
+	return c
+}
+
+// cycleOf returns the owners and keys that err's cycle names, as "owner:key".
+func cycleOf(t testing.TB, err error) []string {
+	t.Helper()
+	var dl *DeadlockError
+	require.ErrorAs(t, err, &dl)
+	var names []string
+	for _, w := range dl.Cycle {
+		names = append(names, w.Owner.Name()+":"+string(w.Key))
+	}
+	return names
 }
 
 // Rollback releases t's holds and ends t.

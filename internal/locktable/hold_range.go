@@ -9,8 +9,8 @@ import "bytes"
 const (
 	// FlagRange marks a range hold, from InitRange on.
 	FlagRange uint32 = FlagOwnerHolds << (iota + 1)
-	// FlagRanged marks the holder of a key brought into its column family's home shard (rangeadopt.go).
-	FlagRanged
+	// FlagInHomeShard marks the holder of a key brought into its column family's home shard (rangeadopt.go).
+	FlagInHomeShard
 )
 
 // span is the key set of a range hold: start is the hold's key, end nil means no upper bound.

@@ -150,7 +150,7 @@ func (m *modelRun) upgrade(rt *rapid.T, held *mHold, timeout time.Duration) *mRe
 	r := &mReq{id: m.seq, owner: held.owner, target: held.target, up: held, deadline: m.now + timeout, h: held.h}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel, r.done = cancel, make(chan error, 1)
-	go func() { r.done <- held.h.Upgrade(ctx, timeout) }()
+	go func() { r.done <- held.h.Upgrade(ctx, timeout, false) }()
 	if m.admits(rt, r) {
 		held.shared = false
 		m.ended[r] = nil

@@ -248,7 +248,7 @@ func TestRangeUpgradeWaitsForOtherSharers(t *testing.T) {
 	waitRangesQueued(t, l, 1)
 
 	done := make(chan error, 1)
-	go func() { done <- r.Upgrade(context.Background(), time.Minute) }()
+	go func() { done <- r.Upgrade(context.Background(), time.Minute, false) }()
 	waitRangesQueued(t, l, 2)
 	select { // queued: its outcome is decided only when something changes
 	case err := <-done:

@@ -66,7 +66,7 @@ func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, w
 	it.w, w.seq = w, sp.nextSeq()
 	sp.ranges.insert(it)
 	sp.queue = append(sp.queue, it)
-	return mono, sh.sleep(ctx, nil, w, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)))
+	return mono, sh.sleep(ctx, nil, w, boundingDeadline(ctx, mono, timeout, ctxBounds))
 }
 
 // grantRange makes it's hold a holder of its range, with a lease of lease from the readings wall

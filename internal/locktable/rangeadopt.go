@@ -168,7 +168,7 @@ func (sh *shard) takeInRanges(ctx context.Context, sp *rangeSpace, h *Hold, wall
 		if e == nil {
 			e = sh.newRangedEntry(sp, h)
 		}
-		return mono, sh.waitBefore(ctx, e, h, before, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
+		return mono, sh.waitBefore(ctx, e, h, before, lease, boundingDeadline(ctx, mono, timeout, ctxBounds), mono)
 	case e != nil:
 		sh.grantKey(e, h, wall, mono, lease, e.head != nil || e.rangeWaitsOver())
 	default:
@@ -326,7 +326,7 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace) *rangedKey {
 	}
 	for _, h := range ne.appendHolders(nil) {
 		move(h)
-		h.SetFlags(FlagRanged)
+		h.SetFlags(FlagInHomeShard)
 		sh.held--
 		to.held++
 	}

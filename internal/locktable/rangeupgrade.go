@@ -11,7 +11,7 @@ import (
 
 // upgradeRange is Upgrade of a shared range lock, with the mutex held (it returns with it
 // released); stand is the stand-in its wait goes through, made a request over h's range here.
-func (sh *shard) upgradeRange(ctx context.Context, h, stand *Hold, mono, timeout time.Duration) error {
+func (sh *shard) upgradeRange(ctx context.Context, h, stand *Hold, mono, deadline time.Duration) error {
 	c := h.ten
 	sp := sh.spaces[h.cf]
 	stand.state.Store(FlagRange)
@@ -35,7 +35,7 @@ func (sh *shard) upgradeRange(ctx context.Context, h, stand *Hold, mono, timeout
 	sp.queue = append(sp.queue, nil)
 	copy(sp.queue[at+1:], sp.queue[at:])
 	sp.queue[at] = it
-	return sh.sleep(ctx, nil, w, MonoAfter(mono, timeout))
+	return sh.sleep(ctx, nil, w, deadline)
 }
 
 // finishRangeUpgrade ends it, a queued range upgrade: granted, its hold becomes exclusive; or its

@@ -1,6 +1,6 @@
 package locktable
 
-// deadlineHeap is a binary min-heap of handles by dueAt, each knowing its index. It is written
+// deadlineHeap is a binary min-heap of holds by dueAt, each knowing its index. It is written
 // out rather than built on container/heap: an uncontended Lock and Release each touch it once,
 // and the interface calls and boxing of container/heap cost as much as the work itself.
 type deadlineHeap []*Hold
@@ -10,7 +10,7 @@ func (d *deadlineHeap) push(h *Hold) {
 	d.up(len(*d)-1, h)
 }
 
-// removeAt takes out the handle at index i.
+// removeAt takes out the hold at index i.
 func (d *deadlineHeap) removeAt(i int) {
 	old := *d
 	n := len(old) - 1

@@ -2,6 +2,8 @@ package locktable
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -15,8 +17,8 @@ type signallingClock struct {
 	read chan struct{} // when set, closed and cleared at the next reading
 }
 
-func (c *signallingClock) NowMono() (int64, time.Duration) {
-	wall, mono := c.ManualClock.NowMono()
+func (c *signallingClock) nowMono() (int64, time.Duration) {
+	wall, mono := c.ManualClock.nowMono()
 	if c.read != nil {
 		close(c.read)
 		c.read = nil
@@ -147,5 +149,143 @@ func TestSchedulerRearmsForEarlierDeadline(t *testing.T) {
 	assert.False(t, hEarly.Release())
 	require.True(t, h1.Release())
 	require.True(t, h2.Release())
+	assert.True(t, ProbeTableEmpty(l))
+}
+
+// A lease's deadline is armed on a timer only once someone can observe it: a waiter on its key,
+// a call of Done, or a release hook. Until then it costs no scheduling, and every check reads the
+// deadline itself.
+
+// An uncontended lock puts nothing on the deadline heap; a waiter that queues arms its holder's
+// deadline.
+func TestUnwatchedLeaseIsNotScheduled(t *testing.T) {
+	l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
+	key := []byte("k")
+	h, err := l.TryLock(key, testOptions{Lease: time.Second})
+	require.NoError(t, err)
+	assert.Zero(t, l.tab.Deadlines(), "nobody watches the lease")
+
+	waiter := lockAsync(context.Background(), l, key, testOptions{Timeout: time.Minute})
+	WaitQueued(t, l, key, 1)
+	assert.Equal(t, 2, l.tab.Deadlines(), "the holder's deadline and the wait's timeout")
+	require.True(t, h.Release())
+	got := granted(t, waiter, "the waiter")
+	assert.Zero(t, l.tab.Deadlines(), "the new holder has nobody waiting")
+	require.True(t, got.Release())
+}
+
+// A holder that stalls past its deadline with nobody waiting keeps the key in the table until
+// someone looks; a waiter that arrives later, while the lease is still live, gets the key at the
+// deadline without the holder calling anything.
+func TestLateWaiterHandedOverAtDeadline(t *testing.T) {
+	clk := NewManualClock(time.Unix(1, 0))
+	l := newTestLocker(t, newTestTable(t), clk)
+	key := []byte("k")
+	h, err := l.TryLock(key, testOptions{Lease: time.Second})
+	require.NoError(t, err)
+	clk.Advance(900 * time.Millisecond)
+
+	waiter := lockAsync(context.Background(), l, key, testOptions{Timeout: time.Minute})
+	WaitQueued(t, l, key, 1)
+	clk.Advance(99 * time.Millisecond)
+	require.True(t, notReturned(waiter), "the waiter got the key before the deadline")
+	clk.Advance(time.Millisecond) // the deadline
+	got := granted(t, waiter, "the waiter")
+	assert.True(t, h.IsLeaseExpired())
+	assert.False(t, h.Release())
+	require.True(t, got.Release())
+	assert.True(t, ProbeTableEmpty(l))
+}
+
+// Done called late on a stalled hold still closes at the deadline, by its timer.
+func TestLateDoneClosesAtDeadline(t *testing.T) {
+	clk := NewManualClock(time.Unix(1, 0))
+	tab := newTestTable(t)
+	l := newTestLocker(t, tab, clk)
+	key := []byte("k")
+	h, err := l.TryLock(key, testOptions{Lease: time.Second})
+	require.NoError(t, err)
+	clk.Advance(900 * time.Millisecond)
+	done := h.Done()
+	assert.Equal(t, 1, tab.Deadlines(), "Done armed the deadline")
+	clk.Advance(99 * time.Millisecond)
+	assert.False(t, closed(done))
+	clk.Advance(time.Millisecond)
+	assert.True(t, closed(done), "closed at the deadline without another call")
+	other := newTestLocker(t, tab, clk)
+	h2, err := other.TryLock(key, testOptions{})
+	require.NoError(t, err, "the timer gave the key back")
+	require.True(t, h2.Release())
+	assert.True(t, ProbeTableEmpty(l))
+}
+
+// A lapse nobody watched is settled, and counted, by the next look at the key.
+func TestUnwatchedLapseSettledByNextLook(t *testing.T) {
+	clk := NewManualClock(time.Unix(1, 0))
+	l := newTestLocker(t, newTestTable(t), clk)
+	key := []byte("k")
+	h, err := l.TryLock(key, testOptions{Lease: time.Second})
+	require.NoError(t, err)
+	clk.Advance(time.Second)
+	assert.Zero(t, l.tab.Counts().Lapsed, "nothing looked yet")
+	h2, err := l.TryLock(key, testOptions{})
+	require.NoError(t, err, "a lapsed key is free before any timer runs")
+	assert.Equal(t, uint64(1), l.tab.Counts().Lapsed)
+	assert.True(t, h.IsLeaseExpired())
+	require.True(t, h2.Release())
+}
+
+// TestTimersExpireStalledHoldersInDeadlineOrder takes 300 keys with leases in shuffled order, so
+// that every shard's deadline heap sees deadlines arrive earlier and later than its head, and
+// releases a third of them early. Then it moves the clock one step at a time: each remaining lease
+// must end exactly at the step of its deadline, by the shard timers alone (nothing else is called
+// on the holds).
+func TestTimersExpireStalledHoldersInDeadlineOrder(t *testing.T) {
+	clk := NewManualClock(time.Unix(1, 0))
+	l := newTestLocker(t, newTestTable(t), clk)
+	const n, steps = 300, 50
+	const minLease = 100 * time.Millisecond // the API's MinLease
+	step := 100 * time.Millisecond
+	rng := rand.New(rand.NewPCG(1, 2))
+	type held struct {
+		h        *Hold
+		done     <-chan struct{}
+		lease    time.Duration
+		released bool
+		endedAt  time.Duration // elapsed time at which done was first seen closed, -1 before
+	}
+	key := func(i int) []byte { return fmt.Appendf(nil, "record/%d", i) }
+	hs := make([]held, n)
+	for i, p := range rng.Perm(n) {
+		lease := minLease + time.Duration(p%steps)*step
+		h, err := l.TryLock(key(i), testOptions{Lease: lease})
+		require.NoError(t, err)
+		hs[i] = held{h: h, done: h.Done(), lease: lease, endedAt: -1}
+	}
+	for i := 0; i < n; i += 3 {
+		require.True(t, hs[i].h.Release())
+		hs[i].released = true
+	}
+
+	for elapsed := time.Duration(0); elapsed <= minLease+steps*step; elapsed += step {
+		for i := range hs {
+			if x := &hs[i]; !x.released && x.endedAt < 0 && closed(x.done) {
+				x.endedAt = elapsed
+			}
+		}
+		clk.Advance(step)
+	}
+	for i, x := range hs {
+		if !x.released {
+			assert.Equal(t, x.lease, x.endedAt, "key %d: its lease ended at the wrong step", i)
+		}
+		assert.True(t, closed(x.done), "key %d", i)
+		assert.False(t, x.h.Release(), "key %d: released before, or its lease lapsed", i)
+	}
+	for i := range n {
+		h, err := l.TryLock(key(i), testOptions{})
+		require.NoError(t, err, "key %d is free again", i)
+		require.True(t, h.Release())
+	}
 	assert.True(t, ProbeTableEmpty(l))
 }

@@ -8,7 +8,8 @@ import (
 )
 
 // shard is one mutex's worth of the table. Every field of every entry, waiter and scheduler of
-// the shard, and the fields of Handle that its comment marks, are guarded by mu.
+// the shard, and the fields of a Hold whose comment says so (a hold of one of its keys), are
+// guarded by mu.
 type shard struct {
 	shardState
 	// Keeps the state of neighbouring shards, which goroutines on different keys write at once,
@@ -68,7 +69,7 @@ func (sh *shard) lookup(h *Hold) *keyEntry { return sh.index.find(h.hash, h.cf, 
 
 // Acquire takes h's key for a lease of lease, or with wait queues for it until it is granted,
 // timeout passes on the tenant's clock, ctx is done or the tenant closes. With ctxBounds (the
-// caller gave no timeout of its own), a deadline of ctx replaces timeout (WaitBound). It returns
+// caller gave no timeout of its own), a deadline of ctx replaces timeout (boundingDeadline). It returns
 // the Mono reading the attempt started at, from which the lease and the wait are measured. On
 // failure it returns ErrClosed, ErrLocked (the key is busy and !wait), ErrTimeout, ctx's error or
 // a *DeadlockError, and h holds nothing and waits for nothing, except that a grant that raced
@@ -123,7 +124,7 @@ func (sh *shard) takeBusy(ctx context.Context, e *keyEntry, h *Hold, wall int64,
 		sh.unlockAndRunDeferred()
 		return 0, ErrLocked
 	default:
-		return mono, sh.wait(ctx, e, h, lease, MonoAfter(mono, WaitBound(ctx, timeout, ctxBounds)), mono)
+		return mono, sh.wait(ctx, e, h, lease, boundingDeadline(ctx, mono, timeout, ctxBounds), mono)
 	}
 	sh.unlockAndRunDeferred()
 	return mono, nil
@@ -170,12 +171,12 @@ func (sh *shard) grant(e *keyEntry, h *Hold, wall int64, mono, lease time.Durati
 }
 
 // grantKey is grant anywhere but Acquire's grant of a key not in the table: a holder of a key in
-// a home shard is marked so (FlagRanged), so that giving it back serves the ranges its key may hold
-// up.
+// a home shard is marked so (FlagInHomeShard), so that giving it back serves the ranges its key
+// may hold up.
 func (sh *shard) grantKey(e *keyEntry, h *Hold, wall int64, mono, lease time.Duration, watch bool) {
 	sh.grant(e, h, wall, mono, lease, watch)
 	if e.ranged() != nil {
-		h.SetFlags(FlagRanged)
+		h.SetFlags(FlagInHomeShard)
 	}
 }
 
@@ -211,7 +212,7 @@ func (sh *shard) watchHolders(e *keyEntry) {
 func (sh *shard) giveBack(h *Hold, set uint32) {
 	e := h.e
 	f := h.flags()
-	if f&(FlagShared|FlagRange|FlagRanged) != 0 {
+	if f&(FlagShared|FlagRange|FlagInHomeShard) != 0 {
 		switch {
 		case f&FlagRange != 0:
 			sh.giveBackRange(h, f, set)
@@ -231,7 +232,7 @@ func (sh *shard) giveBack(h *Hold, set uint32) {
 	h.e = nil // the entry may be reused once the key leaves the table
 	e.holder = nil
 	sh.held--
-	sh.serveKey(e) // not serve: the key is not in a home shard (FlagRanged)
+	sh.serveKey(e) // not serve: the key is not in a home shard (FlagInHomeShard)
 }
 
 // giveBackRanged is giveBack of the exclusive holder of a key in a home shard, whose flags are f.
@@ -334,14 +335,34 @@ func (sh *shard) evict(c *Tenant, held []*Hold) []*Hold {
 // years), and its sum with any Mono reading still fits a time.Duration.
 const Unbounded = time.Duration(1 << 62)
 
-// WaitBound is the timeout, on the tenant's clock, of a wait for a busy key: timeout, or with
-// ctxBounds (the caller gave no timeout of its own) and a ctx deadline, Unbounded: that deadline,
-// on the real clock, ends the wait.
-func WaitBound(ctx context.Context, timeout time.Duration, ctxBounds bool) time.Duration {
+// boundingDeadline is the deadline, on the tenant's clock, of a wait for a busy key that starts
+// at mono: timeout after mono, or with ctxBounds (the caller gave no timeout of its own) and a
+// ctx deadline, Unbounded after it, since that deadline, on the real clock, ends the wait through
+// ctx, with ctx's error. Every wait's deadline, and every bound the API keeps on its clock
+// (BoundingDeadline), is worked out here.
+func boundingDeadline(ctx context.Context, mono, timeout time.Duration, ctxBounds bool) time.Duration {
 	if ctxBounds {
 		if _, ok := ctx.Deadline(); ok {
-			return Unbounded
+			return MonoAfter(mono, Unbounded)
 		}
 	}
-	return timeout
+	return MonoAfter(mono, timeout)
+}
+
+// BoundingDeadline is the deadline on the tenant's clock, from mono, of a bound the API keeps on
+// that clock rather than leaving it to ctx, because it spans several waits (LockAll's Timeout)
+// or goes to a coordinator (a round's Timeout): boundingDeadline, except that a ctx deadline is
+// carried over as the time left until it, measured on the real clock (ctx deadlines are readings
+// of it, whatever the tenant's clock). It returns context.DeadlineExceeded when none is left.
+func BoundingDeadline(ctx context.Context, mono, timeout time.Duration, ctxBounds bool) (time.Duration, error) {
+	if ctxBounds {
+		if d, ok := ctx.Deadline(); ok {
+			left := time.Until(d)
+			if left <= 0 {
+				return 0, context.DeadlineExceeded
+			}
+			timeout = left
+		}
+	}
+	return boundingDeadline(ctx, mono, timeout, false), nil
 }

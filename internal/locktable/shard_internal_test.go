@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The padding of the table and its shards does what keylock.go says: every shard starts on a
+// The padding of the table and its shards does what shard.go says: every shard starts on a
 // falseSharingRange boundary (a table is allocated page-aligned), no two shards' state comes
 // closer than falseSharingRange, and the fields an uncontended Lock and Release touch sit in the
 // cache lines shardState's comment names.

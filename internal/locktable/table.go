@@ -4,7 +4,7 @@
 // that requests on different keys rarely share a mutex. A shard (shard.go) holds the entries of
 // the keys held or waited on (index.go) and their wait queues (waitqueue.go), served by the grant
 // rule (grant.go), and, per clock (clockslots.go), a heap of deadlines served by one timer
-// (scheduler.go, deadlineheap.go). The table knows its users as tenants (tenant.go) and their
+// (scheduler.go, scheduler_heap.go). The table knows its users as tenants (tenant.go) and their
 // locks as holds (hold.go); the owners that wait for each other are found by the wait-for graph
 // (waitgraph.go).
 //

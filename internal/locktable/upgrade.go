@@ -9,11 +9,12 @@ import (
 
 // Upgrade makes h, a shared hold of an owner, exclusive: at once when its share is the only one,
 // else once the other sharers are gone, waiting ahead of every request queued but earlier
-// upgrades, until timeout passes, ctx is done or the tenant closes. The wait goes through a
+// upgrades, until timeout passes (with ctxBounds and a ctx deadline, as Acquire: until ctx's
+// deadline), ctx is done or the tenant closes. The wait goes through a
 // stand-in hold that carries its timeout and is what the wait graph sees. It returns ErrReleased
 // or ErrLeaseExpired when h's share ends first (or had ended), and else fails as Acquire does. On
 // failure h is unchanged.
-func (h *Hold) Upgrade(ctx context.Context, timeout time.Duration) error {
+func (h *Hold) Upgrade(ctx context.Context, timeout time.Duration, ctxBounds bool) error {
 	c := h.ten
 	_, mono := ReadClock(c.clock)
 	sh := h.lockShard()
@@ -31,11 +32,12 @@ func (h *Hold) Upgrade(ctx context.Context, timeout time.Duration) error {
 	}
 	stand := &Hold{ten: h.ten, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, cf: h.cf, owner: h.owner}
 	stand.hash = h.hash
+	deadline := boundingDeadline(ctx, mono, timeout, ctxBounds)
 	var err error
 	if h.flags()&FlagRange != 0 {
-		err = sh.upgradeRange(ctx, h, stand, mono, timeout)
+		err = sh.upgradeRange(ctx, h, stand, mono, deadline)
 	} else {
-		err = sh.upgradeKey(ctx, h, stand, mono, timeout)
+		err = sh.upgradeKey(ctx, h, stand, mono, deadline)
 	}
 	if err == ErrGrantedAfterClose {
 		err = ErrClosed // Close releases h
@@ -44,8 +46,8 @@ func (h *Hold) Upgrade(ctx context.Context, timeout time.Duration) error {
 }
 
 // upgradeKey is Upgrade of a key's share, with the mutex held (it returns with it released);
-// stand is the stand-in its wait would go through.
-func (sh *shard) upgradeKey(ctx context.Context, h, stand *Hold, mono, timeout time.Duration) error {
+// stand is the stand-in its wait would go through, until deadline.
+func (sh *shard) upgradeKey(ctx context.Context, h, stand *Hold, mono, deadline time.Duration) error {
 	c, e := h.ten, h.e
 	sh.settleOtherSharers(e, h, c, mono)
 	if rk := e.ranged(); e.shares == 1 && (rk == nil || !rk.space.keyBlocked(sh, stand, 0, false, c, mono)) {
@@ -56,7 +58,7 @@ func (sh *shard) upgradeKey(ctx context.Context, h, stand *Hold, mono, timeout t
 	}
 	w := &waiter{h: stand, since: mono, wake: make(chan struct{}, 1), upgrade: h}
 	sh.enqueueUpgrade(e, w)
-	return sh.sleep(ctx, e, w, MonoAfter(mono, timeout))
+	return sh.sleep(ctx, e, w, deadline)
 }
 
 // settleOtherSharers settles the lapsed sharers of e other than h, at mono on c's clock, so that

@@ -2,6 +2,9 @@ package locktable
 
 import (
 	"context"
+	"fmt"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -187,4 +190,168 @@ func TestNoBargingWhileAnOwnerThatHoldsWaits(t *testing.T) {
 		grantedTo(got)
 	})
 	assert.True(t, ProbeTableEmpty(l))
+}
+
+// Waiters queued in a known order acquire in that order, and each release serves exactly one of
+// them: the others stay queued and asleep.
+func TestWaitersAcquireInArrivalOrder(t *testing.T) {
+	clk := NewManualClock(time.Unix(1, 0))
+	l := newTestLocker(t, newTestTable(t), clk)
+	key := []byte("k")
+	holder, err := l.TryLock(key, testOptions{})
+	require.NoError(t, err)
+
+	const n = 6
+	got := make([]<-chan lockResult, n)
+	for i := range n {
+		got[i] = lockAsync(context.Background(), l, key, testOptions{Timeout: time.Minute})
+		WaitQueued(t, l, key, i+1)
+	}
+	for i := range n {
+		if i == 1 {
+			// The first waiter was woken to take the key; the others have now waited 1 ms and
+			// are handed it directly.
+			clk.Advance(time.Millisecond)
+		}
+		require.True(t, holder.Release())
+		assert.LessOrEqual(t, ProbeWokenWaiters(l, key), 1, "a release woke more than one waiter")
+		holder = granted(t, got[i], fmt.Sprintf("waiter %d", i))
+		for j := i + 1; j < n; j++ {
+			select {
+			case <-got[j]:
+				t.Fatalf("release %d also served waiter %d", i, j)
+			default:
+			}
+		}
+		assert.Equal(t, n-i-1, ProbeQueuedWaiters(l, key))
+		assert.Equal(t, 0, ProbeWokenWaiters(l, key), "no waiter but the served one was woken")
+	}
+	require.True(t, holder.Release())
+	assert.True(t, ProbeTableEmpty(l))
+}
+
+// Once the oldest waiter has waited 1 ms, a release hands it the key directly: a newcomer
+// cannot take it, not even in the instant after Release returns.
+func TestOldestWaiterNotPassedOverPastOneMillisecond(t *testing.T) {
+	clk := NewManualClock(time.Unix(1, 0))
+	l := newTestLocker(t, newTestTable(t), clk)
+	key := []byte("k")
+	holder, err := l.TryLock(key, testOptions{})
+	require.NoError(t, err)
+	got := lockAsync(context.Background(), l, key, testOptions{Timeout: time.Minute})
+	WaitQueued(t, l, key, 1)
+
+	clk.Advance(time.Millisecond)
+	require.True(t, holder.Release())
+	assert.Equal(t, 0, ProbeQueuedWaiters(l, key), "Release handed the key over itself")
+	_, err = l.TryLock(key, testOptions{})
+	require.ErrorIs(t, err, ErrLocked, "the key went to the oldest waiter")
+	require.True(t, granted(t, got, "the waiter").Release())
+}
+
+// TestFIFOOrderOfTenThousandWaiters queues 10,000 lock requests on one key one at a time and
+// checks they are served exactly in arrival order, both when each release hands the key straight
+// to the oldest waiter (it has waited past the barging window) and when it wakes the oldest
+// waiter to take it (no newcomer competes).
+func TestFIFOOrderOfTenThousandWaiters(t *testing.T) {
+	const waiters = 10_000
+	for _, handoff := range []bool{true, false} {
+		t.Run(fmt.Sprintf("handoff=%v", handoff), func(t *testing.T) {
+			base := runtime.NumGoroutine()
+			clk := NewManualClock(time.Unix(1, 0))
+			l := newTestLocker(t, newTestTable(t), clk)
+			key := []byte("queue")
+			h, err := l.TryLock(key, testOptions{Lease: time.Hour})
+			require.NoError(t, err)
+
+			var mu sync.Mutex
+			order := make([]int, 0, waiters)
+			var wg sync.WaitGroup
+			for i := range waiters {
+				wg.Go(func() {
+					h, err := l.Lock(context.Background(), key, testOptions{Timeout: time.Hour})
+					if !assert.NoError(t, err) {
+						return
+					}
+					mu.Lock()
+					order = append(order, i)
+					mu.Unlock()
+					assert.True(t, h.Release())
+				})
+				waitUntil(t, fmt.Sprintf("waiter %d queued", i), func() bool { return waitingOn(l, key) == i+1 })
+			}
+			if handoff {
+				clk.Advance(time.Millisecond) // every waiter has now waited the whole barging window
+			}
+			require.True(t, h.Release())
+			wg.Wait()
+
+			require.Len(t, order, waiters)
+			for i, got := range order {
+				if got != i {
+					t.Fatalf("position %d was served to waiter %d: not FIFO", i, got)
+				}
+			}
+			assert.True(t, ProbeTableEmpty(l))
+			settleGoroutines(t, base)
+		})
+	}
+}
+
+// TestHundredThousandCancelledWaits gives up 100,000 waits on a held key, in batches of 1,000
+// concurrent waiters: 90 batches by cancelling their ctx, 10 by letting their timeout pass. Each
+// returns its ctx error or ErrTimeout, and afterwards nothing is left: the goroutine count is at
+// its baseline, the table is empty, no deadline is scheduled and no timer is armed.
+func TestHundredThousandCancelledWaits(t *testing.T) {
+	const batches, batch = 100, 1000
+	base := runtime.NumGoroutine()
+	clk := NewManualClock(time.Unix(1, 0))
+	l := newTestLocker(t, newTestTable(t), clk)
+	key := []byte("contended")
+	h, err := l.TryLock(key, testOptions{Lease: time.Hour})
+	require.NoError(t, err)
+	// Waits shorter than the lease, so each batch's first waiter re-arms the shard's timer.
+	wait := testOptions{Timeout: time.Second}
+
+	cancelled, timedOut := 0, 0
+	for b := range batches {
+		ctx, cancel := context.WithCancel(context.Background())
+		errs := make(chan error, batch)
+		for range batch {
+			go func() {
+				_, err := l.Lock(ctx, key, wait)
+				errs <- err
+			}()
+		}
+		waitUntil(t, "the batch queued", func() bool { return waitingOn(l, key) == batch })
+		byTimeout := b%10 == 9
+		if byTimeout {
+			clk.Advance(wait.Timeout)
+		} else {
+			cancel()
+		}
+		for range batch {
+			err := <-errs
+			if byTimeout {
+				require.ErrorIs(t, err, ErrTimeout)
+				timedOut++
+			} else {
+				require.ErrorIs(t, err, context.Canceled)
+				cancelled++
+			}
+		}
+		cancel()
+	}
+	require.Equal(t, batches*batch, cancelled+timedOut)
+	assert.Zero(t, ProbeQueuedWaiters(l, key))
+	assert.Equal(t, 1, l.tab.Deadlines(), "only the holder's lease is scheduled")
+	require.True(t, h.Release())
+	assert.True(t, ProbeTableEmpty(l), "the table is empty")
+	// A shard keeps its one timer armed after its keys go idle (that spares every uncontended lock
+	// a timer of its own); it fires once, finds nothing due and is not re-armed.
+	assert.LessOrEqual(t, PendingTimers(clk), 1, "no timer per waiter")
+	clk.Advance(time.Hour)
+	assert.Zero(t, PendingTimers(clk), "a timer was re-armed on an idle table")
+	settleGoroutines(t, base)
+	t.Logf("%d waits cancelled, %d timed out", cancelled, timedOut)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
+// Every Locker of a database shares its table, which the last Close drops from the registry.
 func TestTableDroppedWhenLastLockerCloses(t *testing.T) {
 	db := tempdb.New(t)
 	clk := NewManualClock(time.Unix(1, 0))

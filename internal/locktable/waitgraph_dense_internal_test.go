@@ -1,4 +1,4 @@
-package recordlock_test
+package locktable
 
 import (
 	"context"
@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
-
-	"github.com/recordlock/recordlock"
 )
 
 // RocksDB's DeadlockStress (utilities/transactions/transaction_test.cc) with mixed modes, dense:
@@ -21,11 +19,11 @@ import (
 // timeouts of a minute, so that only deadlock detection can end a cycle in the test's time.
 // Invariants: a key never has a writer beside another holder; every failure is a deadlock; and
 // no cycle persists among waiting Txns (docs/DESIGN.md §13), which an oracle checks whenever
-// progress stops: it builds the wait-for graph from Locks() and Waits() and names the cycle it
-// finds, rather than letting a missed one show only as a slow test.
+// progress stops: it builds the wait-for graph from the table's queues and their keys' holders
+// (VisitWaits) and names the cycle it finds, rather than letting a missed one show only as a slow
+// test.
 func TestDeadlockStressDenseMixedModes(t *testing.T) {
-	db := openDB(t)
-	l := newLocker(t, db)
+	l := newTestLocker(t, newTestTable(t), System)
 	// Each worker commits commitsEach Txns, and goes on until the workers have met a deadlock:
 	// without the race detector's slowdown, eight commits each can all pass without one. A bound
 	// on attempts ends a run that never meets one, which then fails below.
@@ -42,19 +40,16 @@ func TestDeadlockStressDenseMixedModes(t *testing.T) {
 			<-start
 			r := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
 			for attempt, commits := 0, 0; (commits < commitsEach || deadlocks.Load() == 0) && attempt < maxAttempts && ctx.Err() == nil; attempt++ {
-				txn, err := l.BeginTx(recordlock.TxnOptions{Name: fmt.Sprintf("w%d-%d", w, attempt)})
-				if !assert.NoError(t, err) {
-					return
-				}
+				txn := &testTxn{l: l, name: fmt.Sprintf("w%d-%d", w, attempt)}
 				held := map[int]bool{} // key → held exclusively
 				ok := true
 				for _, k := range r.Perm(keys) {
 					excl := r.IntN(4) == 0
-					opts := recordlock.Options{Shared: !excl, Lease: time.Minute, Timeout: time.Minute}
+					opts := testOptions{Shared: !excl, Lease: time.Minute, Timeout: time.Minute}
 					_, err := txn.Lock(ctx, fmt.Appendf(nil, "key%03d", k), opts)
 					progress.Add(1)
 					if err != nil {
-						if ctx.Err() == nil && !assert.ErrorIs(t, err, recordlock.ErrDeadlock) {
+						if ctx.Err() == nil && !assert.True(t, isDeadlock(err), "%v", err) {
 							violations.Add(1)
 						}
 						deadlocks.Add(1)
@@ -79,11 +74,9 @@ func TestDeadlockStressDenseMixedModes(t *testing.T) {
 					}
 				}
 				if ok {
-					assert.NoError(t, txn.Commit())
 					commits++
-				} else {
-					txn.Rollback()
 				}
+				txn.Rollback()
 				progress.Add(1)
 			}
 		})
@@ -103,7 +96,7 @@ func TestDeadlockStressDenseMixedModes(t *testing.T) {
 	t.Logf("%d grants checked, %d deadlocks", grants.Load(), deadlocks.Load())
 	assert.Zero(t, violations.Load(), "a key had a writer beside another holder, or a failure was not a deadlock")
 	assert.Positive(t, deadlocks.Load(), "no deadlock happened: the stress exercised nothing")
-	assert.True(t, recordlock.ProbeTableEmpty(l))
+	assert.True(t, ProbeTableEmpty(l))
 }
 
 // stuckFor is how long a cycle must stay in the wait-for graph, with no lock call returning
@@ -112,9 +105,9 @@ func TestDeadlockStressDenseMixedModes(t *testing.T) {
 const stuckFor = time.Second
 
 // watchForStuckCycle polls progress until ctx is done. Whenever it stops moving, it reads the
-// wait-for graph from l; a cycle that is still there after stuckFor of no progress is returned,
-// described, and "" once ctx is done.
-func watchForStuckCycle(ctx context.Context, l *recordlock.Locker, progress *atomic.Int64) string {
+// wait-for graph from l's table; a cycle that is still there after stuckFor of no progress is
+// returned, described, and "" once ctx is done.
+func watchForStuckCycle(ctx context.Context, l *testLocker, progress *atomic.Int64) string {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	last, since := progress.Load(), time.Now()
@@ -131,7 +124,7 @@ func watchForStuckCycle(ctx context.Context, l *recordlock.Locker, progress *ato
 		if time.Since(since) < 100*time.Millisecond {
 			continue
 		}
-		cycle := waitForCycle(collectLocks(l), collectWaits(l))
+		cycle := waitForCycle(readWaits(l.tab))
 		if cycle == "" || progress.Load() != last {
 			continue
 		}
@@ -141,46 +134,68 @@ func watchForStuckCycle(ctx context.Context, l *recordlock.Locker, progress *ato
 	}
 }
 
-// waitForCycle builds the wait-for graph of Txns from a reading of Locks and Waits and returns a
-// cycle of it, described as "owner waits for key → owner ...", or "". A request waits for every
+// waitRow is a queued request or a holder as waitForCycle reads them.
+type waitRow struct {
+	key, owner      string
+	shared, upgrade bool
+}
+
+// readWaits reads, shard by shard, every request queued in tab, oldest first per key, and the
+// holders of their keys.
+func readWaits(tab *Table) (holders, waits []waitRow) {
+	row := func(h *Hold, shared, upgrade bool) waitRow {
+		r := waitRow{key: string(h.Key()), shared: shared, upgrade: upgrade}
+		if o := h.Owner(); o != nil {
+			r.owner = o.Name()
+		}
+		return r
+	}
+	for i := range ShardCount {
+		tab.VisitWaits(i, func(q QueuedRequest) { waits = append(waits, row(q.Hold, q.Shared, q.Upgrade)) },
+			func(h *Hold, _ int) { holders = append(holders, row(h, h.Flags()&FlagShared != 0, false)) })
+	}
+	return holders, waits
+}
+
+// waitForCycle builds the wait-for graph of Txns from a reading of the table's holders and queues
+// and returns a cycle of it, described as "owner waits for key → owner ...", or "". A request waits for every
 // holder of its key whose mode conflicts with it (an upgrade's own share does not count) and for
 // every conflicting request queued ahead of it: every one for an exclusive request, the exclusive
-// ones for a shared request. Waits lists each key's requests oldest first.
-func waitForCycle(locks []recordlock.LockInfo, waits []recordlock.WaitInfo) string {
+// ones for a shared request. waits lists each key's requests oldest first.
+func waitForCycle(locks, waits []waitRow) string {
 	type request struct {
 		owner  string
 		shared bool
 	}
 	holders := map[string][]request{}
 	for _, h := range locks {
-		k := string(h.Key)
-		holders[k] = append(holders[k], request{h.Owner, h.Shared})
+		holders[h.key] = append(holders[h.key], request{h.owner, h.shared})
 	}
 	edges := map[string][]string{}
 	waitsOn := map[string]string{}
 	queued := map[string][]request{}
 	for _, w := range waits {
-		k := string(w.Key)
-		shared := w.Shared && !w.Upgrade
-		if w.Owner == "" { // a wait outside any Txn ends by its timeout: no edge
+		k := w.key
+		shared := w.shared && !w.upgrade
+		if w.owner == "" { // a wait outside any Txn ends by its timeout: no edge
 			queued[k] = append(queued[k], request{"", shared})
 			continue
 		}
-		conflicts := func(o request) bool { return o.owner != w.Owner && (!shared || !o.shared) }
+		conflicts := func(o request) bool { return o.owner != w.owner && (!shared || !o.shared) }
 		for _, o := range holders[k] {
 			if conflicts(o) && o.owner != "" {
-				edges[w.Owner] = append(edges[w.Owner], o.owner)
+				edges[w.owner] = append(edges[w.owner], o.owner)
 			}
 		}
-		if !w.Upgrade {
+		if !w.upgrade {
 			for _, o := range queued[k] {
 				if conflicts(o) && o.owner != "" {
-					edges[w.Owner] = append(edges[w.Owner], o.owner)
+					edges[w.owner] = append(edges[w.owner], o.owner)
 				}
 			}
 		}
-		queued[k] = append(queued[k], request{w.Owner, shared})
-		waitsOn[w.Owner] = k
+		queued[k] = append(queued[k], request{w.owner, shared})
+		waitsOn[w.owner] = k
 	}
 	// Depth-first search with colours: a grey node reached again closes a cycle.
 	const white, grey, black = 0, 1, 2
