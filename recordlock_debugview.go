@@ -17,7 +17,7 @@ func (l *Locker) waitsAndHolders() ([]WaitInfo, []LockInfo) {
 	var holders []LockInfo
 	for i := range locktable.ShardCount {
 		l.tab.VisitWaits(i, func(q locktable.QueuedRequest) { waits = append(waits, waitInfo(q)) },
-			func(h *locktable.Hold, waiters int) { holders = append(holders, lockInfo(h, waiters)) })
+			func(s locktable.Snapshot, waiters int) { holders = append(holders, lockInfo(s, waiters)) })
 	}
 	return waits, holders
 }

@@ -71,10 +71,10 @@ func (sh *shard) serveKey(e *keyEntry) {
 		case w.upgrade != nil:
 			up := w.upgrade
 			switch {
-			case up.Dead():
+			case up.dead():
 				sh.drop(w, waitShareEnded) // its share ended inside a Fence and is still held
 				continue
-			case e.shares != 1 || up.Lapsed():
+			case e.shares != 1 || up.lapsed():
 				return // other shares are left, or its own lapse is about to fail it
 			case sh.rangeKeeps(e, w, c):
 				return
@@ -82,7 +82,7 @@ func (sh *shard) serveKey(e *keyEntry) {
 			sh.dequeue(e, w)
 			sh.unschedule(w.h)
 			e.shares = 0
-			up.ClearFlags(FlagShared) // not a new grant: Acquired and Contended do not count it
+			up.clearFlags(FlagShared) // not a new grant: Acquired and Contended do not count it
 			w.finish(waitGranted)
 			return
 		case w.shared:

@@ -115,28 +115,25 @@ func (l *testLocker) Close() error {
 	return nil
 }
 
-// flags are the hold flags o asks for.
-func (o testOptions) flags() uint32 {
-	var f uint32
+// ask is what o asks for besides the record.
+func (o testOptions) ask() Ask {
+	var a Ask
 	if o.OwnerHolds {
-		f = FlagOwnerHolds
+		a = AskOwnerHolds
 	}
 	if o.Shared {
-		f |= FlagShared
+		a |= AskShared
 	}
 	if o.Hold {
-		f |= FlagHold
+		a |= AskHold
 	}
-	return f
+	return a
 }
 
 // newHold returns a hold of l for key, with o's flags, on behalf of owner (nil for none).
 func (l *testLocker) newHold(key []byte, o testOptions, owner Owner) *Hold {
 	h := &Hold{}
-	h.Init(&l.ten, 0, key, o.flags())
-	if owner != nil {
-		h.SetOwner(owner)
-	}
+	l.ten.Prepare(h, owner, 0, key, o.ask())
 	return h
 }
 
@@ -150,12 +147,7 @@ func (l *testLocker) acquire(ctx context.Context, key []byte, o testOptions, own
 	}
 	lease, timeout := cmp.Or(o.Lease, defaultLease), cmp.Or(o.Timeout, defaultTimeout)
 	h := l.newHold(key, o, owner)
-	h.SetAskedLease(lease)
 	if _, err := h.Acquire(ctx, lease, timeout, wait, false); err != nil {
-		if err == ErrGrantedAfterClose {
-			h.Release()
-			err = ErrClosed
-		}
 		return nil, err
 	}
 	return h, nil
@@ -253,8 +245,8 @@ func releaseWokenNotRun(t *testing.T, h *Hold) *waiter {
 	e := h.e
 	require.Same(t, h, e.holder)
 	require.NotNil(t, e.head)
-	h.SetFlags(FlagReleased)
-	h.ClearFlags(FlagHeld)
+	h.setFlags(FlagReleased)
+	h.clearFlags(FlagHeld)
 	sh.unschedule(h)
 	e.holder = nil
 	e.wakePending = true
@@ -371,21 +363,21 @@ func (t *testTxn) Name() string { return t.name }
 // Lock locks key for t, upgrading a shared hold of t on it for an exclusive request.
 func (t *testTxn) Lock(ctx context.Context, key []byte, o testOptions) (*Hold, error) {
 	for _, h := range t.holds {
-		if string(h.Key()) != string(key) || h.IsExpired() {
+		if string(h.key()) != string(key) || h.Now().Dead() {
 			continue
 		}
-		if !o.Shared && h.Flags()&FlagShared != 0 {
+		if !o.Shared && h.Status().Shared() {
 			timeout := o.Timeout
 			if timeout == 0 {
 				timeout = defaultTimeout
 			}
-			if err := h.Upgrade(ctx, timeout); err != nil {
+			if _, err := h.Upgrade(ctx, timeout); err != nil {
 				return nil, err
 			}
 		}
 		return h, nil
 	}
-	o.OwnerHolds = slices.ContainsFunc(t.holds, func(h *Hold) bool { return !h.Dead() }) // as Txns
+	o.OwnerHolds = slices.ContainsFunc(t.holds, func(h *Hold) bool { return !h.dead() }) // as Txns
 	h, err := t.l.acquire(ctx, key, o, t, true)
 	if err != nil {
 		return nil, err
@@ -397,18 +389,12 @@ func (t *testTxn) Lock(ctx context.Context, key []byte, o testOptions) (*Hold, e
 // Rollback releases t's holds and ends t.
 func (t *testTxn) Rollback() {
 	for _, h := range t.holds {
-		h.Release()
-		h.Disown()
+		h.Disown(true)
 	}
 	t.holds = nil
 }
 
 // fence runs commit inside a fence of h, as the API's Fence does.
 func fence(h *Hold, commit func() error) error {
-	stray, err := h.BeginFence(true)
-	if err != nil {
-		return err
-	}
-	defer h.EndFence(stray, false)
-	return commit()
+	return h.Fence(commit, true, false)
 }

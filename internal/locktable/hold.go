@@ -8,8 +8,9 @@ import (
 
 // Hold is the table's record of one lock: a request for a key while it waits, the key's holder
 // (or one of its sharers) once granted, until it is given back. The API's lock handle embeds one,
-// which keeps an uncontended lock to one allocation. Its methods are safe for concurrent use
-// unless their comment says the shard mutex must be held (Lock and Unlock take and release it).
+// which keeps an uncontended lock to one allocation. Its exported methods are the whole of what
+// the API asks of a lock; each takes the shard mutex itself when it needs it, and they are safe
+// for concurrent use. Tenant.Prepare readies one for its request.
 type Hold struct {
 	// Set by Init, never changed: read without a lock. The key is a pointer and a length rather
 	// than a slice, which keeps the API's handle within 128 bytes (see key).
@@ -60,19 +61,19 @@ type Cold struct {
 	done     chan struct{} // closed when the hold stops authorizing writes
 	fenceEnd chan struct{} // closed when the running fence ends, for Release waiting on it
 	fencer   int64         // the goroutine whose commit the running fence runs; 0 for none
-	// Hook runs once the hold ends, outside every table mutex (a cluster round's release).
-	Hook func() error
+	// hook runs once the hold ends, outside every table mutex (a cluster round's release).
+	hook func() error
 
-	// Kept for the API, which alone reads and writes them (under the shard mutex): the joined
-	// cluster round (its TsR, fencing token, deadline and ExpiresAt, the caps of later lease
-	// extensions) and the holder's version stamps.
-	TsR            int64
-	HasTsR         bool
-	Token          uint64
-	RoundEnd       time.Duration
-	RoundExpiresAt int64
-	LastVer        int64 // valid with FlagHasVersion
-	Floor          int64 // the candidate floor
+	// The joined cluster round (round.go): its TsR, fencing token, deadline and ExpiresAt, the
+	// caps of later lease extensions.
+	tsR            int64
+	hasTsR         bool
+	token          uint64
+	roundEnd       time.Duration
+	roundExpiresAt int64
+	// The holder's version stamps (versions.go).
+	lastVer int64 // valid with FlagHasVersion
+	floor   int64 // the candidate floor
 
 	span *span // a range hold's key set, from InitRange on
 }
@@ -95,10 +96,34 @@ const (
 	FlagOwnerHolds
 )
 
-// Init readies h, before it is published, for a request of tenant t for the record (cf, key)
-// with the given initial flags (FlagHold, FlagShared, FlagOwnerHolds). SetOwner then names its
-// owner, if any. It leaves the record's hash to Acquire, so that it is small enough to inline.
-func (h *Hold) Init(t *Tenant, cf uint32, key []byte, flags uint32) {
+// Ask is what a request asks for besides its record, as Tenant.Prepare takes it.
+type Ask uint32
+
+const (
+	AskHold       = Ask(FlagHold)       // the lock outlives its owner
+	AskShared     = Ask(FlagShared)     // a shared lock
+	AskOwnerHolds = Ask(FlagOwnerHolds) // the owner holds other keys as it asks
+	askBits       = AskHold | AskShared | AskOwnerHolds
+)
+
+// Prepare readies h, before it is published, for a request of t for the record (cf, key), taken
+// by owner o (nil for none). Acquire then takes it. It is small enough to inline.
+func (t *Tenant) Prepare(h *Hold, o Owner, cf uint32, key []byte, ask Ask) {
+	h.prepare(t, cf, key, uint32(ask&askBits))
+	h.owner = o
+}
+
+// PrepareRange is Prepare for the keys k of column family cf with start <= k < end (end nil: no
+// upper bound); the caller has checked that end is nil or after start.
+func (t *Tenant) PrepareRange(h *Hold, o Owner, cf uint32, start, end []byte, ask Ask) {
+	h.prepareRange(t, cf, start, end, uint32(ask&askBits))
+	h.owner = o
+}
+
+// prepare readies h, before it is published, for a request of tenant t for the record (cf, key)
+// with the given initial flags (FlagHold, FlagShared, FlagOwnerHolds). It leaves the record's
+// hash to Acquire, so that it is small enough to inline.
+func (h *Hold) prepare(t *Tenant, cf uint32, key []byte, flags uint32) {
 	h.ten, h.heapIdx, h.cf = t, -1, cf
 	h.setKey(key)
 	if flags != 0 {
@@ -106,42 +131,32 @@ func (h *Hold) Init(t *Tenant, cf uint32, key []byte, flags uint32) {
 	}
 }
 
-// Flags returns the hold's flags, without its sharer's place.
-func (h *Hold) Flags() uint32 { return h.flags() & flagBits }
-
 func (h *Hold) flags() uint32 { return h.state.Load() }
 
-// SetFlags and ClearFlags change flags with the shard mutex held, so a plain load and store
+// setFlags and clearFlags change flags with the shard mutex held, so a plain load and store
 // suffice.
-func (h *Hold) SetFlags(f uint32)   { h.state.Store(h.state.Load() | f) }
-func (h *Hold) ClearFlags(f uint32) { h.state.Store(h.state.Load() &^ f) }
+func (h *Hold) setFlags(f uint32)   { h.state.Store(h.state.Load() | f) }
+func (h *Hold) clearFlags(f uint32) { h.state.Store(h.state.Load() &^ f) }
 
-// ReplaceFlags sets the flags of mask to those of f, with the shard mutex held.
-func (h *Hold) ReplaceFlags(mask, f uint32) { h.state.Store(h.flags()&^mask | f&mask) }
+// replaceFlags sets the flags of mask to those of f, with the shard mutex held.
+func (h *Hold) replaceFlags(mask, f uint32) { h.state.Store(h.flags()&^mask | f&mask) }
 
-// Dead reports whether the hold was released or its lease ended, as far as its flags know: a
+// dead reports whether the hold was released or its lease ended, as far as its flags know: a
 // lapse that nothing has settled yet is not in them.
-func (h *Hold) Dead() bool { return h.flags()&(FlagReleased|FlagExpired) != 0 }
+func (h *Hold) dead() bool { return h.flags()&(FlagReleased|FlagExpired) != 0 }
 
-// Released reports whether the hold was given back deliberately: by a Release that returned
-// true, or by the tenant's Close, which releases the same way. A lease that ended first leaves it
-// false.
-func (h *Hold) Released() bool { return h.flags()&FlagReleased != 0 }
+// setOwner makes o the owner of h, before h is published.
+func (h *Hold) setOwner(o Owner) { h.owner = o }
 
-// Tenant is the tenant h belongs to.
-func (h *Hold) Tenant() *Tenant { return h.ten }
-
-// SetOwner makes o the owner of h, before h is published.
-func (h *Hold) SetOwner(o Owner) { h.owner = o }
-
-// Owner is the owner that took h, until Disown; nil for none. Read with the shard mutex held.
-func (h *Hold) Owner() Owner { return h.owner }
-
-// CF is the record's column family ID.
-func (h *Hold) CF() uint32 { return h.cf }
-
-// Key is the locked key. The caller must not modify it.
-func (h *Hold) Key() []byte { return unsafe.Slice(h.keyPtr, h.keyLen) }
+// Record returns the locked record: its column family, its key (a range's start) and, for a
+// range, the end of its span (nil for no upper bound, and for a key). The caller must not modify
+// them. Set before the hold is published, they are read without a lock.
+func (h *Hold) Record() (cf uint32, key, end []byte) {
+	if h.flags()&FlagRange != 0 {
+		end = h.cold.span.end
+	}
+	return h.cf, h.key(), end
+}
 
 func (h *Hold) key() []byte { return unsafe.Slice(h.keyPtr, h.keyLen) }
 
@@ -161,44 +176,30 @@ func (h *Hold) setKey(key []byte) {
 // int64 would have cost keyBuf 8 bytes, and keys of 17 to 24 bytes a second allocation per lock,
 // to stay within 128 bytes. A coarser unit would fit in 32 bits but not hold every lease exactly.
 
-// MaxAskedLease is the longest lease AskedLease records exactly.
+// MaxAskedLease is the longest lease a hold records exactly as asked.
 const MaxAskedLease = time.Duration(1<<40 - 1)
 
-// AskedLease returns the lease recorded by SetAskedLease.
-func (h *Hold) AskedLease() time.Duration {
+// askedLease returns the lease recorded by setAskedLease.
+func (h *Hold) askedLease() time.Duration {
 	return time.Duration(h.leaseHi)<<32 | time.Duration(h.leaseLo)
 }
 
-// SetAskedLease records lease, at most MaxAskedLease, before h is published or with the shard
+// setAskedLease records lease, at most MaxAskedLease, before h is published or with the shard
 // mutex held.
-func (h *Hold) SetAskedLease(lease time.Duration) {
+func (h *Hold) setAskedLease(lease time.Duration) {
 	h.leaseHi, h.leaseLo = uint8(lease>>32), uint32(lease)
 }
-
-// Deadline is the Mono of the tenant's clock at which the lease lapses.
-func (h *Hold) Deadline() time.Duration { return time.Duration(h.deadline.Load()) }
 
 // dueAt is when the scheduler must look at h: its lease end, or its wait's timeout.
 func (h *Hold) dueAt() time.Duration { return time.Duration(h.deadline.Load()) }
 
-// AcquiredAt, SetAcquiredAt, ExpiresAt and SetExpiresAt read and write, with the shard mutex
-// held, the Timestamp minted when the key was granted and the wall-clock end of the lease (Unix
-// nanoseconds), both informational: enforcement uses Deadline.
-func (h *Hold) AcquiredAt() int64       { return h.acquiredAt }
-func (h *Hold) SetAcquiredAt(ts int64)  { h.acquiredAt = ts }
-func (h *Hold) ExpiresAt() int64        { return h.expiresAt }
-func (h *Hold) SetExpiresAt(wall int64) { h.expiresAt = wall }
-
-// Cold returns h's cold part, allocating it, with the shard mutex held.
-func (h *Hold) Cold() *Cold {
+// coldPart returns h's cold part, allocating it, with the shard mutex held.
+func (h *Hold) coldPart() *Cold {
 	if h.cold == nil {
 		h.cold = &Cold{}
 	}
 	return h.cold
 }
-
-// ColdIfAny returns h's cold part, or nil if it has none, with the shard mutex held.
-func (h *Hold) ColdIfAny() *Cold { return h.cold }
 
 // monoFor returns the Mono of h's clock, given mono, a reading of c's clock: the same reading
 // when both tenants run on one clock.
@@ -216,14 +217,18 @@ func (h *Hold) closeDone() {
 	}
 }
 
-// Lapsed reports whether the lease deadline has passed, by h's own clock.
-func (h *Hold) Lapsed() bool { return h.lapsedAt(h.ten.clock.Mono()) }
+// lapsed reports whether the lease deadline has passed, by h's own clock.
+func (h *Hold) lapsed() bool { return h.lapsedAt(h.ten.clock.Mono()) }
 
 // lapsedAt reports whether the lease deadline is not after now, a Mono of h's clock.
 func (h *Hold) lapsedAt(now time.Duration) bool { return now >= time.Duration(h.deadline.Load()) }
 
-// Disown ends h's ownership by its owner, when the owner ends and the lock outlives it.
-func (h *Hold) Disown() {
+// Disown ends h's ownership by its owner, when the owner ends. A live hold that does not outlive
+// its owner (FlagHold) is released first, and with release any live hold is.
+func (h *Hold) Disown(release bool) {
+	if !h.dead() && (release || h.flags()&FlagHold == 0) {
+		h.Release()
+	}
 	if h.owner == nil {
 		return
 	}
@@ -244,10 +249,10 @@ var closedChan = func() chan struct{} {
 func (h *Hold) Done() <-chan struct{} {
 	sh := h.lockShard()
 	defer sh.unlockAndRunDeferred()
-	if h.Dead() || h.settle(sh) {
+	if h.dead() || h.settle(sh) {
 		return closedChan
 	}
-	c := h.Cold()
+	c := h.coldPart()
 	if c.done == nil {
 		c.done = make(chan struct{})
 		sh.watch(h) // the channel must close at the deadline
@@ -255,35 +260,18 @@ func (h *Hold) Done() <-chan struct{} {
 	return c.done
 }
 
-// Watch arms h's lease deadline on its clock's timer, with the shard mutex held, for the API to
-// observe the lease ending (a release hook was set).
-func (h *Hold) Watch() { h.shard().watch(h) }
-
-// IsExpired reports whether h can no longer authorize a new write, evaluated now: released,
-// revoked, or past its deadline. Finding the deadline passed, it completes the expiry (gives the
-// key back and fires the release hook) before it returns true.
-func (h *Hold) IsExpired() bool {
-	if h.Dead() {
-		return true
-	}
-	if !h.Lapsed() {
-		return false
+// Now returns h's status evaluated now: a deadline found passed counts as expired, and if the
+// hold still held its key the expiry is completed first (the key goes back and the release hook
+// fires). So Now().dead() reports that h can no longer authorize a new write (released, revoked
+// or lapsed), and Now().Expired() that its lease has ended, by lapse or revocation, which a
+// Release alone does not make true.
+func (h *Hold) Now() Status {
+	f := h.flags()
+	if f&FlagExpired != 0 || !h.lapsed() {
+		return Status(f & flagBits)
 	}
 	h.settleNow()
-	return true
-}
-
-// IsLeaseExpired reports whether the lease has ended, by lapse or revocation, completing an
-// expiry it finds as IsExpired does. A Release alone does not make it true.
-func (h *Hold) IsLeaseExpired() bool {
-	if h.flags()&FlagExpired != 0 {
-		return true
-	}
-	if !h.Lapsed() {
-		return false
-	}
-	h.settleNow()
-	return true
+	return Status((f | FlagExpired) & flagBits)
 }
 
 // Release gives the key back. It returns true the first time; false when h was already released,
@@ -306,7 +294,7 @@ func (h *Hold) Release() bool {
 			now = h.ten.clock.Mono()
 		}
 	}
-	ok := !h.Dead() && !h.settleAt(sh, now)
+	ok := !h.dead() && !h.settleAt(sh, now)
 	switch {
 	case ok && inOwnFence:
 		h.releaseInOwnFence(sh)
@@ -331,14 +319,14 @@ func (h *Hold) releaseLocked(sh *shard) {
 func (h *Hold) Revoke() {
 	sh, _, inOwnFence := h.lockForChange()
 	if h.flags()&FlagExpired == 0 {
-		h.SetFlags(FlagExpired)
+		h.setFlags(FlagExpired)
 		sh.counts.revoked++
 		sh.unschedule(h)
 		h.closeDone()
 		switch {
 		case h.flags()&FlagHeld == 0:
 		case inOwnFence:
-			h.SetFlags(FlagPassOnAfterFence)
+			h.setFlags(FlagPassOnAfterFence)
 		default:
 			sh.giveBack(h, 0)
 			sh.deferHook(h)
@@ -347,18 +335,18 @@ func (h *Hold) Revoke() {
 	sh.unlockAndRunDeferred()
 }
 
-// MoveDeadline sets a live holder's lease deadline and moves its timer, if it has one, with the
+// moveDeadline sets a live holder's lease deadline and moves its timer, if it has one, with the
 // shard mutex held.
-func (h *Hold) MoveDeadline(deadline time.Duration) {
+func (h *Hold) moveDeadline(deadline time.Duration) {
 	h.deadline.Store(int64(deadline))
 	if h.heapIdx >= 0 {
 		h.shard().reschedule(h)
 	}
 }
 
-// DeadErr is nil while h authorizes writes, else the error that says why not (ErrLeaseExpired or
+// deadErr is nil while h authorizes writes, else the error that says why not (ErrLeaseExpired or
 // ErrReleased), with the shard mutex held.
-func (h *Hold) DeadErr() error {
+func (h *Hold) deadErr() error {
 	f := h.flags()
 	switch {
 	case f&FlagExpired != 0:

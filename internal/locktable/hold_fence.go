@@ -3,7 +3,7 @@ package locktable
 import "github.com/petermattis/goid"
 
 // Fencing: a commit runs only while the lease is live, and the key stays with the hold until the
-// commit returns (docs/DESIGN.md §5). The API runs the commit between BeginFence and EndFence.
+// commit returns (docs/DESIGN.md §5). Fence runs the commit between beginFence and endFence.
 //
 // A commit that calls Release, Revoke or a Fence on its own hold would wait for itself. The
 // fence of a commit that runs user code records its goroutine (Go has no other handle on "the
@@ -38,14 +38,14 @@ func (h *Hold) fencedByCaller() bool {
 // held: h stops authorizing writes now, and EndFence passes the key on.
 func (h *Hold) releaseInOwnFence(sh *shard) {
 	sh.unschedule(h)
-	h.SetFlags(FlagReleased | FlagPassOnAfterFence)
+	h.setFlags(FlagReleased | FlagPassOnAfterFence)
 	h.closeDone()
 }
 
 // awaitFenceEnd releases the shard mutex until the running fence ends, then takes the mutex of
 // h's shard again and returns that shard.
 func (h *Hold) awaitFenceEnd(sh *shard) *shard {
-	c := h.Cold()
+	c := h.coldPart()
 	if c.fenceEnd == nil {
 		c.fenceEnd = make(chan struct{})
 	}
@@ -55,13 +55,28 @@ func (h *Hold) awaitFenceEnd(sh *shard) *shard {
 	return h.lockShard()
 }
 
-// BeginFence starts a fence once any fence running on h in another goroutine has ended. It
+// Fence runs commit only while h's lease is live, and keeps the key from passing to another
+// holder until commit returns; with releaseUnlessHold, a lock without FlagHold is released as the
+// fence ends, in the same critical section. It returns commit's error, or without calling commit
+// ErrLeaseExpired when the lease has ended, ErrClosed when h was released and its tenant is
+// closed, and ErrFenceInOwnFence when the caller is the commit of h's running fence. userCommit
+// says that commit runs user code, which may call back into h (see fencedByCaller).
+func (h *Hold) Fence(commit func() error, userCommit, releaseUnlessHold bool) error {
+	stray, err := h.beginFence(userCommit)
+	if err != nil {
+		return err
+	}
+	defer h.endFence(stray, releaseUnlessHold)
+	return commit()
+}
+
+// beginFence starts a fence once any fence running on h in another goroutine has ended. It
 // returns ErrLeaseExpired when the lease has ended, ErrClosed when h was released and its tenant
 // is closed, and ErrFenceInOwnFence when the caller is the commit of h's running fence; then no
 // fence begins. userCommit says that the commit runs user code, which may call back into h (see
 // fencedByCaller). stray reports that h no longer held its key, so that the fence is counted by
-// the tenant, which Close waits for; EndFence takes it back.
-func (h *Hold) BeginFence(userCommit bool) (stray bool, err error) {
+// the tenant, which Close waits for; endFence takes it back.
+func (h *Hold) beginFence(userCommit bool) (stray bool, err error) {
 	sh := h.lockShard()
 	for h.flags()&FlagFencing != 0 {
 		if h.fencedByCaller() {
@@ -84,21 +99,21 @@ func (h *Hold) BeginFence(userCommit bool) (stray bool, err error) {
 		}
 		stray = true
 	}
-	h.SetFlags(FlagFencing)
+	h.setFlags(FlagFencing)
 	if userCommit {
-		h.Cold().fencer = goid.Get()
+		h.coldPart().fencer = goid.Get()
 	}
 	sh.mu.Unlock()
 	return stray, nil
 }
 
-// EndFence ends the fence BeginFence began, passing the key on if the lease ended meanwhile, or
+// endFence ends the fence beginFence began, passing the key on if the lease ended meanwhile, or
 // else releasing a lock without FlagHold if releaseUnlessHold. The release hook of a lease that
 // ended inside the fence runs once the fence has ended, so a slow hook holds up no Release
 // waiting for it.
-func (h *Hold) EndFence(stray, releaseUnlessHold bool) {
+func (h *Hold) endFence(stray, releaseUnlessHold bool) {
 	sh := h.lockShard()
-	h.ClearFlags(FlagFencing)
+	h.clearFlags(FlagFencing)
 	if c := h.cold; c != nil {
 		c.fencer = 0
 		if c.fenceEnd != nil {
@@ -108,10 +123,10 @@ func (h *Hold) EndFence(stray, releaseUnlessHold bool) {
 	}
 	switch f := h.flags(); {
 	case f&FlagPassOnAfterFence != 0:
-		h.ClearFlags(FlagPassOnAfterFence)
+		h.clearFlags(FlagPassOnAfterFence)
 		sh.giveBack(h, 0)
 		sh.deferHook(h)
-	case releaseUnlessHold && !h.Dead() && f&FlagHold == 0:
+	case releaseUnlessHold && !h.dead() && f&FlagHold == 0:
 		// No clock read: lapsed while the commit ran or not, the key goes back now and the hook
 		// fires once, and from the deadline on both predicates read the lapse off the deadline.
 		h.releaseLocked(sh)

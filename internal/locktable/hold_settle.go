@@ -9,10 +9,8 @@ import "time"
 // report whether the lease has ended, by now or before; endIfLapsed reports whether it ended just
 // now; settleNow takes the mutex to settle.
 
-// Settle settles h on a fresh reading of its clock, with the shard mutex held. It reports whether
-// the lease has ended (lapsed or revoked).
-func (h *Hold) Settle() bool { return h.settle(h.shard()) }
-
+// settle settles h on a fresh reading of its clock, with the mutex of sh, its shard, held. It
+// reports whether the lease has ended (lapsed or revoked).
 func (h *Hold) settle(sh *shard) bool {
 	if h.flags()&FlagExpired != 0 {
 		return true

@@ -34,10 +34,3 @@ func (h *Hold) relockShard(sh *shard) *shard {
 		}
 	}
 }
-
-// Lock takes the mutex of h's shard.
-func (h *Hold) Lock() { h.lockShard() }
-
-// Unlock releases the mutex of h's shard, then runs the release hooks and debug records queued
-// while it was held.
-func (h *Hold) Unlock() { h.shard().unlockAndRunDeferred() }

@@ -87,7 +87,7 @@ func (m *modelRun) newHold(o, t int, shared, holds bool) *Hold {
 	if t < modelKeys {
 		return m.l.newHold(modelKey(t), opts, owner)
 	}
-	m.rangeMode = true // InitRange makes the column family's range space
+	m.rangeMode = true // PrepareRange makes the column family's range space
 	s := spanOf(t)
 	return m.l.newRangeHold(s.start, s.end, opts, owner)
 }
@@ -105,7 +105,6 @@ func (m *modelRun) lock(rt *rapid.T, o, t int, shared, wait bool, lease, timeout
 	}
 	holds := m.holdsAny(o)
 	h := m.newHold(o, t, shared, holds)
-	h.SetAskedLease(lease)
 	m.seq++
 	r := &mReq{id: m.seq, owner: o, target: t, shared: shared, lease: lease, deadline: m.now + timeout, h: h, holds: holds}
 	admitted := m.admits(rt, r)
@@ -150,7 +149,10 @@ func (m *modelRun) upgrade(rt *rapid.T, held *mHold, timeout time.Duration) *mRe
 	r := &mReq{id: m.seq, owner: held.owner, target: held.target, up: held, deadline: m.now + timeout, h: held.h}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel, r.done = cancel, make(chan error, 1)
-	go func() { r.done <- held.h.Upgrade(ctx, timeout) }()
+	go func() {
+		_, err := held.h.Upgrade(ctx, timeout)
+		r.done <- err
+	}()
 	if m.admits(rt, r) {
 		held.shared = false
 		m.ended[r] = nil

@@ -16,10 +16,7 @@ import (
 // flags, on behalf of owner (nil for none).
 func (l *testLocker) newRangeHold(start, end []byte, o testOptions, owner Owner) *Hold {
 	h := &Hold{}
-	h.InitRange(&l.ten, 0, start, end, o.flags())
-	if owner != nil {
-		h.SetOwner(owner)
-	}
+	l.ten.PrepareRange(h, owner, 0, start, end, o.ask())
 	return h
 }
 
@@ -181,10 +178,9 @@ func TestRangeLeaseLapsesAndPassesItsKeysOn(t *testing.T) {
 	clk.Advance(time.Second)
 	res := Await(t, got, "the key, at the range's deadline")
 	require.NoError(t, res.err)
-	assert.True(t, r.IsLeaseExpired())
+	assert.True(t, r.Now().Expired())
 	assert.False(t, r.Release())
-	_, err = r.BeginFence(true)
-	assert.ErrorIs(t, err, ErrLeaseExpired)
+	assert.ErrorIs(t, r.Fence(func() error { panic("a fence ran its commit on a lapsed range") }, true, false), ErrLeaseExpired)
 	require.True(t, res.h.Release())
 
 	// A lapse nobody settled yet gives way to a newcomer, as a key's does.
@@ -193,7 +189,7 @@ func TestRangeLeaseLapsesAndPassesItsKeysOn(t *testing.T) {
 	clk.Advance(time.Second)
 	k, err := l.TryLock([]byte("q"), testOptions{})
 	require.NoError(t, err)
-	assert.True(t, r.IsExpired())
+	assert.True(t, r.Now().Dead())
 	require.True(t, k.Release())
 	assert.True(t, ProbeTableEmpty(l))
 }
@@ -248,17 +244,20 @@ func TestRangeUpgradeWaitsForOtherSharers(t *testing.T) {
 	waitRangesQueued(t, l, 1)
 
 	done := make(chan error, 1)
-	go func() { done <- r.Upgrade(context.Background(), time.Minute) }()
+	go func() {
+		_, err := r.Upgrade(context.Background(), time.Minute)
+		done <- err
+	}()
 	waitRangesQueued(t, l, 2)
 	select { // queued: its outcome is decided only when something changes
 	case err := <-done:
 		t.Fatalf("upgraded past a sharer of b: %v", err)
 	default:
 	}
-	assert.NotZero(t, r.Flags()&FlagShared, "still shared while b's other sharer holds it")
+	assert.NotZero(t, r.flags()&FlagShared, "still shared while b's other sharer holds it")
 	require.True(t, other.Release())
 	require.NoError(t, Await(t, done, "the upgrade"))
-	assert.Zero(t, r.Flags()&FlagShared, "the same handle is exclusive now")
+	assert.Zero(t, r.flags()&FlagShared, "the same handle is exclusive now")
 	_, err = l.TryLock([]byte("b"), testOptions{Shared: true})
 	assert.ErrorIs(t, err, ErrLocked)
 	txn.Rollback()

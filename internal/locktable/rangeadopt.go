@@ -312,7 +312,7 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace) *rangedKey {
 	}
 	for _, h := range ne.appendHolders(nil) {
 		move(h)
-		h.SetFlags(FlagRanged)
+		h.setFlags(FlagRanged)
 		sh.held--
 		to.held++
 	}

@@ -85,7 +85,7 @@ func (sp *rangeSpace) holdersBlocking(x *Hold, f func(*Hold)) {
 		}
 		return true
 	}
-	if x.IsRange() {
+	if x.isRange() {
 		sp.keysIn(x.key(), x.cold.span.end, each)
 	} else if x.e != nil {
 		each(x.e)

@@ -57,7 +57,7 @@ func (sh *shard) serveQueuedRanges(sp *rangeSpace, batch []*rangeItem) {
 			sh.serveAfterRange(sp, it.start(), it.end())
 			continue
 		}
-		if up := w.upgrade; up != nil && up.Dead() {
+		if up := w.upgrade; up != nil && up.dead() {
 			sh.dropRange(w, waitShareEnded)
 			sh.serveAfterRange(sp, it.start(), it.end())
 			continue
@@ -146,7 +146,7 @@ func (sh *shard) dropRange(w *waiter, outcome waitState) {
 func (sh *shard) giveBackRange(h *Hold, f, set uint32) {
 	it := &h.cold.span.item
 	if f&FlagHeld == 0 || !it.inTree || it.w != nil {
-		h.SetFlags(set)
+		h.setFlags(set)
 		sh.tab.logFault(h.ten, "a handle gave back a range it did not hold")
 		return
 	}

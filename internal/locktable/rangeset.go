@@ -90,7 +90,7 @@ func (s *rangeSet) heldConflicting(h *Hold, f func(*rangeItem) bool) {
 		trees = trees[:1]
 	}
 	for _, t := range trees {
-		if h.IsRange() {
+		if h.isRange() {
 			t.meeting(h.key(), h.cold.span.end, more)
 		} else {
 			t.containing(h.key(), more)
@@ -103,7 +103,7 @@ func (s *rangeSet) heldConflicting(h *Hold, f func(*rangeItem) bool) {
 
 // queuedOver calls f, until it returns false, on the queued range requests that meet h's key set.
 func (s *rangeSet) queuedOver(h *Hold, f func(*rangeItem) bool) {
-	if h.IsRange() {
+	if h.isRange() {
 		s.queued.meeting(h.key(), h.cold.span.end, f)
 		return
 	}

@@ -20,7 +20,7 @@ func (sh *shard) upgradeRange(ctx context.Context, h, stand *Hold, mono, timeout
 	it.h = stand
 	it.id = sp.nextSeq()
 	if !sp.rangeBlocked(sh, stand, 0, true, c, mono) {
-		h.ClearFlags(FlagShared)
+		h.clearFlags(FlagShared)
 		sp.ranges.refile(&h.cold.span.item)
 		sh.unlockAndRunDeferred()
 		return nil
@@ -45,7 +45,7 @@ func (sh *shard) finishRangeUpgrade(sp *rangeSpace, it *rangeItem, mono time.Dur
 	sh.unqueueGrantedRange(sp, it, mono)
 	sp.ranges.remove(it)
 	it.w = nil
-	w.upgrade.ClearFlags(FlagShared) // not a new grant
+	w.upgrade.clearFlags(FlagShared) // not a new grant
 	sp.ranges.refile(&w.upgrade.cold.span.item)
 	w.finish(waitGranted)
 }

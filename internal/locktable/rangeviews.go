@@ -40,7 +40,7 @@ func (sp *rangeSpace) rangeWaiters(h *Hold) (n, read int) {
 // keys inside it and the range requests that meet it; for a key, the range requests over it (its
 // own queue is the key's). It returns how many it read.
 func (sp *rangeSpace) tallyOver(h *Hold, t *waiterTally) (read int) {
-	if h.IsRange() {
+	if h.isRange() {
 		sp.keysIn(h.key(), h.cold.span.end, func(e *keyEntry) bool {
 			for w := e.head; w != nil; w = w.next {
 				t.add(w.h)
@@ -140,7 +140,7 @@ func spanRun(hs []*Hold) int {
 // number of queued requests that conflict with it. The requests queued over the span are read
 // once for them all, as a key's queue is for its sharers, so s locks of one span with q requests
 // queued over it cost O(s + q). It returns how many of hs it looked at.
-func (sh *shard) visitRanges(hs []*Hold, f func(h *Hold, waiters int)) int {
+func (sh *shard) visitRanges(hs []*Hold, f func(s Snapshot, waiters int)) int {
 	if !heldRange(hs[0]) {
 		return 1
 	}
@@ -159,7 +159,7 @@ func (sh *shard) visitRanges(hs []*Hold, f func(h *Hold, waiters int)) int {
 	t := newWaiterTally(live)
 	sh.counts.visited += uint64(sh.spaces[live[0].cf].tallyOver(live[0], &t))
 	for _, h := range live {
-		f(h, t.conflictingWith(h))
+		f(h.snapshot(), t.conflictingWith(h))
 	}
 	return n
 }
@@ -169,7 +169,7 @@ func (sh *shard) visitRanges(hs []*Hold, f func(h *Hold, waiters int)) int {
 // lock, and on the locks of its span listed after it, each that still holds its range and has a
 // conflicting request queued, reading those requests once for them all (visitRanges). It returns
 // how many of hs it looked at.
-func (sh *shard) visitRangeWaits(hs []*Hold, wait func(QueuedRequest), holder func(h *Hold, waiters int)) int {
+func (sh *shard) visitRangeWaits(hs []*Hold, wait func(QueuedRequest), holder func(s Snapshot, waiters int)) int {
 	h := hs[0]
 	it := &h.cold.span.item
 	switch {
@@ -183,7 +183,7 @@ func (sh *shard) visitRangeWaits(hs []*Hold, wait func(QueuedRequest), holder fu
 		sh.counts.visited += uint64(n + sh.spaces[h.cf].tallyOver(h, &t))
 		for _, x := range hs[:n] {
 			if c := t.conflictingWith(x); c > 0 {
-				holder(x, c)
+				holder(x.snapshot(), c)
 			}
 		}
 		return n

@@ -66,19 +66,20 @@ func (sh *shard) init(t *Table) {
 
 func (sh *shard) lookup(h *Hold) *keyEntry { return sh.index.find(h.hash, h.cf, h.key()) }
 
-// Acquire takes h's key for a lease of lease, or with wait queues for it until it is granted,
-// timeout passes on the tenant's clock, ctx is done or the tenant closes. With ctxBounds (the
-// caller gave no timeout of its own), a deadline of ctx replaces timeout (WaitBound). It returns
-// the Mono reading the attempt started at, from which the lease and the wait are measured. On
-// failure it returns ErrClosed, ErrLocked (the key is busy and !wait), ErrTimeout, ctx's error or
-// a *DeadlockError, and h holds nothing and waits for nothing, except that a grant that raced
-// with the tenant's close returns ErrGrantedAfterClose with the key held, for the caller to
-// release. A range hold takes its range the same way: its column family has a range space from
-// InitRange on, so its request goes the way of acquireRouted (rangeadopt.go).
+// Acquire takes h's key for a lease of lease (at most MaxAskedLease, recorded as the lease asked
+// for), or with wait queues for it until it is granted, timeout passes on the tenant's clock, ctx
+// is done or the tenant closes. With ctxBounds (the caller gave no timeout of its own), a deadline
+// of ctx replaces timeout (WaitBound). It returns the Mono reading the attempt started at, from
+// which the lease and the wait are measured. On failure it returns ErrClosed, ErrLocked (the key
+// is busy and !wait), ErrTimeout, ctx's error or a *DeadlockError, and h holds nothing and waits
+// for nothing; a grant that raced with the tenant's close is given back and fails with ErrClosed.
+// A range hold takes its range the same way: its column family has a range space from
+// prepareRange on, so its request goes the way of acquireRouted (rangeadopt.go).
 func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
+	h.setAskedLease(lease)
 	c := h.ten
 	if c.tab.spaces.Load() != nil {
-		return h.acquireRouted(ctx, lease, timeout, wait, ctxBounds)
+		return h.closedAfter(h.acquireRouted(ctx, lease, timeout, wait, ctxBounds))
 	}
 	hash := c.tab.hash(h.cf, h.key())
 	h.hash = hash
@@ -90,7 +91,7 @@ func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, 
 	sh.mu.Lock()
 	if c.tab.spaces.Load() != nil { // a column family had its first range request meanwhile
 		sh.mu.Unlock()
-		return h.acquireRouted(ctx, lease, timeout, wait, ctxBounds)
+		return h.closedAfter(h.acquireRouted(ctx, lease, timeout, wait, ctxBounds))
 	}
 	if c.closed.Load() {
 		sh.mu.Unlock()
@@ -107,7 +108,17 @@ func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, 
 		sh.unlockAndRunDeferred()
 		return mono, nil
 	}
-	return sh.takeBusy(ctx, e, h, wall, mono, lease, timeout, wait, ctxBounds)
+	return h.closedAfter(sh.takeBusy(ctx, e, h, wall, mono, lease, timeout, wait, ctxBounds))
+}
+
+// closedAfter is the result of Acquire given that of a wait: a grant that raced with the tenant's
+// close (ErrGrantedAfterClose) goes back, and the request fails with ErrClosed.
+func (h *Hold) closedAfter(start time.Duration, err error) (time.Duration, error) {
+	if err == ErrGrantedAfterClose {
+		h.Release()
+		err = ErrClosed
+	}
+	return start, err
 }
 
 // takeBusy ends Acquire and acquireRouted, with the mutex held, for h's key when it is in the
@@ -175,7 +186,7 @@ func (sh *shard) grant(e *keyEntry, h *Hold, wall int64, mono, lease time.Durati
 func (sh *shard) grantKey(e *keyEntry, h *Hold, wall int64, mono, lease time.Duration, watch bool) {
 	sh.grant(e, h, wall, mono, lease, watch)
 	if e.ranged() != nil {
-		h.SetFlags(FlagRanged)
+		h.setFlags(FlagRanged)
 	}
 }
 
@@ -223,7 +234,7 @@ func (sh *shard) giveBack(h *Hold, set uint32) {
 		return
 	}
 	if e == nil || e.holder != h {
-		h.SetFlags(set)
+		h.setFlags(set)
 		sh.tab.logFault(h.ten, "a handle gave back a key it did not hold")
 		return
 	}
@@ -237,7 +248,7 @@ func (sh *shard) giveBack(h *Hold, set uint32) {
 // giveBackRanged is giveBack of the exclusive holder of a key in a home shard, whose flags are f.
 func (sh *shard) giveBackRanged(h *Hold, e *keyEntry, f, set uint32) {
 	if e == nil || e.holder != h {
-		h.SetFlags(set)
+		h.setFlags(set)
 		sh.tab.logFault(h.ten, "a handle gave back a key it did not hold")
 		return
 	}
@@ -253,7 +264,7 @@ func (sh *shard) giveBackRanged(h *Hold, e *keyEntry, f, set uint32) {
 // fails.
 func (sh *shard) giveBackShare(h *Hold, e *keyEntry, f, set uint32) {
 	if e == nil || e.placeOf(h) < 0 {
-		h.SetFlags(set)
+		h.setFlags(set)
 		sh.tab.logFault(h.ten, "a handle gave back a share it did not hold")
 		return
 	}
@@ -276,7 +287,7 @@ func (sh *shard) expire(h *Hold) {
 	if h.flags()&FlagExpired != 0 {
 		return
 	}
-	h.SetFlags(FlagExpired)
+	h.setFlags(FlagExpired)
 	sh.unschedule(h)
 	h.closeDone()
 	if h.flags()&(FlagHeld|FlagReleased) != FlagHeld {
@@ -285,7 +296,7 @@ func (sh *shard) expire(h *Hold) {
 	sh.counts.lapsed++
 	sh.noteLapse(h)
 	if h.flags()&FlagFencing != 0 {
-		h.SetFlags(FlagPassOnAfterFence)
+		h.setFlags(FlagPassOnAfterFence)
 		return
 	}
 	sh.giveBack(h, 0)

@@ -18,11 +18,11 @@ type deferredCall struct {
 
 // deferHook moves h's release hook, if any, to the list run after mu is released.
 func (sh *shard) deferHook(h *Hold) {
-	if h.cold == nil || h.cold.Hook == nil {
+	if h.cold == nil || h.cold.hook == nil {
 		return
 	}
-	sh.deferred = append(sh.deferred, deferredCall{h: h, fn: h.cold.Hook})
-	h.cold.Hook = nil
+	sh.deferred = append(sh.deferred, deferredCall{h: h, fn: h.cold.hook})
+	h.cold.hook = nil
 }
 
 // drainDeferred hands the calls deferred under mu to the caller, to run once mu is released.

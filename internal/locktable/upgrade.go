@@ -12,22 +12,31 @@ import (
 // upgrades, until timeout passes, ctx is done or the tenant closes. The wait goes through a
 // stand-in hold that carries its timeout and is what the wait graph sees. It returns ErrReleased
 // or ErrLeaseExpired when h's share ends first (or had ended), and else fails as Acquire does. On
-// failure h is unchanged.
-func (h *Hold) Upgrade(ctx context.Context, timeout time.Duration) error {
+// failure h is unchanged. On success it returns an Undo that makes h shared again (none if h was
+// exclusive already).
+func (h *Hold) Upgrade(ctx context.Context, timeout time.Duration) (Undo, error) {
+	if changed, err := h.upgrade(ctx, timeout); err != nil || !changed {
+		return Undo{}, err
+	}
+	return Undo{h: h, upgrade: true}, nil
+}
+
+// upgrade is Upgrade; it reports whether h was shared.
+func (h *Hold) upgrade(ctx context.Context, timeout time.Duration) (bool, error) {
 	c := h.ten
 	_, mono := ReadClock(c.clock)
 	sh := h.lockShard()
 	if c.closed.Load() {
 		sh.mu.Unlock()
-		return ErrClosed
+		return false, ErrClosed
 	}
-	if err := h.DeadErr(); err != nil {
+	if err := h.deadErr(); err != nil {
 		sh.unlockAndRunDeferred()
-		return err
+		return false, err
 	}
 	if h.flags()&FlagShared == 0 {
 		sh.mu.Unlock()
-		return nil
+		return false, nil
 	}
 	stand := &Hold{ten: h.ten, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, cf: h.cf, owner: h.owner}
 	stand.hash = h.hash
@@ -40,7 +49,7 @@ func (h *Hold) Upgrade(ctx context.Context, timeout time.Duration) error {
 	if err == ErrGrantedAfterClose {
 		err = ErrClosed // Close releases h
 	}
-	return err
+	return true, err
 }
 
 // upgradeKey is Upgrade of a key's share, with the mutex held (it returns with it released);
@@ -50,7 +59,7 @@ func (sh *shard) upgradeKey(ctx context.Context, h, stand *Hold, mono, timeout t
 	sh.settleOtherSharers(e, h, c, mono)
 	if rk := e.ranged(); e.shares == 1 && (rk == nil || !rk.space.keyBlocked(sh, stand, 0, false, c, mono)) {
 		e.shares = 0
-		h.ClearFlags(FlagShared)
+		h.clearFlags(FlagShared)
 		sh.unlockAndRunDeferred()
 		return nil
 	}
@@ -73,9 +82,9 @@ func (sh *shard) settleOtherSharers(e *keyEntry, h *Hold, c *Tenant, mono time.D
 	}
 }
 
-// Downgrade makes h shared again, undoing an Upgrade; if h still holds its key, the shared
+// downgrade makes h shared again, undoing an Upgrade; if h still holds its key, the shared
 // requests at the head of the queue join it.
-func (h *Hold) Downgrade() {
+func (h *Hold) downgrade() {
 	sh := h.lockShard()
 	if h.flags()&FlagShared == 0 {
 		e := h.e
@@ -84,8 +93,8 @@ func (h *Hold) Downgrade() {
 			h.state.Store(h.flags()&flagBits | FlagShared) // in the holder slot, place 0
 			sh.serve(e)
 		} else {
-			h.SetFlags(FlagShared)
-			if h.IsRange() { // its place among the ranges is by mode
+			h.setFlags(FlagShared)
+			if h.isRange() { // its place among the ranges is by mode
 				sh.spaces[h.cf].ranges.refile(&h.cold.span.item)
 			}
 		}
