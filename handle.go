@@ -16,7 +16,7 @@ import (
 type Handle struct {
 	// claim is the table's record of the lock; the table guards it, and every method below asks
 	// the table through one of its operations.
-	claim locktable.Hold
+	claim locktable.Claim
 }
 
 func (h *Handle) status() locktable.Status { return h.claim.Status() }

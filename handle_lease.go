@@ -8,7 +8,7 @@ import (
 
 // Moving a live lease's deadline: joining a cluster round, holding the local key through a round
 // request, UpgradeToHold and Renew. The table keeps the round and checks every move
-// (locktable.Hold.JoinRound, Extend).
+// (locktable.Claim.JoinRound, Extend).
 
 // JoinClusterRound re-anchors the handle to a granted cluster round. It returns false, changing
 // nothing, if the handle no longer authorizes writes, if the round's lease, measured from
@@ -25,8 +25,9 @@ func (h *Handle) JoinClusterRound(tsR Timestamp, lease time.Duration, mintedMono
 
 // join is JoinClusterRound that also records the round's fencing token.
 func (h *Handle) join(round Round, lease time.Duration) bool {
-	return h.claim.JoinRound(locktable.Round{TsR: int64(round.TsR), Token: round.Token, MintedMono: round.MintedMono,
-		Lease: lease, Hook: round.Release})
+	return h.claim.JoinRound(locktable.Round{
+		TsR: int64(round.TsR), Token: round.Token, MintedMono: round.MintedMono, Lease: lease, Hook: round.Release,
+	})
 }
 
 // holdThrough moves a live holder's deadline to deadline, for the Locker to keep the local key
@@ -67,7 +68,7 @@ func (h *Handle) extend(lease time.Duration, hold bool) (locktable.Undo, error) 
 	return u, nil
 }
 
-// deadError is the API's error for a dead hold's locktable.ErrReleased or ErrLeaseExpired.
+// deadError is the API's error for a dead claim's locktable.ErrReleased or ErrLeaseExpired.
 func deadError(err error) error {
 	if err == locktable.ErrReleased {
 		return ErrReleased

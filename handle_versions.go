@@ -4,7 +4,7 @@ import "github.com/recordlock/recordlock/internal/locktable"
 
 // Lock-ordered version stamps of a holder's writes (docs/DESIGN.md §9), for databases that
 // version their records: see Version stamps in the package documentation. The table keeps them
-// (locktable.Hold.Stamp).
+// (locktable.Claim.Stamp).
 
 // HolderVersionCandidate returns the version the next holder write would get, at least floor,
 // without recording it: max(last issued + 1, or AcquiredAt if none; AcquiredAt; the candidate

@@ -40,7 +40,7 @@ func (s *txnRanges) add(x txnLock) {
 		idx = &spans.Index[int]{}
 		s.byCF[cf] = idx
 	}
-	idx.Insert(start, end, i) // the hold's own copies, which never change
+	idx.Insert(start, end, i) // the claim's own copies, which never change
 	s.latest[string(appendRangeID(nil, cf, start, end))] = i
 }
 

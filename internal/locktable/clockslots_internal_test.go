@@ -75,7 +75,7 @@ func TestClockSlotsReusedWhenLockersClose(t *testing.T) {
 		return n
 	}
 
-	var released *Hold
+	var released *Claim
 	for round := range 20 {
 		clk := NewManualClock(start)
 		l, err := newLocker(tab, clk)

@@ -13,9 +13,9 @@ var (
 	ErrTimeout      = errors.New("locktable: wait timed out")
 	ErrReleased     = errors.New("locktable: hold released")
 	ErrLeaseExpired = errors.New("locktable: lease ended")
-	// ErrFenceInOwnFence is what Fence reports to a commit that fences its own hold again.
+	// ErrFenceInOwnFence is what Fence reports to a commit that fences its own claim again.
 	ErrFenceInOwnFence = errors.New("locktable: fence inside its own fence")
-	// ErrGrantedAfterClose is what a wait reports when the key was handed to the hold but its
+	// ErrGrantedAfterClose is what a wait reports when the key was handed to the claim but its
 	// tenant closed meanwhile: Acquire gives the key back, and Acquire and Upgrade fail with ErrClosed.
 	ErrGrantedAfterClose = errors.New("locktable: key granted after Close")
 )

@@ -14,7 +14,7 @@ const bargeWindow = time.Millisecond
 // shared; an exclusive one if the key is free and nothing is queued, or its oldest waiter was
 // woken for it and may still be passed (keyEntry.bargeable). In a home shard a key can be free
 // with its oldest waiter not woken, kept from it by a range; no newcomer passes that one.
-func (e *keyEntry) admits(h *Hold, c *Tenant, mono time.Duration) bool {
+func (e *keyEntry) admits(h *Claim, c *Tenant, mono time.Duration) bool {
 	if h.flags()&FlagShared != 0 {
 		return e.head == nil && (e.holder == nil || e.shares > 0)
 	}

@@ -130,15 +130,15 @@ func (o testOptions) ask() Ask {
 	return a
 }
 
-// newHold returns a hold of l for key, with o's flags, on behalf of owner (nil for none).
-func (l *testLocker) newHold(key []byte, o testOptions, owner Owner) *Hold {
-	h := &Hold{}
+// newClaim returns a claim of l for key, with o's flags, on behalf of owner (nil for none).
+func (l *testLocker) newClaim(key []byte, o testOptions, owner Owner) *Claim {
+	h := &Claim{}
 	l.ten.Prepare(h, owner, 0, key, o.ask())
 	return h
 }
 
 // acquire is Lock, and without wait TryLock, on behalf of owner.
-func (l *testLocker) acquire(ctx context.Context, key []byte, o testOptions, owner Owner, wait bool) (*Hold, error) {
+func (l *testLocker) acquire(ctx context.Context, key []byte, o testOptions, owner Owner, wait bool) (*Claim, error) {
 	if l.ten.Closed() {
 		return nil, ErrClosed
 	}
@@ -146,24 +146,24 @@ func (l *testLocker) acquire(ctx context.Context, key []byte, o testOptions, own
 		return nil, err
 	}
 	lease, timeout := cmp.Or(o.Lease, defaultLease), cmp.Or(o.Timeout, defaultTimeout)
-	h := l.newHold(key, o, owner)
+	h := l.newClaim(key, o, owner)
 	if _, err := h.Acquire(ctx, lease, timeout, wait, false); err != nil {
 		return nil, err
 	}
 	return h, nil
 }
 
-func (l *testLocker) Lock(ctx context.Context, key []byte, o testOptions) (*Hold, error) {
+func (l *testLocker) Lock(ctx context.Context, key []byte, o testOptions) (*Claim, error) {
 	return l.acquire(ctx, key, o, nil, true)
 }
 
-func (l *testLocker) TryLock(key []byte, o testOptions) (*Hold, error) {
+func (l *testLocker) TryLock(key []byte, o testOptions) (*Claim, error) {
 	return l.acquire(context.Background(), key, o, nil, false)
 }
 
 // lockResult is what a lock call started with lockAsync returned.
 type lockResult struct {
-	h   *Hold
+	h   *Claim
 	err error
 }
 
@@ -237,7 +237,7 @@ func keysInShard(l *testLocker, n int) [][]byte {
 // releaseWokenNotRun gives h's key back as Release does, leaving the oldest waiter woken to take
 // it but not yet running: the window in which a newcomer may barge. The returned waiter's
 // wake-up is held back until the test signals it.
-func releaseWokenNotRun(t *testing.T, h *Hold) *waiter {
+func releaseWokenNotRun(t *testing.T, h *Claim) *waiter {
 	t.Helper()
 	sh := h.shard()
 	sh.mu.Lock()
@@ -347,12 +347,12 @@ func (c *ManualClock) nextDue(seq uint64) *manualTimer {
 	return next
 }
 
-// testTxn is an owner that locks as a Txn of the API does: re-entrant, upgrading a shared hold of
-// its own for an exclusive request, and releasing every hold it took when it rolls back.
+// testTxn is an owner that locks as a Txn of the API does: re-entrant, upgrading a shared claim of
+// its own for an exclusive request, and releasing every claim it took when it rolls back.
 type testTxn struct {
-	l     *testLocker
-	name  string
-	holds []*Hold
+	l      *testLocker
+	name   string
+	claims []*Claim
 }
 
 // Begin starts a Txn of l.
@@ -360,9 +360,9 @@ func (l *testLocker) Begin() *testTxn { return &testTxn{l: l} }
 
 func (t *testTxn) Name() string { return t.name }
 
-// Lock locks key for t, upgrading a shared hold of t on it for an exclusive request.
-func (t *testTxn) Lock(ctx context.Context, key []byte, o testOptions) (*Hold, error) {
-	for _, h := range t.holds {
+// Lock locks key for t, upgrading a shared claim of t on it for an exclusive request.
+func (t *testTxn) Lock(ctx context.Context, key []byte, o testOptions) (*Claim, error) {
+	for _, h := range t.claims {
 		if string(h.key()) != string(key) || h.Now().Dead() {
 			continue
 		}
@@ -377,24 +377,24 @@ func (t *testTxn) Lock(ctx context.Context, key []byte, o testOptions) (*Hold, e
 		}
 		return h, nil
 	}
-	o.OwnerHolds = slices.ContainsFunc(t.holds, func(h *Hold) bool { return !h.dead() }) // as Txns
+	o.OwnerHolds = slices.ContainsFunc(t.claims, func(h *Claim) bool { return !h.dead() }) // as Txns
 	h, err := t.l.acquire(ctx, key, o, t, true)
 	if err != nil {
 		return nil, err
 	}
-	t.holds = append(t.holds, h)
+	t.claims = append(t.claims, h)
 	return h, nil
 }
 
-// Rollback releases t's holds and ends t.
+// Rollback releases t's claims and ends t.
 func (t *testTxn) Rollback() {
-	for _, h := range t.holds {
+	for _, h := range t.claims {
 		h.Disown(true)
 	}
-	t.holds = nil
+	t.claims = nil
 }
 
 // fence runs commit inside a fence of h, as the API's Fence does.
-func fence(h *Hold, commit func() error) error {
+func fence(h *Claim, commit func() error) error {
 	return h.Fence(commit, true, false)
 }

@@ -105,12 +105,12 @@ func TestSharedWaitCheckCostDoesNotGrowWithQueue(t *testing.T) {
 func TestSharerPlaces(t *testing.T) {
 	tab := newTestTable(t)
 	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
-	mk := func() *Hold {
-		h := l.newHold([]byte("k"), testOptions{Shared: true}, nil)
+	mk := func() *Claim {
+		h := l.newClaim([]byte("k"), testOptions{Shared: true}, nil)
 		return h
 	}
 	var e keyEntry
-	hs := make([]*Hold, 6)
+	hs := make([]*Claim, 6)
 	for i := range hs {
 		hs[i] = mk()
 		hs[i].state.Store(e.addSharer(hs[i], hs[i].flags()) | FlagHeld)
@@ -142,7 +142,7 @@ func TestSharerPlaces(t *testing.T) {
 	var far keyEntry
 	far.holder = mk()
 	far.shares = 1
-	far.sharers = make([]*Hold, sharePosFar-2, sharePosFar+4)
+	far.sharers = make([]*Claim, sharePosFar-2, sharePosFar+4)
 	for range 4 {
 		h := mk()
 		h.state.Store(far.addSharer(h, h.flags()) | FlagHeld)

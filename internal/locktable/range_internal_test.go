@@ -12,25 +12,25 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// newRangeHold returns a hold of l for the range [start, end), end nil for no bound, with o's
+// newRangeClaim returns a claim of l for the range [start, end), end nil for no bound, with o's
 // flags, on behalf of owner (nil for none).
-func (l *testLocker) newRangeHold(start, end []byte, o testOptions, owner Owner) *Hold {
-	h := &Hold{}
+func (l *testLocker) newRangeClaim(start, end []byte, o testOptions, owner Owner) *Claim {
+	h := &Claim{}
 	l.ten.PrepareRange(h, owner, 0, start, end, o.ask())
 	return h
 }
 
 // acquireRange is a range's Lock, and without wait its TryLock, on behalf of owner.
-func (l *testLocker) acquireRange(ctx context.Context, start, end []byte, o testOptions, owner Owner, wait bool) (*Hold, error) {
+func (l *testLocker) acquireRange(ctx context.Context, start, end []byte, o testOptions, owner Owner, wait bool) (*Claim, error) {
 	lease, timeout := cmp.Or(o.Lease, defaultLease), cmp.Or(o.Timeout, defaultTimeout)
-	h := l.newRangeHold(start, end, o, owner)
+	h := l.newRangeClaim(start, end, o, owner)
 	if _, err := h.Acquire(ctx, lease, timeout, wait, false); err != nil {
 		return nil, err
 	}
 	return h, nil
 }
 
-func (l *testLocker) TryLockRange(start, end string, o testOptions) (*Hold, error) {
+func (l *testLocker) TryLockRange(start, end string, o testOptions) (*Claim, error) {
 	return l.acquireRange(context.Background(), []byte(start), endOf(end), o, nil, false)
 }
 
@@ -80,7 +80,7 @@ func TestRangeConflictsWithKeysAndRanges(t *testing.T) {
 	x, err := l.TryLockRange("", "a", testOptions{})
 	require.NoError(t, err, "[\"\", a) ends where [a, c) starts")
 
-	for _, h := range []*Hold{b, ac, cx, bb, x} {
+	for _, h := range []*Claim{b, ac, cx, bb, x} {
 		require.True(t, h.Release())
 	}
 	assert.True(t, ProbeTableEmpty(l))
@@ -133,7 +133,7 @@ func TestQueuedRangeDelaysOnlyWhatItConflictsWith(t *testing.T) {
 func TestFirstRangeMovesTheKeysAlreadyThere(t *testing.T) {
 	tab := newTestTable(t)
 	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
-	var held []*Hold
+	var held []*Claim
 	var waiting []<-chan lockResult
 	for i := range 64 {
 		k := []byte(fmt.Sprintf("k%02d", i))
@@ -201,7 +201,7 @@ func TestOwnLocksNeverConflict(t *testing.T) {
 	require.NoError(t, err)
 	r, err := l.acquireRange(context.Background(), []byte("a"), []byte("c"), testOptions{}, txn, false)
 	require.NoError(t, err, "a Txn's range over its own key")
-	txn.holds = append(txn.holds, r)
+	txn.claims = append(txn.claims, r)
 	_, err = l.TryLock([]byte("b"), testOptions{Shared: true})
 	assert.ErrorIs(t, err, ErrLocked)
 	txn.Rollback()
@@ -216,7 +216,7 @@ func TestDeadlockThroughRangeAndKey(t *testing.T) {
 	require.NoError(t, err)
 	rb, err := l.acquireRange(context.Background(), []byte("r"), []byte("s"), testOptions{}, b, false)
 	require.NoError(t, err)
-	b.holds = append(b.holds, rb)
+	b.claims = append(b.claims, rb)
 
 	aWaits := rangeAsync(l, "q", "t", testOptions{Timeout: time.Minute}, a)
 	waitRangesQueued(t, l, 1)
@@ -227,7 +227,7 @@ func TestDeadlockThroughRangeAndKey(t *testing.T) {
 	b.Rollback()
 	res := Await(t, aWaits, "a's range once b rolled back")
 	require.NoError(t, res.err)
-	a.holds = append(a.holds, res.h)
+	a.claims = append(a.claims, res.h)
 	a.Rollback()
 	assert.True(t, ProbeTableEmpty(l))
 }
@@ -237,7 +237,7 @@ func TestRangeUpgradeWaitsForOtherSharers(t *testing.T) {
 	txn := l.Begin()
 	r, err := l.acquireRange(context.Background(), []byte("a"), []byte("c"), testOptions{Shared: true}, txn, false)
 	require.NoError(t, err)
-	txn.holds = append(txn.holds, r)
+	txn.claims = append(txn.claims, r)
 	other, err := l.TryLock([]byte("b"), testOptions{Shared: true})
 	require.NoError(t, err)
 	queued := rangeAsync(l, "a", "z", testOptions{}, nil)

@@ -16,7 +16,7 @@ import (
 
 // passes reports whether h, a request, may pass x, a request queued before it: h's owner holds
 // locks (FlagOwnerHolds), and x waits for one of them (waitsForOwner).
-func (sp *rangeSpace) passes(h *Hold, x *waiter) bool {
+func (sp *rangeSpace) passes(h *Claim, x *waiter) bool {
 	o := h.owner
 	if o == nil || h.flags()&FlagOwnerHolds == 0 || x.h.owner == o {
 		return false
@@ -53,7 +53,7 @@ func (sp *rangeSpace) waitsForOwner(x *waiter, o Owner, seen *[]*waiter) bool {
 func (sp *rangeSpace) conflictsWithLocksOf(x *waiter, o Owner, seen *[]*waiter) bool {
 	xh := x.h
 	found := false
-	holds := func(y *Hold) bool {
+	holds := func(y *Claim) bool {
 		if y.owner == nil || !conflicts(xh, y) {
 			return false
 		}
@@ -152,7 +152,7 @@ func (sp *rangeSpace) queuedBefore(x *waiter) []*rangeItem {
 // by shared requests that a range keeps from the key), and then an exclusive request may still
 // take a key freed for a woken waiter within the barging window (keyEntry.admits). mono is a
 // reading of c's clock.
-func (sp *rangeSpace) placeNewcomer(e *keyEntry, h *Hold, c *Tenant, mono time.Duration) (admitted bool, before *waiter) {
+func (sp *rangeSpace) placeNewcomer(e *keyEntry, h *Claim, c *Tenant, mono time.Duration) (admitted bool, before *waiter) {
 	if h.owner != nil && h.flags()&FlagOwnerHolds != 0 {
 		for w := e.head; w != nil; w = w.next {
 			if sp.passes(h, w) {
@@ -176,7 +176,7 @@ func (sp *rangeSpace) placeNewcomer(e *keyEntry, h *Hold, c *Tenant, mono time.D
 // owner and some owner waits, the waits that may have passed a request because of h are checked
 // for a cycle again once the mutex is released (recheckWaiting). Such a request no longer passes
 // the ones that waited for h, and the edge to each of those is new.
-func (sh *shard) ownerLetGo(h *Hold) {
+func (sh *shard) ownerLetGo(h *Claim) {
 	if h.owner == nil || sh.tab.graph.count.Load() == 0 {
 		return
 	}

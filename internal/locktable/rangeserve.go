@@ -142,8 +142,8 @@ func (sh *shard) dropRange(w *waiter, outcome waitState) {
 	sh.countOutcome(outcome)
 }
 
-// giveBackRange is giveBack of a range hold whose flags are f.
-func (sh *shard) giveBackRange(h *Hold, f, set uint32) {
+// giveBackRange is giveBack of a range claim whose flags are f.
+func (sh *shard) giveBackRange(h *Claim, f, set uint32) {
 	it := &h.cold.span.item
 	if f&FlagHeld == 0 || !it.inTree || it.w != nil {
 		h.setFlags(set)

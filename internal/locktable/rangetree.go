@@ -18,9 +18,9 @@ type rangeTree struct {
 	steps uint64
 }
 
-// rangeItem is a range hold's node in its column family's tree, held or queued.
+// rangeItem is a range claim's node in its column family's tree, held or queued.
 type rangeItem struct {
-	h *Hold
+	h *Claim
 	// w is the queued request, nil once granted; its seq is the request's place in the column
 	// family's order of arrival.
 	w  *waiter

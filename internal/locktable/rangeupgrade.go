@@ -11,7 +11,7 @@ import (
 
 // upgradeRange is Upgrade of a shared range lock, with the mutex held (it returns with it
 // released); stand is the stand-in its wait goes through, made a request over h's range here.
-func (sh *shard) upgradeRange(ctx context.Context, h, stand *Hold, mono, timeout time.Duration) error {
+func (sh *shard) upgradeRange(ctx context.Context, h, stand *Claim, mono, timeout time.Duration) error {
 	c := h.ten
 	sp := sh.spaces[h.cf]
 	stand.state.Store(FlagRange)
@@ -38,7 +38,7 @@ func (sh *shard) upgradeRange(ctx context.Context, h, stand *Hold, mono, timeout
 	return sh.sleep(ctx, nil, w, MonoAfter(mono, timeout))
 }
 
-// finishRangeUpgrade ends it, a queued range upgrade: granted, its hold becomes exclusive; or its
+// finishRangeUpgrade ends it, a queued range upgrade: granted, its claim becomes exclusive; or its
 // share ended first.
 func (sh *shard) finishRangeUpgrade(sp *rangeSpace, it *rangeItem, mono time.Duration) {
 	w := it.w
@@ -51,7 +51,7 @@ func (sh *shard) finishRangeUpgrade(sp *rangeSpace, it *rangeItem, mono time.Dur
 }
 
 // upgradeOfRange returns the upgrade queued for h, a shared range lock of sp, or nil.
-func (sp *rangeSpace) upgradeOfRange(h *Hold) *waiter {
+func (sp *rangeSpace) upgradeOfRange(h *Claim) *waiter {
 	for _, it := range sp.queue {
 		if it.w.seq != 0 {
 			break

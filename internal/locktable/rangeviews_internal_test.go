@@ -15,7 +15,7 @@ import (
 // of which gives its range back as soon as it gets it; release lets them through.
 type rangeSharersAndQueued struct {
 	l       *testLocker
-	held    []*Hold
+	held    []*Claim
 	results chan error
 }
 

@@ -6,13 +6,13 @@ import "time"
 // request, and extending or renewing the lease, with the undo of an extension. A joined round
 // caps every later extension: a granted round is never extended locally.
 
-// Round is a cluster round a hold joins (JoinRound).
+// Round is a cluster round a claim joins (JoinRound).
 type Round struct {
-	TsR        int64         // the round's timestamp: the hold's AcquiredAt from now on
+	TsR        int64         // the round's timestamp: the claim's AcquiredAt from now on
 	Token      uint64        // its fencing token, 0 for none
-	MintedMono time.Duration // the Mono of the hold's clock read before the round was requested
+	MintedMono time.Duration // the Mono of the claim's clock read before the round was requested
 	Lease      time.Duration // measured from MintedMono
-	Hook       func() error  // the hold's release hook from now on (the round's release)
+	Hook       func() error  // the claim's release hook from now on (the round's release)
 }
 
 // JoinRound re-anchors h to a granted round. It returns false, changing nothing, if h no longer
@@ -21,7 +21,7 @@ type Round struct {
 // AcquiredAt becomes the round's TsR, the version counter restarts, the deadline becomes exactly
 // MintedMono+Lease, ExpiresAt becomes TsR+Lease, and the round's hook becomes the release hook,
 // armed to fire at the round's deadline.
-func (h *Hold) JoinRound(r Round) bool {
+func (h *Claim) JoinRound(r Round) bool {
 	sh := h.lockShard()
 	defer sh.unlockAndRunDeferred()
 	if h.dead() || h.settle(sh) || r.Lease > h.askedLease() {
@@ -47,7 +47,7 @@ func (h *Hold) JoinRound(r Round) bool {
 
 // AwaitRound moves a live holder's deadline to deadline, to keep the key while a cluster round is
 // requested. It reports false, changing nothing, when h is dead.
-func (h *Hold) AwaitRound(deadline time.Duration) bool {
+func (h *Claim) AwaitRound(deadline time.Duration) bool {
 	sh := h.lockShard()
 	defer sh.unlockAndRunDeferred()
 	if h.dead() || h.settle(sh) {
@@ -61,8 +61,8 @@ func (h *Hold) AwaitRound(deadline time.Duration) bool {
 // records lease as the lease asked for. Under a joined round the deadline is clamped to the
 // round's, and ExpiresAt with it. With outlive, h also outlives its owner from now on (FlagHold)
 // and issues one version (Stamp with StampNext). It returns ErrReleased or ErrLeaseExpired for a
-// dead hold, changing nothing; else an Undo that puts back what it changed.
-func (h *Hold) Extend(lease time.Duration, outlive bool) (Undo, error) {
+// dead claim, changing nothing; else an Undo that puts back what it changed.
+func (h *Claim) Extend(lease time.Duration, outlive bool) (Undo, error) {
 	sh := h.lockShard()
 	defer sh.unlockAndRunDeferred()
 	if err := h.deadErr(); err != nil {
@@ -96,8 +96,8 @@ func (h *Hold) Extend(lease time.Duration, outlive bool) (Undo, error) {
 // Undo puts back what an Extend or an Upgrade changed, for a caller whose larger step failed.
 // The zero Undo does nothing.
 type Undo struct {
-	h       *Hold
-	upgrade bool // an Upgrade's: make the hold shared again
+	h       *Claim
+	upgrade bool // an Upgrade's: make the claim shared again
 	// An Extend's: what it replaced.
 	deadline  time.Duration
 	asked     time.Duration
@@ -108,7 +108,7 @@ type Undo struct {
 
 // Undo puts back the lease (and the lease asked for), ExpiresAt, FlagHold and version counter
 // that Extend replaced: a deadline put back that has already passed ends the lease now, as it
-// would have without the extension. Or it makes the hold an Upgrade made exclusive shared again;
+// would have without the extension. Or it makes the claim an Upgrade made exclusive shared again;
 // if it still holds its key, the shared requests at the head of the queue join it.
 func (u Undo) Undo() {
 	h := u.h

@@ -16,7 +16,7 @@ import (
 
 var roundStart = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// Joining a round re-anchors the hold to it exactly, and its hook fires once at the round's
+// Joining a round re-anchors the claim to it exactly, and its hook fires once at the round's
 // deadline, when the key passes on.
 func TestJoinRoundReanchorsTheHold(t *testing.T) {
 	clk := NewManualClock(roundStart)
@@ -54,7 +54,7 @@ func TestJoinRoundReanchorsTheHold(t *testing.T) {
 }
 
 // A round is refused, and changes nothing, when it asks for more lease than the lock did, when
-// its lease is over already, or when the hold is dead.
+// its lease is over already, or when the claim is dead.
 func TestJoinRoundRefuses(t *testing.T) {
 	clk := NewManualClock(roundStart)
 	l := newTestLocker(t, newTestTable(t), clk)
@@ -124,7 +124,7 @@ func TestExtendRunsTheLeaseFromNow(t *testing.T) {
 	assert.True(t, ProbeTableEmpty(l))
 }
 
-// Extend with outlive makes the hold outlive its owner and issues a version; its Undo puts back
+// Extend with outlive makes the claim outlive its owner and issues a version; its Undo puts back
 // all it changed, and a deadline put back that has passed ends the lease at once.
 func TestExtendUndo(t *testing.T) {
 	clk := NewManualClock(roundStart)
@@ -158,7 +158,7 @@ func TestExtendUndo(t *testing.T) {
 	Undo{}.Undo() // the zero Undo does nothing
 }
 
-// AwaitRound keeps a live holder's key until the deadline it is given, and refuses a dead hold.
+// AwaitRound keeps a live holder's key until the deadline it is given, and refuses a dead claim.
 func TestAwaitRoundMovesTheDeadline(t *testing.T) {
 	clk := NewManualClock(roundStart)
 	l := newTestLocker(t, newTestTable(t), clk)
@@ -170,7 +170,7 @@ func TestAwaitRoundMovesTheDeadline(t *testing.T) {
 	assert.Equal(t, time.Second, h.Snapshot().AskedLease, "the lease asked for is unchanged")
 	clk.Advance(30 * time.Second)
 	assert.True(t, h.Now().Expired())
-	assert.False(t, h.AwaitRound(clk.Mono()+time.Minute), "a lapsed hold is not revived")
+	assert.False(t, h.AwaitRound(clk.Mono()+time.Minute), "a lapsed claim is not revived")
 }
 
 // Version stamps: the candidate is max(last issued + 1, or AcquiredAt; the floor; the caller's
@@ -200,7 +200,7 @@ func TestStampVersions(t *testing.T) {
 	require.True(t, h.Release())
 }
 
-// A lease that lapses inside a fence ends the hold's authority at once, and the key passes on
+// A lease that lapses inside a fence ends the claim's authority at once, and the key passes on
 // only when the commit returns; a fence on a lapsed lease does not run its commit.
 func TestFenceUnderExpiry(t *testing.T) {
 	clk := NewManualClock(roundStart)
@@ -249,7 +249,7 @@ func TestFenceReleasesUnlessHold(t *testing.T) {
 }
 
 // Disown releases a live lock unless it outlives its owner, and with release whatever it is;
-// either way the hold has no owner after it.
+// either way the claim has no owner after it.
 func TestDisown(t *testing.T) {
 	l := newTestLocker(t, newTestTable(t), NewManualClock(roundStart))
 	txn := l.Begin()
@@ -286,7 +286,7 @@ func TestNowSettlesALapse(t *testing.T) {
 	assert.True(t, ProbeTableEmpty(l), "the key went back")
 }
 
-// The Undo of an Upgrade makes the hold shared again, and a shared request queued behind it
+// The Undo of an Upgrade makes the claim shared again, and a shared request queued behind it
 // joins it.
 func TestUpgradeUndo(t *testing.T) {
 	l := newTestLocker(t, newTestTable(t), NewManualClock(roundStart))
@@ -299,12 +299,12 @@ func TestUpgradeUndo(t *testing.T) {
 	assert.False(t, h.Status().Shared())
 	again, err := h.Upgrade(context.Background(), time.Minute)
 	require.NoError(t, err)
-	assert.Equal(t, Undo{}, again, "upgrading an exclusive hold has nothing to undo")
+	assert.Equal(t, Undo{}, again, "upgrading an exclusive claim has nothing to undo")
 	got := lockAsync(context.Background(), l, []byte("k"), testOptions{Shared: true, Timeout: time.Minute})
 	WaitQueued(t, l, []byte("k"), 1)
 	u.Undo()
 	assert.True(t, h.Status().Shared())
-	res := Await(t, got, "the shared request, once the hold is shared again")
+	res := Await(t, got, "the shared request, once the claim is shared again")
 	require.NoError(t, res.err)
 	require.True(t, res.h.Release())
 }

@@ -47,7 +47,7 @@ func TestTimersFireByDeadlineDespiteMutexWait(t *testing.T) {
 	t.Run("lease", func(t *testing.T) {
 		clk := &signallingClock{ManualClock: NewManualClock(time.Unix(1, 0))}
 		l := newTestLocker(t, tab, clk)
-		got := make(chan *Hold, 1)
+		got := make(chan *Claim, 1)
 		stallAfterReading(t, l, clk, key, 500*time.Millisecond, func() {
 			h, err := l.TryLock(key, testOptions{Lease: time.Second})
 			assert.NoError(t, err)
@@ -85,7 +85,7 @@ func TestSchedulerKeepsNoStaleHandles(t *testing.T) {
 	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
 	keys := keysInShard(l, 3)
 	sh := l.tab.shard(l.tab.hash(0, keys[0]))
-	var hs []*Hold
+	var hs []*Claim
 	for _, k := range keys {
 		h, err := l.TryLock(k, testOptions{})
 		require.NoError(t, err)
@@ -97,7 +97,7 @@ func TestSchedulerKeepsNoStaleHandles(t *testing.T) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	assert.Empty(t, sh.firstSched.heap)
-	assert.Equal(t, [2]*Hold{}, sh.firstSched.own, "the shard's own heap storage points to no handle")
+	assert.Equal(t, [2]*Claim{}, sh.firstSched.own, "the shard's own heap storage points to no handle")
 }
 
 func TestSchedulerRearmsForEarlierDeadline(t *testing.T) {

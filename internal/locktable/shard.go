@@ -64,7 +64,7 @@ func (sh *shard) init(t *Table) {
 	}
 }
 
-func (sh *shard) lookup(h *Hold) *keyEntry { return sh.index.find(h.hash, h.cf, h.key()) }
+func (sh *shard) lookup(h *Claim) *keyEntry { return sh.index.find(h.hash, h.cf, h.key()) }
 
 // Acquire takes h's key for a lease of lease (at most MaxAskedLease, recorded as the lease asked
 // for), or with wait queues for it until it is granted, timeout passes on the tenant's clock, ctx
@@ -73,9 +73,9 @@ func (sh *shard) lookup(h *Hold) *keyEntry { return sh.index.find(h.hash, h.cf, 
 // which the lease and the wait are measured. On failure it returns ErrClosed, ErrLocked (the key
 // is busy and !wait), ErrTimeout, ctx's error or a *DeadlockError, and h holds nothing and waits
 // for nothing; a grant that raced with the tenant's close is given back and fails with ErrClosed.
-// A range hold takes its range the same way: its column family has a range space from
+// A range claim takes its range the same way: its column family has a range space from
 // prepareRange on, so its request goes the way of acquireRouted (rangeadopt.go).
-func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
+func (h *Claim) Acquire(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
 	h.setAskedLease(lease)
 	c := h.ten
 	if c.tab.spaces.Load() != nil {
@@ -113,7 +113,7 @@ func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, 
 
 // closedAfter is the result of Acquire given that of a wait: a grant that raced with the tenant's
 // close (ErrGrantedAfterClose) goes back, and the request fails with ErrClosed.
-func (h *Hold) closedAfter(start time.Duration, err error) (time.Duration, error) {
+func (h *Claim) closedAfter(start time.Duration, err error) (time.Duration, error) {
 	if err == ErrGrantedAfterClose {
 		h.Release()
 		err = ErrClosed
@@ -125,7 +125,7 @@ func (h *Hold) closedAfter(start time.Duration, err error) (time.Duration, error
 // table (e): granted at once if e admits h, else ErrLocked or the wait. A key not in the table is
 // granted by each caller itself: on the uncontended path, the call and its arguments would cost
 // Acquire instructions.
-func (sh *shard) takeBusy(ctx context.Context, e *keyEntry, h *Hold, wall int64, mono, lease, timeout time.Duration,
+func (sh *shard) takeBusy(ctx context.Context, e *keyEntry, h *Claim, wall int64, mono, lease, timeout time.Duration,
 	wait, ctxBounds bool) (time.Duration, error) {
 	switch {
 	case e.admits(h, h.ten, mono):
@@ -143,7 +143,7 @@ func (sh *shard) takeBusy(ctx context.Context, e *keyEntry, h *Hold, wall int64,
 // settleHolders settles the lapsed holders of e that a request for h, made at mono on c's clock,
 // must get past: an exclusive holder, or for an exclusive request the sharers, until one is
 // live. It reports whether it ended a lease just now (the entry may have left the table).
-func (sh *shard) settleHolders(e *keyEntry, h *Hold, c *Tenant, mono time.Duration) bool {
+func (sh *shard) settleHolders(e *keyEntry, h *Claim, c *Tenant, mono time.Duration) bool {
 	if e.shares == 0 {
 		return e.holder.endIfLapsed(sh, c, mono)
 	}
@@ -160,7 +160,7 @@ func (sh *shard) settleHolders(e *keyEntry, h *Hold, c *Tenant, mono time.Durati
 // grant makes h a holder of e and starts its lease at the given readings of h's clock (wall in
 // Unix nanoseconds). The deadline goes on a timer only if watch, that is when a request is
 // queued behind it (see watch); a sharer's deadline that is not notes that e has one unwatched.
-func (sh *shard) grant(e *keyEntry, h *Hold, wall int64, mono, lease time.Duration, watch bool) {
+func (sh *shard) grant(e *keyEntry, h *Claim, wall int64, mono, lease time.Duration, watch bool) {
 	f := h.flags()
 	if f&FlagShared == 0 {
 		e.holder = h
@@ -183,7 +183,7 @@ func (sh *shard) grant(e *keyEntry, h *Hold, wall int64, mono, lease time.Durati
 // grantKey is grant anywhere but Acquire's grant of a key not in the table: a holder of a key in
 // a home shard is marked so (FlagRanged), so that giving it back serves the ranges its key may hold
 // up.
-func (sh *shard) grantKey(e *keyEntry, h *Hold, wall int64, mono, lease time.Duration, watch bool) {
+func (sh *shard) grantKey(e *keyEntry, h *Claim, wall int64, mono, lease time.Duration, watch bool) {
 	sh.grant(e, h, wall, mono, lease, watch)
 	if e.ranged() != nil {
 		h.setFlags(FlagRanged)
@@ -194,7 +194,7 @@ func (sh *shard) grantKey(e *keyEntry, h *Hold, wall int64, mono, lease time.Dur
 // observe the lease ending: a waiter queues for its key, Done is called, or a release hook is set.
 // Until then nothing can tell a lapse settled at the deadline from one settled when the handle or
 // its key is next looked at (docs/DESIGN.md §7), so an uncontended lock costs no scheduling.
-func (sh *shard) watch(h *Hold) {
+func (sh *shard) watch(h *Claim) {
 	if h.heapIdx < 0 && h.flags()&FlagExpired == 0 {
 		sh.schedule(h)
 	}
@@ -217,9 +217,9 @@ func (sh *shard) watchHolders(e *keyEntry) {
 	}
 }
 
-// giveBack ends h's hold of its key, setting the flags in set with the same store, and serves
+// giveBack ends h's holding of its key, setting the flags in set with the same store, and serves
 // the key's queue.
-func (sh *shard) giveBack(h *Hold, set uint32) {
+func (sh *shard) giveBack(h *Claim, set uint32) {
 	e := h.e
 	f := h.flags()
 	if f&(FlagShared|FlagRange|FlagRanged) != 0 {
@@ -246,7 +246,7 @@ func (sh *shard) giveBack(h *Hold, set uint32) {
 }
 
 // giveBackRanged is giveBack of the exclusive holder of a key in a home shard, whose flags are f.
-func (sh *shard) giveBackRanged(h *Hold, e *keyEntry, f, set uint32) {
+func (sh *shard) giveBackRanged(h *Claim, e *keyEntry, f, set uint32) {
 	if e == nil || e.holder != h {
 		h.setFlags(set)
 		sh.tab.logFault(h.ten, "a handle gave back a key it did not hold")
@@ -262,7 +262,7 @@ func (sh *shard) giveBackRanged(h *Hold, e *keyEntry, f, set uint32) {
 
 // giveBackShare is giveBack of a sharer, whose flags are f. An upgrade waiting on the share
 // fails.
-func (sh *shard) giveBackShare(h *Hold, e *keyEntry, f, set uint32) {
+func (sh *shard) giveBackShare(h *Claim, e *keyEntry, f, set uint32) {
 	if e == nil || e.placeOf(h) < 0 {
 		h.setFlags(set)
 		sh.tab.logFault(h.ten, "a handle gave back a share it did not hold")
@@ -283,7 +283,7 @@ func (sh *shard) giveBackShare(h *Hold, e *keyEntry, f, set uint32) {
 
 // expire ends h's lease: it stops authorizing writes at once, and the key passes on now or, when
 // h is inside Fence, as soon as the commit returns.
-func (sh *shard) expire(h *Hold) {
+func (sh *shard) expire(h *Claim) {
 	if h.flags()&FlagExpired != 0 {
 		return
 	}
@@ -314,11 +314,11 @@ func (sh *shard) unqueueGranted(e *keyEntry, w *waiter, mono time.Duration) {
 
 // evict fails c's queued waiters with ErrClosed and appends the handles of c holding a key here
 // to held.
-func (sh *shard) evict(c *Tenant, held []*Hold) []*Hold {
+func (sh *shard) evict(c *Tenant, held []*Claim) []*Claim {
 	// Collect first: failing a waiter can pass its key on or take its entry out of the index.
 	var entries []*keyEntry
 	sh.index.all(func(e *keyEntry) { entries = append(entries, e) })
-	var holders []*Hold
+	var holders []*Claim
 	for _, e := range entries {
 		holders = e.appendHolders(holders[:0])
 		for _, h := range holders {

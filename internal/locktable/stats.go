@@ -66,7 +66,7 @@ func (t *Table) VisitHolders(i int, f func(s Snapshot, waiters int)) {
 		i += sh.visitRanges(ranges[i:], f)
 		sh.unlockAndRunDeferred()
 	}
-	var holders []*Hold
+	var holders []*Claim
 	for _, k := range keys {
 		sh.mu.Lock()
 		if e := k.find(sh); e != nil && e.holder != nil {
@@ -77,7 +77,7 @@ func (t *Table) VisitHolders(i int, f func(s Snapshot, waiters int)) {
 }
 
 // visitHolders is VisitHolders of e's key, with the mutex held; out is scratch space.
-func (sh *shard) visitHolders(e *keyEntry, out []*Hold, f func(s Snapshot, waiters int)) []*Hold {
+func (sh *shard) visitHolders(e *keyEntry, out []*Claim, f func(s Snapshot, waiters int)) []*Claim {
 	out = e.appendHolders(out)
 	live := out[:0] // filtered in place
 	for _, h := range out {
@@ -100,19 +100,19 @@ func (sh *shard) visitHolders(e *keyEntry, out []*Hold, f func(s Snapshot, waite
 }
 
 // keyRef names a key of a shard across a release of its mutex, in which its entry may leave the
-// table and be reused: by the entry's hash and a hold of the key (a holder or a queued request),
+// table and be reused: by the entry's hash and a claim of the key (a holder or a queued request),
 // whose record never changes.
 type keyRef struct {
 	hash uint64
-	h    *Hold
+	h    *Claim
 }
 
 // find returns the entry of the key, if it is still in the shard, with the mutex held.
 func (k keyRef) find(sh *shard) *keyEntry { return sh.index.find(k.hash, k.h.cf, k.h.key()) }
 
-// listKeys lists, under the shard mutex, the keys whose entries want accepts and the range holds
+// listKeys lists, under the shard mutex, the keys whose entries want accepts and the range claims
 // and requests of the shard's spaces.
-func (sh *shard) listKeys(want func(*keyEntry) bool) (keys []keyRef, ranges []*Hold) {
+func (sh *shard) listKeys(want func(*keyEntry) bool) (keys []keyRef, ranges []*Claim) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.index.all(func(e *keyEntry) {
@@ -133,10 +133,10 @@ func (sh *shard) listKeys(want func(*keyEntry) bool) (keys []keyRef, ranges []*H
 
 // QueuedRequest is one request queued for a busy key, as VisitWaits shows it.
 type QueuedRequest struct {
-	Request Snapshot      // the request's hold: for an upgrade, a stand-in's, with its key and owner
+	Request Snapshot      // the request's claim: for an upgrade, a stand-in's, with its key and owner
 	Waited  time.Duration // time queued so far, on its tenant's clock
 	Shared  bool          // a shared request
-	Upgrade bool          // the upgrade of a shared hold to exclusive
+	Upgrade bool          // the upgrade of a shared claim to exclusive
 }
 
 // request is w as VisitWaits shows it, read now.

@@ -7,14 +7,14 @@ import (
 
 // Upgrading a shared handle to exclusive, for a Txn, and undoing it (docs/DESIGN.md §15.3).
 
-// Upgrade makes h, a shared hold of an owner, exclusive: at once when its share is the only one,
+// Upgrade makes h, a shared claim of an owner, exclusive: at once when its share is the only one,
 // else once the other sharers are gone, waiting ahead of every request queued but earlier
 // upgrades, until timeout passes, ctx is done or the tenant closes. The wait goes through a
-// stand-in hold that carries its timeout and is what the wait graph sees. It returns ErrReleased
+// stand-in claim that carries its timeout and is what the wait graph sees. It returns ErrReleased
 // or ErrLeaseExpired when h's share ends first (or had ended), and else fails as Acquire does. On
 // failure h is unchanged. On success it returns an Undo that makes h shared again (none if h was
 // exclusive already).
-func (h *Hold) Upgrade(ctx context.Context, timeout time.Duration) (Undo, error) {
+func (h *Claim) Upgrade(ctx context.Context, timeout time.Duration) (Undo, error) {
 	if changed, err := h.upgrade(ctx, timeout); err != nil || !changed {
 		return Undo{}, err
 	}
@@ -22,7 +22,7 @@ func (h *Hold) Upgrade(ctx context.Context, timeout time.Duration) (Undo, error)
 }
 
 // upgrade is Upgrade; it reports whether h was shared.
-func (h *Hold) upgrade(ctx context.Context, timeout time.Duration) (bool, error) {
+func (h *Claim) upgrade(ctx context.Context, timeout time.Duration) (bool, error) {
 	c := h.ten
 	_, mono := ReadClock(c.clock)
 	sh := h.lockShard()
@@ -38,7 +38,7 @@ func (h *Hold) upgrade(ctx context.Context, timeout time.Duration) (bool, error)
 		sh.mu.Unlock()
 		return false, nil
 	}
-	stand := &Hold{ten: h.ten, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, cf: h.cf, owner: h.owner}
+	stand := &Claim{ten: h.ten, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, cf: h.cf, owner: h.owner}
 	stand.hash = h.hash
 	var err error
 	if h.flags()&FlagRange != 0 {
@@ -54,7 +54,7 @@ func (h *Hold) upgrade(ctx context.Context, timeout time.Duration) (bool, error)
 
 // upgradeKey is Upgrade of a key's share, with the mutex held (it returns with it released);
 // stand is the stand-in its wait would go through.
-func (sh *shard) upgradeKey(ctx context.Context, h, stand *Hold, mono, timeout time.Duration) error {
+func (sh *shard) upgradeKey(ctx context.Context, h, stand *Claim, mono, timeout time.Duration) error {
 	c, e := h.ten, h.e
 	sh.settleOtherSharers(e, h, c, mono)
 	if rk := e.ranged(); e.shares == 1 && (rk == nil || !rk.space.keyBlocked(sh, stand, 0, false, c, mono)) {
@@ -70,8 +70,8 @@ func (sh *shard) upgradeKey(ctx context.Context, h, stand *Hold, mono, timeout t
 
 // settleOtherSharers settles the lapsed sharers of e other than h, at mono on c's clock, so that
 // a sole live sharer upgrades at once.
-func (sh *shard) settleOtherSharers(e *keyEntry, h *Hold, c *Tenant, mono time.Duration) {
-	var lapsed []*Hold
+func (sh *shard) settleOtherSharers(e *keyEntry, h *Claim, c *Tenant, mono time.Duration) {
+	var lapsed []*Claim
 	for _, o := range e.appendHolders(nil) {
 		if o != h && o.lapsedFor(c, mono) {
 			lapsed = append(lapsed, o)
@@ -84,7 +84,7 @@ func (sh *shard) settleOtherSharers(e *keyEntry, h *Hold, c *Tenant, mono time.D
 
 // downgrade makes h shared again, undoing an Upgrade; if h still holds its key, the shared
 // requests at the head of the queue join it.
-func (h *Hold) downgrade() {
+func (h *Claim) downgrade() {
 	sh := h.lockShard()
 	if h.flags()&FlagShared == 0 {
 		e := h.e

@@ -21,7 +21,7 @@ const (
 )
 
 // Stamp reads or records a version stamp of h, as op says.
-func (h *Hold) Stamp(op StampOp, v int64) int64 {
+func (h *Claim) Stamp(op StampOp, v int64) int64 {
 	sh := h.lockShard()
 	defer sh.mu.Unlock()
 	switch op {
@@ -42,7 +42,7 @@ func (h *Hold) Stamp(op StampOp, v int64) int64 {
 }
 
 // candidate is the version the next write would get, at least floor, with the shard mutex held.
-func (h *Hold) candidate(floor int64) int64 {
+func (h *Claim) candidate(floor int64) int64 {
 	v := max(h.acquiredAt, floor)
 	if c := h.cold; c != nil {
 		v = max(v, c.floor)
@@ -54,7 +54,7 @@ func (h *Hold) candidate(floor int64) int64 {
 }
 
 // nextVersion issues the candidate, with the shard mutex held.
-func (h *Hold) nextVersion() int64 {
+func (h *Claim) nextVersion() int64 {
 	v := h.candidate(0)
 	h.coldPart().lastVer = v
 	h.setFlags(FlagHasVersion)

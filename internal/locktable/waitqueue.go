@@ -22,13 +22,13 @@ const (
 // waiter is a Lock call, or an upgrade, queued for a busy key. It exists only while the call
 // waits. Its fields are guarded by the shard mutex.
 type waiter struct {
-	h          *Hold // the handle it becomes when granted; for an upgrade, a stand-in
+	h          *Claim // the handle it becomes when granted; for an upgrade, a stand-in
 	next, prev *waiter
 	since      time.Duration // Mono of h's clock when it queued
 	lease      time.Duration // the lease h gets when granted
 	wake       chan struct{} // one buffered slot: a wake-up is never lost and never blocks
 	// upgrade is the shared handle an upgrade request makes exclusive; nil for a Lock call.
-	upgrade *Hold
+	upgrade *Claim
 	// exAhead is the nearest exclusive request (or upgrade) that was queued ahead of this one
 	// when it queued, or one that has left the queue since (see exclusiveAhead).
 	exAhead *waiter
@@ -198,7 +198,7 @@ func (e *keyEntry) queued() int {
 }
 
 // upgradeOf returns the upgrade queued for sharer h, or nil.
-func (e *keyEntry) upgradeOf(h *Hold) *waiter {
+func (e *keyEntry) upgradeOf(h *Claim) *waiter {
 	for w := e.head; w != nil && w.upgrade != nil; w = w.next {
 		if w.upgrade == h {
 			return w

@@ -6,12 +6,12 @@ import (
 	"unsafe"
 )
 
-// Hold is the table's record of one lock: a request for a key while it waits, the key's holder
+// Claim is the table's record of one lock: a request for a key while it waits, the key's holder
 // (or one of its sharers) once granted, until it is given back. The API's lock handle embeds one,
 // which keeps an uncontended lock to one allocation. Its exported methods are the whole of what
 // the API asks of a lock; each takes the shard mutex itself when it needs it, and they are safe
 // for concurrent use. Tenant.Prepare readies one for its request.
-type Hold struct {
+type Claim struct {
 	// Set by Init, never changed: read without a lock. The key is a pointer and a length rather
 	// than a slice, which keeps the API's handle within 128 bytes (see key).
 	ten    *Tenant
@@ -24,7 +24,7 @@ type Hold struct {
 	// AskedLease).
 	leaseHi uint8
 	leaseLo uint32
-	// hash places the record in its shard: set by Acquire before the hold is published, and
+	// hash places the record in its shard: set by Acquire before the claim is published, and
 	// changed only with the mutexes of its key shard and its home shard held, when a range brings
 	// it in (rangeadopt.go): read it with hashNow, except under the mutex; see lockShard.
 	hash uint64
@@ -47,21 +47,21 @@ type Hold struct {
 }
 
 // Owner is a holder that can wait for another holder, as the wait-for graph sees it (a Txn). Two
-// holds with the same owner never wait for each other. An Owner is a pointer to an object of its
+// claims with the same owner never wait for each other. An Owner is a pointer to an object of its
 // own: the graph tells owners apart by that pointer (ownerKey).
 type Owner interface {
 	// Name labels the owner in a DeadlockError.
 	Name() string
 }
 
-// Cold is what most holds never need, allocated on first use under the shard mutex; once set,
-// the pointer never changes. Keeping it out of Hold keeps the one allocation of an uncontended
+// Cold is what most claims never need, allocated on first use under the shard mutex; once set,
+// the pointer never changes. Keeping it out of Claim keeps the one allocation of an uncontended
 // lock small.
 type Cold struct {
-	done     chan struct{} // closed when the hold stops authorizing writes
+	done     chan struct{} // closed when the claim stops authorizing writes
 	fenceEnd chan struct{} // closed when the running fence ends, for Release waiting on it
 	fencer   int64         // the goroutine whose commit the running fence runs; 0 for none
-	// hook runs once the hold ends, outside every table mutex (a cluster round's release).
+	// hook runs once the claim ends, outside every table mutex (a cluster round's release).
 	hook func() error
 
 	// The joined cluster round (round.go): its TsR, fencing token, deadline and ExpiresAt, the
@@ -75,10 +75,10 @@ type Cold struct {
 	lastVer int64 // valid with FlagHasVersion
 	floor   int64 // the candidate floor
 
-	span *span // a range hold's key set, from InitRange on
+	span *span // a range claim's key set, from prepareRange on
 }
 
-// A hold is dead, and authorizes no new write, once it is released or expired. The key goes back
+// A claim is dead, and authorizes no new write, once it is released or expired. The key goes back
 // to the table when it dies, except that a lease ending inside a fence keeps the key until the
 // fence ends (FlagPassOnAfterFence).
 const (
@@ -108,14 +108,14 @@ const (
 
 // Prepare readies h, before it is published, for a request of t for the record (cf, key), taken
 // by owner o (nil for none). Acquire then takes it. It is small enough to inline.
-func (t *Tenant) Prepare(h *Hold, o Owner, cf uint32, key []byte, ask Ask) {
+func (t *Tenant) Prepare(h *Claim, o Owner, cf uint32, key []byte, ask Ask) {
 	h.prepare(t, cf, key, uint32(ask&askBits))
 	h.owner = o
 }
 
 // PrepareRange is Prepare for the keys k of column family cf with start <= k < end (end nil: no
 // upper bound); the caller has checked that end is nil or after start.
-func (t *Tenant) PrepareRange(h *Hold, o Owner, cf uint32, start, end []byte, ask Ask) {
+func (t *Tenant) PrepareRange(h *Claim, o Owner, cf uint32, start, end []byte, ask Ask) {
 	h.prepareRange(t, cf, start, end, uint32(ask&askBits))
 	h.owner = o
 }
@@ -123,7 +123,7 @@ func (t *Tenant) PrepareRange(h *Hold, o Owner, cf uint32, start, end []byte, as
 // prepare readies h, before it is published, for a request of tenant t for the record (cf, key)
 // with the given initial flags (FlagHold, FlagShared, FlagOwnerHolds). It leaves the record's
 // hash to Acquire, so that it is small enough to inline.
-func (h *Hold) prepare(t *Tenant, cf uint32, key []byte, flags uint32) {
+func (h *Claim) prepare(t *Tenant, cf uint32, key []byte, flags uint32) {
 	h.ten, h.heapIdx, h.cf = t, -1, cf
 	h.setKey(key)
 	if flags != 0 {
@@ -131,37 +131,37 @@ func (h *Hold) prepare(t *Tenant, cf uint32, key []byte, flags uint32) {
 	}
 }
 
-func (h *Hold) flags() uint32 { return h.state.Load() }
+func (h *Claim) flags() uint32 { return h.state.Load() }
 
 // setFlags and clearFlags change flags with the shard mutex held, so a plain load and store
 // suffice.
-func (h *Hold) setFlags(f uint32)   { h.state.Store(h.state.Load() | f) }
-func (h *Hold) clearFlags(f uint32) { h.state.Store(h.state.Load() &^ f) }
+func (h *Claim) setFlags(f uint32)   { h.state.Store(h.state.Load() | f) }
+func (h *Claim) clearFlags(f uint32) { h.state.Store(h.state.Load() &^ f) }
 
 // replaceFlags sets the flags of mask to those of f, with the shard mutex held.
-func (h *Hold) replaceFlags(mask, f uint32) { h.state.Store(h.flags()&^mask | f&mask) }
+func (h *Claim) replaceFlags(mask, f uint32) { h.state.Store(h.flags()&^mask | f&mask) }
 
-// dead reports whether the hold was released or its lease ended, as far as its flags know: a
+// dead reports whether the claim was released or its lease ended, as far as its flags know: a
 // lapse that nothing has settled yet is not in them.
-func (h *Hold) dead() bool { return h.flags()&(FlagReleased|FlagExpired) != 0 }
+func (h *Claim) dead() bool { return h.flags()&(FlagReleased|FlagExpired) != 0 }
 
 // setOwner makes o the owner of h, before h is published.
-func (h *Hold) setOwner(o Owner) { h.owner = o }
+func (h *Claim) setOwner(o Owner) { h.owner = o }
 
 // Record returns the locked record: its column family, its key (a range's start) and, for a
 // range, the end of its span (nil for no upper bound, and for a key). The caller must not modify
-// them. Set before the hold is published, they are read without a lock.
-func (h *Hold) Record() (cf uint32, key, end []byte) {
+// them. Set before the claim is published, they are read without a lock.
+func (h *Claim) Record() (cf uint32, key, end []byte) {
 	if h.flags()&FlagRange != 0 {
 		end = h.cold.span.end
 	}
 	return h.cf, h.key(), end
 }
 
-func (h *Hold) key() []byte { return unsafe.Slice(h.keyPtr, h.keyLen) }
+func (h *Claim) key() []byte { return unsafe.Slice(h.keyPtr, h.keyLen) }
 
 // setKey stores a copy of key.
-func (h *Hold) setKey(key []byte) {
+func (h *Claim) setKey(key []byte) {
 	buf := h.keyBuf[:]
 	if len(key) > len(buf) {
 		buf = make([]byte, len(key))
@@ -176,25 +176,25 @@ func (h *Hold) setKey(key []byte) {
 // int64 would have cost keyBuf 8 bytes, and keys of 17 to 24 bytes a second allocation per lock,
 // to stay within 128 bytes. A coarser unit would fit in 32 bits but not hold every lease exactly.
 
-// MaxAskedLease is the longest lease a hold records exactly as asked.
+// MaxAskedLease is the longest lease a claim records exactly as asked.
 const MaxAskedLease = time.Duration(1<<40 - 1)
 
 // askedLease returns the lease recorded by setAskedLease.
-func (h *Hold) askedLease() time.Duration {
+func (h *Claim) askedLease() time.Duration {
 	return time.Duration(h.leaseHi)<<32 | time.Duration(h.leaseLo)
 }
 
 // setAskedLease records lease, at most MaxAskedLease, before h is published or with the shard
 // mutex held.
-func (h *Hold) setAskedLease(lease time.Duration) {
+func (h *Claim) setAskedLease(lease time.Duration) {
 	h.leaseHi, h.leaseLo = uint8(lease>>32), uint32(lease)
 }
 
 // dueAt is when the scheduler must look at h: its lease end, or its wait's timeout.
-func (h *Hold) dueAt() time.Duration { return time.Duration(h.deadline.Load()) }
+func (h *Claim) dueAt() time.Duration { return time.Duration(h.deadline.Load()) }
 
 // coldPart returns h's cold part, allocating it, with the shard mutex held.
-func (h *Hold) coldPart() *Cold {
+func (h *Claim) coldPart() *Cold {
 	if h.cold == nil {
 		h.cold = &Cold{}
 	}
@@ -203,14 +203,14 @@ func (h *Hold) coldPart() *Cold {
 
 // monoFor returns the Mono of h's clock, given mono, a reading of c's clock: the same reading
 // when both tenants run on one clock.
-func (h *Hold) monoFor(c *Tenant, mono time.Duration) time.Duration {
+func (h *Claim) monoFor(c *Tenant, mono time.Duration) time.Duration {
 	if h.ten.clockID == c.clockID {
 		return mono
 	}
 	return h.ten.clock.Mono()
 }
 
-func (h *Hold) closeDone() {
+func (h *Claim) closeDone() {
 	if h.cold != nil && h.cold.done != nil {
 		close(h.cold.done)
 		h.cold.done = nil
@@ -218,14 +218,14 @@ func (h *Hold) closeDone() {
 }
 
 // lapsed reports whether the lease deadline has passed, by h's own clock.
-func (h *Hold) lapsed() bool { return h.lapsedAt(h.ten.clock.Mono()) }
+func (h *Claim) lapsed() bool { return h.lapsedAt(h.ten.clock.Mono()) }
 
 // lapsedAt reports whether the lease deadline is not after now, a Mono of h's clock.
-func (h *Hold) lapsedAt(now time.Duration) bool { return now >= time.Duration(h.deadline.Load()) }
+func (h *Claim) lapsedAt(now time.Duration) bool { return now >= time.Duration(h.deadline.Load()) }
 
-// Disown ends h's ownership by its owner, when the owner ends. A live hold that does not outlive
-// its owner (FlagHold) is released first, and with release any live hold is.
-func (h *Hold) Disown(release bool) {
+// Disown ends h's ownership by its owner, when the owner ends. A live claim that does not outlive
+// its owner (FlagHold) is released first, and with release any live claim is.
+func (h *Claim) Disown(release bool) {
 	if !h.dead() && (release || h.flags()&FlagHold == 0) {
 		h.Release()
 	}
@@ -237,7 +237,7 @@ func (h *Hold) Disown(release bool) {
 	sh.mu.Unlock()
 }
 
-// closedChan is what Done returns for a hold that is already dead.
+// closedChan is what Done returns for a claim that is already dead.
 var closedChan = func() chan struct{} {
 	c := make(chan struct{})
 	close(c)
@@ -246,7 +246,7 @@ var closedChan = func() chan struct{} {
 
 // Done returns a channel that is closed as soon as h stops authorizing writes: release, lease
 // lapse or revocation.
-func (h *Hold) Done() <-chan struct{} {
+func (h *Claim) Done() <-chan struct{} {
 	sh := h.lockShard()
 	defer sh.unlockAndRunDeferred()
 	if h.dead() || h.settle(sh) {
@@ -261,11 +261,11 @@ func (h *Hold) Done() <-chan struct{} {
 }
 
 // Now returns h's status evaluated now: a deadline found passed counts as expired, and if the
-// hold still held its key the expiry is completed first (the key goes back and the release hook
+// claim still held its key the expiry is completed first (the key goes back and the release hook
 // fires). So Now().dead() reports that h can no longer authorize a new write (released, revoked
 // or lapsed), and Now().Expired() that its lease has ended, by lapse or revocation, which a
 // Release alone does not make true.
-func (h *Hold) Now() Status {
+func (h *Claim) Now() Status {
 	f := h.flags()
 	if f&FlagExpired != 0 || !h.lapsed() {
 		return Status(f & flagBits)
@@ -277,7 +277,7 @@ func (h *Hold) Now() Status {
 // Release gives the key back. It returns true the first time; false when h was already released,
 // expired or revoked, or is past its deadline (it then completes the expiry). If another
 // goroutine is inside a fence on h, Release waits for the fence to end.
-func (h *Hold) Release() bool {
+func (h *Claim) Release() bool {
 	hash := h.hashNow()
 	sh := h.ten.tab.shard(hash)
 	// The clock is read before the mutex, which keeps the read out of the critical section that
@@ -306,17 +306,17 @@ func (h *Hold) Release() bool {
 }
 
 // releaseLocked gives back the key of a live holder, with the shard mutex held.
-func (h *Hold) releaseLocked(sh *shard) {
+func (h *Claim) releaseLocked(sh *shard) {
 	sh.unschedule(h)
 	sh.giveBack(h, FlagReleased)
-	h.closeDone() // after the flag: a reader woken by Done finds the hold released
+	h.closeDone() // after the flag: a reader woken by Done finds the claim released
 	sh.deferHook(h)
 }
 
 // Revoke ends h's authority ahead of its lease. If the key is still held it is given back and the
 // release hook fires; after a Release it only settles the flag. It waits for a fence running in
 // another goroutine. Idempotent.
-func (h *Hold) Revoke() {
+func (h *Claim) Revoke() {
 	sh, _, inOwnFence := h.lockForChange()
 	if h.flags()&FlagExpired == 0 {
 		h.setFlags(FlagExpired)
@@ -337,7 +337,7 @@ func (h *Hold) Revoke() {
 
 // moveDeadline sets a live holder's lease deadline and moves its timer, if it has one, with the
 // shard mutex held.
-func (h *Hold) moveDeadline(deadline time.Duration) {
+func (h *Claim) moveDeadline(deadline time.Duration) {
 	h.deadline.Store(int64(deadline))
 	if h.heapIdx >= 0 {
 		h.shard().reschedule(h)
@@ -346,7 +346,7 @@ func (h *Hold) moveDeadline(deadline time.Duration) {
 
 // deadErr is nil while h authorizes writes, else the error that says why not (ErrLeaseExpired or
 // ErrReleased), with the shard mutex held.
-func (h *Hold) deadErr() error {
+func (h *Claim) deadErr() error {
 	f := h.flags()
 	switch {
 	case f&FlagExpired != 0:
@@ -360,7 +360,7 @@ func (h *Hold) deadErr() error {
 }
 
 // WaitedOn reports whether a request is queued for the key h holds or waits for.
-func (h *Hold) WaitedOn() bool {
+func (h *Claim) WaitedOn() bool {
 	sh := h.lockShard()
 	defer sh.mu.Unlock()
 	if h.flags()&FlagRange != 0 {

@@ -2,21 +2,21 @@ package locktable
 
 import "bytes"
 
-// Range holds: a lock of every key k of a column family with start <= k < end (docs/DESIGN.md
-// §17). A range hold is a Hold in every respect but its key set; its start is its key, and the
-// rest of its span lives in its cold part, which a range hold always has.
+// Range claims: a lock of every key k of a column family with start <= k < end (docs/DESIGN.md
+// §17). A range claim is a Claim in every respect but its key set; its start is its key, and the
+// rest of its span lives in its cold part, which a range claim always has.
 
 const (
-	// FlagRange marks a range hold, from InitRange on.
+	// FlagRange marks a range claim, from prepareRange on.
 	FlagRange uint32 = FlagOwnerHolds << (iota + 1)
 	// FlagRanged marks the holder of a key brought into its column family's home shard (rangeadopt.go).
 	FlagRanged
 )
 
-// span is the key set of a range hold: start is the hold's key, end nil means no upper bound.
+// span is the key set of a range claim: start is the claim's key, end nil means no upper bound.
 type span struct {
 	end  []byte
-	item rangeItem // the hold's place among the ranges of its column family
+	item rangeItem // the claim's place among the ranges of its column family
 }
 
 // prepareRange readies h, before it is published, for a request of tenant t for the keys k of
@@ -24,7 +24,7 @@ type span struct {
 // prepare. It copies start and end; the caller has checked that end is nil or after start. It
 // makes the column family's range space (rangespace.go), if it has none yet, so that Acquire,
 // which takes the range, goes the way of acquireRouted.
-func (h *Hold) prepareRange(t *Tenant, cf uint32, start, end []byte, flags uint32) {
+func (h *Claim) prepareRange(t *Tenant, cf uint32, start, end []byte, flags uint32) {
 	t.tab.spaceFor(cf)
 	h.prepare(t, cf, start, flags|FlagRange)
 	s := &span{}
@@ -35,8 +35,8 @@ func (h *Hold) prepareRange(t *Tenant, cf uint32, start, end []byte, flags uint3
 	h.cold = &Cold{span: s}
 }
 
-// isRange reports whether h is a range hold.
-func (h *Hold) isRange() bool { return h.flags()&FlagRange != 0 }
+// isRange reports whether h is a range claim.
+func (h *Claim) isRange() bool { return h.flags()&FlagRange != 0 }
 
 // spanContains reports whether key is in [start, end), end nil meaning no upper bound.
 func spanContains(start, end, key []byte) bool {

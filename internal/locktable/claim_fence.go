@@ -2,20 +2,20 @@ package locktable
 
 import "github.com/petermattis/goid"
 
-// Fencing: a commit runs only while the lease is live, and the key stays with the hold until the
+// Fencing: a commit runs only while the lease is live, and the key stays with the claim until the
 // commit returns (docs/DESIGN.md §5). Fence runs the commit between beginFence and endFence.
 //
-// A commit that calls Release, Revoke or a Fence on its own hold would wait for itself. The
+// A commit that calls Release, Revoke or a Fence on its own claim would wait for itself. The
 // fence of a commit that runs user code records its goroutine (Go has no other handle on "the
 // caller"), so that such a call, alone among the calls that find the fence running, does not
 // wait: a Release or Revoke takes effect at once and the key passes on when the commit returns,
 // as when the lease lapses inside the fence; a nested Fence fails with ErrFenceInOwnFence.
 
 // lockForChange takes the shard mutex for Release or Revoke, first waiting for a fence running
-// in another goroutine to end, whatever the hold's state: a lease that lapsed inside a fence still
+// in another goroutine to end, whatever the claim's state: a lease that lapsed inside a fence still
 // has its commit in flight. It reports whether it had to wait, and whether the fence is still
 // running because the caller is its commit (inOwnFence).
-func (h *Hold) lockForChange() (sh *shard, waited, inOwnFence bool) {
+func (h *Claim) lockForChange() (sh *shard, waited, inOwnFence bool) {
 	sh = h.lockShard()
 	for h.flags()&FlagFencing != 0 {
 		if h.fencedByCaller() {
@@ -29,14 +29,14 @@ func (h *Hold) lockForChange() (sh *shard, waited, inOwnFence bool) {
 
 // fencedByCaller reports whether the fence running on h is one whose commit runs in the calling
 // goroutine, with the shard mutex held.
-func (h *Hold) fencedByCaller() bool {
+func (h *Claim) fencedByCaller() bool {
 	c := h.cold
 	return c != nil && c.fencer != 0 && c.fencer == goid.Get()
 }
 
 // releaseInOwnFence is Release called by the commit of h's running fence, with the shard mutex
 // held: h stops authorizing writes now, and EndFence passes the key on.
-func (h *Hold) releaseInOwnFence(sh *shard) {
+func (h *Claim) releaseInOwnFence(sh *shard) {
 	sh.unschedule(h)
 	h.setFlags(FlagReleased | FlagPassOnAfterFence)
 	h.closeDone()
@@ -44,7 +44,7 @@ func (h *Hold) releaseInOwnFence(sh *shard) {
 
 // awaitFenceEnd releases the shard mutex until the running fence ends, then takes the mutex of
 // h's shard again and returns that shard.
-func (h *Hold) awaitFenceEnd(sh *shard) *shard {
+func (h *Claim) awaitFenceEnd(sh *shard) *shard {
 	c := h.coldPart()
 	if c.fenceEnd == nil {
 		c.fenceEnd = make(chan struct{})
@@ -61,7 +61,7 @@ func (h *Hold) awaitFenceEnd(sh *shard) *shard {
 // ErrLeaseExpired when the lease has ended, ErrClosed when h was released and its tenant is
 // closed, and ErrFenceInOwnFence when the caller is the commit of h's running fence. userCommit
 // says that commit runs user code, which may call back into h (see fencedByCaller).
-func (h *Hold) Fence(commit func() error, userCommit, releaseUnlessHold bool) error {
+func (h *Claim) Fence(commit func() error, userCommit, releaseUnlessHold bool) error {
 	stray, err := h.beginFence(userCommit)
 	if err != nil {
 		return err
@@ -76,7 +76,7 @@ func (h *Hold) Fence(commit func() error, userCommit, releaseUnlessHold bool) er
 // fence begins. userCommit says that the commit runs user code, which may call back into h (see
 // fencedByCaller). stray reports that h no longer held its key, so that the fence is counted by
 // the tenant, which Close waits for; endFence takes it back.
-func (h *Hold) beginFence(userCommit bool) (stray bool, err error) {
+func (h *Claim) beginFence(userCommit bool) (stray bool, err error) {
 	sh := h.lockShard()
 	for h.flags()&FlagFencing != 0 {
 		if h.fencedByCaller() {
@@ -111,7 +111,7 @@ func (h *Hold) beginFence(userCommit bool) (stray bool, err error) {
 // else releasing a lock without FlagHold if releaseUnlessHold. The release hook of a lease that
 // ended inside the fence runs once the fence has ended, so a slow hook holds up no Release
 // waiting for it.
-func (h *Hold) endFence(stray, releaseUnlessHold bool) {
+func (h *Claim) endFence(stray, releaseUnlessHold bool) {
 	sh := h.lockShard()
 	h.clearFlags(FlagFencing)
 	if c := h.cold; c != nil {
