@@ -72,7 +72,7 @@ type Cold struct {
 	roundEnd       time.Duration
 	roundExpiresAt int64
 	// The holder's version stamps (versions.go).
-	lastVer int64 // valid with FlagHasVersion
+	lastVer int64 // valid with flagHasVersion
 	floor   int64 // the candidate floor
 
 	span *span // a range claim's key set, from prepareRange on
@@ -80,29 +80,29 @@ type Cold struct {
 
 // A claim is dead, and authorizes no new write, once it is released or expired. The key goes back
 // to the table when it dies, except that a lease ending inside a fence keeps the key until the
-// fence ends (FlagPassOnAfterFence).
+// fence ends (flagPassOnAfterFence).
 const (
-	FlagHeld             uint32 = 1 << iota // the table's holder of the key
-	FlagReleased                            // given back deliberately: Release or Close
-	FlagExpired                             // the lease ended: lapsed or revoked
-	FlagFencing                             // inside a fence
-	FlagPassOnAfterFence                    // expired inside a fence: pass the key on when it ends
-	FlagHold                                // the lock outlives its owner
-	FlagCluster                             // joined a cluster round (the API's; the table ignores it)
-	FlagHasVersion                          // a version was issued or noted (the API's)
-	FlagShared                              // a shared lock, until upgraded
-	// FlagOwnerHolds marks a request whose owner held other keys when it asked: while it is
+	flagHeld             uint32 = 1 << iota // the table's holder of the key
+	flagReleased                            // given back deliberately: Release or Close
+	flagExpired                             // the lease ended: lapsed or revoked
+	flagFencing                             // inside a fence
+	flagPassOnAfterFence                    // expired inside a fence: pass the key on when it ends
+	flagHold                                // the lock outlives its owner
+	flagCluster                             // joined a cluster round (round.go)
+	flagHasVersion                          // a version was issued or noted (versions.go)
+	flagShared                              // a shared lock, until upgraded
+	// flagOwnerHolds marks a request whose owner held other keys when it asked: while it is
 	// queued, no newcomer passes the key's oldest waiter (docs/DESIGN.md §6).
-	FlagOwnerHolds
+	flagOwnerHolds
 )
 
 // Ask is what a request asks for besides its record, as Tenant.Prepare takes it.
 type Ask uint32
 
 const (
-	AskHold       = Ask(FlagHold)       // the lock outlives its owner
-	AskShared     = Ask(FlagShared)     // a shared lock
-	AskOwnerHolds = Ask(FlagOwnerHolds) // the owner holds other keys as it asks
+	AskHold       = Ask(flagHold)       // the lock outlives its owner
+	AskShared     = Ask(flagShared)     // a shared lock
+	AskOwnerHolds = Ask(flagOwnerHolds) // the owner holds other keys as it asks
 	askBits       = AskHold | AskShared | AskOwnerHolds
 )
 
@@ -121,7 +121,7 @@ func (t *Tenant) PrepareRange(h *Claim, o Owner, cf uint32, start, end []byte, a
 }
 
 // prepare readies h, before it is published, for a request of tenant t for the record (cf, key)
-// with the given initial flags (FlagHold, FlagShared, FlagOwnerHolds). It leaves the record's
+// with the given initial flags (flagHold, flagShared, flagOwnerHolds). It leaves the record's
 // hash to Acquire, so that it is small enough to inline.
 func (h *Claim) prepare(t *Tenant, cf uint32, key []byte, flags uint32) {
 	h.ten, h.heapIdx, h.cf = t, -1, cf
@@ -143,16 +143,13 @@ func (h *Claim) replaceFlags(mask, f uint32) { h.state.Store(h.flags()&^mask | f
 
 // dead reports whether the claim was released or its lease ended, as far as its flags know: a
 // lapse that nothing has settled yet is not in them.
-func (h *Claim) dead() bool { return h.flags()&(FlagReleased|FlagExpired) != 0 }
-
-// setOwner makes o the owner of h, before h is published.
-func (h *Claim) setOwner(o Owner) { h.owner = o }
+func (h *Claim) dead() bool { return h.flags()&(flagReleased|flagExpired) != 0 }
 
 // Record returns the locked record: its column family, its key (a range's start) and, for a
 // range, the end of its span (nil for no upper bound, and for a key). The caller must not modify
 // them. Set before the claim is published, they are read without a lock.
 func (h *Claim) Record() (cf uint32, key, end []byte) {
-	if h.flags()&FlagRange != 0 {
+	if h.flags()&flagRange != 0 {
 		end = h.cold.span.end
 	}
 	return h.cf, h.key(), end
@@ -224,9 +221,9 @@ func (h *Claim) lapsed() bool { return h.lapsedAt(h.ten.clock.Mono()) }
 func (h *Claim) lapsedAt(now time.Duration) bool { return now >= time.Duration(h.deadline.Load()) }
 
 // Disown ends h's ownership by its owner, when the owner ends. A live claim that does not outlive
-// its owner (FlagHold) is released first, and with release any live claim is.
+// its owner (flagHold) is released first, and with release any live claim is.
 func (h *Claim) Disown(release bool) {
-	if !h.dead() && (release || h.flags()&FlagHold == 0) {
+	if !h.dead() && (release || h.flags()&flagHold == 0) {
 		h.Release()
 	}
 	if h.owner == nil {
@@ -267,11 +264,11 @@ func (h *Claim) Done() <-chan struct{} {
 // Release alone does not make true.
 func (h *Claim) Now() Status {
 	f := h.flags()
-	if f&FlagExpired != 0 || !h.lapsed() {
+	if f&flagExpired != 0 || !h.lapsed() {
 		return Status(f & flagBits)
 	}
 	h.settleNow()
-	return Status((f | FlagExpired) & flagBits)
+	return Status((f | flagExpired) & flagBits)
 }
 
 // Release gives the key back. It returns true the first time; false when h was already released,
@@ -287,7 +284,7 @@ func (h *Claim) Release() bool {
 	now := h.ten.clock.Mono()
 	sh.mu.Lock()
 	inOwnFence := false
-	if h.hash != hash || h.flags()&FlagFencing != 0 { // lockForChange, its common case spelled out
+	if h.hash != hash || h.flags()&flagFencing != 0 { // lockForChange, its common case spelled out
 		sh.mu.Unlock()
 		var waited bool
 		if sh, waited, inOwnFence = h.lockForChange(); waited {
@@ -308,7 +305,7 @@ func (h *Claim) Release() bool {
 // releaseLocked gives back the key of a live holder, with the shard mutex held.
 func (h *Claim) releaseLocked(sh *shard) {
 	sh.unschedule(h)
-	sh.giveBack(h, FlagReleased)
+	sh.giveBack(h, flagReleased)
 	h.closeDone() // after the flag: a reader woken by Done finds the claim released
 	sh.deferHook(h)
 }
@@ -318,15 +315,15 @@ func (h *Claim) releaseLocked(sh *shard) {
 // another goroutine. Idempotent.
 func (h *Claim) Revoke() {
 	sh, _, inOwnFence := h.lockForChange()
-	if h.flags()&FlagExpired == 0 {
-		h.setFlags(FlagExpired)
+	if h.flags()&flagExpired == 0 {
+		h.setFlags(flagExpired)
 		sh.counts.revoked++
 		sh.unschedule(h)
 		h.closeDone()
 		switch {
-		case h.flags()&FlagHeld == 0:
+		case h.flags()&flagHeld == 0:
 		case inOwnFence:
-			h.setFlags(FlagPassOnAfterFence)
+			h.setFlags(flagPassOnAfterFence)
 		default:
 			sh.giveBack(h, 0)
 			sh.deferHook(h)
@@ -349,9 +346,9 @@ func (h *Claim) moveDeadline(deadline time.Duration) {
 func (h *Claim) deadErr() error {
 	f := h.flags()
 	switch {
-	case f&FlagExpired != 0:
+	case f&flagExpired != 0:
 		return ErrLeaseExpired
-	case f&FlagReleased != 0:
+	case f&flagReleased != 0:
 		return ErrReleased
 	case h.settle(h.shard()):
 		return ErrLeaseExpired
@@ -363,8 +360,8 @@ func (h *Claim) deadErr() error {
 func (h *Claim) WaitedOn() bool {
 	sh := h.lockShard()
 	defer sh.mu.Unlock()
-	if h.flags()&FlagRange != 0 {
-		if sp := sh.spaces[h.cf]; sp != nil && h.flags()&FlagHeld != 0 {
+	if h.flags()&flagRange != 0 {
+		if sp := sh.spaces[h.cf]; sp != nil && h.flags()&flagHeld != 0 {
 			n, _ := sp.rangeWaiters(h)
 			return n > 0
 		}

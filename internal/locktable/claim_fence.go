@@ -17,7 +17,7 @@ import "github.com/petermattis/goid"
 // running because the caller is its commit (inOwnFence).
 func (h *Claim) lockForChange() (sh *shard, waited, inOwnFence bool) {
 	sh = h.lockShard()
-	for h.flags()&FlagFencing != 0 {
+	for h.flags()&flagFencing != 0 {
 		if h.fencedByCaller() {
 			return sh, waited, true
 		}
@@ -38,7 +38,7 @@ func (h *Claim) fencedByCaller() bool {
 // held: h stops authorizing writes now, and EndFence passes the key on.
 func (h *Claim) releaseInOwnFence(sh *shard) {
 	sh.unschedule(h)
-	h.setFlags(FlagReleased | FlagPassOnAfterFence)
+	h.setFlags(flagReleased | flagPassOnAfterFence)
 	h.closeDone()
 }
 
@@ -56,7 +56,7 @@ func (h *Claim) awaitFenceEnd(sh *shard) *shard {
 }
 
 // Fence runs commit only while h's lease is live, and keeps the key from passing to another
-// holder until commit returns; with releaseUnlessHold, a lock without FlagHold is released as the
+// holder until commit returns; with releaseUnlessHold, a lock without flagHold is released as the
 // fence ends, in the same critical section. It returns commit's error, or without calling commit
 // ErrLeaseExpired when the lease has ended, ErrClosed when h was released and its tenant is
 // closed, and ErrFenceInOwnFence when the caller is the commit of h's running fence. userCommit
@@ -78,19 +78,19 @@ func (h *Claim) Fence(commit func() error, userCommit, releaseUnlessHold bool) e
 // the tenant, which Close waits for; endFence takes it back.
 func (h *Claim) beginFence(userCommit bool) (stray bool, err error) {
 	sh := h.lockShard()
-	for h.flags()&FlagFencing != 0 {
+	for h.flags()&flagFencing != 0 {
 		if h.fencedByCaller() {
 			sh.mu.Unlock()
 			return false, ErrFenceInOwnFence
 		}
 		sh = h.awaitFenceEnd(sh)
 	}
-	if h.flags()&FlagExpired != 0 || h.settle(sh) {
+	if h.flags()&flagExpired != 0 || h.settle(sh) {
 		sh.counts.fenced++
 		sh.unlockAndRunDeferred()
 		return false, ErrLeaseExpired
 	}
-	if h.flags()&FlagHeld == 0 {
+	if h.flags()&flagHeld == 0 {
 		// Released before the fence: Close no longer holds the key to wait on, so the fence
 		// registers with the tenant instead.
 		if !h.ten.strays.enter() {
@@ -99,7 +99,7 @@ func (h *Claim) beginFence(userCommit bool) (stray bool, err error) {
 		}
 		stray = true
 	}
-	h.setFlags(FlagFencing)
+	h.setFlags(flagFencing)
 	if userCommit {
 		h.coldPart().fencer = goid.Get()
 	}
@@ -108,12 +108,12 @@ func (h *Claim) beginFence(userCommit bool) (stray bool, err error) {
 }
 
 // endFence ends the fence beginFence began, passing the key on if the lease ended meanwhile, or
-// else releasing a lock without FlagHold if releaseUnlessHold. The release hook of a lease that
+// else releasing a lock without flagHold if releaseUnlessHold. The release hook of a lease that
 // ended inside the fence runs once the fence has ended, so a slow hook holds up no Release
 // waiting for it.
 func (h *Claim) endFence(stray, releaseUnlessHold bool) {
 	sh := h.lockShard()
-	h.clearFlags(FlagFencing)
+	h.clearFlags(flagFencing)
 	if c := h.cold; c != nil {
 		c.fencer = 0
 		if c.fenceEnd != nil {
@@ -122,15 +122,15 @@ func (h *Claim) endFence(stray, releaseUnlessHold bool) {
 		}
 	}
 	switch f := h.flags(); {
-	case f&FlagPassOnAfterFence != 0:
-		h.clearFlags(FlagPassOnAfterFence)
+	case f&flagPassOnAfterFence != 0:
+		h.clearFlags(flagPassOnAfterFence)
 		sh.giveBack(h, 0)
 		sh.deferHook(h)
-	case releaseUnlessHold && !h.dead() && f&FlagHold == 0:
+	case releaseUnlessHold && !h.dead() && f&flagHold == 0:
 		// No clock read: lapsed while the commit ran or not, the key goes back now and the hook
 		// fires once, and from the deadline on both predicates read the lapse off the deadline.
 		h.releaseLocked(sh)
-	case f&FlagExpired == 0:
+	case f&flagExpired == 0:
 		h.settle(sh) // a lease that lapsed while the commit ran, before any timer saw it
 	}
 	sh.unlockAndRunDeferred()

@@ -7,10 +7,10 @@ import "bytes"
 // rest of its span lives in its cold part, which a range claim always has.
 
 const (
-	// FlagRange marks a range claim, from prepareRange on.
-	FlagRange uint32 = FlagOwnerHolds << (iota + 1)
-	// FlagRanged marks the holder of a key brought into its column family's home shard (rangeadopt.go).
-	FlagRanged
+	// flagRange marks a range claim, from prepareRange on.
+	flagRange uint32 = flagOwnerHolds << (iota + 1)
+	// flagRanged marks the holder of a key brought into its column family's home shard (rangeadopt.go).
+	flagRanged
 )
 
 // span is the key set of a range claim: start is the claim's key, end nil means no upper bound.
@@ -26,7 +26,7 @@ type span struct {
 // which takes the range, goes the way of acquireRouted.
 func (h *Claim) prepareRange(t *Tenant, cf uint32, start, end []byte, flags uint32) {
 	t.tab.spaceFor(cf)
-	h.prepare(t, cf, start, flags|FlagRange)
+	h.prepare(t, cf, start, flags|flagRange)
 	s := &span{}
 	if end != nil {
 		s.end = bytes.Clone(end)
@@ -36,7 +36,7 @@ func (h *Claim) prepareRange(t *Tenant, cf uint32, start, end []byte, flags uint
 }
 
 // isRange reports whether h is a range claim.
-func (h *Claim) isRange() bool { return h.flags()&FlagRange != 0 }
+func (h *Claim) isRange() bool { return h.flags()&flagRange != 0 }
 
 // spanContains reports whether key is in [start, end), end nil meaning no upper bound.
 func spanContains(start, end, key []byte) bool {

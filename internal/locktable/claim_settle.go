@@ -12,7 +12,7 @@ import "time"
 // settle settles h on a fresh reading of its clock, with the mutex of sh, its shard, held. It
 // reports whether the lease has ended (lapsed or revoked).
 func (h *Claim) settle(sh *shard) bool {
-	if h.flags()&FlagExpired != 0 {
+	if h.flags()&flagExpired != 0 {
 		return true
 	}
 	return h.settleAt(sh, h.ten.clock.Mono())
@@ -20,7 +20,7 @@ func (h *Claim) settle(sh *shard) bool {
 
 // settleAt is settle with the clock already read: now is a Mono of h's clock.
 func (h *Claim) settleAt(sh *shard, now time.Duration) bool {
-	if h.flags()&FlagExpired != 0 {
+	if h.flags()&flagExpired != 0 {
 		return true
 	}
 	if h.lapsedAt(now) {
@@ -34,7 +34,7 @@ func (h *Claim) settleAt(sh *shard, now time.Duration) bool {
 // clock. It reports whether it ended the lease just now.
 func (h *Claim) endIfLapsed(sh *shard, c *Tenant, mono time.Duration) bool {
 	// !lapsedFor spelled out: a contended Acquire comes here, and the call would not inline.
-	if h.flags()&FlagExpired != 0 || !h.lapsedAt(h.monoFor(c, mono)) {
+	if h.flags()&flagExpired != 0 || !h.lapsedAt(h.monoFor(c, mono)) {
 		return false
 	}
 	sh.expire(h)
@@ -43,13 +43,13 @@ func (h *Claim) endIfLapsed(sh *shard, c *Tenant, mono time.Duration) bool {
 
 // lapsedFor reports whether h's lease, not yet ended, has lapsed at mono, a reading of c's clock.
 func (h *Claim) lapsedFor(c *Tenant, mono time.Duration) bool {
-	return h.flags()&FlagExpired == 0 && h.lapsedAt(h.monoFor(c, mono))
+	return h.flags()&flagExpired == 0 && h.lapsedAt(h.monoFor(c, mono))
 }
 
 // settleNow takes the shard mutex to complete an expiry found lazily, then runs its hook.
 func (h *Claim) settleNow() {
 	sh := h.lockShard()
-	if h.flags()&FlagReleased == 0 {
+	if h.flags()&flagReleased == 0 {
 		h.settle(sh)
 	}
 	sh.unlockAndRunDeferred()

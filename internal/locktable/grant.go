@@ -15,7 +15,7 @@ const bargeWindow = time.Millisecond
 // woken for it and may still be passed (keyEntry.bargeable). In a home shard a key can be free
 // with its oldest waiter not woken, kept from it by a range; no newcomer passes that one.
 func (e *keyEntry) admits(h *Claim, c *Tenant, mono time.Duration) bool {
-	if h.flags()&FlagShared != 0 {
+	if h.flags()&flagShared != 0 {
 		return e.head == nil && (e.holder == nil || e.shares > 0)
 	}
 	return e.holder == nil && (e.head == nil || e.wakePending && e.bargeable(e.head, c, mono))
@@ -82,7 +82,7 @@ func (sh *shard) serveKey(e *keyEntry) {
 			sh.dequeue(e, w)
 			sh.unschedule(w.h)
 			e.shares = 0
-			up.clearFlags(FlagShared) // not a new grant: Acquired and Contended do not count it
+			up.clearFlags(flagShared) // not a new grant: Acquired and Contended do not count it
 			w.finish(waitGranted)
 			return
 		case w.shared:

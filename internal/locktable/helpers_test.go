@@ -61,7 +61,7 @@ func newTestTable(t testing.TB) *Table {
 type testOptions struct {
 	Lease, Timeout   time.Duration
 	Shared           bool
-	Hold, OwnerHolds bool // OwnerHolds: FlagOwnerHolds, the owner holds other keys as it asks
+	Hold, OwnerHolds bool // OwnerHolds: flagOwnerHolds, the owner holds other keys as it asks
 }
 
 // testLocker is a tenant of a table, with the lock calls of a Locker.
@@ -245,8 +245,8 @@ func releaseWokenNotRun(t *testing.T, h *Claim) *waiter {
 	e := h.e
 	require.Same(t, h, e.holder)
 	require.NotNil(t, e.head)
-	h.setFlags(FlagReleased)
-	h.clearFlags(FlagHeld)
+	h.setFlags(flagReleased)
+	h.clearFlags(flagHeld)
 	sh.unschedule(h)
 	e.holder = nil
 	e.wakePending = true

@@ -113,7 +113,7 @@ func TestSharerPlaces(t *testing.T) {
 	hs := make([]*Claim, 6)
 	for i := range hs {
 		hs[i] = mk()
-		hs[i].state.Store(e.addSharer(hs[i], hs[i].flags()) | FlagHeld)
+		hs[i].state.Store(e.addSharer(hs[i], hs[i].flags()) | flagHeld)
 	}
 	require.Equal(t, int32(6), e.shares)
 	check := func() {
@@ -122,8 +122,8 @@ func TestSharerPlaces(t *testing.T) {
 			p := e.placeOf(h)
 			require.GreaterOrEqual(t, p, 0)
 			require.Equal(t, p, h.sharePos())
-			require.NotZero(t, h.flags()&FlagShared, "the flags survive the place")
-			require.NotZero(t, h.flags()&FlagHeld)
+			require.NotZero(t, h.flags()&flagShared, "the flags survive the place")
+			require.NotZero(t, h.flags()&flagHeld)
 		}
 	}
 	check()
@@ -145,7 +145,7 @@ func TestSharerPlaces(t *testing.T) {
 	far.sharers = make([]*Claim, sharePosFar-2, sharePosFar+4)
 	for range 4 {
 		h := mk()
-		h.state.Store(far.addSharer(h, h.flags()) | FlagHeld)
+		h.state.Store(far.addSharer(h, h.flags()) | flagHeld)
 		assert.LessOrEqual(t, h.sharePos(), sharePosFar)
 	}
 	for _, h := range far.sharers[sharePosFar-2:] {

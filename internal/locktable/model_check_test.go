@@ -145,7 +145,7 @@ func (m *modelRun) compare(rt *rapid.T) {
 			var hs []string
 			for _, h := range e.appendHolders(nil) {
 				if h.dueAt() > m.now {
-					hs = append(hs, holderName(h, h.flags()&FlagShared != 0))
+					hs = append(hs, holderName(h, h.flags()&flagShared != 0))
 				}
 			}
 			slices.Sort(hs)

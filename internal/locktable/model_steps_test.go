@@ -77,7 +77,7 @@ func (m *modelRun) stepLock(rt *rapid.T) {
 	m.lock(rt, o, t, shared, wait, lease, timeout)
 }
 
-// newClaim returns a claim of the check's tenant for target t, marked FlagOwnerHolds when holds.
+// newClaim returns a claim of the check's tenant for target t, marked flagOwnerHolds when holds.
 func (m *modelRun) newClaim(o, t int, shared, holds bool) *Claim {
 	var owner Owner
 	if o != 0 {

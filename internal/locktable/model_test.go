@@ -151,7 +151,7 @@ type mReq struct {
 	lease    time.Duration
 	deadline time.Duration // when it times out
 	h        *Claim        // the lock's claim; for an upgrade, up.h
-	// holds says that its owner held a lock as it asked (FlagOwnerHolds): only then does it pass
+	// holds says that its owner held a lock as it asked (flagOwnerHolds): only then does it pass
 	// the requests that wait for its owner (model_rules_test.go).
 	holds    bool
 	cancel   context.CancelFunc

@@ -254,10 +254,10 @@ func TestRangeUpgradeWaitsForOtherSharers(t *testing.T) {
 		t.Fatalf("upgraded past a sharer of b: %v", err)
 	default:
 	}
-	assert.NotZero(t, r.flags()&FlagShared, "still shared while b's other sharer holds it")
+	assert.NotZero(t, r.flags()&flagShared, "still shared while b's other sharer holds it")
 	require.True(t, other.Release())
 	require.NoError(t, Await(t, done, "the upgrade"))
-	assert.Zero(t, r.flags()&FlagShared, "the same handle is exclusive now")
+	assert.Zero(t, r.flags()&flagShared, "the same handle is exclusive now")
 	_, err = l.TryLock([]byte("b"), testOptions{Shared: true})
 	assert.ErrorIs(t, err, ErrLocked)
 	txn.Rollback()

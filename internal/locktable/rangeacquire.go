@@ -63,7 +63,7 @@ func (h *Claim) acquireRange(ctx context.Context, lease, timeout time.Duration, 
 		sh.unlockAndRunDeferred()
 		return 0, ErrLocked
 	}
-	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&FlagShared != 0, space: sp}
+	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&flagShared != 0, space: sp}
 	it.w, w.seq = w, sp.nextSeq()
 	sp.ranges.insert(it)
 	sp.queue = append(sp.queue, it)
@@ -85,7 +85,7 @@ func (sh *shard) grantRange(sp *rangeSpace, it *rangeItem, wall int64, mono, lea
 	h.acquiredAt = sh.tab.stamps.Mint(wall)
 	h.expiresAt = wall + int64(lease)
 	h.deadline.Store(int64(MonoAfter(mono, lease)))
-	h.state.Store(h.flags() | FlagHeld)
+	h.state.Store(h.flags() | flagHeld)
 	sh.acquired++
 	sh.held++
 	sh.schedule(h)

@@ -50,7 +50,7 @@ func (sp *rangeSpace) brings(key []byte) bool {
 // any other in its own shard, as Acquire does. It is apart from Acquire so that a table that
 // never had a range runs Acquire's path as it was.
 func (h *Claim) acquireRouted(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
-	if h.flags()&FlagRange != 0 {
+	if h.flags()&flagRange != 0 {
 		return h.acquireRange(ctx, lease, timeout, wait, ctxBounds)
 	}
 	c := h.ten
@@ -312,7 +312,7 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace) *rangedKey {
 	}
 	for _, h := range ne.appendHolders(nil) {
 		move(h)
-		h.setFlags(FlagRanged)
+		h.setFlags(flagRanged)
 		sh.held--
 		to.held++
 	}

@@ -16,7 +16,7 @@ func conflicts(a, b *Claim) bool {
 	if a == b || a.owner != nil && a.owner == b.owner {
 		return false
 	}
-	return a.flags()&FlagShared == 0 || b.flags()&FlagShared == 0
+	return a.flags()&flagShared == 0 || b.flags()&flagShared == 0
 }
 
 // keyBlocked reports whether a range keeps h, a key's request placed seq in the order of
@@ -25,7 +25,7 @@ func conflicts(a, b *Claim) bool {
 // settled first, as a newcomer settles a key's lapsed holders; without, a lapsed range blocks
 // until its timer settles it, so that serving a key never ends another lease under it.
 func (sp *rangeSpace) keyBlocked(sh *shard, h *Claim, seq uint64, settle bool, c *Tenant, mono time.Duration) bool {
-	if sp.ranges.n == 0 || sh.tab.modes.noConflicts.Load() || !sp.ranges.mayConflict(h.key(), h.flags()&FlagShared != 0) {
+	if sp.ranges.n == 0 || sh.tab.modes.noConflicts.Load() || !sp.ranges.mayConflict(h.key(), h.flags()&flagShared != 0) {
 		return false
 	}
 	if settle {

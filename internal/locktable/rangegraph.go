@@ -109,7 +109,7 @@ func (sp *rangeSpace) rangeHolders(x *Claim, f func(*Claim)) {
 // owner that meets its range.
 func plainExclusive(w *waiter) bool {
 	h := w.h
-	return w.space != nil && w.seq != 0 && h.flags()&FlagShared == 0 && (h.owner == nil || h.flags()&FlagOwnerHolds == 0)
+	return w.space != nil && w.seq != 0 && h.flags()&flagShared == 0 && (h.owner == nil || h.flags()&flagOwnerHolds == 0)
 }
 
 // sameSpan reports whether the range claims a and b cover the same keys.

@@ -145,7 +145,7 @@ func (sh *shard) dropRange(w *waiter, outcome waitState) {
 // giveBackRange is giveBack of a range claim whose flags are f.
 func (sh *shard) giveBackRange(h *Claim, f, set uint32) {
 	it := &h.cold.span.item
-	if f&FlagHeld == 0 || !it.inTree || it.w != nil {
+	if f&flagHeld == 0 || !it.inTree || it.w != nil {
 		h.setFlags(set)
 		sh.tab.logFault(h.ten, "a handle gave back a range it did not hold")
 		return
@@ -153,7 +153,7 @@ func (sh *shard) giveBackRange(h *Claim, f, set uint32) {
 	sp := sh.spaces[h.cf]
 	sp.ranges.remove(it)
 	sp.spanGone(it)
-	h.state.Store(f&^FlagHeld | set)
+	h.state.Store(f&^flagHeld | set)
 	if w := sp.upgradeOfRange(h); w != nil {
 		sh.dropRange(w, waitShareEnded)
 	}

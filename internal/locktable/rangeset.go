@@ -28,7 +28,7 @@ func (s *rangeSet) treeFor(it *rangeItem) *rangeTree {
 	switch {
 	case it.w != nil:
 		return &s.queued
-	case it.h.flags()&FlagShared != 0:
+	case it.h.flags()&flagShared != 0:
 		return &s.shared
 	}
 	return &s.exclusive
@@ -86,7 +86,7 @@ func (s *rangeSet) heldConflicting(h *Claim, f func(*rangeItem) bool) {
 		return !stop
 	}
 	trees := []*rangeTree{&s.exclusive, &s.shared}
-	if h.flags()&FlagShared != 0 {
+	if h.flags()&flagShared != 0 {
 		trees = trees[:1]
 	}
 	for _, t := range trees {

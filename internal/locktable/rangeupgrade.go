@@ -14,13 +14,13 @@ import (
 func (sh *shard) upgradeRange(ctx context.Context, h, stand *Claim, mono, timeout time.Duration) error {
 	c := h.ten
 	sp := sh.spaces[h.cf]
-	stand.state.Store(FlagRange)
+	stand.state.Store(flagRange)
 	stand.cold = &Cold{span: &span{end: h.cold.span.end}}
 	it := &stand.cold.span.item
 	it.h = stand
 	it.id = sp.nextSeq()
 	if !sp.rangeBlocked(sh, stand, 0, true, c, mono) {
-		h.clearFlags(FlagShared)
+		h.clearFlags(flagShared)
 		sp.ranges.refile(&h.cold.span.item)
 		sh.unlockAndRunDeferred()
 		return nil
@@ -45,7 +45,7 @@ func (sh *shard) finishRangeUpgrade(sp *rangeSpace, it *rangeItem, mono time.Dur
 	sh.unqueueGrantedRange(sp, it, mono)
 	sp.ranges.remove(it)
 	it.w = nil
-	w.upgrade.clearFlags(FlagShared) // not a new grant
+	w.upgrade.clearFlags(flagShared) // not a new grant
 	sp.ranges.refile(&w.upgrade.cold.span.item)
 	w.finish(waitGranted)
 }

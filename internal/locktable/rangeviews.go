@@ -118,7 +118,7 @@ func (sh *shard) queuedRangesOver(h *Claim, t *waiterTally) {
 // range.
 func heldRange(h *Claim) bool {
 	it := &h.cold.span.item
-	return it.inTree && it.w == nil && h.flags()&FlagHeld != 0
+	return it.inTree && it.w == nil && h.flags()&flagHeld != 0
 }
 
 // heldOverSpan reports whether x, a range claim listed before the mutex was taken, still holds
@@ -147,7 +147,7 @@ func (sh *shard) visitRanges(hs []*Claim, f func(s Snapshot, waiters int)) int {
 	n := spanRun(hs)
 	live := make([]*Claim, 0, n)
 	for _, h := range hs[:n] {
-		if h.flags()&FlagFencing == 0 && h.settle(sh) {
+		if h.flags()&flagFencing == 0 && h.settle(sh) {
 			continue
 		}
 		live = append(live, h)

@@ -37,8 +37,8 @@ func (h *Claim) JoinRound(r Round) bool {
 	c.roundExpiresAt = r.TsR + int64(r.Lease)
 	c.hook = r.Hook
 	h.acquiredAt = r.TsR
-	h.clearFlags(FlagHasVersion)
-	h.setFlags(FlagCluster)
+	h.clearFlags(flagHasVersion)
+	h.setFlags(flagCluster)
 	h.expiresAt = c.roundExpiresAt
 	h.moveDeadline(end)
 	sh.watch(h) // the release hook must fire at the round's deadline
@@ -59,7 +59,7 @@ func (h *Claim) AwaitRound(deadline time.Duration) bool {
 
 // Extend sets h's lease to run lease (at most MaxAskedLease) from now, which may shorten it, and
 // records lease as the lease asked for. Under a joined round the deadline is clamped to the
-// round's, and ExpiresAt with it. With outlive, h also outlives its owner from now on (FlagHold)
+// round's, and ExpiresAt with it. With outlive, h also outlives its owner from now on (flagHold)
 // and issues one version (Stamp with StampNext). It returns ErrReleased or ErrLeaseExpired for a
 // dead claim, changing nothing; else an Undo that puts back what it changed.
 func (h *Claim) Extend(lease time.Duration, outlive bool) (Undo, error) {
@@ -69,14 +69,14 @@ func (h *Claim) Extend(lease time.Duration, outlive bool) (Undo, error) {
 		return Undo{}, err
 	}
 	u := Undo{h: h, deadline: h.dueAt(), expiresAt: h.expiresAt, asked: h.askedLease(),
-		flags: h.flags() & (FlagHold | FlagHasVersion)}
+		flags: h.flags() & (flagHold | flagHasVersion)}
 	c := h.cold
 	if c != nil {
 		u.lastVer = c.lastVer
 	}
 	wall, now := ReadClock(h.ten.clock)
 	deadline := MonoAfter(now, lease)
-	if h.flags()&FlagCluster != 0 && c.roundEnd <= deadline {
+	if h.flags()&flagCluster != 0 && c.roundEnd <= deadline {
 		// Clamped to the round: its deadline and its ExpiresAt, TsR+Lease, even after an earlier
 		// extension had shortened both.
 		deadline = c.roundEnd
@@ -87,7 +87,7 @@ func (h *Claim) Extend(lease time.Duration, outlive bool) (Undo, error) {
 	h.moveDeadline(deadline)
 	h.setAskedLease(lease)
 	if outlive {
-		h.setFlags(FlagHold)
+		h.setFlags(flagHold)
 		h.nextVersion()
 	}
 	return u, nil
@@ -103,10 +103,10 @@ type Undo struct {
 	asked     time.Duration
 	expiresAt int64
 	lastVer   int64
-	flags     uint32 // FlagHold and FlagHasVersion as they were
+	flags     uint32 // flagHold and flagHasVersion as they were
 }
 
-// Undo puts back the lease (and the lease asked for), ExpiresAt, FlagHold and version counter
+// Undo puts back the lease (and the lease asked for), ExpiresAt, flagHold and version counter
 // that Extend replaced: a deadline put back that has already passed ends the lease now, as it
 // would have without the extension. Or it makes the claim an Upgrade made exclusive shared again;
 // if it still holds its key, the shared requests at the head of the queue join it.
@@ -122,12 +122,12 @@ func (u Undo) Undo() {
 	sh := h.lockShard()
 	h.expiresAt = u.expiresAt
 	h.setAskedLease(u.asked)
-	h.replaceFlags(FlagHold|FlagHasVersion, u.flags)
+	h.replaceFlags(flagHold|flagHasVersion, u.flags)
 	if c := h.cold; c != nil {
 		c.lastVer = u.lastVer
 	}
 	h.moveDeadline(u.deadline)
-	if h.flags()&FlagHeld != 0 {
+	if h.flags()&flagHeld != 0 {
 		h.settle(sh)
 	}
 	sh.unlockAndRunDeferred()

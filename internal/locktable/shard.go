@@ -147,7 +147,7 @@ func (sh *shard) settleHolders(e *keyEntry, h *Claim, c *Tenant, mono time.Durat
 	if e.shares == 0 {
 		return e.holder.endIfLapsed(sh, c, mono)
 	}
-	if h.flags()&FlagShared != 0 {
+	if h.flags()&flagShared != 0 {
 		return false // a shared request joins sharers whatever their leases
 	}
 	settled := false
@@ -162,7 +162,7 @@ func (sh *shard) settleHolders(e *keyEntry, h *Claim, c *Tenant, mono time.Durat
 // queued behind it (see watch); a sharer's deadline that is not notes that e has one unwatched.
 func (sh *shard) grant(e *keyEntry, h *Claim, wall int64, mono, lease time.Duration, watch bool) {
 	f := h.flags()
-	if f&FlagShared == 0 {
+	if f&flagShared == 0 {
 		e.holder = h
 	} else {
 		f = e.addSharer(h, f)
@@ -172,7 +172,7 @@ func (sh *shard) grant(e *keyEntry, h *Claim, wall int64, mono, lease time.Durat
 	h.acquiredAt = sh.tab.stamps.Mint(wall)
 	h.expiresAt = wall + int64(lease)
 	h.deadline.Store(int64(MonoAfter(mono, lease)))
-	h.state.Store(f | FlagHeld)
+	h.state.Store(f | flagHeld)
 	sh.acquired++
 	sh.held++
 	if watch {
@@ -181,12 +181,12 @@ func (sh *shard) grant(e *keyEntry, h *Claim, wall int64, mono, lease time.Durat
 }
 
 // grantKey is grant anywhere but Acquire's grant of a key not in the table: a holder of a key in
-// a home shard is marked so (FlagRanged), so that giving it back serves the ranges its key may hold
+// a home shard is marked so (flagRanged), so that giving it back serves the ranges its key may hold
 // up.
 func (sh *shard) grantKey(e *keyEntry, h *Claim, wall int64, mono, lease time.Duration, watch bool) {
 	sh.grant(e, h, wall, mono, lease, watch)
 	if e.ranged() != nil {
-		h.setFlags(FlagRanged)
+		h.setFlags(flagRanged)
 	}
 }
 
@@ -195,7 +195,7 @@ func (sh *shard) grantKey(e *keyEntry, h *Claim, wall int64, mono, lease time.Du
 // Until then nothing can tell a lapse settled at the deadline from one settled when the handle or
 // its key is next looked at (docs/DESIGN.md §7), so an uncontended lock costs no scheduling.
 func (sh *shard) watch(h *Claim) {
-	if h.heapIdx < 0 && h.flags()&FlagExpired == 0 {
+	if h.heapIdx < 0 && h.flags()&flagExpired == 0 {
 		sh.schedule(h)
 	}
 }
@@ -222,11 +222,11 @@ func (sh *shard) watchHolders(e *keyEntry) {
 func (sh *shard) giveBack(h *Claim, set uint32) {
 	e := h.e
 	f := h.flags()
-	if f&(FlagShared|FlagRange|FlagRanged) != 0 {
+	if f&(flagShared|flagRange|flagRanged) != 0 {
 		switch {
-		case f&FlagRange != 0:
+		case f&flagRange != 0:
 			sh.giveBackRange(h, f, set)
-		case f&FlagShared != 0:
+		case f&flagShared != 0:
 			sh.giveBackShare(h, e, f, set)
 		default:
 			sh.giveBackRanged(h, e, f, set)
@@ -238,11 +238,11 @@ func (sh *shard) giveBack(h *Claim, set uint32) {
 		sh.tab.logFault(h.ten, "a handle gave back a key it did not hold")
 		return
 	}
-	h.state.Store(f&^FlagHeld | set)
+	h.state.Store(f&^flagHeld | set)
 	h.e = nil // the entry may be reused once the key leaves the table
 	e.holder = nil
 	sh.held--
-	sh.serveKey(e) // not serve: the key is not in a home shard (FlagRanged)
+	sh.serveKey(e) // not serve: the key is not in a home shard (flagRanged)
 }
 
 // giveBackRanged is giveBack of the exclusive holder of a key in a home shard, whose flags are f.
@@ -252,7 +252,7 @@ func (sh *shard) giveBackRanged(h *Claim, e *keyEntry, f, set uint32) {
 		sh.tab.logFault(h.ten, "a handle gave back a key it did not hold")
 		return
 	}
-	h.state.Store(f&^FlagHeld | set)
+	h.state.Store(f&^flagHeld | set)
 	h.e = nil
 	e.holder = nil
 	sh.held--
@@ -268,7 +268,7 @@ func (sh *shard) giveBackShare(h *Claim, e *keyEntry, f, set uint32) {
 		sh.tab.logFault(h.ten, "a handle gave back a share it did not hold")
 		return
 	}
-	h.state.Store(f&^FlagHeld | set)
+	h.state.Store(f&^flagHeld | set)
 	h.e = nil
 	e.removeSharer(h)
 	if w := e.upgradeOf(h); w != nil {
@@ -284,19 +284,19 @@ func (sh *shard) giveBackShare(h *Claim, e *keyEntry, f, set uint32) {
 // expire ends h's lease: it stops authorizing writes at once, and the key passes on now or, when
 // h is inside Fence, as soon as the commit returns.
 func (sh *shard) expire(h *Claim) {
-	if h.flags()&FlagExpired != 0 {
+	if h.flags()&flagExpired != 0 {
 		return
 	}
-	h.setFlags(FlagExpired)
+	h.setFlags(flagExpired)
 	sh.unschedule(h)
 	h.closeDone()
-	if h.flags()&(FlagHeld|FlagReleased) != FlagHeld {
+	if h.flags()&(flagHeld|flagReleased) != flagHeld {
 		return // gone, or released by its own fence's commit, which passes the key on
 	}
 	sh.counts.lapsed++
 	sh.noteLapse(h)
-	if h.flags()&FlagFencing != 0 {
-		h.setFlags(FlagPassOnAfterFence)
+	if h.flags()&flagFencing != 0 {
+		h.setFlags(flagPassOnAfterFence)
 		return
 	}
 	sh.giveBack(h, 0)

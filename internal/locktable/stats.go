@@ -81,7 +81,7 @@ func (sh *shard) visitHolders(e *keyEntry, out []*Claim, f func(s Snapshot, wait
 	out = e.appendHolders(out)
 	live := out[:0] // filtered in place
 	for _, h := range out {
-		if h.flags()&FlagFencing == 0 && h.settle(sh) {
+		if h.flags()&flagFencing == 0 && h.settle(sh) {
 			continue
 		}
 		live = append(live, h)

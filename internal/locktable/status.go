@@ -13,29 +13,29 @@ type Status uint32
 func (h *Claim) Status() Status { return Status(h.flags() & flagBits) }
 
 // Held reports that the claim is the table's holder of its key.
-func (s Status) Held() bool { return s&Status(FlagHeld) != 0 }
+func (s Status) Held() bool { return s&Status(flagHeld) != 0 }
 
 // Released reports that the claim was given back deliberately: by a Release that returned true, or
 // by the tenant's Close, which releases the same way. A lease that ended first leaves it false.
-func (s Status) Released() bool { return s&Status(FlagReleased) != 0 }
+func (s Status) Released() bool { return s&Status(flagReleased) != 0 }
 
 // Expired reports that the lease ended: lapsed or revoked.
-func (s Status) Expired() bool { return s&Status(FlagExpired) != 0 }
+func (s Status) Expired() bool { return s&Status(flagExpired) != 0 }
 
 // Dead reports that the claim was released or its lease ended: it authorizes no new write.
-func (s Status) Dead() bool { return s&Status(FlagReleased|FlagExpired) != 0 }
+func (s Status) Dead() bool { return s&Status(flagReleased|flagExpired) != 0 }
 
 // Hold reports that the lock outlives its owner.
-func (s Status) Hold() bool { return s&Status(FlagHold) != 0 }
+func (s Status) Hold() bool { return s&Status(flagHold) != 0 }
 
 // Shared reports a shared lock, until an Upgrade.
-func (s Status) Shared() bool { return s&Status(FlagShared) != 0 }
+func (s Status) Shared() bool { return s&Status(flagShared) != 0 }
 
 // Cluster reports that the claim joined a cluster round.
-func (s Status) Cluster() bool { return s&Status(FlagCluster) != 0 }
+func (s Status) Cluster() bool { return s&Status(flagCluster) != 0 }
 
 // Range reports a range claim.
-func (s Status) Range() bool { return s&Status(FlagRange) != 0 }
+func (s Status) Range() bool { return s&Status(flagRange) != 0 }
 
 // Snapshot is a claim's state read at once under the shard mutex (Claim.Snapshot, and the holders
 // VisitHolders and VisitWaits show). Key and End are the claim's own: the reader must not modify

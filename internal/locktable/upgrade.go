@@ -34,14 +34,14 @@ func (h *Claim) upgrade(ctx context.Context, timeout time.Duration) (bool, error
 		sh.unlockAndRunDeferred()
 		return false, err
 	}
-	if h.flags()&FlagShared == 0 {
+	if h.flags()&flagShared == 0 {
 		sh.mu.Unlock()
 		return false, nil
 	}
 	stand := &Claim{ten: h.ten, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, cf: h.cf, owner: h.owner}
 	stand.hash = h.hash
 	var err error
-	if h.flags()&FlagRange != 0 {
+	if h.flags()&flagRange != 0 {
 		err = sh.upgradeRange(ctx, h, stand, mono, timeout)
 	} else {
 		err = sh.upgradeKey(ctx, h, stand, mono, timeout)
@@ -59,7 +59,7 @@ func (sh *shard) upgradeKey(ctx context.Context, h, stand *Claim, mono, timeout 
 	sh.settleOtherSharers(e, h, c, mono)
 	if rk := e.ranged(); e.shares == 1 && (rk == nil || !rk.space.keyBlocked(sh, stand, 0, false, c, mono)) {
 		e.shares = 0
-		h.clearFlags(FlagShared)
+		h.clearFlags(flagShared)
 		sh.unlockAndRunDeferred()
 		return nil
 	}
@@ -86,14 +86,14 @@ func (sh *shard) settleOtherSharers(e *keyEntry, h *Claim, c *Tenant, mono time.
 // requests at the head of the queue join it.
 func (h *Claim) downgrade() {
 	sh := h.lockShard()
-	if h.flags()&FlagShared == 0 {
+	if h.flags()&flagShared == 0 {
 		e := h.e
 		if e != nil && e.heldExclusively() && e.holder == h {
 			e.shares = 1
-			h.state.Store(h.flags()&flagBits | FlagShared) // in the holder slot, place 0
+			h.state.Store(h.flags()&flagBits | flagShared) // in the holder slot, place 0
 			sh.serve(e)
 		} else {
-			h.setFlags(FlagShared)
+			h.setFlags(flagShared)
 			if h.isRange() { // its place among the ranges is by mode
 				sh.spaces[h.cf].ranges.refile(&h.cold.span.item)
 			}

@@ -33,9 +33,9 @@ func (h *Claim) Stamp(op StampOp, v int64) int64 {
 		c := h.coldPart()
 		c.floor = max(c.floor, v)
 	case StampNote:
-		if c := h.coldPart(); h.flags()&FlagHasVersion == 0 || v > c.lastVer {
+		if c := h.coldPart(); h.flags()&flagHasVersion == 0 || v > c.lastVer {
 			c.lastVer = v
-			h.setFlags(FlagHasVersion)
+			h.setFlags(flagHasVersion)
 		}
 	}
 	return v
@@ -46,7 +46,7 @@ func (h *Claim) candidate(floor int64) int64 {
 	v := max(h.acquiredAt, floor)
 	if c := h.cold; c != nil {
 		v = max(v, c.floor)
-		if h.flags()&FlagHasVersion != 0 {
+		if h.flags()&flagHasVersion != 0 {
 			v = max(v, c.lastVer+1)
 		}
 	}
@@ -57,6 +57,6 @@ func (h *Claim) candidate(floor int64) int64 {
 func (h *Claim) nextVersion() int64 {
 	v := h.candidate(0)
 	h.coldPart().lastVer = v
-	h.setFlags(FlagHasVersion)
+	h.setFlags(flagHasVersion)
 	return v
 }

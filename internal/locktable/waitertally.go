@@ -32,7 +32,7 @@ func newWaiterTally(hs []*Claim) waiterTally {
 
 // add counts x, a request queued over the key set.
 func (t *waiterTally) add(x *Claim) {
-	exclusive := x.flags()&FlagShared == 0
+	exclusive := x.flags()&flagShared == 0
 	t.all++
 	if exclusive {
 		t.exclusive++
@@ -54,7 +54,7 @@ func (t *waiterTally) add(x *Claim) {
 func (t *waiterTally) conflictingWith(h *Claim) int {
 	mode := 0
 	n := t.all
-	if h.flags()&FlagShared != 0 {
+	if h.flags()&flagShared != 0 {
 		mode, n = 1, t.exclusive
 	}
 	if h.owner != nil {

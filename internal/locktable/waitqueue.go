@@ -76,7 +76,7 @@ func (w *waiter) finish(s waitState) {
 
 // bargeable reports whether a newcomer may take e's free key before the oldest waiter, w (docs/
 // DESIGN.md §6): only while w has waited less than bargeWindow, and only when no request queued
-// for the key is of an owner that held other keys as it asked (FlagOwnerHolds). Every wait for
+// for the key is of an owner that held other keys as it asked (flagOwnerHolds). Every wait for
 // the keys such an owner holds waits for its request too, and a newcomer that took the key and
 // then asked for one of them would close a cycle, lose it, and, retried at once, take the key
 // again before that owner's turn. mono is a reading of c's clock.
@@ -103,7 +103,7 @@ func (sh *shard) enqueueAfter(e *keyEntry, w, after *waiter) {
 			w.ownedAhead, _ = e.ownedExclusiveAhead(w.exAhead)
 		}
 	}
-	if w.h.flags()&FlagOwnerHolds != 0 && e.ownersHolding < math.MaxUint16 {
+	if w.h.flags()&flagOwnerHolds != 0 && e.ownersHolding < math.MaxUint16 {
 		w.ownerHolds = true
 		e.ownersHolding++
 	}

@@ -18,7 +18,7 @@ func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Claim, lease, deadlin
 // waitBefore is wait with h queued ahead of before, a request queued for e's key that h passes
 // (rangepass.go), or at the tail when before is nil.
 func (sh *shard) waitBefore(ctx context.Context, e *keyEntry, h *Claim, before *waiter, lease, deadline, mono time.Duration) error {
-	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&FlagShared != 0}
+	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&flagShared != 0}
 	if e.ranged() != nil {
 		w.seq = e.ranged().space.nextSeq()
 	}
@@ -91,7 +91,7 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 			return ErrClosed
 		case waitShareEnded:
 			err := ErrReleased
-			if w.upgrade.flags()&FlagExpired != 0 {
+			if w.upgrade.flags()&flagExpired != 0 {
 				err = ErrLeaseExpired
 			}
 			sh.unlockAndRunDeferred()
