@@ -12,7 +12,7 @@ import (
 // the API asks of a lock; each takes the shard mutex itself when it needs it, and they are safe
 // for concurrent use. Tenant.Prepare readies one for its request.
 type Claim struct {
-	// Set by Init, never changed: read without a lock. The key is a pointer and a length rather
+	// Set by prepare, never changed: read without a lock. The key is a pointer and a length rather
 	// than a slice, which keeps the API's handle within 128 bytes (see key).
 	ten    *Tenant
 	keyPtr *byte

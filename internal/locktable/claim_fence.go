@@ -35,7 +35,7 @@ func (h *Claim) fencedByCaller() bool {
 }
 
 // releaseInOwnFence is Release called by the commit of h's running fence, with the shard mutex
-// held: h stops authorizing writes now, and EndFence passes the key on.
+// held: h stops authorizing writes now, and endFence passes the key on.
 func (h *Claim) releaseInOwnFence(sh *shard) {
 	sh.unschedule(h)
 	h.setFlags(flagReleased | flagPassOnAfterFence)

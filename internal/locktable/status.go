@@ -12,9 +12,6 @@ type Status uint32
 // is not in it (see Now).
 func (h *Claim) Status() Status { return Status(h.flags() & flagBits) }
 
-// Held reports that the claim is the table's holder of its key.
-func (s Status) Held() bool { return s&Status(flagHeld) != 0 }
-
 // Released reports that the claim was given back deliberately: by a Release that returned true, or
 // by the tenant's Close, which releases the same way. A lease that ended first leaves it false.
 func (s Status) Released() bool { return s&Status(flagReleased) != 0 }
