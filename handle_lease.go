@@ -44,11 +44,11 @@ func (h *Handle) UpgradeToHold(lease time.Duration) error {
 	return err
 }
 
-// Renew sets the lease to run lease from now (0 means DefaultLease), which shortens it if less
-// was left. Unlike UpgradeToHold it leaves Hold and the version counter alone, so a lock of a
-// Txn still ends with the Txn. Under a cluster round the new deadline is clamped to the round's,
-// as in UpgradeToHold. It returns an *OptionError for an invalid lease, and ErrReleased or
-// ErrLeaseExpired for a dead handle; on failure nothing changes.
+// Renew sets the lease to run lease from now (0 means DefaultLease), which shortens it when lease
+// is less than was left. Unlike UpgradeToHold it leaves Hold and the version counter alone, so a
+// lock of a Txn still ends with the Txn. Under a cluster round the new deadline is clamped to the
+// round's, as in UpgradeToHold. It returns an *OptionError for an invalid lease, and ErrReleased
+// or ErrLeaseExpired for a dead handle; on failure nothing changes.
 func (h *Handle) Renew(lease time.Duration) error {
 	_, err := h.extend(lease, false)
 	return err
