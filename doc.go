@@ -92,9 +92,9 @@
 // the write-ahead log. Commit checks every lock the Txn still holds, shared ones included, so a
 // read-only Txn learns from it whether what it read stayed protected to the end.
 //
-// A Txn that runs longer than its leases extends them with [Handle.Renew], which moves the
-// deadline and nothing else: the lock still ends with the Txn. [Handle.UpgradeToHold] extends
-// the lease too, but makes the lock outlive the Txn.
+// A Txn that runs longer than its leases renews them with [Handle.Renew], which sets the lease to
+// run the given time from now and changes nothing else: the lock still ends with the Txn.
+// [Handle.UpgradeToHold] sets the lease the same way, but makes the lock outlive the Txn.
 //
 // # Cluster scope
 //

@@ -142,6 +142,6 @@ func (l *Locker) logDeadlock(h *Handle, err *DeadlockError, waiters int, holderA
 	if !l.log.Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
-	l.log.Debug("recordlock: deadlock", "db", l.path, "key", string(h.key()), "cf", h.hold.CF(),
+	l.log.Debug("recordlock: deadlock", "db", l.path, "key", string(h.key()), "cf", h.cf(),
 		"holder_age", holderAge, "waiters", waiters, "cycle", err.Error())
 }

@@ -14,118 +14,93 @@ import (
 // revoked; Done is closed at that moment. See the package documentation for the difference
 // between IsExpired and IsLeaseExpired.
 type Handle struct {
-	// hold is the table's record of the lock; its shard mutex guards what the lease, round and
-	// version methods change.
-	hold locktable.Hold
+	// claim is the table's record of the lock; the table guards it, and every method below asks
+	// the table through one of its operations.
+	claim locktable.Claim
 }
 
-// The flags of a handle's state the API reads; the table keeps them (locktable.Hold).
-const (
-	flagHeld       = locktable.FlagHeld
-	flagReleased   = locktable.FlagReleased
-	flagExpired    = locktable.FlagExpired
-	flagHold       = locktable.FlagHold
-	flagCluster    = locktable.FlagCluster
-	flagHasVersion = locktable.FlagHasVersion
-	flagShared     = locktable.FlagShared
-)
+func (h *Handle) status() locktable.Status { return h.claim.Status() }
 
-func (h *Handle) flags() uint32 { return h.hold.Flags() }
-
-// dead reports whether the handle was released or its lease ended, as far as its flags know: a
-// lapse that nothing has settled yet is not in them.
-func (h *Handle) dead() bool { return h.hold.Dead() }
+// dead reports whether the handle was released or its lease ended, as far as its status knows: a
+// lapse that nothing has settled yet is not in it.
+func (h *Handle) dead() bool { return h.status().Dead() }
 
 // released reports whether the handle was given back deliberately: by a Release that returned
 // true, or by Close, which releases the same way. A lease that ended first leaves it false.
-func (h *Handle) released() bool { return h.hold.Released() }
-
-// lapsed reports whether the lease deadline has passed, by h's own clock.
-func (h *Handle) lapsed() bool { return h.hold.Lapsed() }
+func (h *Handle) released() bool { return h.status().Released() }
 
 // Key returns the locked key, or a range lock's Start (see Range). The caller must not modify it.
-func (h *Handle) Key() []byte { return h.hold.Key() }
+func (h *Handle) Key() []byte { return h.key() }
 
-func (h *Handle) key() []byte { return h.hold.Key() }
+func (h *Handle) key() []byte {
+	_, key, _ := h.claim.Record()
+	return key
+}
 
-// Every valid lease is recorded exactly as the lease asked for (locktable.Hold.AskedLease): this
+// cf is the ID of the locked key's column family.
+func (h *Handle) cf() uint32 {
+	cf, _, _ := h.claim.Record()
+	return cf
+}
+
+// Every valid lease is recorded exactly as the lease asked for (locktable.MaxAskedLease): this
 // conversion does not compile otherwise.
 const _ = uint(locktable.MaxAskedLease - MaxLease)
 
 // ColumnFamilyID returns the ID of the locked key's column family; 0 is the default one.
-func (h *Handle) ColumnFamilyID() uint32 { return h.hold.CF() }
+func (h *Handle) ColumnFamilyID() uint32 { return h.cf() }
 
 // Scope returns the resolved scope: ScopeCluster once a cluster round was joined, else ScopeNode.
 func (h *Handle) Scope() Scope {
-	if h.flags()&flagCluster != 0 {
+	if h.status().Cluster() {
 		return ScopeCluster
 	}
 	return ScopeNode
 }
 
 // Hold reports whether the lock outlives the Txn that took it.
-func (h *Handle) Hold() bool { return h.flags()&flagHold != 0 }
+func (h *Handle) Hold() bool { return h.status().Hold() }
 
 // Shared reports whether the lock is shared (Options.Shared): other shared holders may hold the
 // record at the same time. A handle a Txn upgraded to exclusive reports false.
-func (h *Handle) Shared() bool { return h.flags()&flagShared != 0 }
+func (h *Handle) Shared() bool { return h.status().Shared() }
 
 // AcquiredAt is the timestamp minted when the key was taken, or the round's TsR under a round.
-func (h *Handle) AcquiredAt() Timestamp {
-	h.hold.Lock()
-	defer h.hold.Unlock()
-	return Timestamp(h.hold.AcquiredAt())
-}
+func (h *Handle) AcquiredAt() Timestamp { return Timestamp(h.claim.Snapshot().AcquiredAt) }
 
 // ExpiresAt is the wall-clock time the lease ends, for display: enforcement uses the monotonic
 // deadline, which a wall-clock step cannot move.
-func (h *Handle) ExpiresAt() time.Time {
-	h.hold.Lock()
-	defer h.hold.Unlock()
-	return time.Unix(0, h.hold.ExpiresAt())
-}
+func (h *Handle) ExpiresAt() time.Time { return time.Unix(0, h.claim.Snapshot().ExpiresAt) }
 
 // ClusterTsR returns the granted round's timestamp; false while the handle is node-scoped.
 func (h *Handle) ClusterTsR() (Timestamp, bool) {
-	h.hold.Lock()
-	defer h.hold.Unlock()
-	c := h.hold.ColdIfAny()
-	if c == nil || !c.HasTsR {
-		return 0, false
-	}
-	return Timestamp(c.TsR), true
+	s := h.claim.Snapshot()
+	return Timestamp(s.TsR), s.HasTsR
 }
 
 // Token returns the round's fencing token: 0 when node-scoped or when the coordinator has none.
-func (h *Handle) Token() uint64 {
-	h.hold.Lock()
-	defer h.hold.Unlock()
-	if c := h.hold.ColdIfAny(); c != nil {
-		return c.Token
-	}
-	return 0
-}
+func (h *Handle) Token() uint64 { return h.claim.Snapshot().Token }
 
 // Done returns a channel that is closed as soon as the handle stops authorizing writes: release,
 // lease lapse or revocation. A closed Done does not yet mean the key is free when the lease ended
 // inside Fence: the key passes on when the commit returns.
-func (h *Handle) Done() <-chan struct{} { return h.hold.Done() }
+func (h *Handle) Done() <-chan struct{} { return h.claim.Done() }
 
 // IsExpired reports whether the handle can no longer authorize a new write, evaluated now:
 // released, revoked, or past its deadline. Finding the deadline passed, it completes the expiry
 // (gives the key back and fires the release hook) before it returns true.
-func (h *Handle) IsExpired() bool { return h.hold.IsExpired() }
+func (h *Handle) IsExpired() bool { return h.claim.Now().Dead() }
 
 // IsLeaseExpired reports whether the lease has ended, by lapse or revocation. A deliberate
 // Release alone does not make it true, so a write staged before Release stays valid until the
 // deadline; once the deadline passes it is true for good.
-func (h *Handle) IsLeaseExpired() bool { return h.hold.IsLeaseExpired() }
+func (h *Handle) IsLeaseExpired() bool { return h.claim.Now().Expired() }
 
 // Release gives the key back. It returns true the first time; false when the handle was already
 // released, expired or revoked, or is past its deadline (it then completes the expiry). If another
 // goroutine is inside Fence on this handle, Release waits for its commit to return; called by
 // that commit itself, it does not wait, and the key passes on when the commit returns.
-func (h *Handle) Release() bool { return h.hold.Release() }
+func (h *Handle) Release() bool { return h.claim.Release() }
 
 // RevokeLease ends the handle's authority ahead of its lease, so IsLeaseExpired becomes true and
 // a write staged through it is fenced. If the key is still held it is given back and the release
@@ -133,7 +108,7 @@ func (h *Handle) Release() bool { return h.hold.Release() }
 // goroutine, so once it returns no fenced write through this handle is in flight. Called by the
 // commit of a Fence on this handle, it does not wait, and the key passes on when the commit
 // returns. Idempotent.
-func (h *Handle) RevokeLease() { h.hold.Revoke() }
+func (h *Handle) RevokeLease() { h.claim.Revoke() }
 
 // Fence runs commit only while the lease is live and keeps the key from passing to another
 // holder until commit returns. It returns ErrLeaseExpired without calling commit when
@@ -166,22 +141,21 @@ const (
 
 // fence is Fence, fenceTxn and fenceThenRelease, as mode says (docs/DESIGN.md §5).
 func (h *Handle) fence(commit func() error, mode int) error {
-	stray, err := h.hold.BeginFence(mode&fenceTxn == 0)
+	err := h.claim.Fence(commit, mode&fenceTxn == 0, mode&fenceRelease != 0)
 	switch err {
-	case nil:
 	case locktable.ErrClosed:
 		return ErrClosed
+	case locktable.ErrLeaseExpired:
+		return ErrLeaseExpired
 	case locktable.ErrFenceInOwnFence:
 		if mode&fenceTxn != 0 {
 			panic("recordlock: Txn.Commit called inside the commit of a Fence on one of its handles")
 		}
 		panic("recordlock: Fence called inside the commit of a Fence on the same handle")
-	default:
-		return ErrLeaseExpired
 	}
-	defer h.hold.EndFence(stray, mode&fenceRelease != 0)
-	return commit()
+	return err // commit's own
 }
 
-// disown ends the handle's ownership by its Txn, when the Txn ends and the lock outlives it.
-func (h *Handle) disown() { h.hold.Disown() }
+// disown ends the handle's ownership by its Txn, when the Txn ends: a lock without Hold is
+// released first, and with release any live lock is.
+func (h *Handle) disown(release bool) { h.claim.Disown(release) }

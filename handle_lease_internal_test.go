@@ -26,8 +26,8 @@ func TestLeaseStateUndoEndsAPassedLease(t *testing.T) {
 	WaitQueued(t, l, []byte("k"), 1)
 	clk.Advance(2 * time.Second)
 	require.False(t, h.IsExpired(), "upgraded, the lease lasts")
-	u.undo()
-	assert.NotZero(t, h.flags()&flagExpired, "undo ended the lease at once")
+	u.Undo()
+	assert.True(t, h.status().Expired(), "undo ended the lease at once")
 	assert.False(t, h.Hold())
 	// No clock moved: only the undo can have passed the key on.
 	next := Await(t, granted, "the waiter's grant")

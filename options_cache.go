@@ -1,6 +1,10 @@
 package recordlock
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/recordlock/recordlock/internal/locktable"
+)
 
 // resolvedCache remembers Options.Resolve's result for the first few distinct valid Options a
 // Locker is given, so that a Lock with the same Options does not validate them again: Resolve
@@ -10,23 +14,23 @@ type resolvedCache struct {
 	slots [4]atomic.Pointer[resolvedEntry]
 }
 
-// resolvedEntry is one cached resolution, with the flags a handle locked with it starts with.
+// resolvedEntry is one cached resolution, with what a handle locked with it asks the table for.
 type resolvedEntry struct {
-	opts  Options
-	r     Resolved
-	flags uint32
+	opts Options
+	r    Resolved
+	ask  locktable.Ask
 }
 
 // newResolvedEntry returns the entry of options o resolved as r.
 func newResolvedEntry(o Options, r Resolved) resolvedEntry {
-	var f uint32
+	var a locktable.Ask
 	if r.Hold {
-		f |= flagHold
+		a |= locktable.AskHold
 	}
 	if r.Shared {
-		f |= flagShared
+		a |= locktable.AskShared
 	}
-	return resolvedEntry{opts: o, r: r, flags: f}
+	return resolvedEntry{opts: o, r: r, ask: a}
 }
 
 // lookup returns the cached resolution of o, or nil. The result must not be modified.

@@ -237,15 +237,9 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 		res.Timeout = end - mono
 		r = &res
 	}
-	h := l.newHandle(&req, e.flags)
-	h.hold.SetAskedLease(r.Lease)
-	start, err := h.hold.Acquire(ctx, r.Lease, wait, req.wait, ctxBounds)
+	h := l.newHandle(&req, e.ask)
+	start, err := h.claim.Acquire(ctx, r.Lease, wait, req.wait, ctxBounds)
 	if err != nil {
-		if err == locktable.ErrGrantedAfterClose {
-			// The grant raced with Close: the key goes back and Lock fails.
-			h.Release()
-			err = locktable.ErrClosed
-		}
 		return nil, l.fromTable(h, err)
 	}
 	if coord != nil {
@@ -261,21 +255,22 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 	return h, nil
 }
 
-// newHandle returns a handle for the request, with flags (Hold, Shared) set, and marked as asked
-// by a Txn that holds other keys when it does (locktable.FlagOwnerHolds). The request is passed
+// newHandle returns a handle for the request, asking for ask (Hold, Shared), and marked as asked
+// by a Txn that holds other keys when it does (locktable.AskOwnerHolds). The request is passed
 // by pointer: copied, it took ten instructions of every Lock.
-func (l *Locker) newHandle(req *lockRequest, flags uint32) *Handle {
-	if req.owner != nil && (req.holding || req.owner.holdsAny()) {
-		flags |= locktable.FlagOwnerHolds
+func (l *Locker) newHandle(req *lockRequest, ask locktable.Ask) *Handle {
+	var owner locktable.Owner
+	if req.owner != nil {
+		owner = req.owner
+		if req.holding || req.owner.holdsAny() {
+			ask |= locktable.AskOwnerHolds
+		}
 	}
 	h := &Handle{}
 	if req.rng != nil {
-		h.hold.InitRange(&l.ten, req.cf, req.key, req.rng.End, flags)
+		l.ten.PrepareRange(&h.claim, owner, req.cf, req.key, req.rng.End, ask)
 	} else {
-		h.hold.Init(&l.ten, req.cf, req.key, flags)
-	}
-	if req.owner != nil {
-		h.hold.SetOwner(req.owner)
+		l.ten.Prepare(&h.claim, owner, req.cf, req.key, ask)
 	}
 	return h
 }

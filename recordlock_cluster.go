@@ -45,12 +45,18 @@ func (l *Locker) joinCluster(ctx context.Context, h *Handle, coord Coordinator, 
 		switch {
 		case l.ten.Closed():
 			return ErrClosed
-		case h.flags()&flagExpired != 0 && !h.lapsed():
+		case revokedLive(h):
 			return fmt.Errorf("%w: the admission was revoked before the round was joined", ErrClusterUnavailable)
 		}
 		return fmt.Errorf("%w: the round's lease lapsed before it was joined", ErrClusterUnavailable)
 	}
 	return nil
+}
+
+// revokedLive reports whether h's lease was revoked before its deadline passed.
+func revokedLive(h *Handle) bool {
+	s := h.claim.Snapshot()
+	return s.Expired() && s.Remaining > 0
 }
 
 // acquireError is the error of a failed Coordinator.Acquire, given why its ctx was cancelled.

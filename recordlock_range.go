@@ -92,13 +92,14 @@ func rangeOptions(opts Options) (Options, error) {
 // Range returns a copy of the range a range lock locks, and true; for a lock of one key, the zero
 // Range and false. An empty Start comes back nil, as Prefix(nil) has it.
 func (h *Handle) Range() (Range, bool) {
-	if !h.hold.IsRange() {
+	if !h.status().Range() {
 		return Range{}, false
 	}
 	var r Range
-	if start := h.hold.Key(); len(start) > 0 {
+	_, start, end := h.claim.Record()
+	if len(start) > 0 {
 		r.Start = bytes.Clone(start)
 	}
-	r.End = bytes.Clone(h.hold.RangeEnd()) // nil stays nil: no bound
+	r.End = bytes.Clone(end) // nil stays nil: no bound
 	return r, true
 }

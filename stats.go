@@ -79,7 +79,7 @@ func (l *Locker) Locks() iter.Seq[LockInfo] {
 		var batch []LockInfo
 		for i := range locktable.ShardCount {
 			batch = batch[:0]
-			l.tab.VisitHolders(i, func(h *locktable.Hold, waiters int) { batch = append(batch, lockInfo(h, waiters)) })
+			l.tab.VisitHolders(i, func(s locktable.Snapshot, waiters int) { batch = append(batch, lockInfo(s, waiters)) })
 			for _, info := range batch {
 				if !yield(info) {
 					return
@@ -89,32 +89,28 @@ func (l *Locker) Locks() iter.Seq[LockInfo] {
 	}
 }
 
-// lockInfo describes h, the holder of its key, for which waiters requests are queued, with the
-// shard mutex held.
-func lockInfo(h *locktable.Hold, waiters int) LockInfo {
-	f := h.Flags()
+// lockInfo describes s, a holder of its key, for which waiters requests are queued.
+func lockInfo(s locktable.Snapshot, waiters int) LockInfo {
 	info := LockInfo{
-		Key:            bytes.Clone(h.Key()),
-		ColumnFamilyID: h.CF(),
+		Key:            bytes.Clone(s.Key),
+		ColumnFamilyID: s.CF,
 		Scope:          ScopeNode,
-		Hold:           f&flagHold != 0,
-		Shared:         f&flagShared != 0,
-		AcquiredAt:     Timestamp(h.AcquiredAt()),
-		ExpiresAt:      time.Unix(0, h.ExpiresAt()),
-		Remaining:      max(0, h.Deadline()-h.Tenant().Clock().Mono()),
+		Hold:           s.Hold(),
+		Shared:         s.Shared(),
+		AcquiredAt:     Timestamp(s.AcquiredAt),
+		ExpiresAt:      time.Unix(0, s.ExpiresAt),
+		Remaining:      s.Remaining,
 		Waiters:        waiters,
+		Token:          s.Token,
 	}
-	if h.IsRange() {
-		info.IsRange, info.RangeEnd = true, bytes.Clone(h.RangeEnd())
+	if s.Range() {
+		info.IsRange, info.RangeEnd = true, bytes.Clone(s.End)
 	}
-	if f&flagCluster != 0 {
+	if s.Cluster() {
 		info.Scope = ScopeCluster
 	}
-	if o := h.Owner(); o != nil {
-		info.Owner = o.Name()
-	}
-	if c := h.ColdIfAny(); c != nil {
-		info.Token = c.Token
+	if s.Owner != nil {
+		info.Owner = s.Owner.Name()
 	}
 	return info
 }

@@ -45,20 +45,21 @@ func (l *Locker) Waits() iter.Seq[WaitInfo] {
 	}
 }
 
-// waitInfo describes the queued request q, with the shard mutex held.
+// waitInfo describes the queued request q.
 func waitInfo(q locktable.QueuedRequest) WaitInfo {
+	r := &q.Request
 	info := WaitInfo{
-		Key:            bytes.Clone(q.Hold.Key()),
-		ColumnFamilyID: q.Hold.CF(),
+		Key:            bytes.Clone(r.Key),
+		ColumnFamilyID: r.CF,
 		Shared:         q.Shared,
 		Upgrade:        q.Upgrade,
 		Waited:         q.Waited,
 	}
-	if q.Hold.IsRange() {
-		info.IsRange, info.RangeEnd = true, bytes.Clone(q.Hold.RangeEnd())
+	if r.Range() {
+		info.IsRange, info.RangeEnd = true, bytes.Clone(r.End)
 	}
-	if o := q.Hold.Owner(); o != nil {
-		info.Owner = o.Name()
+	if r.Owner != nil {
+		info.Owner = r.Owner.Name()
 	}
 	return info
 }
@@ -77,7 +78,7 @@ func (l *Locker) waitsAndHolders() ([]WaitInfo, []LockInfo) {
 	var holders []LockInfo
 	for i := range locktable.ShardCount {
 		l.tab.VisitWaits(i, func(q locktable.QueuedRequest) { waits = append(waits, waitInfo(q)) },
-			func(h *locktable.Hold, waiters int) { holders = append(holders, lockInfo(h, waiters)) })
+			func(s locktable.Snapshot, waiters int) { holders = append(holders, lockInfo(s, waiters)) })
 	}
 	return waits, holders
 }

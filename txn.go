@@ -102,7 +102,7 @@ type txnLock struct {
 	protects bool // some staged write is protected by h
 }
 
-func (x txnLock) entryCF() uint32  { return x.h.hold.CF() }
+func (x txnLock) entryCF() uint32  { return x.h.cf() }
 func (x txnLock) entryKey() []byte { return x.h.key() }
 
 // BeginTx starts a transaction on the Locker's database with opts. It fails with an
@@ -274,7 +274,8 @@ func (t *Txn) upgrade(ctx context.Context, h *Handle, opts Options) error {
 	if err != nil {
 		return err
 	}
-	return t.l.fromTable(h, h.hold.Upgrade(ctx, r.Timeout, opts.Timeout == 0))
+	_, err = h.claim.Upgrade(ctx, r.Timeout, opts.Timeout == 0)
+	return t.l.fromTable(h, err)
 }
 
 // wantsCluster reports whether a lock with options r would be cluster-scoped (or fail closed
@@ -366,13 +367,10 @@ func (t *Txn) end() {
 }
 
 // endLocks releases the locks of an ending Txn that were not taken with Hold, and disowns them
-// all: a held lock outlives the Txn with no owner.
+// all: a held lock outlives the Txn with no owner. A released or expired handle has nothing to
+// give back (Commit may have released it).
 func endLocks(items []txnLock) {
 	for _, x := range items {
-		// A released or expired handle has nothing to give back (Commit may have released it).
-		if !x.h.dead() && !x.h.Hold() {
-			x.h.Release()
-		}
-		x.h.disown()
+		x.h.disown(false)
 	}
 }

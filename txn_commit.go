@@ -205,7 +205,7 @@ func (t *Txn) checked(hs []*Handle) []*Handle {
 	}
 	hs = t.checkedRanges(hs)
 	slices.SortStableFunc(hs, func(a, b *Handle) int {
-		return cmp.Or(cmp.Compare(a.hold.CF(), b.hold.CF()), bytes.Compare(a.key(), b.key()))
+		return cmp.Or(cmp.Compare(a.cf(), b.cf()), bytes.Compare(a.key(), b.key()))
 	})
 	return hs
 }

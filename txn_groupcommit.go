@@ -289,7 +289,7 @@ func (t *Txn) waitedOn() bool {
 }
 
 // waitedOn reports whether a request is queued for the key h holds or waits for.
-func (h *Handle) waitedOn() bool { return h.hold.WaitedOn() }
+func (h *Handle) waitedOn() bool { return h.claim.WaitedOn() }
 
 // mergeable reports whether t's batch may share a RocksDB write with other Txns' batches: when
 // it writes only the default column family. RocksDB applies a batch naming a column family it

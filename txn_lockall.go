@@ -117,18 +117,17 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 			}
 		}
 	}
-	var taken, madeExclusive []*Handle
-	var extended []leaseState // the Hold extensions made, to undo
+	var taken []*Handle
+	var madeExclusive, extended []locktable.Undo // the upgrades and Hold extensions made, to undo
 	fail := func(err error) ([]*Handle, error) {
 		for _, u := range extended {
-			u.undo()
+			u.Undo()
 		}
-		for _, h := range madeExclusive {
-			h.hold.Downgrade()
+		for _, u := range madeExclusive {
+			u.Undo()
 		}
 		for _, h := range taken {
-			h.Release()
-			h.disown()
+			h.disown(true)
 		}
 		return nil, err
 	}
@@ -138,10 +137,11 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 		}
 		if h := out[i]; h != nil {
 			if !opts.Shared && h.Shared() {
-				if err := c.upgrade(h); err != nil {
+				u, err := c.upgrade(h)
+				if err != nil {
 					return fail(err)
 				}
-				madeExclusive = append(madeExclusive, h)
+				madeExclusive = append(madeExclusive, u)
 			}
 			continue
 		}
@@ -236,12 +236,14 @@ func (c *lockAllCall) take(key []byte, holding bool) (*Handle, error) {
 }
 
 // upgrade makes h, a shared lock of the Txn, exclusive, with what is left of the call's Timeout.
-func (c *lockAllCall) upgrade(h *Handle) error {
+// It returns what makes h shared again.
+func (c *lockAllCall) upgrade(h *Handle) (locktable.Undo, error) {
 	left, err := c.left()
 	if err != nil {
-		return err
+		return locktable.Undo{}, err
 	}
-	return c.t.l.fromTable(h, h.hold.Upgrade(c.ctx, left, false))
+	u, err := h.claim.Upgrade(c.ctx, left, false)
+	return u, c.t.l.fromTable(h, err)
 }
 
 // left is what is left of the call's Timeout, or ErrTimeout once it has run out.

@@ -17,15 +17,13 @@ type handleState struct {
 	expiresAt int64
 	asked     time.Duration // the lease a round may not exceed
 	hold      bool
-	candidate Timestamp
-	flags     uint32
+	candidate Timestamp // the version counter
 }
 
 func stateOf(h *Handle) handleState {
-	h.hold.Lock()
-	defer h.hold.Unlock()
-	return handleState{due: h.hold.Deadline(), expiresAt: h.hold.ExpiresAt(), asked: h.hold.AskedLease(), hold: h.Hold(), candidate: h.candidate(0),
-		flags: h.flags() & (flagHold | flagHasVersion)}
+	s := h.claim.Snapshot()
+	return handleState{due: s.Deadline, expiresAt: s.ExpiresAt, asked: s.AskedLease, hold: s.Hold(),
+		candidate: h.HolderVersionCandidate(0)}
 }
 
 // A LockAll with Hold whose upgrades have begun and which then fails undoes every upgrade it
@@ -59,8 +57,10 @@ func TestTxnLockAllUndoesHoldUpgrades(t *testing.T) {
 			b.NextHolderVersion()
 			clk.Advance(10 * time.Millisecond)
 			wantA, wantB := stateOf(a), stateOf(b)
-			require.Equal(t, flagHasVersion|flagHold, wantB.flags)
-			require.Zero(t, wantA.flags)
+			require.True(t, wantB.hold)
+			require.Equal(t, b.AcquiredAt()+1, wantB.candidate, "b issued a version")
+			require.False(t, wantA.hold)
+			require.Equal(t, a.AcquiredAt(), wantA.candidate, "a issued none")
 
 			ran := false
 			between = func() {

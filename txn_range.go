@@ -31,7 +31,7 @@ func (s *txnRanges) add(x txnLock) {
 	i := len(s.items)
 	s.items = append(s.items, x)
 	h := x.h
-	cf, start, end := h.hold.CF(), h.key(), h.hold.RangeEnd()
+	cf, start, end := h.claim.Record()
 	if s.byCF == nil {
 		s.byCF, s.latest = map[uint32]*spans.Index[int]{}, map[string]int{}
 	}
@@ -40,7 +40,7 @@ func (s *txnRanges) add(x txnLock) {
 		idx = &spans.Index[int]{}
 		s.byCF[cf] = idx
 	}
-	idx.Insert(start, end, i) // the hold's own copies, which never change
+	idx.Insert(start, end, i) // the claim's own copies, which never change
 	s.latest[string(appendRangeID(nil, cf, start, end))] = i
 }
 
@@ -178,8 +178,8 @@ func (s *txnRanges) find(cf uint32, r Range) int {
 
 // current reports whether items[i] is the latest handle of its range.
 func (s *txnRanges) current(i int) bool {
-	h := s.items[i].h
-	return s.find(h.hold.CF(), Range{Start: h.key(), End: h.hold.RangeEnd()}) == i
+	cf, start, end := s.items[i].h.claim.Record()
+	return s.find(cf, Range{Start: start, End: end}) == i
 }
 
 // forWrite returns the position of a current, live, exclusive range of the Txn that covers key in

@@ -148,7 +148,7 @@ func (t *Txn) stagedIn(cf uint32, r Range) []stagedWrite {
 func (t *Txn) scanLeases(cf uint32, r Range) error {
 	for i, x := range t.locks.items {
 		h := x.h
-		if h.hold.CF() != cf || !r.contains(h.key()) || t.locks.find(cf, h.key()) != i {
+		if h.cf() != cf || !r.contains(h.key()) || t.locks.find(cf, h.key()) != i {
 			continue // not a key of r, or not the Txn's latest handle of it
 		}
 		if !h.released() && h.IsLeaseExpired() {

@@ -75,7 +75,7 @@ func TestClockSlotsReusedWhenLockersClose(t *testing.T) {
 		return n
 	}
 
-	var released *Hold
+	var released *Claim
 	for round := range 20 {
 		clk := NewManualClock(start)
 		l, err := newLocker(tab, clk)
@@ -87,7 +87,7 @@ func TestClockSlotsReusedWhenLockersClose(t *testing.T) {
 		if round%2 == 0 {
 			h.Done()                 // watched: armed on this round's clock
 			clk.Advance(time.Second) // the lease lapses by the timer of this round's clock
-			require.NotZero(t, h.flags()&FlagExpired, "round %d: the lease timer on the reused slot fired", round)
+			require.NotZero(t, h.flags()&flagExpired, "round %d: the lease timer on the reused slot fired", round)
 		} else {
 			released = h
 		}
@@ -116,5 +116,5 @@ func TestClockSlotsReusedWhenLockersClose(t *testing.T) {
 	require.NoError(t, err)
 	h.Done() // watched: armed
 	clk.Advance(time.Second)
-	assert.NotZero(t, h.flags()&FlagExpired, "the lease timer on the reset first slot fired")
+	assert.NotZero(t, h.flags()&flagExpired, "the lease timer on the reset first slot fired")
 }

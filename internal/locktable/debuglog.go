@@ -15,7 +15,7 @@ func (c *Tenant) debugEnabled() bool { return c.log.Enabled(context.Background()
 
 // noteLapse queues a debug record for h, whose lease lapsed while it held its key. Called with the
 // shard mutex held.
-func (sh *shard) noteLapse(h *Hold) {
+func (sh *shard) noteLapse(h *Claim) {
 	c := h.ten
 	if !c.debugEnabled() {
 		return

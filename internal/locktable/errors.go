@@ -14,10 +14,10 @@ var (
 	ErrTimeout      = errors.New("recordlock: timed out waiting for the key")
 	ErrReleased     = errors.New("recordlock: lock already released")
 	ErrLeaseExpired = errors.New("recordlock: lease expired")
-	// ErrFenceInOwnFence is what BeginFence reports to a commit that fences its own hold again.
+	// ErrFenceInOwnFence is what Fence reports to a commit that fences its own claim again.
 	ErrFenceInOwnFence = errors.New("locktable: fence inside its own fence")
-	// ErrGrantedAfterClose is what Acquire reports when the key was handed to the hold but its
-	// tenant closed meanwhile: the caller gives the key back and fails with ErrClosed.
+	// ErrGrantedAfterClose is what a wait reports when the key was handed to the claim but its
+	// tenant closed meanwhile: Acquire gives the key back, and Acquire and Upgrade fail with ErrClosed.
 	ErrGrantedAfterClose = errors.New("locktable: key granted after Close")
 )
 

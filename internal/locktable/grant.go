@@ -14,8 +14,8 @@ const bargeWindow = time.Millisecond
 // shared; an exclusive one if the key is free and nothing is queued, or its oldest waiter was
 // woken for it and may still be passed (keyEntry.bargeable). In a home shard a key can be free
 // with its oldest waiter not woken, kept from it by a range; no newcomer passes that one.
-func (e *keyEntry) admits(h *Hold, c *Tenant, mono time.Duration) bool {
-	if h.flags()&FlagShared != 0 {
+func (e *keyEntry) admits(h *Claim, c *Tenant, mono time.Duration) bool {
+	if h.flags()&flagShared != 0 {
 		return e.head == nil && (e.holder == nil || e.shares > 0)
 	}
 	return e.holder == nil && (e.head == nil || e.wakePending && e.bargeable(e.head, c, mono))
@@ -71,10 +71,10 @@ func (sh *shard) serveKey(e *keyEntry) {
 		case w.upgrade != nil:
 			up := w.upgrade
 			switch {
-			case up.Dead():
+			case up.dead():
 				sh.drop(w, waitShareEnded) // its share ended inside a Fence and is still held
 				continue
-			case e.shares != 1 || up.Lapsed():
+			case e.shares != 1 || up.lapsed():
 				return // other shares are left, or its own lapse is about to fail it
 			case sh.rangeKeeps(e, w, c):
 				return
@@ -82,7 +82,7 @@ func (sh *shard) serveKey(e *keyEntry) {
 			sh.dequeue(e, w)
 			sh.unschedule(w.h)
 			e.shares = 0
-			up.ClearFlags(FlagShared) // not a new grant: Acquired and Contended do not count it
+			up.clearFlags(flagShared) // not a new grant: Acquired and Contended do not count it
 			w.finish(waitGranted)
 			return
 		case w.shared:

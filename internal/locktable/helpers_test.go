@@ -63,7 +63,7 @@ func newTestTable(t testing.TB) *Table {
 type testOptions struct {
 	Lease, Timeout   time.Duration
 	Shared           bool
-	Hold, OwnerHolds bool // OwnerHolds: FlagOwnerHolds, the owner holds other keys as it asks
+	Hold, OwnerHolds bool // OwnerHolds: flagOwnerHolds, the owner holds other keys as it asks
 }
 
 // testLocker is a tenant of a table, with the lock calls of a Locker.
@@ -117,33 +117,30 @@ func (l *testLocker) Close() error {
 	return nil
 }
 
-// flags are the hold flags o asks for.
-func (o testOptions) flags() uint32 {
-	var f uint32
+// ask is what o asks for besides the record.
+func (o testOptions) ask() Ask {
+	var a Ask
 	if o.OwnerHolds {
-		f = FlagOwnerHolds
+		a = AskOwnerHolds
 	}
 	if o.Shared {
-		f |= FlagShared
+		a |= AskShared
 	}
 	if o.Hold {
-		f |= FlagHold
+		a |= AskHold
 	}
-	return f
+	return a
 }
 
-// newHold returns a hold of l for key, with o's flags, on behalf of owner (nil for none).
-func (l *testLocker) newHold(key []byte, o testOptions, owner Owner) *Hold {
-	h := &Hold{}
-	h.Init(&l.ten, 0, key, o.flags())
-	if owner != nil {
-		h.SetOwner(owner)
-	}
+// newClaim returns a claim of l for key, with o's flags, on behalf of owner (nil for none).
+func (l *testLocker) newClaim(key []byte, o testOptions, owner Owner) *Claim {
+	h := &Claim{}
+	l.ten.Prepare(h, owner, 0, key, o.ask())
 	return h
 }
 
 // acquire is Lock, and without wait TryLock, on behalf of owner.
-func (l *testLocker) acquire(ctx context.Context, key []byte, o testOptions, owner Owner, wait bool) (*Hold, error) {
+func (l *testLocker) acquire(ctx context.Context, key []byte, o testOptions, owner Owner, wait bool) (*Claim, error) {
 	if l.ten.Closed() {
 		return nil, ErrClosed
 	}
@@ -151,29 +148,24 @@ func (l *testLocker) acquire(ctx context.Context, key []byte, o testOptions, own
 		return nil, err
 	}
 	lease, timeout := cmp.Or(o.Lease, defaultLease), cmp.Or(o.Timeout, defaultTimeout)
-	h := l.newHold(key, o, owner)
-	h.SetAskedLease(lease)
+	h := l.newClaim(key, o, owner)
 	if _, err := h.Acquire(ctx, lease, timeout, wait, false); err != nil {
-		if err == ErrGrantedAfterClose {
-			h.Release()
-			err = ErrClosed
-		}
 		return nil, err
 	}
 	return h, nil
 }
 
-func (l *testLocker) Lock(ctx context.Context, key []byte, o testOptions) (*Hold, error) {
+func (l *testLocker) Lock(ctx context.Context, key []byte, o testOptions) (*Claim, error) {
 	return l.acquire(ctx, key, o, nil, true)
 }
 
-func (l *testLocker) TryLock(key []byte, o testOptions) (*Hold, error) {
+func (l *testLocker) TryLock(key []byte, o testOptions) (*Claim, error) {
 	return l.acquire(context.Background(), key, o, nil, false)
 }
 
 // lockResult is what a lock call started with lockAsync returned.
 type lockResult struct {
-	h   *Hold
+	h   *Claim
 	err error
 }
 
@@ -212,7 +204,7 @@ func Await[T any](t testing.TB, ch <-chan T, what string) T {
 }
 
 // granted receives a lock call's result from c and fails the test unless it succeeded.
-func granted(t testing.TB, c <-chan lockResult, what string) *Hold {
+func granted(t testing.TB, c <-chan lockResult, what string) *Claim {
 	t.Helper()
 	r := Await(t, c, what)
 	require.NoError(t, r.err, what)
@@ -300,7 +292,7 @@ func keysInShard(l *testLocker, n int) [][]byte {
 // releaseWokenNotRun gives h's key back as Release does, leaving the oldest waiter woken to take
 // it but not yet running: the window in which a newcomer may barge. The returned waiter's
 // wake-up is held back until the test signals it.
-func releaseWokenNotRun(t *testing.T, h *Hold) *waiter {
+func releaseWokenNotRun(t *testing.T, h *Claim) *waiter {
 	t.Helper()
 	sh := h.shard()
 	sh.mu.Lock()
@@ -308,8 +300,8 @@ func releaseWokenNotRun(t *testing.T, h *Hold) *waiter {
 	e := h.e
 	require.Same(t, h, e.holder)
 	require.NotNil(t, e.head)
-	h.SetFlags(FlagReleased)
-	h.ClearFlags(FlagHeld)
+	h.setFlags(flagReleased)
+	h.clearFlags(flagHeld)
 	sh.unschedule(h)
 	e.holder = nil
 	e.wakePending = true
@@ -317,12 +309,12 @@ func releaseWokenNotRun(t *testing.T, h *Hold) *waiter {
 	return e.head
 }
 
-// testTxn is an owner that locks as a Txn of the API does: re-entrant, upgrading a shared hold of
-// its own for an exclusive request, and releasing every hold it took when it rolls back.
+// testTxn is an owner that locks as a Txn of the API does: re-entrant, upgrading a shared claim of
+// its own for an exclusive request, and releasing every claim it took when it rolls back.
 type testTxn struct {
-	l     *testLocker
-	name  string
-	holds []*Hold
+	l      *testLocker
+	name   string
+	claims []*Claim
 }
 
 // Begin starts a Txn of l.
@@ -330,29 +322,29 @@ func (l *testLocker) Begin() *testTxn { return &testTxn{l: l} }
 
 func (t *testTxn) Name() string { return t.name }
 
-// Lock locks key for t, upgrading a shared hold of t on it for an exclusive request.
-func (t *testTxn) Lock(ctx context.Context, key []byte, o testOptions) (*Hold, error) {
-	for _, h := range t.holds {
-		if string(h.Key()) != string(key) || h.IsExpired() {
+// Lock locks key for t, upgrading a shared claim of t on it for an exclusive request.
+func (t *testTxn) Lock(ctx context.Context, key []byte, o testOptions) (*Claim, error) {
+	for _, h := range t.claims {
+		if string(h.key()) != string(key) || h.Now().Dead() {
 			continue
 		}
-		if !o.Shared && h.Flags()&FlagShared != 0 {
+		if !o.Shared && h.Status().Shared() {
 			timeout := o.Timeout
 			if timeout == 0 {
 				timeout = defaultTimeout
 			}
-			if err := h.Upgrade(ctx, timeout, false); err != nil {
+			if _, err := h.Upgrade(ctx, timeout, false); err != nil {
 				return nil, err
 			}
 		}
 		return h, nil
 	}
-	o.OwnerHolds = slices.ContainsFunc(t.holds, func(h *Hold) bool { return !h.Dead() }) // as Txns
+	o.OwnerHolds = slices.ContainsFunc(t.claims, func(h *Claim) bool { return !h.dead() }) // as Txns
 	h, err := t.l.acquire(ctx, key, o, t, true)
 	if err != nil {
 		return nil, err
 	}
-	t.holds = append(t.holds, h)
+	t.claims = append(t.claims, h)
 	return h, nil
 }
 
@@ -379,21 +371,15 @@ func cycleOf(t testing.TB, err error) []string {
 	return names
 }
 
-// Rollback releases t's holds and ends t.
+// Rollback releases t's claims and ends t.
 func (t *testTxn) Rollback() {
-	for _, h := range t.holds {
-		h.Release()
-		h.Disown()
+	for _, h := range t.claims {
+		h.Disown(true)
 	}
-	t.holds = nil
+	t.claims = nil
 }
 
 // fence runs commit inside a fence of h, as the API's Fence does.
-func fence(h *Hold, commit func() error) error {
-	stray, err := h.BeginFence(true)
-	if err != nil {
-		return err
-	}
-	defer h.EndFence(stray, false)
-	return commit()
+func fence(h *Claim, commit func() error) error {
+	return h.Fence(commit, true, false)
 }

@@ -15,10 +15,10 @@ const (
 )
 
 // sharePos is the place recorded in h's state word.
-func (h *Hold) sharePos() int { return int(h.flags() >> sharePosShift) }
+func (h *Claim) sharePos() int { return int(h.flags() >> sharePosShift) }
 
 // setSharePos records place p in h's state word, with the shard mutex held.
-func (h *Hold) setSharePos(p int) {
+func (h *Claim) setSharePos(p int) {
 	p = min(p, sharePosFar)
 	h.state.Store(h.flags()&flagBits | uint32(p)<<sharePosShift)
 }
@@ -28,7 +28,7 @@ func (e *keyEntry) heldExclusively() bool { return e.holder != nil && e.shares =
 
 // addSharer makes h, whose flags are f, one of the key's sharers, which is free or held shared.
 // It returns f with h's place in it, for the caller to store.
-func (e *keyEntry) addSharer(h *Hold, f uint32) uint32 {
+func (e *keyEntry) addSharer(h *Claim, f uint32) uint32 {
 	p := 0
 	if e.holder == nil {
 		e.holder = h
@@ -41,7 +41,7 @@ func (e *keyEntry) addSharer(h *Hold, f uint32) uint32 {
 }
 
 // placeOf returns h's place among the key's sharers, or -1 when h is not one of them.
-func (e *keyEntry) placeOf(h *Hold) int {
+func (e *keyEntry) placeOf(h *Claim) int {
 	switch p := h.sharePos(); {
 	case p == 0:
 		if e.holder == h {
@@ -64,7 +64,7 @@ func (e *keyEntry) placeOf(h *Hold) int {
 // removeSharer takes h, one of the key's sharers, out of them: the last sharer moves into its
 // place, so the holder slot stays filled while any sharer is left. The last share to go readies
 // the entry for exclusive use or reuse.
-func (e *keyEntry) removeSharer(h *Hold) {
+func (e *keyEntry) removeSharer(h *Claim) {
 	p := e.placeOf(h)
 	if p < 0 {
 		return
@@ -95,7 +95,7 @@ func (e *keyEntry) removeSharer(h *Hold) {
 
 // lastSharer is the sharer that giving back a share moves last: the one an exclusive request
 // looks at first when it settles lapsed sharers.
-func (e *keyEntry) lastSharer() *Hold {
+func (e *keyEntry) lastSharer() *Claim {
 	if n := len(e.sharers); n > 0 {
 		return e.sharers[n-1]
 	}
@@ -103,7 +103,7 @@ func (e *keyEntry) lastSharer() *Hold {
 }
 
 // appendHolders appends every holder of the key to out.
-func (e *keyEntry) appendHolders(out []*Hold) []*Hold {
+func (e *keyEntry) appendHolders(out []*Claim) []*Claim {
 	if e.holder == nil {
 		return out
 	}

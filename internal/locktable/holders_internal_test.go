@@ -105,15 +105,15 @@ func TestSharedWaitCheckCostDoesNotGrowWithQueue(t *testing.T) {
 func TestSharerPlaces(t *testing.T) {
 	tab := newTestTable(t)
 	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
-	mk := func() *Hold {
-		h := l.newHold([]byte("k"), testOptions{Shared: true}, nil)
+	mk := func() *Claim {
+		h := l.newClaim([]byte("k"), testOptions{Shared: true}, nil)
 		return h
 	}
 	var e keyEntry
-	hs := make([]*Hold, 6)
+	hs := make([]*Claim, 6)
 	for i := range hs {
 		hs[i] = mk()
-		hs[i].state.Store(e.addSharer(hs[i], hs[i].flags()) | FlagHeld)
+		hs[i].state.Store(e.addSharer(hs[i], hs[i].flags()) | flagHeld)
 	}
 	require.Equal(t, int32(6), e.shares)
 	check := func() {
@@ -122,8 +122,8 @@ func TestSharerPlaces(t *testing.T) {
 			p := e.placeOf(h)
 			require.GreaterOrEqual(t, p, 0)
 			require.Equal(t, p, h.sharePos())
-			require.NotZero(t, h.flags()&FlagShared, "the flags survive the place")
-			require.NotZero(t, h.flags()&FlagHeld)
+			require.NotZero(t, h.flags()&flagShared, "the flags survive the place")
+			require.NotZero(t, h.flags()&flagHeld)
 		}
 	}
 	check()
@@ -142,10 +142,10 @@ func TestSharerPlaces(t *testing.T) {
 	var far keyEntry
 	far.holder = mk()
 	far.shares = 1
-	far.sharers = make([]*Hold, sharePosFar-2, sharePosFar+4)
+	far.sharers = make([]*Claim, sharePosFar-2, sharePosFar+4)
 	for range 4 {
 		h := mk()
-		h.state.Store(far.addSharer(h, h.flags()) | FlagHeld)
+		h.state.Store(far.addSharer(h, h.flags()) | flagHeld)
 		assert.LessOrEqual(t, h.sharePos(), sharePosFar)
 	}
 	for _, h := range far.sharers[sharePosFar-2:] {

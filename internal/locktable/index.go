@@ -135,7 +135,7 @@ func (t *entryTable) all(f func(*keyEntry)) {
 // are kept as holders.go describes.
 type keyEntry struct {
 	hash       uint64
-	holder     *Hold // the exclusive holder or one sharer; nil exactly while the key is free
+	holder     *Claim // the exclusive holder or one sharer; nil exactly while the key is free
 	head, tail *waiter
 	// link is, while the entry is spare, the next spare entry (nextSpare), and while its key's
 	// entry is in a home shard, its ranged key (rangespace.go); never both at once, so one
@@ -151,7 +151,7 @@ type keyEntry struct {
 	// are any, no newcomer passes the oldest waiter (keyEntry.bargeable). 16 bits keep the
 	// entry's hot fields in one cache line.
 	ownersHolding uint16
-	sharers       []*Hold // the sharers other than holder, each knowing its place (sharePos)
+	sharers       []*Claim // the sharers other than holder, each knowing its place (sharePos)
 }
 
 func (e *keyEntry) nextSpare() *keyEntry     { return (*keyEntry)(e.link) }

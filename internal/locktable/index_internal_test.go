@@ -12,7 +12,7 @@ import (
 
 // tableEntry makes an entry for key whose hash is hash, as a held key has.
 func tableEntry(hash uint64, key string) *keyEntry {
-	h := &Hold{}
+	h := &Claim{}
 	h.setKey([]byte(key))
 	return &keyEntry{hash: hash, holder: h}
 }

@@ -18,7 +18,7 @@ import (
 // entries, as entries come and as they go, so they stay within a constant of its size.
 
 // orderedKey is an entry of a key shard, as its order holds it: the record, its hash, and the
-// entry it had when sorted in. The key is the one of a hold of the entry, which never changes.
+// entry it had when sorted in. The key is the one of a claim of the entry, which never changes.
 type orderedKey struct {
 	cf   uint32
 	key  []byte

@@ -36,7 +36,7 @@ func TestKeyOrderShrinksAsKeysLeave(t *testing.T) {
 			r, err := l.TryLockRange("a", "b", testOptions{})
 			require.NoError(t, err)
 			const n = 50_000
-			held := make([]*Hold, n)
+			held := make([]*Claim, n)
 			for i := range held {
 				h, err := l.TryLock([]byte(fmt.Sprintf("k%07d", i)), testOptions{})
 				require.NoError(t, err)

@@ -111,10 +111,10 @@ func asleep(w *waiter) bool {
 }
 
 // holderName and queuedName print a holder and a queued request as compare matches them: by
-// handle and mode, the upgrade of a hold by the hold.
-func holderName(h *Hold, shared bool) string { return fmt.Sprintf("%p/%v", h, shared) }
+// handle and mode, the upgrade of a claim by the claim.
+func holderName(h *Claim, shared bool) string { return fmt.Sprintf("%p/%v", h, shared) }
 
-func queuedName(h *Hold, upgrade, shared bool) string {
+func queuedName(h *Claim, upgrade, shared bool) string {
 	if upgrade {
 		return fmt.Sprintf("up %p", h)
 	}
@@ -145,7 +145,7 @@ func (m *modelRun) compare(rt *rapid.T) {
 			var hs []string
 			for _, h := range e.appendHolders(nil) {
 				if h.dueAt() > m.now {
-					hs = append(hs, holderName(h, h.flags()&FlagShared != 0))
+					hs = append(hs, holderName(h, h.flags()&flagShared != 0))
 				}
 			}
 			slices.Sort(hs)

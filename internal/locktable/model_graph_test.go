@@ -50,7 +50,7 @@ func (m *modelRun) waitsOn(r *mReq) []int {
 // be. Those are the holders of r's key in a mode that conflicts with r; for an exclusive request
 // or an upgrade, every request queued ahead of it, all of which are granted first; for a shared
 // request, every exclusive request or upgrade queued ahead of it, and, when there is one, every
-// holder, since that one needs them all gone. A request or hold of no owner is no step of a path,
+// holder, since that one needs them all gone. A request or claim of no owner is no step of a path,
 // but what it waits for still holds up the requests behind it.
 func (m *modelRun) waitsFor(r *mReq) []int {
 	var out []int

@@ -79,7 +79,7 @@ func (m *modelRun) drain(rt *rapid.T) {
 	for len(m.holds) > 0 {
 		h := m.holds[0]
 		if !h.h.Release() {
-			rt.Fatalf("Release of a live hold (lease ends at %v, now %v) returned false", h.deadline, m.now)
+			rt.Fatalf("Release of a live claim (lease ends at %v, now %v) returned false", h.deadline, m.now)
 		}
 		m.drop(rt, h, false)
 		m.settle(rt)

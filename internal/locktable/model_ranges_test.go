@@ -43,7 +43,7 @@ func (m *modelRun) compareRanges(rt *rapid.T) {
 		var hs []string
 		sp.ranges.meeting(nil, nil, func(it *rangeItem) bool {
 			if it.w == nil && it.h.dueAt() > m.now {
-				hs = append(hs, holderName(it.h, it.h.flags()&FlagShared != 0))
+				hs = append(hs, holderName(it.h, it.h.flags()&flagShared != 0))
 			}
 			return true
 		})

@@ -27,7 +27,7 @@ func modelConflicts(oa, ta int, xa bool, ob, tb int, xb bool) bool {
 	return (xa || xb) && spanOf(ta).meets(spanOf(tb))
 }
 
-// blockedBy reports whether holder h stops r: an upgrade is not stopped by the hold it upgrades.
+// blockedBy reports whether holder h stops r: an upgrade is not stopped by the claim it upgrades.
 func (r *mReq) blockedBy(h *mHold) bool {
 	return h != r.up && modelConflicts(r.owner, r.target, r.exclusive(), h.owner, h.target, !h.shared)
 }
@@ -276,7 +276,7 @@ func (m *modelRun) dequeue(rt *rapid.T, r *mReq, err error) {
 	m.serve(rt)
 }
 
-// drop ends hold h (released, revoked or lapsed: expired), fails its upgrade if one waits, and
+// drop ends claim h (released, revoked or lapsed: expired), fails its upgrade if one waits, and
 // serves the queue.
 func (m *modelRun) drop(rt *rapid.T, h *mHold, expired bool) {
 	m.holds = slices.DeleteFunc(m.holds, func(x *mHold) bool { return x == h })

@@ -24,7 +24,7 @@ func (m *modelRun) request(o int) *mReq {
 	return nil
 }
 
-// heldBy returns the model's hold of owner o (not 0) on exactly target t, or nil.
+// heldBy returns the model's claim of owner o (not 0) on exactly target t, or nil.
 func (m *modelRun) heldBy(o, t int) *mHold {
 	for _, h := range m.holds {
 		if o != 0 && h.owner == o && h.target == t {
@@ -34,7 +34,7 @@ func (m *modelRun) heldBy(o, t int) *mHold {
 	return nil
 }
 
-// holdOf returns the model's hold that r was granted, or nil.
+// holdOf returns the model's claim that r was granted, or nil.
 func (m *modelRun) holdOf(r *mReq) *mHold {
 	for _, h := range m.holds {
 		if h.id == r.id {
@@ -44,8 +44,8 @@ func (m *modelRun) holdOf(r *mReq) *mHold {
 	return nil
 }
 
-// coveredBy returns a range hold of owner o (not 0) that contains key t in a mode at least as
-// strong as asked (shared or not), or nil: a Txn's Lock of such a key returns that hold and does
+// coveredBy returns a range claim of owner o (not 0) that contains key t in a mode at least as
+// strong as asked (shared or not), or nil: a Txn's Lock of such a key returns that claim and does
 // not reach the table.
 func (m *modelRun) coveredBy(o, t int, shared bool) *mHold {
 	for _, h := range m.holds {
@@ -57,7 +57,7 @@ func (m *modelRun) coveredBy(o, t int, shared bool) *mHold {
 }
 
 // stepLock is a lock request (Lock or TryLock) of a key or a range, or by an owner that holds that
-// key or range shared an exclusive request, which upgrades its hold.
+// key or range shared an exclusive request, which upgrades its claim.
 func (m *modelRun) stepLock(rt *rapid.T) {
 	o := rapid.IntRange(0, modelOwners).Draw(rt, "owner")
 	t := rapid.IntRange(0, modelTargets-1).Draw(rt, "target")
@@ -77,19 +77,19 @@ func (m *modelRun) stepLock(rt *rapid.T) {
 	m.lock(rt, o, t, shared, wait, lease, timeout)
 }
 
-// newHold returns a hold of the check's tenant for target t, marked FlagOwnerHolds when holds.
-func (m *modelRun) newHold(o, t int, shared, holds bool) *Hold {
+// newClaim returns a claim of the check's tenant for target t, marked flagOwnerHolds when holds.
+func (m *modelRun) newClaim(o, t int, shared, holds bool) *Claim {
 	var owner Owner
 	if o != 0 {
 		owner = m.owners[o]
 	}
 	opts := testOptions{Shared: shared, OwnerHolds: holds}
 	if t < modelKeys {
-		return m.l.newHold(modelKey(t), opts, owner)
+		return m.l.newClaim(modelKey(t), opts, owner)
 	}
-	m.rangeMode = true // InitRange makes the column family's range space
+	m.rangeMode = true // PrepareRange makes the column family's range space
 	s := spanOf(t)
-	return m.l.newRangeHold(s.start, s.end, opts, owner)
+	return m.l.newRangeClaim(s.start, s.end, opts, owner)
 }
 
 // holdsAny reports whether owner o (not 0) holds a lock, as a Txn knows when it asks.
@@ -98,14 +98,13 @@ func (m *modelRun) holdsAny(o int) bool {
 }
 
 // lock is a lock request of owner o (0: none) for target t, or by an owner that holds t shared an
-// exclusive request, which upgrades its hold; it returns the request.
+// exclusive request, which upgrades its claim; it returns the request.
 func (m *modelRun) lock(rt *rapid.T, o, t int, shared, wait bool, lease, timeout time.Duration) *mReq {
 	if held := m.heldBy(o, t); held != nil {
 		return m.upgrade(rt, held, timeout)
 	}
 	holds := m.holdsAny(o)
-	h := m.newHold(o, t, shared, holds)
-	h.SetAskedLease(lease)
+	h := m.newClaim(o, t, shared, holds)
 	m.seq++
 	r := &mReq{id: m.seq, owner: o, target: t, shared: shared, lease: lease, deadline: m.now + timeout, h: h, holds: holds}
 	admitted := m.admits(rt, r)
@@ -143,14 +142,17 @@ func (m *modelRun) lock(rt *rapid.T, o, t int, shared, wait bool, lease, timeout
 	return r
 }
 
-// upgrade asks to make held, a shared hold of its owner, exclusive: at once when nothing else
+// upgrade asks to make held, a shared claim of its owner, exclusive: at once when nothing else
 // stops it, else queued ahead of every request but the upgrades already queued.
 func (m *modelRun) upgrade(rt *rapid.T, held *mHold, timeout time.Duration) *mReq {
 	m.seq++
 	r := &mReq{id: m.seq, owner: held.owner, target: held.target, up: held, deadline: m.now + timeout, h: held.h}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel, r.done = cancel, make(chan error, 1)
-	go func() { r.done <- held.h.Upgrade(ctx, timeout, false) }()
+	go func() {
+		_, err := held.h.Upgrade(ctx, timeout, false)
+		r.done <- err
+	}()
 	if m.admits(rt, r) {
 		held.shared = false
 		m.ended[r] = nil
@@ -181,7 +183,7 @@ func (m *modelRun) stepEnd(rt *rapid.T, revoke bool) {
 	if revoke {
 		h.h.Revoke()
 	} else if !h.h.Release() {
-		rt.Fatalf("Release of a live hold (lease ends at %v, now %v) returned false", h.deadline, m.now)
+		rt.Fatalf("Release of a live claim (lease ends at %v, now %v) returned false", h.deadline, m.now)
 	}
 	m.drop(rt, h, revoke)
 	m.settle(rt)

@@ -138,7 +138,7 @@ type mHold struct {
 	target   int
 	shared   bool
 	deadline time.Duration
-	h        *Hold
+	h        *Claim
 }
 
 // mReq is a queued request in the model: a lock, or the upgrade of up.
@@ -150,8 +150,8 @@ type mReq struct {
 	up       *mHold
 	lease    time.Duration
 	deadline time.Duration // when it times out
-	h        *Hold         // the lock's hold; for an upgrade, up.h
-	// holds says that its owner held a lock as it asked (FlagOwnerHolds): only then does it pass
+	h        *Claim        // the lock's claim; for an upgrade, up.h
+	// holds says that its owner held a lock as it asked (flagOwnerHolds): only then does it pass
 	// the requests that wait for its owner (model_rules_test.go).
 	holds    bool
 	cancel   context.CancelFunc
@@ -194,7 +194,7 @@ type modelRun struct {
 	owners [modelOwners + 1]*modelOwner
 
 	now   time.Duration // the model's Mono
-	seq   int           // ids of holds and requests
+	seq   int           // ids of claims and requests
 	holds []*mHold      // every holder, of keys and ranges
 	queue []*mReq       // every queued request, in the order the rules serve them
 	// ended are the requests the model ended in this step, with how each must have ended: nil

@@ -12,28 +12,25 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// newRangeHold returns a hold of l for the range [start, end), end nil for no bound, with o's
+// newRangeClaim returns a claim of l for the range [start, end), end nil for no bound, with o's
 // flags, on behalf of owner (nil for none).
-func (l *testLocker) newRangeHold(start, end []byte, o testOptions, owner Owner) *Hold {
-	h := &Hold{}
-	h.InitRange(&l.ten, 0, start, end, o.flags())
-	if owner != nil {
-		h.SetOwner(owner)
-	}
+func (l *testLocker) newRangeClaim(start, end []byte, o testOptions, owner Owner) *Claim {
+	h := &Claim{}
+	l.ten.PrepareRange(h, owner, 0, start, end, o.ask())
 	return h
 }
 
 // acquireRange is a range's Lock, and without wait its TryLock, on behalf of owner.
-func (l *testLocker) acquireRange(ctx context.Context, start, end []byte, o testOptions, owner Owner, wait bool) (*Hold, error) {
+func (l *testLocker) acquireRange(ctx context.Context, start, end []byte, o testOptions, owner Owner, wait bool) (*Claim, error) {
 	lease, timeout := cmp.Or(o.Lease, defaultLease), cmp.Or(o.Timeout, defaultTimeout)
-	h := l.newRangeHold(start, end, o, owner)
+	h := l.newRangeClaim(start, end, o, owner)
 	if _, err := h.Acquire(ctx, lease, timeout, wait, false); err != nil {
 		return nil, err
 	}
 	return h, nil
 }
 
-func (l *testLocker) TryLockRange(start, end string, o testOptions) (*Hold, error) {
+func (l *testLocker) TryLockRange(start, end string, o testOptions) (*Claim, error) {
 	return l.acquireRange(context.Background(), []byte(start), endOf(end), o, nil, false)
 }
 
@@ -83,7 +80,7 @@ func TestRangeConflictsWithKeysAndRanges(t *testing.T) {
 	x, err := l.TryLockRange("", "a", testOptions{})
 	require.NoError(t, err, "[\"\", a) ends where [a, c) starts")
 
-	for _, h := range []*Hold{b, ac, cx, bb, x} {
+	for _, h := range []*Claim{b, ac, cx, bb, x} {
 		require.True(t, h.Release())
 	}
 	assert.True(t, ProbeTableEmpty(l))
@@ -136,7 +133,7 @@ func TestQueuedRangeDelaysOnlyWhatItConflictsWith(t *testing.T) {
 func TestFirstRangeMovesTheKeysAlreadyThere(t *testing.T) {
 	tab := newTestTable(t)
 	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
-	var held []*Hold
+	var held []*Claim
 	var waiting []<-chan lockResult
 	for i := range 64 {
 		k := []byte(fmt.Sprintf("k%02d", i))
@@ -181,10 +178,9 @@ func TestRangeLeaseLapsesAndPassesItsKeysOn(t *testing.T) {
 	clk.Advance(time.Second)
 	res := Await(t, got, "the key, at the range's deadline")
 	require.NoError(t, res.err)
-	assert.True(t, r.IsLeaseExpired())
+	assert.True(t, r.Now().Expired())
 	assert.False(t, r.Release())
-	_, err = r.BeginFence(true)
-	assert.ErrorIs(t, err, ErrLeaseExpired)
+	assert.ErrorIs(t, r.Fence(func() error { panic("a fence ran its commit on a lapsed range") }, true, false), ErrLeaseExpired)
 	require.True(t, res.h.Release())
 
 	// A lapse nobody settled yet gives way to a newcomer, as a key's does.
@@ -193,7 +189,7 @@ func TestRangeLeaseLapsesAndPassesItsKeysOn(t *testing.T) {
 	clk.Advance(time.Second)
 	k, err := l.TryLock([]byte("q"), testOptions{})
 	require.NoError(t, err)
-	assert.True(t, r.IsExpired())
+	assert.True(t, r.Now().Dead())
 	require.True(t, k.Release())
 	assert.True(t, ProbeTableEmpty(l))
 }
@@ -205,7 +201,7 @@ func TestOwnLocksNeverConflict(t *testing.T) {
 	require.NoError(t, err)
 	r, err := l.acquireRange(context.Background(), []byte("a"), []byte("c"), testOptions{}, txn, false)
 	require.NoError(t, err, "a Txn's range over its own key")
-	txn.holds = append(txn.holds, r)
+	txn.claims = append(txn.claims, r)
 	_, err = l.TryLock([]byte("b"), testOptions{Shared: true})
 	assert.ErrorIs(t, err, ErrLocked)
 	txn.Rollback()
@@ -220,7 +216,7 @@ func TestDeadlockThroughRangeAndKey(t *testing.T) {
 	require.NoError(t, err)
 	rb, err := l.acquireRange(context.Background(), []byte("r"), []byte("s"), testOptions{}, b, false)
 	require.NoError(t, err)
-	b.holds = append(b.holds, rb)
+	b.claims = append(b.claims, rb)
 
 	aWaits := rangeAsync(l, "q", "t", testOptions{Timeout: time.Minute}, a)
 	waitRangesQueued(t, l, 1)
@@ -231,7 +227,7 @@ func TestDeadlockThroughRangeAndKey(t *testing.T) {
 	b.Rollback()
 	res := Await(t, aWaits, "a's range once b rolled back")
 	require.NoError(t, res.err)
-	a.holds = append(a.holds, res.h)
+	a.claims = append(a.claims, res.h)
 	a.Rollback()
 	assert.True(t, ProbeTableEmpty(l))
 }
@@ -241,24 +237,27 @@ func TestRangeUpgradeWaitsForOtherSharers(t *testing.T) {
 	txn := l.Begin()
 	r, err := l.acquireRange(context.Background(), []byte("a"), []byte("c"), testOptions{Shared: true}, txn, false)
 	require.NoError(t, err)
-	txn.holds = append(txn.holds, r)
+	txn.claims = append(txn.claims, r)
 	other, err := l.TryLock([]byte("b"), testOptions{Shared: true})
 	require.NoError(t, err)
 	queued := rangeAsync(l, "a", "z", testOptions{}, nil)
 	waitRangesQueued(t, l, 1)
 
 	done := make(chan error, 1)
-	go func() { done <- r.Upgrade(context.Background(), time.Minute, false) }()
+	go func() {
+		_, err := r.Upgrade(context.Background(), time.Minute, false)
+		done <- err
+	}()
 	waitRangesQueued(t, l, 2)
 	select { // queued: its outcome is decided only when something changes
 	case err := <-done:
 		t.Fatalf("upgraded past a sharer of b: %v", err)
 	default:
 	}
-	assert.NotZero(t, r.Flags()&FlagShared, "still shared while b's other sharer holds it")
+	assert.NotZero(t, r.flags()&flagShared, "still shared while b's other sharer holds it")
 	require.True(t, other.Release())
 	require.NoError(t, Await(t, done, "the upgrade"))
-	assert.Zero(t, r.Flags()&FlagShared, "the same handle is exclusive now")
+	assert.Zero(t, r.flags()&flagShared, "the same handle is exclusive now")
 	_, err = l.TryLock([]byte("b"), testOptions{Shared: true})
 	assert.ErrorIs(t, err, ErrLocked)
 	txn.Rollback()

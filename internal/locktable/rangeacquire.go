@@ -9,9 +9,9 @@ import (
 // inside it, and is granted or queued by the grant rule (rangegrant.go).
 
 // newRangedEntry adds an entry for h's key, which a live span covers, to the home shard.
-func (sh *shard) newRangedEntry(sp *rangeSpace, h *Hold) *keyEntry {
+func (sh *shard) newRangedEntry(sp *rangeSpace, h *Claim) *keyEntry {
 	e := sh.newEntry(h.hash)
-	// The hold's key never changes, and the slice keeps it alive for as long as the entry needs it.
+	// The claim's key never changes, and the slice keeps it alive for as long as the entry needs it.
 	rk := &rangedKey{key: h.key(), space: sp, e: e}
 	e.setRanged(rk)
 	sh.index.insert(e)
@@ -19,11 +19,11 @@ func (sh *shard) newRangedEntry(sp *rangeSpace, h *Hold) *keyEntry {
 	return e
 }
 
-// acquireRange is Acquire of a range hold. Its span goes into the cover first, then the keys
+// acquireRange is Acquire of a range claim. Its span goes into the cover first, then the keys
 // inside it that are still in their own shards are brought into the home shard (bringIn), unless
 // the span of a range whose keys are all in already holds all of it (rangeSet.holdsSpan); only then is the
 // request placed among the others, in the order of arrival, as a request that arrives then.
-func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
+func (h *Claim) acquireRange(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
 	c := h.ten
 	if c.closed.Load() {
 		return 0, ErrClosed
@@ -62,14 +62,14 @@ func (h *Hold) acquireRange(ctx context.Context, lease, timeout time.Duration, w
 		sh.unlockAndRunDeferred()
 		return 0, ErrLocked
 	}
-	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&FlagShared != 0, space: sp}
+	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&flagShared != 0, space: sp}
 	it.w, w.seq = w, sp.nextSeq()
 	sp.ranges.insert(it)
 	sp.queue = append(sp.queue, it)
 	return mono, sh.sleep(ctx, nil, w, boundingDeadline(ctx, mono, timeout, ctxBounds))
 }
 
-// grantRange makes it's hold a holder of its range, with a lease of lease from the readings wall
+// grantRange makes h's claim a holder of its range, with a lease of lease from the readings wall
 // and mono of its clock. A range's deadline is always on a timer: requests for keys inside it
 // can queue without looking at it again.
 func (sh *shard) grantRange(sp *rangeSpace, it *rangeItem, wall int64, mono, lease time.Duration) {
@@ -84,7 +84,7 @@ func (sh *shard) grantRange(sp *rangeSpace, it *rangeItem, wall int64, mono, lea
 	h.acquiredAt = sh.tab.stamps.Mint(wall)
 	h.expiresAt = wall + int64(lease)
 	h.deadline.Store(int64(MonoAfter(mono, lease)))
-	h.state.Store(h.flags() | FlagHeld)
+	h.state.Store(h.flags() | flagHeld)
 	sh.acquired++
 	sh.held++
 	sh.schedule(h)
@@ -93,7 +93,7 @@ func (sh *shard) grantRange(sp *rangeSpace, it *rangeItem, wall int64, mono, lea
 // watchSpan watches the holders of the keys inside h's range, for a range request that queues
 // (range locks are always watched), and tells them and the range locks it meets that a request
 // waits for them (tellHolders).
-func (sh *shard) watchSpan(sp *rangeSpace, h *Hold) {
+func (sh *shard) watchSpan(sp *rangeSpace, h *Claim) {
 	sp.keysIn(h.key(), h.cold.span.end, func(e *keyEntry) bool {
 		sh.watchHolders(e)
 		sh.tellHolders(e)

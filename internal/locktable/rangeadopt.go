@@ -55,8 +55,8 @@ func (sp *rangeSpace) brings(key []byte) bool {
 // covered by a span of its column family's cover is taken in the home shard (acquireBrought),
 // any other in its own shard, as Acquire does. It is apart from Acquire so that a table that
 // never had a range runs Acquire's path as it was.
-func (h *Hold) acquireRouted(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
-	if h.flags()&FlagRange != 0 {
+func (h *Claim) acquireRouted(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
+	if h.flags()&flagRange != 0 {
 		return h.acquireRange(ctx, lease, timeout, wait, ctxBounds)
 	}
 	c := h.ten
@@ -88,7 +88,7 @@ func (h *Hold) acquireRouted(ctx context.Context, lease, timeout time.Duration, 
 // owner's request that must wait, in a column family with a range space sp, waits in the home
 // shard, key and all: an owner's request there passes a request that waits for it (rangepass.go),
 // also through the waits of other owners, and those it must see.
-func (sh *shard) takeHere(ctx context.Context, sp *rangeSpace, h *Hold, wall int64, mono, lease, timeout time.Duration,
+func (sh *shard) takeHere(ctx context.Context, sp *rangeSpace, h *Claim, wall int64, mono, lease, timeout time.Duration,
 	wait, ctxBounds bool) (time.Duration, error) {
 	e := sh.lookup(h)
 	if e != nil && e.holder != nil && sh.settleHolders(e, h, h.ten, mono) {
@@ -115,7 +115,7 @@ func (sh *shard) takeHere(ctx context.Context, sp *rangeSpace, h *Hold, wall int
 // mutexes held it reads the cover again: a live span (or owned) brings the key's entry into the
 // home shard now if a range request has not yet; a retiring one only means the entry may still be
 // there.
-func (h *Hold) acquireBrought(ctx context.Context, sh *shard, sp *rangeSpace, hash uint64, owned bool, wall int64,
+func (h *Claim) acquireBrought(ctx context.Context, sh *shard, sp *rangeSpace, hash uint64, owned bool, wall int64,
 	mono, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
 	home := sp.home
 	sh.mu.Unlock()
@@ -142,7 +142,7 @@ func (h *Hold) acquireBrought(ctx context.Context, sh *shard, sp *rangeSpace, ha
 
 // takeInRanges ends acquireBrought in the home shard sh, whose mutex is held: h's key waits for
 // the ranges over it as well as for its holders (rangegrant.go).
-func (sh *shard) takeInRanges(ctx context.Context, sp *rangeSpace, h *Hold, wall int64, mono, lease, timeout time.Duration,
+func (sh *shard) takeInRanges(ctx context.Context, sp *rangeSpace, h *Claim, wall int64, mono, lease, timeout time.Duration,
 	wait, ctxBounds bool) (time.Duration, error) {
 	c := h.ten
 	if e := sh.lookup(h); e != nil && e.holder != nil {
@@ -315,7 +315,7 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace) *rangedKey {
 	ne.hash = hash
 	ne.setRanged(rk)
 	rk.e = ne
-	move := func(h *Hold) {
+	move := func(h *Claim) {
 		scheduled := h.heapIdx >= 0
 		sh.unschedule(h)
 		atomic.StoreUint64(&h.hash, routed(h.hash, sp.homeIdx))
@@ -326,7 +326,7 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace) *rangedKey {
 	}
 	for _, h := range ne.appendHolders(nil) {
 		move(h)
-		h.SetFlags(FlagInHomeShard)
+		h.setFlags(flagInHomeShard)
 		sh.held--
 		to.held++
 	}

@@ -23,7 +23,7 @@ func TestOnlyTheKeysRangesCoverGoToTheHomeShard(t *testing.T) {
 	r, err := l.TryLockRange("m", "n", testOptions{Shared: true})
 	require.NoError(t, err)
 	home := int(tab.spaceOf(0).homeIdx)
-	var outside, inside []*Hold
+	var outside, inside []*Claim
 	spread := map[int]bool{}
 	for i := range 256 {
 		k := []byte(fmt.Sprintf("a%03d", i))
@@ -110,7 +110,7 @@ func TestFirstRangeHoldsEachShardForOneBatch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tab := newTestTable(t)
 			l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
-			held := make([]*Hold, n)
+			held := make([]*Claim, n)
 			for i := range held {
 				h, err := l.TryLock([]byte(fmt.Sprintf("k%06d", i)), testOptions{})
 				require.NoError(t, err)
@@ -300,7 +300,7 @@ func TestRangeLockAmongHeldKeysCostsLogN(t *testing.T) {
 	for _, n := range []int{1_000, 100_000} {
 		tab := newTestTable(t)
 		l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
-		held := make([]*Hold, n)
+		held := make([]*Claim, n)
 		for i := range held {
 			h, err := l.TryLock([]byte(fmt.Sprintf("k%07d", 2*i)), testOptions{})
 			require.NoError(t, err)

@@ -62,7 +62,7 @@ func TestStressKeysAndRangesExclude(t *testing.T) {
 		wg.Add(1)
 		go func() { // churn outside the key space
 			defer wg.Done()
-			var held []*Hold
+			var held []*Claim
 			for i := 0; ; i++ {
 				select {
 				case <-stop:
@@ -100,7 +100,7 @@ func TestStressKeysAndRangesExclude(t *testing.T) {
 				o := testOptions{Shared: rnd.IntN(2) == 0}
 				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rnd.IntN(3))*time.Millisecond)
 				wait := rnd.IntN(2) == 0
-				var h *Hold
+				var h *Claim
 				var err error
 				if isRange {
 					h, err = l.acquireRange(ctx, key(from), key(to), o, nil, wait)

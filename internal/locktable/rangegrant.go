@@ -12,11 +12,11 @@ import "time"
 const newest = ^uint64(0)
 
 // conflicts reports whether a and b, locks or requests whose key sets meet, conflict.
-func conflicts(a, b *Hold) bool {
+func conflicts(a, b *Claim) bool {
 	if a == b || a.owner != nil && a.owner == b.owner {
 		return false
 	}
-	return a.flags()&FlagShared == 0 || b.flags()&FlagShared == 0
+	return a.flags()&flagShared == 0 || b.flags()&flagShared == 0
 }
 
 // keyBlocked reports whether a range keeps h, a key's request placed seq in the order of
@@ -24,8 +24,8 @@ func conflicts(a, b *Hold) bool {
 // it. With settle, a conflicting range lock whose lease lapsed at mono (a reading of c's clock) is
 // settled first, as a newcomer settles a key's lapsed holders; without, a lapsed range blocks
 // until its timer settles it, so that serving a key never ends another lease under it.
-func (sp *rangeSpace) keyBlocked(sh *shard, h *Hold, seq uint64, settle bool, c *Tenant, mono time.Duration) bool {
-	if sp.ranges.n == 0 || sh.tab.modes.noConflicts.Load() || !sp.ranges.mayConflict(h.key(), h.flags()&FlagShared != 0) {
+func (sp *rangeSpace) keyBlocked(sh *shard, h *Claim, seq uint64, settle bool, c *Tenant, mono time.Duration) bool {
+	if sp.ranges.n == 0 || sh.tab.modes.noConflicts.Load() || !sp.ranges.mayConflict(h.key(), h.flags()&flagShared != 0) {
 		return false
 	}
 	if settle {
@@ -39,13 +39,13 @@ func (sp *rangeSpace) keyBlocked(sh *shard, h *Hold, seq uint64, settle bool, c 
 // rangeBlocked reports whether h, a range request placed seq in the order of arrival, must wait:
 // a conflicting holder of a key or range inside or across it, or a conflicting request queued
 // before it. settle is as for keyBlocked.
-func (sp *rangeSpace) rangeBlocked(sh *shard, h *Hold, seq uint64, settle bool, c *Tenant, mono time.Duration) bool {
+func (sp *rangeSpace) rangeBlocked(sh *shard, h *Claim, seq uint64, settle bool, c *Tenant, mono time.Duration) bool {
 	if sh.tab.modes.noConflicts.Load() {
 		return false
 	}
 	start, end := h.key(), h.cold.span.end
 	if settle {
-		var lapsed, holders []*Hold
+		var lapsed, holders []*Claim
 		sp.keysIn(start, end, func(e *keyEntry) bool {
 			holders = e.appendHolders(holders[:0])
 			for _, x := range holders {
@@ -69,7 +69,7 @@ func (sp *rangeSpace) rangeBlocked(sh *shard, h *Hold, seq uint64, settle bool, 
 
 // rangesBlock reports whether a range lock or request of sp keeps h, a request placed seq in the
 // order of arrival, waiting (rangeItem.blocks), but for a request h passes (rangepass.go).
-func (sp *rangeSpace) rangesBlock(h *Hold, seq uint64) bool {
+func (sp *rangeSpace) rangesBlock(h *Claim, seq uint64) bool {
 	blocked := false
 	sp.ranges.heldConflicting(h, func(it *rangeItem) bool {
 		blocked = conflicts(h, it.h)
@@ -88,14 +88,14 @@ func (sp *rangeSpace) rangesBlock(h *Hold, seq uint64) bool {
 // blocks reports whether it, a range lock or request that meets the key set of h, a request
 // placed seq in the order of arrival, keeps h waiting: it conflicts with h, and is a lock or a
 // request queued before h.
-func (it *rangeItem) blocks(h *Hold, seq uint64) bool {
+func (it *rangeItem) blocks(h *Claim, seq uint64) bool {
 	return (it.w == nil || it.w.seq < seq) && conflicts(h, it.h)
 }
 
 // lapsedRanges appends to lapsed the range locks of sp that meet h's key set, conflict with it,
 // and whose lease lapsed at mono (a reading of c's clock) but is not ended yet, and returns it.
 // They are collected first: ending one serves what it held up, which can change the tree.
-func (sp *rangeSpace) lapsedRanges(h *Hold, c *Tenant, mono time.Duration, lapsed []*Hold) []*Hold {
+func (sp *rangeSpace) lapsedRanges(h *Claim, c *Tenant, mono time.Duration, lapsed []*Claim) []*Claim {
 	sp.ranges.heldConflicting(h, func(it *rangeItem) bool {
 		if conflicts(h, it.h) && it.h.lapsedFor(c, mono) {
 			lapsed = append(lapsed, it.h)
@@ -108,7 +108,7 @@ func (sp *rangeSpace) lapsedRanges(h *Hold, c *Tenant, mono time.Duration, lapse
 // keyBlocksRange reports whether e's key keeps h, a range request over it placed seq in the
 // order of arrival, waiting: a conflicting holder, or a conflicting request queued before it that
 // h does not pass (rangepass.go).
-func (sp *rangeSpace) keyBlocksRange(e *keyEntry, h *Hold, seq uint64) bool {
+func (sp *rangeSpace) keyBlocksRange(e *keyEntry, h *Claim, seq uint64) bool {
 	if e.holder != nil {
 		if conflicts(h, e.holder) {
 			return true

@@ -13,7 +13,7 @@ package locktable
 // and throughHolder skip a holder whose lease has passed.
 type rangeEdgeSink struct {
 	owner, through        func(Owner)
-	holder, throughHolder func(*Hold)
+	holder, throughHolder func(*Claim)
 	passed                []*waiter // the requests of no owner already passed through
 }
 
@@ -21,7 +21,7 @@ type rangeEdgeSink struct {
 // mode's rule. For a key's request the edges to its key's own holders are the key's rule's
 // (waitgraph.go); its edges to the requests queued ahead of it for its key are added here, since
 // in a range space they need not wait for the same holders as it does.
-func (sp *rangeSpace) rangeEdges(h *Hold, w *waiter, s *rangeEdgeSink) {
+func (sp *rangeSpace) rangeEdges(h *Claim, w *waiter, s *rangeEdgeSink) {
 	sp.requestsAhead(w, func(x *waiter) { sp.passOn(x, s, s.owner) })
 	if w.space == nil { // a key's request: the range locks over its key
 		sp.rangeHolders(h, s.holder)
@@ -76,7 +76,7 @@ func (sp *rangeSpace) passOn(x *waiter, s *rangeEdgeSink, add func(Owner)) {
 
 // holdersBlocking calls f on the holders that conflict with x, a queued request of sp: those of
 // its key or of the keys in its range, and the range locks that meet it.
-func (sp *rangeSpace) holdersBlocking(x *Hold, f func(*Hold)) {
+func (sp *rangeSpace) holdersBlocking(x *Claim, f func(*Claim)) {
 	each := func(e *keyEntry) bool {
 		for _, y := range e.appendHolders(nil) {
 			if conflicts(x, y) {
@@ -85,7 +85,7 @@ func (sp *rangeSpace) holdersBlocking(x *Hold, f func(*Hold)) {
 		}
 		return true
 	}
-	if x.IsRange() {
+	if x.isRange() {
 		sp.keysIn(x.key(), x.cold.span.end, each)
 	} else if x.e != nil {
 		each(x.e)
@@ -94,7 +94,7 @@ func (sp *rangeSpace) holdersBlocking(x *Hold, f func(*Hold)) {
 }
 
 // rangeHolders calls f on the range locks of sp that meet x's key set and conflict with x.
-func (sp *rangeSpace) rangeHolders(x *Hold, f func(*Hold)) {
+func (sp *rangeSpace) rangeHolders(x *Claim, f func(*Claim)) {
 	sp.ranges.heldConflicting(x, func(it *rangeItem) bool {
 		if conflicts(x, it.h) {
 			f(it.h)
@@ -109,11 +109,11 @@ func (sp *rangeSpace) rangeHolders(x *Hold, f func(*Hold)) {
 // owner that meets its range.
 func plainExclusive(w *waiter) bool {
 	h := w.h
-	return w.space != nil && w.seq != 0 && h.flags()&FlagShared == 0 && (h.owner == nil || h.flags()&FlagOwnerHolds == 0)
+	return w.space != nil && w.seq != 0 && h.flags()&flagShared == 0 && (h.owner == nil || h.flags()&flagOwnerHolds == 0)
 }
 
-// sameSpan reports whether the range holds a and b cover the same keys.
-func sameSpan(a, b *Hold) bool {
+// sameSpan reports whether the range claims a and b cover the same keys.
+func sameSpan(a, b *Claim) bool {
 	ae, be := a.cold.span.end, b.cold.span.end
 	return compareKeys(a.key(), b.key()) == 0 && (ae == nil) == (be == nil) && compareKeys(ae, be) == 0
 }

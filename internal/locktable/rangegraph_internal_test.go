@@ -31,7 +31,7 @@ func newHotRange(t testing.TB, l *testLocker) *hotRange {
 	holder := l.Begin()
 	h, err := l.acquireRange(context.Background(), []byte("a"), []byte("z"), testOptions{}, holder, false)
 	require.NoError(t, err)
-	holder.holds = append(holder.holds, h)
+	holder.claims = append(holder.claims, h)
 	return &hotRange{holder: holder, errs: make(chan error, 1024)}
 }
 
@@ -44,7 +44,7 @@ func (r *hotRange) join(t testing.TB, l *testLocker) {
 	go func() {
 		h, err := l.acquireRange(context.Background(), []byte("a"), []byte("z"), testOptions{Timeout: time.Minute}, txn, true)
 		if err == nil {
-			txn.holds = append(txn.holds, h)
+			txn.claims = append(txn.claims, h)
 		}
 		txn.Rollback()
 		r.errs <- err
@@ -99,7 +99,7 @@ func BenchmarkRangeWaitCheck(b *testing.B) {
 			}
 			g := &l.tab.graph
 			g.mu.Lock()
-			var newest *Hold
+			var newest *Claim
 			for _, h := range g.waiting {
 				if newest == nil || h.cold.span.item.w.seq > newest.cold.span.item.w.seq {
 					newest = h

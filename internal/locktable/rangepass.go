@@ -15,10 +15,10 @@ import (
 // which waits for a. Everything here runs under the home shard's mutex.
 
 // passes reports whether h, a request, may pass x, a request queued before it: h's owner holds
-// locks (FlagOwnerHolds), and x waits for one of them (waitsForOwner).
-func (sp *rangeSpace) passes(h *Hold, x *waiter) bool {
+// locks (flagOwnerHolds), and x waits for one of them (waitsForOwner).
+func (sp *rangeSpace) passes(h *Claim, x *waiter) bool {
 	o := h.owner
-	if o == nil || h.flags()&FlagOwnerHolds == 0 || x.h.owner == o {
+	if o == nil || h.flags()&flagOwnerHolds == 0 || x.h.owner == o {
 		return false
 	}
 	var seen []*waiter
@@ -53,7 +53,7 @@ func (sp *rangeSpace) waitsForOwner(x *waiter, o Owner, seen *[]*waiter) bool {
 func (sp *rangeSpace) conflictsWithLocksOf(x *waiter, o Owner, seen *[]*waiter) bool {
 	xh := x.h
 	found := false
-	holds := func(y *Hold) bool {
+	holds := func(y *Claim) bool {
 		if y.owner == nil || !conflicts(xh, y) {
 			return false
 		}
@@ -152,8 +152,8 @@ func (sp *rangeSpace) queuedBefore(x *waiter) []*rangeItem {
 // by shared requests that a range keeps from the key), and then an exclusive request may still
 // take a key freed for a woken waiter within the barging window (keyEntry.admits). mono is a
 // reading of c's clock.
-func (sp *rangeSpace) placeNewcomer(e *keyEntry, h *Hold, c *Tenant, mono time.Duration) (admitted bool, before *waiter) {
-	if h.owner != nil && h.flags()&FlagOwnerHolds != 0 {
+func (sp *rangeSpace) placeNewcomer(e *keyEntry, h *Claim, c *Tenant, mono time.Duration) (admitted bool, before *waiter) {
+	if h.owner != nil && h.flags()&flagOwnerHolds != 0 {
 		for w := e.head; w != nil; w = w.next {
 			if sp.passes(h, w) {
 				before = w
@@ -166,7 +166,7 @@ func (sp *rangeSpace) placeNewcomer(e *keyEntry, h *Hold, c *Tenant, mono time.D
 			return before == nil && e.admits(h, c, mono), before
 		}
 	}
-	if h.flags()&FlagShared != 0 {
+	if h.flags()&flagShared != 0 {
 		return e.holder == nil || e.shares > 0, before
 	}
 	return e.holder == nil, before
@@ -176,7 +176,7 @@ func (sp *rangeSpace) placeNewcomer(e *keyEntry, h *Hold, c *Tenant, mono time.D
 // owner and some owner waits, the waits that may have passed a request because of h are checked
 // for a cycle again once the mutex is released (recheckWaiting). Such a request no longer passes
 // the ones that waited for h, and the edge to each of those is new.
-func (sh *shard) ownerLetGo(h *Hold) {
+func (sh *shard) ownerLetGo(h *Claim) {
 	if h.owner == nil || sh.tab.graph.count.Load() == 0 {
 		return
 	}
@@ -232,7 +232,7 @@ func (sh *shard) unlist(sp *rangeSpace, w *waiter) {
 // just queued: an owner's request can pass a request that waits for the owner through another
 // owner's wait (waitsForOwner), so a new wait can let one of them through. A key's request that
 // can now pass requests ahead of it in its key's queue is first moved ahead of them (repass).
-// Only the requests of owners that held locks as they asked (FlagOwnerHolds) pass any, so only
+// Only the requests of owners that held locks as they asked (flagOwnerHolds) pass any, so only
 // theirs are served: a new wait lets nothing else through, and N Txns that hold nothing queued
 // on one hot range do not serve each other's queues again at every wait.
 func (sh *shard) serveWaitingOwners(sp *rangeSpace, added *waiter) {
@@ -241,7 +241,7 @@ func (sh *shard) serveWaitingOwners(sp *rangeSpace, added *waiter) {
 	}
 	var others []*waiter // collected first: serving changes the list
 	for _, u := range sp.waiting {
-		if u != added && u.h.flags()&FlagOwnerHolds != 0 {
+		if u != added && u.h.flags()&flagOwnerHolds != 0 {
 			others = append(others, u)
 		}
 	}
@@ -267,7 +267,7 @@ func (sh *shard) serveWaitingOwners(sp *rangeSpace, added *waiter) {
 func (sh *shard) repass(sp *rangeSpace) (moved bool) {
 	var keyed []*waiter
 	for _, u := range sp.waiting {
-		if u.space == nil && u.upgrade == nil && !u.left && u.h.flags()&FlagOwnerHolds != 0 {
+		if u.space == nil && u.upgrade == nil && !u.left && u.h.flags()&flagOwnerHolds != 0 {
 			keyed = append(keyed, u)
 		}
 	}

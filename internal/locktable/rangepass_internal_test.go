@@ -14,7 +14,7 @@ import (
 // queued request that waits for a lock of that owner.
 
 // ownerTryRange is TryLockRange on behalf of owner.
-func ownerTryRange(l *testLocker, start, end string, o testOptions, owner Owner) (*Hold, error) {
+func ownerTryRange(l *testLocker, start, end string, o testOptions, owner Owner) (*Claim, error) {
 	return l.acquireRange(context.Background(), []byte(start), endOf(end), o, owner, false)
 }
 
@@ -145,7 +145,7 @@ func TestOwnerRangeRequestPassesWaitersOfItsLocks(t *testing.T) {
 	beside, err := ownerTryRange(l, "x", "z", testOptions{OwnerHolds: true}, a)
 	require.NoError(t, err, "the owner passes the range request that waits for its key x")
 
-	for _, h := range []*Hold{held, over, key, beside} {
+	for _, h := range []*Claim{held, over, key, beside} {
 		require.True(t, h.Release())
 	}
 	for _, ch := range []<-chan lockResult{gotKey, gotRange} {
@@ -200,7 +200,7 @@ func repassMoves(t *testing.T, k int) (moved, tried uint64) {
 	go func() {
 		h, err := l.acquireRange(ctx, []byte("c"), []byte("e"), testOptions{Shared: true, Timeout: time.Minute}, reader, true)
 		if err == nil {
-			reader.holds = append(reader.holds, h)
+			reader.claims = append(reader.claims, h)
 		}
 		reader.Rollback()
 		errs <- err

@@ -57,7 +57,7 @@ func (sh *shard) serveQueuedRanges(sp *rangeSpace, batch []*rangeItem) {
 			sh.serveAfterRange(sp, it.start(), it.end())
 			continue
 		}
-		if up := w.upgrade; up != nil && up.Dead() {
+		if up := w.upgrade; up != nil && up.dead() {
 			sh.dropRange(w, waitShareEnded)
 			sh.serveAfterRange(sp, it.start(), it.end())
 			continue
@@ -142,18 +142,18 @@ func (sh *shard) dropRange(w *waiter, outcome waitState) {
 	sh.countOutcome(outcome)
 }
 
-// giveBackRange is giveBack of a range hold whose flags are f.
-func (sh *shard) giveBackRange(h *Hold, f, set uint32) {
+// giveBackRange is giveBack of a range claim whose flags are f.
+func (sh *shard) giveBackRange(h *Claim, f, set uint32) {
 	it := &h.cold.span.item
-	if f&FlagHeld == 0 || it.tree == nil || it.w != nil {
-		h.SetFlags(set)
+	if f&flagHeld == 0 || it.tree == nil || it.w != nil {
+		h.setFlags(set)
 		sh.tab.logFault(h.ten, "a handle gave back a range it did not hold")
 		return
 	}
 	sp := sh.spaces[h.cf]
 	sp.ranges.remove(it)
 	sp.spanGone(it)
-	h.state.Store(f&^FlagHeld | set)
+	h.state.Store(f&^flagHeld | set)
 	if w := sp.upgradeOfRange(h); w != nil {
 		sh.dropRange(w, waitShareEnded)
 	}

@@ -23,12 +23,12 @@ func (s *rangeSet) steps() uint64 {
 	return s.shared.steps + s.exclusive.steps + s.queued.steps + s.tried + s.scanned
 }
 
-// treeFor is the tree it belongs in now: by whether it is queued, and by its hold's mode.
+// treeFor is the tree it belongs in now: by whether it is queued, and by its claim's mode.
 func (s *rangeSet) treeFor(it *rangeItem) *rangeTree {
 	switch {
 	case it.w != nil:
 		return &s.queued
-	case it.h.flags()&FlagShared != 0:
+	case it.h.flags()&flagShared != 0:
 		return &s.shared
 	}
 	return &s.exclusive
@@ -50,7 +50,7 @@ func (s *rangeSet) remove(it *rangeItem) {
 }
 
 // refile moves it, if it is in a tree, to the one it belongs in now: after it was granted, or
-// its hold's mode changed.
+// its claim's mode changed.
 func (s *rangeSet) refile(it *rangeItem) {
 	if it.tree != nil && it.tree != s.treeFor(it) {
 		s.remove(it)
@@ -83,20 +83,20 @@ func (s *rangeSet) meeting(start, end []byte, f func(*rangeItem) bool) {
 }
 
 // heldConflicting calls f, until it returns false, on the range locks that meet h's key set (its
-// key, or a range hold's span) in a mode that can conflict with h's: only the exclusive ones for
+// key, or a range claim's span) in a mode that can conflict with h's: only the exclusive ones for
 // a shared request. f decides the owner.
-func (s *rangeSet) heldConflicting(h *Hold, f func(*rangeItem) bool) {
+func (s *rangeSet) heldConflicting(h *Claim, f func(*rangeItem) bool) {
 	stop := false
 	more := func(it *rangeItem) bool {
 		stop = !f(it)
 		return !stop
 	}
 	trees := []*rangeTree{&s.exclusive, &s.shared}
-	if h.flags()&FlagShared != 0 {
+	if h.flags()&flagShared != 0 {
 		trees = trees[:1]
 	}
 	for _, t := range trees {
-		if h.IsRange() {
+		if h.isRange() {
 			t.meeting(h.key(), h.cold.span.end, more)
 		} else {
 			t.containing(h.key(), more)
@@ -108,8 +108,8 @@ func (s *rangeSet) heldConflicting(h *Hold, f func(*rangeItem) bool) {
 }
 
 // queuedOver calls f, until it returns false, on the queued range requests that meet h's key set.
-func (s *rangeSet) queuedOver(h *Hold, f func(*rangeItem) bool) {
-	if h.IsRange() {
+func (s *rangeSet) queuedOver(h *Claim, f func(*rangeItem) bool) {
+	if h.isRange() {
 		s.queued.meeting(h.key(), h.cold.span.end, f)
 		return
 	}

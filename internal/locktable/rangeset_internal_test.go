@@ -38,7 +38,7 @@ func TestSharedKeyUnderSharedRangesCostsLogR(t *testing.T) {
 	perOp := map[int]float64{}
 	for _, r := range []int{64, 4096} {
 		l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
-		var held []*Hold
+		var held []*Claim
 		for i := range r {
 			h, err := l.TryLockRange("k", fmt.Sprintf("l%05d", i), testOptions{Shared: true})
 			require.NoError(t, err)
@@ -65,7 +65,7 @@ func TestKeyLockBesideQueuedRangesCostsLogQ(t *testing.T) {
 	perOp := map[int]float64{}
 	for _, q := range []int{32, 512} {
 		l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
-		var held []*Hold
+		var held []*Claim
 		var queued []<-chan lockResult
 		for i := range q {
 			k := fmt.Sprintf("q%05d", i)
@@ -103,7 +103,7 @@ func BenchmarkSharedKeyUnderSharedRanges(b *testing.B) {
 	for _, r := range []int{100, 1000, 10000} {
 		b.Run(fmt.Sprintf("R=%d", r), func(b *testing.B) {
 			l := newTestLocker(b, newTestTable(b), NewManualClock(time.Unix(1, 0)))
-			var held []*Hold
+			var held []*Claim
 			for i := range r {
 				h, err := l.TryLockRange("k", fmt.Sprintf("l%05d", i), testOptions{Shared: true})
 				require.NoError(b, err)
@@ -132,7 +132,7 @@ func BenchmarkKeyLockBesideQueuedRanges(b *testing.B) {
 	for _, q := range []int{50, 500, 2000} {
 		b.Run(fmt.Sprintf("Q=%d", q), func(b *testing.B) {
 			l := newTestLocker(b, newTestTable(b), NewManualClock(time.Unix(1, 0)))
-			var held []*Hold
+			var held []*Claim
 			var queued []<-chan lockResult
 			for i := range q {
 				k := fmt.Sprintf("q%05d", i)

@@ -17,11 +17,11 @@ type rangeTree struct {
 	steps uint64
 }
 
-// rangeItem is a range hold's node in its column family's tree, held or queued. It is part of
+// rangeItem is a range claim's node in its column family's tree, held or queued. It is part of
 // every range lock, so it keeps no copy of a key: its largest ends point at the end of the item
 // that has them (a nil end has no bound), and its treap priority is a hash of its id.
 type rangeItem struct {
-	h *Hold
+	h *Claim
 	// w is the queued request, nil once granted; its seq is the request's place in the column
 	// family's order of arrival.
 	w  *waiter

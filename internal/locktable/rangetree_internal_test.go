@@ -24,7 +24,7 @@ func TestRangeTreeAgreesWithAScan(t *testing.T) {
 			if e := keyGen.Draw(rt, "end"); e > start {
 				end = []byte(e)
 			}
-			h := &Hold{}
+			h := &Claim{}
 			h.setKey([]byte(start))
 			h.cold = &Cold{span: &span{end: end}}
 			it := &h.cold.span.item

@@ -11,16 +11,16 @@ import (
 
 // upgradeRange is Upgrade of a shared range lock, with the mutex held (it returns with it
 // released); stand is the stand-in its wait goes through, made a request over h's range here.
-func (sh *shard) upgradeRange(ctx context.Context, h, stand *Hold, mono, deadline time.Duration) error {
+func (sh *shard) upgradeRange(ctx context.Context, h, stand *Claim, mono, deadline time.Duration) error {
 	c := h.ten
 	sp := sh.spaces[h.cf]
-	stand.state.Store(FlagRange)
+	stand.state.Store(flagRange)
 	stand.cold = &Cold{span: &span{end: h.cold.span.end}}
 	it := &stand.cold.span.item
 	it.h = stand
 	it.id = sp.nextSeq()
 	if !sp.rangeBlocked(sh, stand, 0, true, c, mono) {
-		h.ClearFlags(FlagShared)
+		h.clearFlags(flagShared)
 		sp.ranges.refile(&h.cold.span.item)
 		sh.unlockAndRunDeferred()
 		return nil
@@ -38,20 +38,20 @@ func (sh *shard) upgradeRange(ctx context.Context, h, stand *Hold, mono, deadlin
 	return sh.sleep(ctx, nil, w, deadline)
 }
 
-// finishRangeUpgrade ends it, a queued range upgrade: granted, its hold becomes exclusive; or its
+// finishRangeUpgrade ends it, a queued range upgrade: granted, its claim becomes exclusive; or its
 // share ended first.
 func (sh *shard) finishRangeUpgrade(sp *rangeSpace, it *rangeItem, mono time.Duration) {
 	w := it.w
 	sh.unqueueGrantedRange(sp, it, mono)
 	sp.ranges.remove(it)
 	it.w = nil
-	w.upgrade.ClearFlags(FlagShared) // not a new grant
+	w.upgrade.clearFlags(flagShared) // not a new grant
 	sp.ranges.refile(&w.upgrade.cold.span.item)
 	w.finish(waitGranted)
 }
 
 // upgradeOfRange returns the upgrade queued for h, a shared range lock of sp, or nil.
-func (sp *rangeSpace) upgradeOfRange(h *Hold) *waiter {
+func (sp *rangeSpace) upgradeOfRange(h *Claim) *waiter {
 	for _, it := range sp.queue {
 		if it.w.seq != 0 {
 			break

@@ -6,7 +6,7 @@ import "slices"
 // family's home shard, with that shard's keys.
 
 // evictRanges is evict for the range locks and requests of c in the shard's spaces.
-func (sh *shard) evictRanges(c *Tenant, held []*Hold) []*Hold {
+func (sh *shard) evictRanges(c *Tenant, held []*Claim) []*Claim {
 	for _, sp := range sh.spaces {
 		var mine []*waiter
 		sp.ranges.meeting(nil, nil, func(it *rangeItem) bool {
@@ -30,8 +30,8 @@ func (sh *shard) evictRanges(c *Tenant, held []*Hold) []*Hold {
 
 // rangeWaiters counts the queued requests that conflict with h, a range lock of sp: those for
 // keys inside it, and range requests over it.
-func (sp *rangeSpace) rangeWaiters(h *Hold) (n, read int) {
-	t := newWaiterTally([]*Hold{h})
+func (sp *rangeSpace) rangeWaiters(h *Claim) (n, read int) {
+	t := newWaiterTally([]*Claim{h})
 	read = sp.tallyOver(h, &t)
 	return t.conflictingWith(h), read
 }
@@ -39,8 +39,8 @@ func (sp *rangeSpace) rangeWaiters(h *Hold) (n, read int) {
 // tallyOver adds to t the requests queued over h's key set: for a range, the requests for the
 // keys inside it and the range requests that meet it; for a key, the range requests over it (its
 // own queue is the key's). It returns how many it read.
-func (sp *rangeSpace) tallyOver(h *Hold, t *waiterTally) (read int) {
-	if h.IsRange() {
+func (sp *rangeSpace) tallyOver(h *Claim, t *waiterTally) (read int) {
+	if h.isRange() {
 		sp.keysIn(h.key(), h.cold.span.end, func(e *keyEntry) bool {
 			for w := e.head; w != nil; w = w.next {
 				t.add(w.h)
@@ -57,11 +57,11 @@ func (sp *rangeSpace) tallyOver(h *Hold, t *waiterTally) (read int) {
 	return read
 }
 
-// appendRanges appends to hs the holds of sp's range locks, then of its queued range requests,
+// appendRanges appends to hs the claims of sp's range locks, then of its queued range requests,
 // oldest first, for a view to visit one at a time. The locks of one span are listed together
 // (by start, then end), so that a view counts the requests queued over that span once for all
 // of them (visitRanges).
-func (sp *rangeSpace) appendRanges(hs []*Hold) []*Hold {
+func (sp *rangeSpace) appendRanges(hs []*Claim) []*Claim {
 	for _, t := range []*rangeTree{&sp.ranges.shared, &sp.ranges.exclusive} {
 		from := len(hs)
 		t.meeting(nil, nil, func(it *rangeItem) bool {
@@ -76,16 +76,16 @@ func (sp *rangeSpace) appendRanges(hs []*Hold) []*Hold {
 	return hs
 }
 
-// sortRunsByEnd sorts each run of holds with one start in hs, which is in order of start, by
+// sortRunsByEnd sorts each run of claims with one start in hs, which is in order of start, by
 // end, keeping the order of those with one end too.
-func sortRunsByEnd(hs []*Hold) {
+func sortRunsByEnd(hs []*Claim) {
 	for i := 0; i < len(hs); {
 		j := i + 1
 		for j < len(hs) && compareKeys(hs[j].key(), hs[i].key()) == 0 {
 			j++
 		}
 		if j-i > 1 {
-			slices.SortStableFunc(hs[i:j], func(a, b *Hold) int { return compareEnds(a.cold.span.end, b.cold.span.end) })
+			slices.SortStableFunc(hs[i:j], func(a, b *Claim) int { return compareEnds(a.cold.span.end, b.cold.span.end) })
 		}
 		i = j
 	}
@@ -106,7 +106,7 @@ func compareEnds(a, b []byte) int {
 
 // queuedRangesOver adds to t the range requests queued over the key of h, a holder of a key,
 // counted in visited.
-func (sh *shard) queuedRangesOver(h *Hold, t *waiterTally) {
+func (sh *shard) queuedRangesOver(h *Claim, t *waiterTally) {
 	sp := sh.spaces[h.cf]
 	if sp == nil || len(sp.queue) == 0 {
 		return
@@ -114,19 +114,19 @@ func (sh *shard) queuedRangesOver(h *Hold, t *waiterTally) {
 	sh.counts.visited += uint64(sp.tallyOver(h, t))
 }
 
-// heldRange reports whether h, a range hold listed before the mutex was taken, still holds its
+// heldRange reports whether h, a range claim listed before the mutex was taken, still holds its
 // range.
-func heldRange(h *Hold) bool {
+func heldRange(h *Claim) bool {
 	it := &h.cold.span.item
-	return it.tree != nil && it.w == nil && h.flags()&FlagHeld != 0
+	return it.tree != nil && it.w == nil && h.flags()&flagHeld != 0
 }
 
-// heldOverSpan reports whether x, a range hold listed before the mutex was taken, still holds
+// heldOverSpan reports whether x, a range claim listed before the mutex was taken, still holds
 // h's span, h being a range lock: a view visits the two together.
-func heldOverSpan(h, x *Hold) bool { return heldRange(x) && x.cf == h.cf && sameSpan(h, x) }
+func heldOverSpan(h, x *Claim) bool { return heldRange(x) && x.cf == h.cf && sameSpan(h, x) }
 
-// spanRun returns how many holds at the start of hs, the first a range lock, lock its span.
-func spanRun(hs []*Hold) int {
+// spanRun returns how many claims at the start of hs, the first a range lock, lock its span.
+func spanRun(hs []*Claim) int {
 	n := 1
 	for n < len(hs) && heldOverSpan(hs[0], hs[n]) {
 		n++
@@ -134,20 +134,20 @@ func spanRun(hs []*Hold) int {
 	return n
 }
 
-// visitRanges calls f on hs[0], a range hold or request of the shard listed before the mutex was
-// taken, and on the holds listed after it that lock the same span (appendRanges lists those
+// visitRanges calls f on hs[0], a range claim or request of the shard listed before the mutex was
+// taken, and on the claims listed after it that lock the same span (appendRanges lists those
 // together), each that still holds its range with its lease live (a lapse is settled), with the
 // number of queued requests that conflict with it. The requests queued over the span are read
 // once for them all, as a key's queue is for its sharers, so s locks of one span with q requests
 // queued over it cost O(s + q). It returns how many of hs it looked at.
-func (sh *shard) visitRanges(hs []*Hold, f func(h *Hold, waiters int)) int {
+func (sh *shard) visitRanges(hs []*Claim, f func(s Snapshot, waiters int)) int {
 	if !heldRange(hs[0]) {
 		return 1
 	}
 	n := spanRun(hs)
-	live := make([]*Hold, 0, n)
+	live := make([]*Claim, 0, n)
 	for _, h := range hs[:n] {
-		if h.flags()&FlagFencing == 0 && h.settle(sh) {
+		if h.flags()&flagFencing == 0 && h.settle(sh) {
 			continue
 		}
 		live = append(live, h)
@@ -159,7 +159,7 @@ func (sh *shard) visitRanges(hs []*Hold, f func(h *Hold, waiters int)) int {
 	t := newWaiterTally(live)
 	sh.counts.visited += uint64(sh.spaces[live[0].cf].tallyOver(live[0], &t))
 	for _, h := range live {
-		f(h, t.conflictingWith(h))
+		f(h.snapshot(), t.conflictingWith(h))
 	}
 	return n
 }
@@ -169,7 +169,7 @@ func (sh *shard) visitRanges(hs []*Hold, f func(h *Hold, waiters int)) int {
 // lock, and on the locks of its span listed after it, each that still holds its range and has a
 // conflicting request queued, reading those requests once for them all (visitRanges). It returns
 // how many of hs it looked at.
-func (sh *shard) visitRangeWaits(hs []*Hold, wait func(QueuedRequest), holder func(h *Hold, waiters int)) int {
+func (sh *shard) visitRangeWaits(hs []*Claim, wait func(QueuedRequest), holder func(s Snapshot, waiters int)) int {
 	h := hs[0]
 	it := &h.cold.span.item
 	switch {
@@ -183,7 +183,7 @@ func (sh *shard) visitRangeWaits(hs []*Hold, wait func(QueuedRequest), holder fu
 		sh.counts.visited += uint64(n + sh.spaces[h.cf].tallyOver(h, &t))
 		for _, x := range hs[:n] {
 			if c := t.conflictingWith(x); c > 0 {
-				holder(x, c)
+				holder(x.snapshot(), c)
 			}
 		}
 		return n

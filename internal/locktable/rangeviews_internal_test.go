@@ -15,7 +15,7 @@ import (
 // of which gives its range back as soon as it gets it; release lets them through.
 type rangeSharersAndQueued struct {
 	l       *testLocker
-	held    []*Hold
+	held    []*Claim
 	results chan error
 }
 
@@ -57,8 +57,8 @@ func (x *rangeSharersAndQueued) release(t testing.TB, q int) {
 // rows they produced.
 func visitAll(tab *Table) (holders, waits int) {
 	for i := range ShardCount {
-		tab.VisitHolders(i, func(*Hold, int) { holders++ })
-		tab.VisitWaits(i, func(QueuedRequest) { waits++ }, func(*Hold, int) { holders++ })
+		tab.VisitHolders(i, func(Snapshot, int) { holders++ })
+		tab.VisitWaits(i, func(QueuedRequest) { waits++ }, func(Snapshot, int) { holders++ })
 	}
 	return holders, waits
 }
@@ -72,7 +72,7 @@ func TestLocksCostsLinearInRangeSharersAndQueued(t *testing.T) {
 		x := newRangeSharersAndQueued(t, n, n)
 		tab := x.l.tab
 		for i := range ShardCount {
-			tab.VisitHolders(i, func(h *Hold, waiters int) {
+			tab.VisitHolders(i, func(_ Snapshot, waiters int) {
 				assert.Equal(t, n, waiters, "every holder is waited for by the %d exclusive ranges", n)
 			})
 		}

@@ -37,5 +37,5 @@ func (c *Tenant) warnHook(kind string, err error) {
 	}
 	c.lastWarn[kind] = now
 	c.warnMu.Unlock()
-	c.log.Warn("recordlock: release hook failed; the lease bounds the hold anyway", "kind", kind, "err", err)
+	c.log.Warn("recordlock: release hook failed; the lease bounds the claim anyway", "kind", kind, "err", err)
 }

@@ -16,7 +16,7 @@ type scheduler struct {
 	heap    deadlineHeap
 	timer   Timer
 	armedAt time.Duration
-	own     [2]*Hold // the heap's first storage, in the shard's own cache lines
+	own     [2]*Claim // the heap's first storage, in the shard's own cache lines
 
 	clock Clock  // nil while the clock slot is free
 	gen   uint64 // identifies the current timer; a stale callback sees a newer one and returns
@@ -68,7 +68,7 @@ func (sh *shard) scheduler(id int) *scheduler {
 
 // schedule puts h on its clock's heap at h.dueAt(): its lease end, or its wait's timeout while
 // it waits. Only a handle of an open Locker is scheduled, whose clock has its scheduler.
-func (sh *shard) schedule(h *Hold) {
+func (sh *shard) schedule(h *Claim) {
 	s := sh.scheduler(h.ten.clockID)
 	if s == nil {
 		sh.tab.logFault(h.ten, "a deadline on a clock no open Locker uses")
@@ -87,7 +87,7 @@ func (sh *shard) schedule(h *Hold) {
 }
 
 // unschedule takes h off its heap, if it is on one.
-func (sh *shard) unschedule(h *Hold) {
+func (sh *shard) unschedule(h *Claim) {
 	if h.heapIdx < 0 {
 		return
 	}
@@ -98,13 +98,13 @@ func (sh *shard) unschedule(h *Hold) {
 }
 
 // reschedule moves h, which is on its heap, to its new dueAt.
-func (sh *shard) reschedule(h *Hold) {
+func (sh *shard) reschedule(h *Claim) {
 	sh.unschedule(h)
 	sh.schedule(h)
 }
 
 // remove unschedules h; it is a no-op for a handle that is not scheduled here.
-func (s *scheduler) remove(h *Hold) {
+func (s *scheduler) remove(h *Claim) {
 	i := int(h.heapIdx)
 	if i < 0 || i >= len(s.heap) || s.heap[i] != h {
 		return

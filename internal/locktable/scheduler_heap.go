@@ -3,9 +3,9 @@ package locktable
 // deadlineHeap is a binary min-heap of holds by dueAt, each knowing its index. It is written
 // out rather than built on container/heap: an uncontended Lock and Release each touch it once,
 // and the interface calls and boxing of container/heap cost as much as the work itself.
-type deadlineHeap []*Hold
+type deadlineHeap []*Claim
 
-func (d *deadlineHeap) push(h *Hold) {
+func (d *deadlineHeap) push(h *Claim) {
 	*d = append(*d, h)
 	d.up(len(*d)-1, h)
 }
@@ -28,7 +28,7 @@ func (d *deadlineHeap) removeAt(i int) {
 }
 
 // up places h, due to go at index i or above it, moving its ancestors down.
-func (d deadlineHeap) up(i int, h *Hold) {
+func (d deadlineHeap) up(i int, h *Claim) {
 	at := h.dueAt()
 	for i > 0 {
 		p := (i - 1) / 2
@@ -46,7 +46,7 @@ func (d deadlineHeap) up(i int, h *Hold) {
 
 // down places h, due to go at index i or below it, moving its descendants up. It reports whether
 // h moved.
-func (d deadlineHeap) down(i int, h *Hold) bool {
+func (d deadlineHeap) down(i int, h *Claim) bool {
 	at := h.dueAt()
 	start := i
 	for {

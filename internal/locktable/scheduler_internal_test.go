@@ -49,7 +49,7 @@ func TestTimersFireByDeadlineDespiteMutexWait(t *testing.T) {
 	t.Run("lease", func(t *testing.T) {
 		clk := &signallingClock{ManualClock: NewManualClock(time.Unix(1, 0))}
 		l := newTestLocker(t, tab, clk)
-		got := make(chan *Hold, 1)
+		got := make(chan *Claim, 1)
 		stallAfterReading(t, l, clk, key, 500*time.Millisecond, func() {
 			h, err := l.TryLock(key, testOptions{Lease: time.Second})
 			assert.NoError(t, err)
@@ -87,7 +87,7 @@ func TestSchedulerKeepsNoStaleHandles(t *testing.T) {
 	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
 	keys := keysInShard(l, 3)
 	sh := l.tab.shard(l.tab.hash(0, keys[0]))
-	var hs []*Hold
+	var hs []*Claim
 	for _, k := range keys {
 		h, err := l.TryLock(k, testOptions{})
 		require.NoError(t, err)
@@ -99,7 +99,7 @@ func TestSchedulerKeepsNoStaleHandles(t *testing.T) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	assert.Empty(t, sh.firstSched.heap)
-	assert.Equal(t, [2]*Hold{}, sh.firstSched.own, "the shard's own heap storage points to no handle")
+	assert.Equal(t, [2]*Claim{}, sh.firstSched.own, "the shard's own heap storage points to no handle")
 }
 
 func TestSchedulerRearmsForEarlierDeadline(t *testing.T) {
@@ -191,7 +191,7 @@ func TestLateWaiterHandedOverAtDeadline(t *testing.T) {
 	require.True(t, notReturned(waiter), "the waiter got the key before the deadline")
 	clk.Advance(time.Millisecond) // the deadline
 	got := granted(t, waiter, "the waiter")
-	assert.True(t, h.IsLeaseExpired())
+	assert.True(t, h.Now().Expired())
 	assert.False(t, h.Release())
 	require.True(t, got.Release())
 	assert.True(t, ProbeTableEmpty(l))
@@ -231,7 +231,7 @@ func TestUnwatchedLapseSettledByNextLook(t *testing.T) {
 	h2, err := l.TryLock(key, testOptions{})
 	require.NoError(t, err, "a lapsed key is free before any timer runs")
 	assert.Equal(t, uint64(1), l.tab.Counts().Lapsed)
-	assert.True(t, h.IsLeaseExpired())
+	assert.True(t, h.Now().Expired())
 	require.True(t, h2.Release())
 }
 
@@ -248,7 +248,7 @@ func TestTimersExpireStalledHoldersInDeadlineOrder(t *testing.T) {
 	step := 100 * time.Millisecond
 	rng := rand.New(rand.NewPCG(1, 2))
 	type held struct {
-		h        *Hold
+		h        *Claim
 		done     <-chan struct{}
 		lease    time.Duration
 		released bool

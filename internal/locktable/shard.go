@@ -65,21 +65,22 @@ func (sh *shard) init(t *Table) {
 	}
 }
 
-func (sh *shard) lookup(h *Hold) *keyEntry { return sh.index.find(h.hash, h.cf, h.key()) }
+func (sh *shard) lookup(h *Claim) *keyEntry { return sh.index.find(h.hash, h.cf, h.key()) }
 
-// Acquire takes h's key for a lease of lease, or with wait queues for it until it is granted,
-// timeout passes on the tenant's clock, ctx is done or the tenant closes. With ctxBounds (the
-// caller gave no timeout of its own), a deadline of ctx replaces timeout (boundingDeadline). It returns
-// the Mono reading the attempt started at, from which the lease and the wait are measured. On
-// failure it returns ErrClosed, ErrLocked (the key is busy and !wait), ErrTimeout, ctx's error or
-// a *DeadlockError, and h holds nothing and waits for nothing, except that a grant that raced
-// with the tenant's close returns ErrGrantedAfterClose with the key held, for the caller to
-// release. A range hold takes its range the same way: its column family has a range space from
-// InitRange on, so its request goes the way of acquireRouted (rangeadopt.go).
-func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
+// Acquire takes h's key for a lease of lease (at most MaxAskedLease, recorded as the lease asked
+// for), or with wait queues for it until it is granted, timeout passes on the tenant's clock, ctx
+// is done or the tenant closes. With ctxBounds (the caller gave no timeout of its own), a deadline
+// of ctx replaces timeout (boundingDeadline). It returns the Mono reading the attempt started at,
+// from which the lease and the wait are measured. On failure it returns ErrClosed, ErrLocked (the
+// key is busy and !wait), ErrTimeout, ctx's error or a *DeadlockError, and h holds nothing and
+// waits for nothing; a grant that raced with the tenant's close is given back and fails with
+// ErrClosed. A range claim takes its range the same way: its column family has a range space from
+// prepareRange on, so its request goes the way of acquireRouted (rangeadopt.go).
+func (h *Claim) Acquire(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
+	h.setAskedLease(lease)
 	c := h.ten
 	if c.tab.spaces.Load() != nil {
-		return h.acquireRouted(ctx, lease, timeout, wait, ctxBounds)
+		return h.closedAfter(h.acquireRouted(ctx, lease, timeout, wait, ctxBounds))
 	}
 	hash := c.tab.hash(h.cf, h.key())
 	h.hash = hash
@@ -91,7 +92,7 @@ func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, 
 	sh.mu.Lock()
 	if c.tab.spaces.Load() != nil { // a column family had its first range request meanwhile
 		sh.mu.Unlock()
-		return h.acquireRouted(ctx, lease, timeout, wait, ctxBounds)
+		return h.closedAfter(h.acquireRouted(ctx, lease, timeout, wait, ctxBounds))
 	}
 	if c.closed.Load() {
 		sh.mu.Unlock()
@@ -108,14 +109,24 @@ func (h *Hold) Acquire(ctx context.Context, lease, timeout time.Duration, wait, 
 		sh.unlockAndRunDeferred()
 		return mono, nil
 	}
-	return sh.takeBusy(ctx, e, h, wall, mono, lease, timeout, wait, ctxBounds)
+	return h.closedAfter(sh.takeBusy(ctx, e, h, wall, mono, lease, timeout, wait, ctxBounds))
+}
+
+// closedAfter is the result of Acquire given that of a wait: a grant that raced with the tenant's
+// close (ErrGrantedAfterClose) goes back, and the request fails with ErrClosed.
+func (h *Claim) closedAfter(start time.Duration, err error) (time.Duration, error) {
+	if err == ErrGrantedAfterClose {
+		h.Release()
+		err = ErrClosed
+	}
+	return start, err
 }
 
 // takeBusy ends Acquire and acquireRouted, with the mutex held, for h's key when it is in the
 // table (e): granted at once if e admits h, else ErrLocked or the wait. A key not in the table is
 // granted by each caller itself: on the uncontended path, the call and its arguments would cost
 // Acquire instructions.
-func (sh *shard) takeBusy(ctx context.Context, e *keyEntry, h *Hold, wall int64, mono, lease, timeout time.Duration,
+func (sh *shard) takeBusy(ctx context.Context, e *keyEntry, h *Claim, wall int64, mono, lease, timeout time.Duration,
 	wait, ctxBounds bool) (time.Duration, error) {
 	switch {
 	case e.admits(h, h.ten, mono):
@@ -133,11 +144,11 @@ func (sh *shard) takeBusy(ctx context.Context, e *keyEntry, h *Hold, wall int64,
 // settleHolders settles the lapsed holders of e that a request for h, made at mono on c's clock,
 // must get past: an exclusive holder, or for an exclusive request the sharers, until one is
 // live. It reports whether it ended a lease just now (the entry may have left the table).
-func (sh *shard) settleHolders(e *keyEntry, h *Hold, c *Tenant, mono time.Duration) bool {
+func (sh *shard) settleHolders(e *keyEntry, h *Claim, c *Tenant, mono time.Duration) bool {
 	if e.shares == 0 {
 		return e.holder.endIfLapsed(sh, c, mono)
 	}
-	if h.flags()&FlagShared != 0 {
+	if h.flags()&flagShared != 0 {
 		return false // a shared request joins sharers whatever their leases
 	}
 	settled := false
@@ -150,9 +161,9 @@ func (sh *shard) settleHolders(e *keyEntry, h *Hold, c *Tenant, mono time.Durati
 // grant makes h a holder of e and starts its lease at the given readings of h's clock (wall in
 // Unix nanoseconds). The deadline goes on a timer only if watch, that is when a request is
 // queued behind it (see watch); a sharer's deadline that is not notes that e has one unwatched.
-func (sh *shard) grant(e *keyEntry, h *Hold, wall int64, mono, lease time.Duration, watch bool) {
+func (sh *shard) grant(e *keyEntry, h *Claim, wall int64, mono, lease time.Duration, watch bool) {
 	f := h.flags()
-	if f&FlagShared == 0 {
+	if f&flagShared == 0 {
 		e.holder = h
 	} else {
 		f = e.addSharer(h, f)
@@ -162,7 +173,7 @@ func (sh *shard) grant(e *keyEntry, h *Hold, wall int64, mono, lease time.Durati
 	h.acquiredAt = sh.tab.stamps.Mint(wall)
 	h.expiresAt = wall + int64(lease)
 	h.deadline.Store(int64(MonoAfter(mono, lease)))
-	h.state.Store(f | FlagHeld)
+	h.state.Store(f | flagHeld)
 	sh.acquired++
 	sh.held++
 	if watch {
@@ -171,12 +182,12 @@ func (sh *shard) grant(e *keyEntry, h *Hold, wall int64, mono, lease time.Durati
 }
 
 // grantKey is grant anywhere but Acquire's grant of a key not in the table: a holder of a key in
-// a home shard is marked so (FlagInHomeShard), so that giving it back serves the ranges its key
-// may hold up.
-func (sh *shard) grantKey(e *keyEntry, h *Hold, wall int64, mono, lease time.Duration, watch bool) {
+// a home shard is marked so (flagInHomeShard), so that giving it back serves the ranges its key may hold
+// up.
+func (sh *shard) grantKey(e *keyEntry, h *Claim, wall int64, mono, lease time.Duration, watch bool) {
 	sh.grant(e, h, wall, mono, lease, watch)
 	if e.ranged() != nil {
-		h.SetFlags(FlagInHomeShard)
+		h.setFlags(flagInHomeShard)
 	}
 }
 
@@ -184,8 +195,8 @@ func (sh *shard) grantKey(e *keyEntry, h *Hold, wall int64, mono, lease time.Dur
 // observe the lease ending: a waiter queues for its key, Done is called, or a release hook is set.
 // Until then nothing can tell a lapse settled at the deadline from one settled when the handle or
 // its key is next looked at (docs/DESIGN.md §7), so an uncontended lock costs no scheduling.
-func (sh *shard) watch(h *Hold) {
-	if h.heapIdx < 0 && h.flags()&FlagExpired == 0 {
+func (sh *shard) watch(h *Claim) {
+	if h.heapIdx < 0 && h.flags()&flagExpired == 0 {
 		sh.schedule(h)
 	}
 }
@@ -207,16 +218,16 @@ func (sh *shard) watchHolders(e *keyEntry) {
 	}
 }
 
-// giveBack ends h's hold of its key, setting the flags in set with the same store, and serves
+// giveBack ends h's holding of its key, setting the flags in set with the same store, and serves
 // the key's queue.
-func (sh *shard) giveBack(h *Hold, set uint32) {
+func (sh *shard) giveBack(h *Claim, set uint32) {
 	e := h.e
 	f := h.flags()
-	if f&(FlagShared|FlagRange|FlagInHomeShard) != 0 {
+	if f&(flagShared|flagRange|flagInHomeShard) != 0 {
 		switch {
-		case f&FlagRange != 0:
+		case f&flagRange != 0:
 			sh.giveBackRange(h, f, set)
-		case f&FlagShared != 0:
+		case f&flagShared != 0:
 			sh.giveBackShare(h, e, f, set)
 		default:
 			sh.giveBackRanged(h, e, f, set)
@@ -224,25 +235,25 @@ func (sh *shard) giveBack(h *Hold, set uint32) {
 		return
 	}
 	if e == nil || e.holder != h {
-		h.SetFlags(set)
+		h.setFlags(set)
 		sh.tab.logFault(h.ten, "a handle gave back a key it did not hold")
 		return
 	}
-	h.state.Store(f&^FlagHeld | set)
+	h.state.Store(f&^flagHeld | set)
 	h.e = nil // the entry may be reused once the key leaves the table
 	e.holder = nil
 	sh.held--
-	sh.serveKey(e) // not serve: the key is not in a home shard (FlagInHomeShard)
+	sh.serveKey(e) // not serve: the key is not in a home shard (flagInHomeShard)
 }
 
 // giveBackRanged is giveBack of the exclusive holder of a key in a home shard, whose flags are f.
-func (sh *shard) giveBackRanged(h *Hold, e *keyEntry, f, set uint32) {
+func (sh *shard) giveBackRanged(h *Claim, e *keyEntry, f, set uint32) {
 	if e == nil || e.holder != h {
-		h.SetFlags(set)
+		h.setFlags(set)
 		sh.tab.logFault(h.ten, "a handle gave back a key it did not hold")
 		return
 	}
-	h.state.Store(f&^FlagHeld | set)
+	h.state.Store(f&^flagHeld | set)
 	h.e = nil
 	e.holder = nil
 	sh.held--
@@ -252,13 +263,13 @@ func (sh *shard) giveBackRanged(h *Hold, e *keyEntry, f, set uint32) {
 
 // giveBackShare is giveBack of a sharer, whose flags are f. An upgrade waiting on the share
 // fails.
-func (sh *shard) giveBackShare(h *Hold, e *keyEntry, f, set uint32) {
+func (sh *shard) giveBackShare(h *Claim, e *keyEntry, f, set uint32) {
 	if e == nil || e.placeOf(h) < 0 {
-		h.SetFlags(set)
+		h.setFlags(set)
 		sh.tab.logFault(h.ten, "a handle gave back a share it did not hold")
 		return
 	}
-	h.state.Store(f&^FlagHeld | set)
+	h.state.Store(f&^flagHeld | set)
 	h.e = nil
 	e.removeSharer(h)
 	if w := e.upgradeOf(h); w != nil {
@@ -273,20 +284,20 @@ func (sh *shard) giveBackShare(h *Hold, e *keyEntry, f, set uint32) {
 
 // expire ends h's lease: it stops authorizing writes at once, and the key passes on now or, when
 // h is inside Fence, as soon as the commit returns.
-func (sh *shard) expire(h *Hold) {
-	if h.flags()&FlagExpired != 0 {
+func (sh *shard) expire(h *Claim) {
+	if h.flags()&flagExpired != 0 {
 		return
 	}
-	h.SetFlags(FlagExpired)
+	h.setFlags(flagExpired)
 	sh.unschedule(h)
 	h.closeDone()
-	if h.flags()&(FlagHeld|FlagReleased) != FlagHeld {
+	if h.flags()&(flagHeld|flagReleased) != flagHeld {
 		return // gone, or released by its own fence's commit, which passes the key on
 	}
 	sh.counts.lapsed++
 	sh.noteLapse(h)
-	if h.flags()&FlagFencing != 0 {
-		h.SetFlags(FlagPassOnAfterFence)
+	if h.flags()&flagFencing != 0 {
+		h.setFlags(flagPassOnAfterFence)
 		return
 	}
 	sh.giveBack(h, 0)
@@ -304,11 +315,11 @@ func (sh *shard) unqueueGranted(e *keyEntry, w *waiter, mono time.Duration) {
 
 // evict fails c's queued waiters with ErrClosed and appends the handles of c holding a key here
 // to held.
-func (sh *shard) evict(c *Tenant, held []*Hold) []*Hold {
+func (sh *shard) evict(c *Tenant, held []*Claim) []*Claim {
 	// Collect first: failing a waiter can pass its key on or take its entry out of the index.
 	var entries []*keyEntry
 	sh.index.all(func(e *keyEntry) { entries = append(entries, e) })
-	var holders []*Hold
+	var holders []*Claim
 	for _, e := range entries {
 		holders = e.appendHolders(holders[:0])
 		for _, h := range holders {

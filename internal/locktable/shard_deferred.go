@@ -6,7 +6,7 @@ package locktable
 // deferredCall is a release hook (fn), a debug record (note) or a holder's waited-on call (tell),
 // to run once the shard mutex is released.
 type deferredCall struct {
-	h    *Hold
+	h    *Claim
 	fn   func() error
 	note func()
 	// tell, when set, is a tenant's waited-on function, called with owner; with regraph set
@@ -17,12 +17,12 @@ type deferredCall struct {
 }
 
 // deferHook moves h's release hook, if any, to the list run after mu is released.
-func (sh *shard) deferHook(h *Hold) {
-	if h.cold == nil || h.cold.Hook == nil {
+func (sh *shard) deferHook(h *Claim) {
+	if h.cold == nil || h.cold.hook == nil {
 		return
 	}
-	sh.deferred = append(sh.deferred, deferredCall{h: h, fn: h.cold.Hook})
-	h.cold.Hook = nil
+	sh.deferred = append(sh.deferred, deferredCall{h: h, fn: h.cold.hook})
+	h.cold.hook = nil
 }
 
 // drainDeferred hands the calls deferred under mu to the caller, to run once mu is released.
@@ -63,7 +63,7 @@ func (sh *shard) unlockAndRunDeferred() {
 }
 
 // tellHolders queues, to run once mu is released, a call of the waited-on function of each
-// owner's hold of e's key whose tenant has one (Tenant.SetOnWaitedOn): a request just queued.
+// owner's claim on e's key whose tenant has one (Tenant.SetOnWaitedOn): a request just queued.
 func (sh *shard) tellHolders(e *keyEntry) {
 	if e.holder != nil {
 		sh.tellHolder(e.holder)
@@ -74,7 +74,7 @@ func (sh *shard) tellHolders(e *keyEntry) {
 }
 
 // tellHolder queues the call of tellHolders for x.
-func (sh *shard) tellHolder(x *Hold) {
+func (sh *shard) tellHolder(x *Claim) {
 	if f := x.ten.onWaitedOn; f != nil && x.owner != nil {
 		sh.deferred = append(sh.deferred, deferredCall{tell: f, owner: x.owner})
 	}

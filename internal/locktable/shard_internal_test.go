@@ -40,7 +40,7 @@ func TestShardTableShrinksOnceKeysLeave(t *testing.T) {
 	keys := keysInShard(l, shrinkAfter+10)
 	sh := l.tab.shard(l.tab.hash(0, keys[0]))
 
-	handles := make([]*Hold, 0, len(keys))
+	handles := make([]*Claim, 0, len(keys))
 	for _, k := range keys {
 		h, err := l.TryLock(k, testOptions{})
 		require.NoError(t, err)

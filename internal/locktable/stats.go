@@ -53,12 +53,12 @@ func (t *Table) Counts() Counts {
 // VisitHolders calls f, under the mutex of shard i (0 <= i < ShardCount), on every holder of a
 // key or range in that shard, with the number of requests queued that conflict with it. A holder
 // whose lease lapsed unwatched is settled first, as any look at its key settles it, and not
-// visited. f may read the hold but must not call into the table. A key with s holders and q
+// visited. f must not call into the table. A key with s holders and q
 // requests queued costs O(s + q): its queue is counted once, not once per holder; so do s range
 // locks of one span with q requests queued over it. The mutex is taken once to list the shard's
 // keys and ranges (a pointer each), then once per key or span, so no request waits behind more
 // than one key's or one span's visit.
-func (t *Table) VisitHolders(i int, f func(h *Hold, waiters int)) {
+func (t *Table) VisitHolders(i int, f func(s Snapshot, waiters int)) {
 	sh := &t.shards[i]
 	keys, ranges := sh.listKeys(func(e *keyEntry) bool { return e.holder != nil })
 	for i := 0; i < len(ranges); {
@@ -66,7 +66,7 @@ func (t *Table) VisitHolders(i int, f func(h *Hold, waiters int)) {
 		i += sh.visitRanges(ranges[i:], f)
 		sh.unlockAndRunDeferred()
 	}
-	var holders []*Hold
+	var holders []*Claim
 	for _, k := range keys {
 		sh.mu.Lock()
 		if e := k.find(sh); e != nil && e.holder != nil {
@@ -77,11 +77,11 @@ func (t *Table) VisitHolders(i int, f func(h *Hold, waiters int)) {
 }
 
 // visitHolders is VisitHolders of e's key, with the mutex held; out is scratch space.
-func (sh *shard) visitHolders(e *keyEntry, out []*Hold, f func(h *Hold, waiters int)) []*Hold {
+func (sh *shard) visitHolders(e *keyEntry, out []*Claim, f func(s Snapshot, waiters int)) []*Claim {
 	out = e.appendHolders(out)
 	live := out[:0] // filtered in place
 	for _, h := range out {
-		if h.flags()&FlagFencing == 0 && h.settle(sh) {
+		if h.flags()&flagFencing == 0 && h.settle(sh) {
 			continue
 		}
 		live = append(live, h)
@@ -94,25 +94,25 @@ func (sh *shard) visitHolders(e *keyEntry, out []*Hold, f func(h *Hold, waiters 
 	ranges := newWaiterTally(live) // range requests queued over the key wait too
 	sh.queuedRangesOver(live[0], &ranges)
 	for _, h := range live {
-		f(h, waiters+ranges.conflictingWith(h))
+		f(h.snapshot(), waiters+ranges.conflictingWith(h))
 	}
 	return out
 }
 
 // keyRef names a key of a shard across a release of its mutex, in which its entry may leave the
-// table and be reused: by the entry's hash and a hold of the key (a holder or a queued request),
+// table and be reused: by the entry's hash and a claim of the key (a holder or a queued request),
 // whose record never changes.
 type keyRef struct {
 	hash uint64
-	h    *Hold
+	h    *Claim
 }
 
 // find returns the entry of the key, if it is still in the shard, with the mutex held.
 func (k keyRef) find(sh *shard) *keyEntry { return sh.index.find(k.hash, k.h.cf, k.h.key()) }
 
-// listKeys lists, under the shard mutex, the keys whose entries want accepts and the range holds
+// listKeys lists, under the shard mutex, the keys whose entries want accepts and the range claims
 // and requests of the shard's spaces.
-func (sh *shard) listKeys(want func(*keyEntry) bool) (keys []keyRef, ranges []*Hold) {
+func (sh *shard) listKeys(want func(*keyEntry) bool) (keys []keyRef, ranges []*Claim) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.index.all(func(e *keyEntry) {
@@ -133,16 +133,16 @@ func (sh *shard) listKeys(want func(*keyEntry) bool) (keys []keyRef, ranges []*H
 
 // QueuedRequest is one request queued for a busy key, as VisitWaits shows it.
 type QueuedRequest struct {
-	Hold    *Hold         // the request's hold: for an upgrade, a stand-in with its key and owner
+	Request Snapshot      // the request's claim: for an upgrade, a stand-in's, with its key and owner
 	Waited  time.Duration // time queued so far, on its tenant's clock
 	Shared  bool          // a shared request
-	Upgrade bool          // the upgrade of a shared hold to exclusive
+	Upgrade bool          // the upgrade of a shared claim to exclusive
 }
 
 // request is w as VisitWaits shows it, read now.
 func (w *waiter) request() QueuedRequest {
 	shared, upgrade := w.mode()
-	return QueuedRequest{Hold: w.h, Waited: max(0, w.h.ten.clock.Mono()-w.since), Shared: shared, Upgrade: upgrade}
+	return QueuedRequest{Request: w.h.snapshot(), Waited: max(0, w.h.ten.clock.Mono()-w.since), Shared: shared, Upgrade: upgrade}
 }
 
 // VisitWaits calls wait, under the mutex of shard i, on every request queued in that shard, oldest
@@ -150,7 +150,7 @@ func (w *waiter) request() QueuedRequest {
 // queued, with their number, read in the same visit so that a wait and what it waits for agree. It
 // settles nothing: the holder of a key with a request queued has its deadline on a timer, which
 // settles it. As VisitHolders, it holds the mutex for one key's or one span's visit at a time.
-func (t *Table) VisitWaits(i int, wait func(QueuedRequest), holder func(h *Hold, waiters int)) {
+func (t *Table) VisitWaits(i int, wait func(QueuedRequest), holder func(s Snapshot, waiters int)) {
 	sh := &t.shards[i]
 	keys, ranges := sh.listKeys(func(e *keyEntry) bool { return e.head != nil })
 	for i := 0; i < len(ranges); {
@@ -168,7 +168,7 @@ func (t *Table) VisitWaits(i int, wait func(QueuedRequest), holder func(h *Hold,
 }
 
 // visitWaits is VisitWaits of e's key, with the mutex held.
-func (sh *shard) visitWaits(e *keyEntry, wait func(QueuedRequest), holder func(h *Hold, waiters int)) {
+func (sh *shard) visitWaits(e *keyEntry, wait func(QueuedRequest), holder func(s Snapshot, waiters int)) {
 	waiters := 0
 	for w := e.head; w != nil; w = w.next {
 		waiters++
@@ -176,9 +176,9 @@ func (sh *shard) visitWaits(e *keyEntry, wait func(QueuedRequest), holder func(h
 	}
 	sh.counts.visited += uint64(waiters)
 	if holder != nil && e.holder != nil {
-		holder(e.holder, waiters)
+		holder(e.holder.snapshot(), waiters)
 		for _, s := range e.sharers {
-			holder(s, waiters)
+			holder(s.snapshot(), waiters)
 		}
 		sh.counts.visited += uint64(1 + len(e.sharers))
 	}

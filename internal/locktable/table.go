@@ -5,7 +5,7 @@
 // the keys held or waited on (index.go) and their wait queues (waitqueue.go), served by the grant
 // rule (grant.go), and, per clock (clockslots.go), a heap of deadlines served by one timer
 // (scheduler.go, scheduler_heap.go). The table knows its users as tenants (tenant.go) and their
-// locks as holds (hold.go); the owners that wait for each other are found by the wait-for graph
+// locks as claims (claim.go); the owners that wait for each other are found by the wait-for graph
 // (waitgraph.go).
 //
 // It needs neither cgo nor RocksDB: the API (package recordlock) keeps the database, and the
@@ -82,10 +82,10 @@ func (t *Table) hash(cf uint32, key []byte) uint64 {
 func (t *Table) shard(hash uint64) *shard { return &t.shards[hash&(2*KeyShards-1)] }
 
 // evict takes every trace of c out of the table, for Shutdown: each waiting request of c fails
-// with ErrClosed, and the holds of c are returned for the caller to release (outside the shard
+// with ErrClosed, and the claims of c are returned for the caller to release (outside the shard
 // mutexes, since a release may wait for a running fence).
-func (t *Table) evict(c *Tenant) []*Hold {
-	var held []*Hold
+func (t *Table) evict(c *Tenant) []*Claim {
+	var held []*Claim
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()

@@ -8,8 +8,8 @@ import (
 )
 
 // Tenant is what the table knows of one user of it (a Locker): its clock and clock slot, whether
-// it is closed, its fences on released holds, and where its debug records and release-hook
-// failures go. Every hold belongs to one tenant.
+// it is closed, its fences on released claims, and where its debug records and release-hook
+// failures go. Every claim belongs to one tenant.
 type Tenant struct {
 	tab     *Table
 	clock   Clock
@@ -17,7 +17,7 @@ type Tenant struct {
 	log     *slog.Logger
 	closed  atomic.Bool
 	strays  strayFences
-	// onWaitedOn, when set, is told the owner of a hold of the tenant when a request queues for
+	// onWaitedOn, when set, is told the owner of a claim of the tenant when a request queues for
 	// its key (SetOnWaitedOn).
 	onWaitedOn func(Owner)
 
@@ -32,8 +32,8 @@ func (tab *Table) Open(t *Tenant, c Clock, log *slog.Logger) {
 	t.lastWarn = map[string]time.Duration{}
 }
 
-// SetOnWaitedOn makes f the function told, outside every table mutex, the owner of a hold of the
-// tenant each time a request queues for the hold's key: what that owner does before it lets go
+// SetOnWaitedOn makes f the function told, outside every table mutex, the owner of a claim of the
+// tenant each time a request queues for the claim's key: what that owner does before it lets go
 // now holds up another (the API's commit queue, docs/DESIGN.md §5.4). Set it before the tenant's
 // first request; f must not block.
 func (t *Tenant) SetOnWaitedOn(f func(Owner)) { t.onWaitedOn = f }
@@ -46,7 +46,7 @@ func (t *Tenant) Closed() bool { return t.closed.Load() }
 func (t *Tenant) MarkClosed() { t.closed.Store(true) }
 
 // Shutdown takes every trace of the tenant, marked closed, out of the table: its waiting requests
-// fail with ErrClosed, its holds are released (their release hooks fire), and it waits for its
+// fail with ErrClosed, its claims are released (their release hooks fire), and it waits for its
 // fences on released holds to end. Its clock slot is given back last.
 func (t *Tenant) Shutdown() {
 	for _, h := range t.tab.evict(t) {

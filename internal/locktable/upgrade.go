@@ -7,34 +7,43 @@ import (
 
 // Upgrading a shared handle to exclusive, for a Txn, and undoing it (docs/DESIGN.md §15.3).
 
-// Upgrade makes h, a shared hold of an owner, exclusive: at once when its share is the only one,
+// Upgrade makes h, a shared claim of an owner, exclusive: at once when its share is the only one,
 // else once the other sharers are gone, waiting ahead of every request queued but earlier
 // upgrades, until timeout passes (with ctxBounds and a ctx deadline, as Acquire: until ctx's
-// deadline), ctx is done or the tenant closes. The wait goes through a
-// stand-in hold that carries its timeout and is what the wait graph sees. It returns ErrReleased
-// or ErrLeaseExpired when h's share ends first (or had ended), and else fails as Acquire does. On
-// failure h is unchanged.
-func (h *Hold) Upgrade(ctx context.Context, timeout time.Duration, ctxBounds bool) error {
+// deadline), ctx is done or the tenant closes. The wait goes through a stand-in claim that
+// carries its timeout and is what the wait graph sees. It returns ErrReleased or ErrLeaseExpired
+// when h's share ends first (or had ended), and else fails as Acquire does. On failure h is
+// unchanged. On success it returns an Undo that makes h shared again (none if h was exclusive
+// already).
+func (h *Claim) Upgrade(ctx context.Context, timeout time.Duration, ctxBounds bool) (Undo, error) {
+	if changed, err := h.upgrade(ctx, timeout, ctxBounds); err != nil || !changed {
+		return Undo{}, err
+	}
+	return Undo{h: h, upgrade: true}, nil
+}
+
+// upgrade is Upgrade; it reports whether h was shared.
+func (h *Claim) upgrade(ctx context.Context, timeout time.Duration, ctxBounds bool) (bool, error) {
 	c := h.ten
 	_, mono := ReadClock(c.clock)
 	sh := h.lockShard()
 	if c.closed.Load() {
 		sh.mu.Unlock()
-		return ErrClosed
+		return false, ErrClosed
 	}
-	if err := h.DeadErr(); err != nil {
+	if err := h.deadErr(); err != nil {
 		sh.unlockAndRunDeferred()
-		return err
+		return false, err
 	}
-	if h.flags()&FlagShared == 0 {
+	if h.flags()&flagShared == 0 {
 		sh.mu.Unlock()
-		return nil
+		return false, nil
 	}
-	stand := &Hold{ten: h.ten, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, cf: h.cf, owner: h.owner}
+	stand := &Claim{ten: h.ten, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, cf: h.cf, owner: h.owner}
 	stand.hash = h.hash
 	deadline := boundingDeadline(ctx, mono, timeout, ctxBounds)
 	var err error
-	if h.flags()&FlagRange != 0 {
+	if h.flags()&flagRange != 0 {
 		err = sh.upgradeRange(ctx, h, stand, mono, deadline)
 	} else {
 		err = sh.upgradeKey(ctx, h, stand, mono, deadline)
@@ -42,17 +51,17 @@ func (h *Hold) Upgrade(ctx context.Context, timeout time.Duration, ctxBounds boo
 	if err == ErrGrantedAfterClose {
 		err = ErrClosed // Close releases h
 	}
-	return err
+	return true, err
 }
 
 // upgradeKey is Upgrade of a key's share, with the mutex held (it returns with it released);
 // stand is the stand-in its wait would go through, until deadline.
-func (sh *shard) upgradeKey(ctx context.Context, h, stand *Hold, mono, deadline time.Duration) error {
+func (sh *shard) upgradeKey(ctx context.Context, h, stand *Claim, mono, deadline time.Duration) error {
 	c, e := h.ten, h.e
 	sh.settleOtherSharers(e, h, c, mono)
 	if rk := e.ranged(); e.shares == 1 && (rk == nil || !rk.space.keyBlocked(sh, stand, 0, false, c, mono)) {
 		e.shares = 0
-		h.ClearFlags(FlagShared)
+		h.clearFlags(flagShared)
 		sh.unlockAndRunDeferred()
 		return nil
 	}
@@ -63,8 +72,8 @@ func (sh *shard) upgradeKey(ctx context.Context, h, stand *Hold, mono, deadline 
 
 // settleOtherSharers settles the lapsed sharers of e other than h, at mono on c's clock, so that
 // a sole live sharer upgrades at once.
-func (sh *shard) settleOtherSharers(e *keyEntry, h *Hold, c *Tenant, mono time.Duration) {
-	var lapsed []*Hold
+func (sh *shard) settleOtherSharers(e *keyEntry, h *Claim, c *Tenant, mono time.Duration) {
+	var lapsed []*Claim
 	for _, o := range e.appendHolders(nil) {
 		if o != h && o.lapsedFor(c, mono) {
 			lapsed = append(lapsed, o)
@@ -75,19 +84,19 @@ func (sh *shard) settleOtherSharers(e *keyEntry, h *Hold, c *Tenant, mono time.D
 	}
 }
 
-// Downgrade makes h shared again, undoing an Upgrade; if h still holds its key, the shared
+// downgrade makes h shared again, undoing an Upgrade; if h still holds its key, the shared
 // requests at the head of the queue join it.
-func (h *Hold) Downgrade() {
+func (h *Claim) downgrade() {
 	sh := h.lockShard()
-	if h.flags()&FlagShared == 0 {
+	if h.flags()&flagShared == 0 {
 		e := h.e
 		if e != nil && e.heldExclusively() && e.holder == h {
 			e.shares = 1
-			h.state.Store(h.flags()&flagBits | FlagShared) // in the holder slot, place 0
+			h.state.Store(h.flags()&flagBits | flagShared) // in the holder slot, place 0
 			sh.serve(e)
 		} else {
-			h.SetFlags(FlagShared)
-			if h.IsRange() { // its place among the ranges is by mode
+			h.setFlags(flagShared)
+			if h.isRange() { // its place among the ranges is by mode
 				sh.spaces[h.cf].ranges.refile(&h.cold.span.item)
 			}
 		}

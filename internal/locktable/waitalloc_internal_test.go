@@ -21,7 +21,7 @@ func TestWaitTellsTheOneHolderWithoutAllocating(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	wait := func() { // queues behind the holder, finds ctx done and leaves
-		r := l.newHold([]byte("k"), testOptions{}, nil)
+		r := l.newClaim([]byte("k"), testOptions{}, nil)
 		_, err := r.Acquire(cancelled, defaultLease, defaultTimeout, true, false)
 		if err != context.Canceled {
 			t.Errorf("the wait ended with %v", err)
@@ -44,7 +44,7 @@ func TestWaitTellsTheOneHolderWithoutAllocating(t *testing.T) {
 	sb, err := l.acquire(context.Background(), []byte("s"), testOptions{Shared: true}, b, true)
 	require.NoError(t, err)
 	told = told[:0]
-	r := l.newHold([]byte("s"), testOptions{}, nil)
+	r := l.newClaim([]byte("s"), testOptions{}, nil)
 	_, err = r.Acquire(cancelled, defaultLease, defaultTimeout, true, false)
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, []Owner{a, b}, told, "each sharer is told, in their order")

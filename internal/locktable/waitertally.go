@@ -4,7 +4,7 @@ package locktable
 // with a holder of that set (conflicts): its mode, and its owner. Read once for all the holders
 // of a key or of a span, it gives each holder its count of conflicting waiters in O(1), where a
 // walk of the requests per holder would cost O(s·q) for s holders and q requests. A holder is
-// never one of the requests (a hold is either held or queued), so the owner alone excludes a
+// never one of the requests (a claim is either held or queued), so the owner alone excludes a
 // request from a holder's count.
 type waiterTally struct {
 	all, exclusive int
@@ -14,7 +14,7 @@ type waiterTally struct {
 }
 
 // newWaiterTally returns an empty tally for the holders hs.
-func newWaiterTally(hs []*Hold) waiterTally {
+func newWaiterTally(hs []*Claim) waiterTally {
 	var t waiterTally
 	for _, h := range hs {
 		if h.owner == nil {
@@ -31,8 +31,8 @@ func newWaiterTally(hs []*Hold) waiterTally {
 }
 
 // add counts x, a request queued over the key set.
-func (t *waiterTally) add(x *Hold) {
-	exclusive := x.flags()&FlagShared == 0
+func (t *waiterTally) add(x *Claim) {
+	exclusive := x.flags()&flagShared == 0
 	t.all++
 	if exclusive {
 		t.exclusive++
@@ -51,10 +51,10 @@ func (t *waiterTally) add(x *Hold) {
 // conflictingWith is the number of the requests counted that conflict with h, one of the holders
 // the tally was made for: those of other owners, all of them for an exclusive h, the exclusive
 // ones for a shared h.
-func (t *waiterTally) conflictingWith(h *Hold) int {
+func (t *waiterTally) conflictingWith(h *Claim) int {
 	mode := 0
 	n := t.all
-	if h.flags()&FlagShared != 0 {
+	if h.flags()&flagShared != 0 {
 		mode, n = 1, t.exclusive
 	}
 	if h.owner != nil {

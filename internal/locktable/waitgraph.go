@@ -24,7 +24,7 @@ import (
 // again (recheckBehind), so a move that closes or keeps a cycle is checked as a new wait is.
 type waitGraph struct {
 	mu      sync.Mutex // taken before any shard mutex, never under one
-	waiting map[ownerKey]*Hold
+	waiting map[ownerKey]*Claim
 	// count is len(waiting), read without mu by give-backs in home shards (ownerLetGo).
 	count atomic.Int32
 
@@ -46,10 +46,10 @@ type waitGraph struct {
 // cycle: then h's waiter is taken out of the queue and the error names the cycle, with, for the
 // debug record, how many other requests were queued for h's key and how long its holder (the
 // first, when it is held shared) had held it.
-func (g *waitGraph) enter(h *Hold) error {
+func (g *waitGraph) enter(h *Claim) error {
 	g.mu.Lock()
 	if g.waiting == nil {
-		g.waiting = map[ownerKey]*Hold{}
+		g.waiting = map[ownerKey]*Claim{}
 	}
 	g.waiting[keyOf(h.owner)] = h
 	g.count.Store(int32(len(g.waiting)))
@@ -84,7 +84,7 @@ func (g *waitGraph) enter(h *Hold) error {
 }
 
 // leave records that h's Txn no longer waits.
-func (g *waitGraph) leave(h *Hold) {
+func (g *waitGraph) leave(h *Claim) {
 	g.mu.Lock()
 	if k := keyOf(h.owner); g.waiting[k] == h {
 		delete(g.waiting, k)
@@ -124,7 +124,7 @@ func (g *waitGraph) recheckOwner(o Owner) {
 // and the search reads one edge per holder instead of one per request queued. A shared request
 // conflicts with no holder of a record held shared, which is why it needs the edge to the
 // exclusive request it queued behind; that one waits for the rest.
-func (g *waitGraph) blockers(t Owner, h *Hold, out []Owner) []Owner {
+func (g *waitGraph) blockers(t Owner, h *Claim, out []Owner) []Owner {
 	sh := h.lockShard()
 	defer sh.mu.Unlock()
 	if h.w == nil || (h.e == nil && h.w.space == nil) {
@@ -197,14 +197,14 @@ func (b *edgeList) addThrough(o Owner) {
 }
 
 // addHolder adds the owner of x unless x's lease has passed.
-func (b *edgeList) addHolder(x *Hold) {
+func (b *edgeList) addHolder(x *Claim) {
 	if !x.lapsedAt(x.monoFor(b.ten, b.now)) {
 		b.add(x.owner)
 	}
 }
 
 // addThroughHolder is addThrough of the owner of x unless x's lease has passed.
-func (b *edgeList) addThroughHolder(x *Hold) {
+func (b *edgeList) addThroughHolder(x *Claim) {
 	if !x.lapsedAt(x.monoFor(b.ten, b.now)) {
 		b.addThrough(x.owner)
 	}
@@ -213,7 +213,7 @@ func (b *edgeList) addThroughHolder(x *Hold) {
 // addRangeEdges adds the edges of w, h's waiting request, by the rule of range spaces
 // (rangegraph.go), and returns the steps it took in the space's range set.
 // The sink's functions are bound to a copy of b, so that b itself stays where its caller made it.
-func (b *edgeList) addRangeEdges(h *Hold, w *waiter) (steps uint64) {
+func (b *edgeList) addRangeEdges(h *Claim, w *waiter) (steps uint64) {
 	r := new(edgeList)
 	*r = *b
 	sink := &rangeEdgeSink{owner: r.add, through: r.addThrough, holder: r.addHolder, throughHolder: r.addThroughHolder}

@@ -143,16 +143,16 @@ type waitRow struct {
 // readWaits reads, shard by shard, every request queued in tab, oldest first per key, and the
 // holders of their keys.
 func readWaits(tab *Table) (holders, waits []waitRow) {
-	row := func(h *Hold, shared, upgrade bool) waitRow {
-		r := waitRow{key: string(h.Key()), shared: shared, upgrade: upgrade}
-		if o := h.Owner(); o != nil {
-			r.owner = o.Name()
+	row := func(s Snapshot, shared, upgrade bool) waitRow {
+		r := waitRow{key: string(s.Key), shared: shared, upgrade: upgrade}
+		if s.Owner != nil {
+			r.owner = s.Owner.Name()
 		}
 		return r
 	}
 	for i := range ShardCount {
-		tab.VisitWaits(i, func(q QueuedRequest) { waits = append(waits, row(q.Hold, q.Shared, q.Upgrade)) },
-			func(h *Hold, _ int) { holders = append(holders, row(h, h.Flags()&FlagShared != 0, false)) })
+		tab.VisitWaits(i, func(q QueuedRequest) { waits = append(waits, row(q.Request, q.Shared, q.Upgrade)) },
+			func(s Snapshot, _ int) { holders = append(holders, row(s, s.Shared(), false)) })
 	}
 	return holders, waits
 }

@@ -28,10 +28,10 @@ type holderRow struct {
 func holdersOf(l *testLocker) []holderRow {
 	var rows []holderRow
 	for i := range ShardCount {
-		l.tab.VisitHolders(i, func(h *Hold, _ int) {
-			row := holderRow{key: string(h.Key()), shared: h.Flags()&FlagShared != 0}
-			if o := h.Owner(); o != nil {
-				row.owner = o.Name()
+		l.tab.VisitHolders(i, func(s Snapshot, _ int) {
+			row := holderRow{key: string(s.Key), shared: s.Shared()}
+			if s.Owner != nil {
+				row.owner = s.Owner.Name()
 			}
 			rows = append(rows, row)
 		})
@@ -40,7 +40,7 @@ func holdersOf(l *testLocker) []holderRow {
 }
 
 // isShared reports whether h holds its key shared.
-func isShared(h *Hold) bool { return h.Flags()&FlagShared != 0 }
+func isShared(h *Claim) bool { return h.flags()&flagShared != 0 }
 
 // waitingCount blocks until n requests wait in l's table.
 func waitingCount(t testing.TB, l *testLocker, n int) {

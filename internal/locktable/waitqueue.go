@@ -22,13 +22,13 @@ const (
 // waiter is a Lock call, or an upgrade, queued for a busy key. It exists only while the call
 // waits. Its fields are guarded by the shard mutex.
 type waiter struct {
-	h          *Hold // the handle it becomes when granted; for an upgrade, a stand-in
+	h          *Claim // the handle it becomes when granted; for an upgrade, a stand-in
 	next, prev *waiter
 	since      time.Duration // Mono of h's clock when it queued
 	lease      time.Duration // the lease h gets when granted
 	wake       chan struct{} // one buffered slot: a wake-up is never lost and never blocks
 	// upgrade is the shared handle an upgrade request makes exclusive; nil for a Lock call.
-	upgrade *Hold
+	upgrade *Claim
 	// exAhead is the nearest exclusive request (or upgrade) that was queued ahead of this one
 	// when it queued, or one that has left the queue since (see exclusiveAhead).
 	exAhead *waiter
@@ -76,7 +76,7 @@ func (w *waiter) finish(s waitState) {
 
 // bargeable reports whether a newcomer may take e's free key before the oldest waiter, w (docs/
 // DESIGN.md §6): only while w has waited less than bargeWindow, and only when no request queued
-// for the key is of an owner that held other keys as it asked (FlagOwnerHolds). Every wait for
+// for the key is of an owner that held other keys as it asked (flagOwnerHolds). Every wait for
 // the keys such an owner holds waits for its request too, and a newcomer that took the key and
 // then asked for one of them would close a cycle, lose it, and, retried at once, take the key
 // again before that owner's turn. mono is a reading of c's clock.
@@ -103,7 +103,7 @@ func (sh *shard) enqueueAfter(e *keyEntry, w, after *waiter) {
 			w.ownedAhead, _ = e.ownedExclusiveAhead(w.exAhead)
 		}
 	}
-	if w.h.flags()&FlagOwnerHolds != 0 && e.ownersHolding < math.MaxUint16 {
+	if w.h.flags()&flagOwnerHolds != 0 && e.ownersHolding < math.MaxUint16 {
 		w.ownerHolds = true
 		e.ownersHolding++
 	}
@@ -198,7 +198,7 @@ func (e *keyEntry) queued() int {
 }
 
 // upgradeOf returns the upgrade queued for sharer h, or nil.
-func (e *keyEntry) upgradeOf(h *Hold) *waiter {
+func (e *keyEntry) upgradeOf(h *Claim) *waiter {
 	for w := e.head; w != nil && w.upgrade != nil; w = w.next {
 		if w.upgrade == h {
 			return w

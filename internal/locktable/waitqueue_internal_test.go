@@ -126,7 +126,7 @@ func TestCloseAbandonsEveryWaiterWhenOneIsHandedTheKey(t *testing.T) {
 }
 
 // No newcomer takes a freed key ahead of its queue while a request queued for it is of an owner
-// that holds other keys (FlagOwnerHolds), even within bargeWindow: every wait for that owner's
+// that holds other keys (flagOwnerHolds), even within bargeWindow: every wait for that owner's
 // keys waits for its request too. The key is handed to the oldest waiter at the release, and a
 // woken oldest waiter keeps it from newcomers.
 func TestNoBargingWhileAnOwnerThatHoldsWaits(t *testing.T) {

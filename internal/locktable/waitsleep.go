@@ -11,14 +11,14 @@ import (
 // wait queues h for e's key and blocks until it is granted, the timeout passes at deadline, ctx is
 // done or the Locker closes (ErrGrantedAfterClose when a grant raced with that). A Txn's wait is
 // first checked for a deadlock. It is called with mu held and returns with it released.
-func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Hold, lease, deadline, mono time.Duration) error {
+func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Claim, lease, deadline, mono time.Duration) error {
 	return sh.waitBefore(ctx, e, h, nil, lease, deadline, mono)
 }
 
 // waitBefore is wait with h queued ahead of before, a request queued for e's key that h passes
 // (rangepass.go), or at the tail when before is nil.
-func (sh *shard) waitBefore(ctx context.Context, e *keyEntry, h *Hold, before *waiter, lease, deadline, mono time.Duration) error {
-	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&FlagShared != 0}
+func (sh *shard) waitBefore(ctx context.Context, e *keyEntry, h *Claim, before *waiter, lease, deadline, mono time.Duration) error {
+	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&flagShared != 0}
 	if e.ranged() != nil {
 		w.seq = e.ranged().space.nextSeq()
 	}
@@ -91,7 +91,7 @@ func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline tim
 			return ErrClosed
 		case waitShareEnded:
 			err := ErrReleased
-			if w.upgrade.flags()&FlagExpired != 0 {
+			if w.upgrade.flags()&flagExpired != 0 {
 				err = ErrLeaseExpired
 			}
 			sh.unlockAndRunDeferred()

@@ -2,22 +2,22 @@ package locktable
 
 import "github.com/petermattis/goid"
 
-// Fencing: a commit runs only while the lease is live, and the key stays with the hold until the
-// commit returns (docs/DESIGN.md §5). The API runs the commit between BeginFence and EndFence.
+// Fencing: a commit runs only while the lease is live, and the key stays with the claim until the
+// commit returns (docs/DESIGN.md §5). Fence runs the commit between beginFence and endFence.
 //
-// A commit that calls Release, Revoke or a Fence on its own hold would wait for itself. The
+// A commit that calls Release, Revoke or a Fence on its own claim would wait for itself. The
 // fence of a commit that runs user code records its goroutine (Go has no other handle on "the
 // caller"), so that such a call, alone among the calls that find the fence running, does not
 // wait: a Release or Revoke takes effect at once and the key passes on when the commit returns,
 // as when the lease lapses inside the fence; a nested Fence fails with ErrFenceInOwnFence.
 
 // lockForChange takes the shard mutex for Release or Revoke, first waiting for a fence running
-// in another goroutine to end, whatever the hold's state: a lease that lapsed inside a fence still
+// in another goroutine to end, whatever the claim's state: a lease that lapsed inside a fence still
 // has its commit in flight. It reports whether it had to wait, and whether the fence is still
 // running because the caller is its commit (inOwnFence).
-func (h *Hold) lockForChange() (sh *shard, waited, inOwnFence bool) {
+func (h *Claim) lockForChange() (sh *shard, waited, inOwnFence bool) {
 	sh = h.lockShard()
-	for h.flags()&FlagFencing != 0 {
+	for h.flags()&flagFencing != 0 {
 		if h.fencedByCaller() {
 			return sh, waited, true
 		}
@@ -29,23 +29,23 @@ func (h *Hold) lockForChange() (sh *shard, waited, inOwnFence bool) {
 
 // fencedByCaller reports whether the fence running on h is one whose commit runs in the calling
 // goroutine, with the shard mutex held.
-func (h *Hold) fencedByCaller() bool {
+func (h *Claim) fencedByCaller() bool {
 	c := h.cold
 	return c != nil && c.fencer != 0 && c.fencer == goid.Get()
 }
 
 // releaseInOwnFence is Release called by the commit of h's running fence, with the shard mutex
-// held: h stops authorizing writes now, and EndFence passes the key on.
-func (h *Hold) releaseInOwnFence(sh *shard) {
+// held: h stops authorizing writes now, and endFence passes the key on.
+func (h *Claim) releaseInOwnFence(sh *shard) {
 	sh.unschedule(h)
-	h.SetFlags(FlagReleased | FlagPassOnAfterFence)
+	h.setFlags(flagReleased | flagPassOnAfterFence)
 	h.closeDone()
 }
 
 // awaitFenceEnd releases the shard mutex until the running fence ends, then takes the mutex of
 // h's shard again and returns that shard.
-func (h *Hold) awaitFenceEnd(sh *shard) *shard {
-	c := h.Cold()
+func (h *Claim) awaitFenceEnd(sh *shard) *shard {
+	c := h.coldPart()
 	if c.fenceEnd == nil {
 		c.fenceEnd = make(chan struct{})
 	}
@@ -55,27 +55,42 @@ func (h *Hold) awaitFenceEnd(sh *shard) *shard {
 	return h.lockShard()
 }
 
-// BeginFence starts a fence once any fence running on h in another goroutine has ended. It
+// Fence runs commit only while h's lease is live, and keeps the key from passing to another
+// holder until commit returns; with releaseUnlessHold, a lock without flagHold is released as the
+// fence ends, in the same critical section. It returns commit's error, or without calling commit
+// ErrLeaseExpired when the lease has ended, ErrClosed when h was released and its tenant is
+// closed, and ErrFenceInOwnFence when the caller is the commit of h's running fence. userCommit
+// says that commit runs user code, which may call back into h (see fencedByCaller).
+func (h *Claim) Fence(commit func() error, userCommit, releaseUnlessHold bool) error {
+	stray, err := h.beginFence(userCommit)
+	if err != nil {
+		return err
+	}
+	defer h.endFence(stray, releaseUnlessHold)
+	return commit()
+}
+
+// beginFence starts a fence once any fence running on h in another goroutine has ended. It
 // returns ErrLeaseExpired when the lease has ended, ErrClosed when h was released and its tenant
 // is closed, and ErrFenceInOwnFence when the caller is the commit of h's running fence; then no
 // fence begins. userCommit says that the commit runs user code, which may call back into h (see
 // fencedByCaller). stray reports that h no longer held its key, so that the fence is counted by
-// the tenant, which Close waits for; EndFence takes it back.
-func (h *Hold) BeginFence(userCommit bool) (stray bool, err error) {
+// the tenant, which Close waits for; endFence takes it back.
+func (h *Claim) beginFence(userCommit bool) (stray bool, err error) {
 	sh := h.lockShard()
-	for h.flags()&FlagFencing != 0 {
+	for h.flags()&flagFencing != 0 {
 		if h.fencedByCaller() {
 			sh.mu.Unlock()
 			return false, ErrFenceInOwnFence
 		}
 		sh = h.awaitFenceEnd(sh)
 	}
-	if h.flags()&FlagExpired != 0 || h.settle(sh) {
+	if h.flags()&flagExpired != 0 || h.settle(sh) {
 		sh.counts.fenced++
 		sh.unlockAndRunDeferred()
 		return false, ErrLeaseExpired
 	}
-	if h.flags()&FlagHeld == 0 {
+	if h.flags()&flagHeld == 0 {
 		// Released before the fence: Close no longer holds the key to wait on, so the fence
 		// registers with the tenant instead.
 		if !h.ten.strays.enter() {
@@ -84,21 +99,21 @@ func (h *Hold) BeginFence(userCommit bool) (stray bool, err error) {
 		}
 		stray = true
 	}
-	h.SetFlags(FlagFencing)
+	h.setFlags(flagFencing)
 	if userCommit {
-		h.Cold().fencer = goid.Get()
+		h.coldPart().fencer = goid.Get()
 	}
 	sh.mu.Unlock()
 	return stray, nil
 }
 
-// EndFence ends the fence BeginFence began, passing the key on if the lease ended meanwhile, or
-// else releasing a lock without FlagHold if releaseUnlessHold. The release hook of a lease that
+// endFence ends the fence beginFence began, passing the key on if the lease ended meanwhile, or
+// else releasing a lock without flagHold if releaseUnlessHold. The release hook of a lease that
 // ended inside the fence runs once the fence has ended, so a slow hook holds up no Release
 // waiting for it.
-func (h *Hold) EndFence(stray, releaseUnlessHold bool) {
+func (h *Claim) endFence(stray, releaseUnlessHold bool) {
 	sh := h.lockShard()
-	h.ClearFlags(FlagFencing)
+	h.clearFlags(flagFencing)
 	if c := h.cold; c != nil {
 		c.fencer = 0
 		if c.fenceEnd != nil {
@@ -107,15 +122,15 @@ func (h *Hold) EndFence(stray, releaseUnlessHold bool) {
 		}
 	}
 	switch f := h.flags(); {
-	case f&FlagPassOnAfterFence != 0:
-		h.ClearFlags(FlagPassOnAfterFence)
+	case f&flagPassOnAfterFence != 0:
+		h.clearFlags(flagPassOnAfterFence)
 		sh.giveBack(h, 0)
 		sh.deferHook(h)
-	case releaseUnlessHold && !h.Dead() && f&FlagHold == 0:
+	case releaseUnlessHold && !h.dead() && f&flagHold == 0:
 		// No clock read: lapsed while the commit ran or not, the key goes back now and the hook
 		// fires once, and from the deadline on both predicates read the lapse off the deadline.
 		h.releaseLocked(sh)
-	case f&FlagExpired == 0:
+	case f&flagExpired == 0:
 		h.settle(sh) // a lease that lapsed while the commit ran, before any timer saw it
 	}
 	sh.unlockAndRunDeferred()

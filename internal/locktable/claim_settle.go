@@ -3,26 +3,24 @@ package locktable
 import "time"
 
 // Settling. A lease lapses at its deadline whether or not its timer has run: the timer may be
-// late, or the hold may be off every heap. Whoever looks at a hold under the shard mutex and
+// late, or the claim may be off every heap. Whoever looks at a claim under the shard mutex and
 // finds its deadline passed completes the expiry then and there (the key goes back, Done closes,
 // the release hook is queued), so every observer agrees with the deadline. settle and settleAt
 // report whether the lease has ended, by now or before; endIfLapsed reports whether it ended just
 // now; settleNow takes the mutex to settle.
 
-// Settle settles h on a fresh reading of its clock, with the shard mutex held. It reports whether
-// the lease has ended (lapsed or revoked).
-func (h *Hold) Settle() bool { return h.settle(h.shard()) }
-
-func (h *Hold) settle(sh *shard) bool {
-	if h.flags()&FlagExpired != 0 {
+// settle settles h on a fresh reading of its clock, with the mutex of sh, its shard, held. It
+// reports whether the lease has ended (lapsed or revoked).
+func (h *Claim) settle(sh *shard) bool {
+	if h.flags()&flagExpired != 0 {
 		return true
 	}
 	return h.settleAt(sh, h.ten.clock.Mono())
 }
 
 // settleAt is settle with the clock already read: now is a Mono of h's clock.
-func (h *Hold) settleAt(sh *shard, now time.Duration) bool {
-	if h.flags()&FlagExpired != 0 {
+func (h *Claim) settleAt(sh *shard, now time.Duration) bool {
+	if h.flags()&flagExpired != 0 {
 		return true
 	}
 	if h.lapsedAt(now) {
@@ -34,9 +32,9 @@ func (h *Hold) settleAt(sh *shard, now time.Duration) bool {
 
 // endIfLapsed settles h, the holder of a key that c's request found with mono, a reading of c's
 // clock. It reports whether it ended the lease just now.
-func (h *Hold) endIfLapsed(sh *shard, c *Tenant, mono time.Duration) bool {
+func (h *Claim) endIfLapsed(sh *shard, c *Tenant, mono time.Duration) bool {
 	// !lapsedFor spelled out: a contended Acquire comes here, and the call would not inline.
-	if h.flags()&FlagExpired != 0 || !h.lapsedAt(h.monoFor(c, mono)) {
+	if h.flags()&flagExpired != 0 || !h.lapsedAt(h.monoFor(c, mono)) {
 		return false
 	}
 	sh.expire(h)
@@ -44,14 +42,14 @@ func (h *Hold) endIfLapsed(sh *shard, c *Tenant, mono time.Duration) bool {
 }
 
 // lapsedFor reports whether h's lease, not yet ended, has lapsed at mono, a reading of c's clock.
-func (h *Hold) lapsedFor(c *Tenant, mono time.Duration) bool {
-	return h.flags()&FlagExpired == 0 && h.lapsedAt(h.monoFor(c, mono))
+func (h *Claim) lapsedFor(c *Tenant, mono time.Duration) bool {
+	return h.flags()&flagExpired == 0 && h.lapsedAt(h.monoFor(c, mono))
 }
 
 // settleNow takes the shard mutex to complete an expiry found lazily, then runs its hook.
-func (h *Hold) settleNow() {
+func (h *Claim) settleNow() {
 	sh := h.lockShard()
-	if h.flags()&FlagReleased == 0 {
+	if h.flags()&flagReleased == 0 {
 		h.settle(sh)
 	}
 	sh.unlockAndRunDeferred()

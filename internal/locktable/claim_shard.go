@@ -2,18 +2,18 @@ package locktable
 
 import "sync/atomic"
 
-// The shard a hold is in, and taking its mutex. A hold's record is placed by its hash, which
+// The shard a claim is in, and taking its mutex. A claim's record is placed by its hash, which
 // changes only when a range brings it into its home shard (rangeadopt.go), with the mutexes of
 // both shards held; so a path takes the mutex of the shard the hash names, then checks the hash again.
 
-func (h *Hold) shard() *shard { return h.ten.tab.shard(h.hashNow()) }
+func (h *Claim) shard() *shard { return h.ten.tab.shard(h.hashNow()) }
 
-func (h *Hold) hashNow() uint64 { return atomic.LoadUint64(&h.hash) }
+func (h *Claim) hashNow() uint64 { return atomic.LoadUint64(&h.hash) }
 
 // lockShard takes the mutex of h's shard and returns the shard. The record moves to another shard
 // only with the mutexes of both shards held (rangeadopt.go), so once the mutex of the shard h names is held, h
 // stays there until it is released.
-func (h *Hold) lockShard() *shard {
+func (h *Claim) lockShard() *shard {
 	hash := h.hashNow()
 	sh := h.ten.tab.shard(hash)
 	sh.mu.Lock()
@@ -24,7 +24,7 @@ func (h *Hold) lockShard() *shard {
 }
 
 // relockShard follows the move of h's record from sh, whose mutex is held, to its new shard.
-func (h *Hold) relockShard(sh *shard) *shard {
+func (h *Claim) relockShard(sh *shard) *shard {
 	for {
 		sh.mu.Unlock()
 		sh = h.shard()
@@ -34,10 +34,3 @@ func (h *Hold) relockShard(sh *shard) *shard {
 		}
 	}
 }
-
-// Lock takes the mutex of h's shard.
-func (h *Hold) Lock() { h.lockShard() }
-
-// Unlock releases the mutex of h's shard, then runs the release hooks and debug records queued
-// while it was held.
-func (h *Hold) Unlock() { h.shard().unlockAndRunDeferred() }
