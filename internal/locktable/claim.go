@@ -64,16 +64,7 @@ type Cold struct {
 	// hook runs once the claim ends, outside every table mutex (a cluster round's release).
 	hook func() error
 
-	// The joined cluster round (round.go): its TsR, fencing token, deadline and ExpiresAt, the
-	// caps of later lease extensions.
-	tsR            int64
-	hasTsR         bool
-	token          uint64
-	roundEnd       time.Duration
-	roundExpiresAt int64
-	// The holder's version stamps (versions.go).
-	lastVer int64 // valid with flagHasVersion
-	floor   int64 // the candidate floor
+	ledger *ledger // its joined round and version stamps, from the first on
 
 	span *span // a range claim's key set, from prepareRange on
 }
@@ -196,6 +187,38 @@ func (h *Claim) coldPart() *Cold {
 		h.cold = &Cold{}
 	}
 	return h.cold
+}
+
+// ledger is what a claim keeps of its joined cluster round and its version stamps: few claims
+// have either, so it is allocated on first use, which keeps Cold, and so every range claim, small.
+type ledger struct {
+	// The joined cluster round (round.go): its TsR, fencing token, deadline and ExpiresAt, the
+	// caps of later lease extensions.
+	tsR            int64
+	hasTsR         bool
+	token          uint64
+	roundEnd       time.Duration
+	roundExpiresAt int64
+	// The holder's version stamps (versions.go).
+	lastVer int64 // valid with flagHasVersion
+	floor   int64 // the candidate floor
+}
+
+// ledgerPart returns h's ledger, made now if it has none, with the shard mutex held.
+func (h *Claim) ledgerPart() *ledger {
+	c := h.coldPart()
+	if c.ledger == nil {
+		c.ledger = &ledger{}
+	}
+	return c.ledger
+}
+
+// ledgerIfAny returns h's ledger, nil if it has none, with the shard mutex held.
+func (h *Claim) ledgerIfAny() *ledger {
+	if c := h.cold; c != nil {
+		return c.ledger
+	}
+	return nil
 }
 
 // monoFor returns the Mono of h's clock, given mono, a reading of c's clock: the same reading

@@ -31,15 +31,15 @@ func (h *Claim) JoinRound(r Round) bool {
 	if end <= h.ten.clock.Mono() {
 		return false
 	}
-	c := h.coldPart()
-	c.tsR, c.hasTsR, c.token = r.TsR, true, r.Token
-	c.roundEnd = end
-	c.roundExpiresAt = r.TsR + int64(r.Lease)
-	c.hook = r.Hook
+	g := h.ledgerPart()
+	g.tsR, g.hasTsR, g.token = r.TsR, true, r.Token
+	g.roundEnd = end
+	g.roundExpiresAt = r.TsR + int64(r.Lease)
+	h.cold.hook = r.Hook
 	h.acquiredAt = r.TsR
 	h.clearFlags(flagHasVersion)
 	h.setFlags(flagCluster)
-	h.expiresAt = c.roundExpiresAt
+	h.expiresAt = g.roundExpiresAt
 	h.moveDeadline(end)
 	sh.watch(h) // the release hook must fire at the round's deadline
 	return true
@@ -70,17 +70,17 @@ func (h *Claim) Extend(lease time.Duration, outlive bool) (Undo, error) {
 	}
 	u := Undo{h: h, deadline: h.dueAt(), expiresAt: h.expiresAt, asked: h.askedLease(),
 		flags: h.flags() & (flagHold | flagHasVersion)}
-	c := h.cold
-	if c != nil {
-		u.lastVer = c.lastVer
+	g := h.ledgerIfAny()
+	if g != nil {
+		u.lastVer = g.lastVer
 	}
 	wall, now := ReadClock(h.ten.clock)
 	deadline := MonoAfter(now, lease)
-	if h.flags()&flagCluster != 0 && c.roundEnd <= deadline {
+	if h.flags()&flagCluster != 0 && g.roundEnd <= deadline {
 		// Clamped to the round: its deadline and its ExpiresAt, TsR+Lease, even after an earlier
 		// extension had shortened both.
-		deadline = c.roundEnd
-		h.expiresAt = c.roundExpiresAt
+		deadline = g.roundEnd
+		h.expiresAt = g.roundExpiresAt
 	} else {
 		h.expiresAt = wall + int64(lease)
 	}
@@ -123,8 +123,8 @@ func (u Undo) Undo() {
 	h.expiresAt = u.expiresAt
 	h.setAskedLease(u.asked)
 	h.replaceFlags(flagHold|flagHasVersion, u.flags)
-	if c := h.cold; c != nil {
-		c.lastVer = u.lastVer
+	if g := h.ledgerIfAny(); g != nil {
+		g.lastVer = u.lastVer
 	}
 	h.moveDeadline(u.deadline)
 	if h.flags()&flagHeld != 0 {

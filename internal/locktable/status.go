@@ -74,8 +74,8 @@ func (h *Claim) snapshot() Snapshot {
 		AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt, Deadline: h.dueAt(), AskedLease: h.askedLease(),
 	}
 	s.Remaining = max(0, s.Deadline-h.ten.clock.Mono())
-	if c := h.cold; c != nil {
-		s.TsR, s.HasTsR, s.Token = c.tsR, c.hasTsR, c.token
+	if g := h.ledgerIfAny(); g != nil {
+		s.TsR, s.HasTsR, s.Token = g.tsR, g.hasTsR, g.token
 	}
 	return s
 }

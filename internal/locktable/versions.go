@@ -30,11 +30,11 @@ func (h *Claim) Stamp(op StampOp, v int64) int64 {
 	case StampNext:
 		return h.nextVersion()
 	case StampFloor:
-		c := h.coldPart()
-		c.floor = max(c.floor, v)
+		g := h.ledgerPart()
+		g.floor = max(g.floor, v)
 	case StampNote:
-		if c := h.coldPart(); h.flags()&flagHasVersion == 0 || v > c.lastVer {
-			c.lastVer = v
+		if g := h.ledgerPart(); h.flags()&flagHasVersion == 0 || v > g.lastVer {
+			g.lastVer = v
 			h.setFlags(flagHasVersion)
 		}
 	}
@@ -44,10 +44,10 @@ func (h *Claim) Stamp(op StampOp, v int64) int64 {
 // candidate is the version the next write would get, at least floor, with the shard mutex held.
 func (h *Claim) candidate(floor int64) int64 {
 	v := max(h.acquiredAt, floor)
-	if c := h.cold; c != nil {
-		v = max(v, c.floor)
+	if g := h.ledgerIfAny(); g != nil {
+		v = max(v, g.floor)
 		if h.flags()&flagHasVersion != 0 {
-			v = max(v, c.lastVer+1)
+			v = max(v, g.lastVer+1)
 		}
 	}
 	return v
@@ -56,7 +56,7 @@ func (h *Claim) candidate(floor int64) int64 {
 // nextVersion issues the candidate, with the shard mutex held.
 func (h *Claim) nextVersion() int64 {
 	v := h.candidate(0)
-	h.coldPart().lastVer = v
+	h.ledgerPart().lastVer = v
 	h.setFlags(flagHasVersion)
 	return v
 }
