@@ -101,7 +101,9 @@ const (
 // by owner o (nil for none). Acquire then takes it. It is small enough to inline.
 func (t *Tenant) Prepare(h *Claim, o Owner, cf uint32, key []byte, ask Ask) {
 	h.prepare(t, cf, key, uint32(ask&askBits))
-	h.owner = o
+	if o != nil { // h is zero: storing no owner would cost a write barrier's check for nothing
+		h.owner = o
+	}
 }
 
 // PrepareRange is Prepare for the keys k of column family cf with start <= k < end (end nil: no
