@@ -13,7 +13,8 @@ import (
 // conflicts with it, but for the requests it passes: a request of an owner that holds locks passes
 // a request that waits for one of them, itself or through the requests queued ahead of it (§17.2).
 // Where two requests that conflict are both free to go, the younger passing the older, either may
-// be served first, and the model takes the one the table served.
+// be served first, and the model takes the one the table served; so too where two are each free
+// only while the other waits, one passing a request through the other's wait.
 // Where no range is involved, the rules of keys alone (per key a FIFO queue,
 // upgrades ahead, served from its head) decide too, and the two must agree (model_test.go drives
 // them).
@@ -227,11 +228,12 @@ func (m *modelRun) serve(rt *rapid.T) {
 	m.queue = left
 }
 
-// rival returns a request queued after r that conflicts with r and that nothing stops now
-// either, as it passes r (r waits, through the requests ahead of it, for its owner), or nil.
-// Either may then be served first: the rule grants each once nothing it does not pass stops it,
-// and which of the two the table reaches first is up to the order in which it serves its keys
-// and ranges.
+// rival returns a request that nothing stops now either and that r keeps waiting, or that keeps
+// r waiting, whichever is served first, or nil: one queued after r that conflicts with r and
+// passes it (r waits, through the requests ahead of it, for its owner), or one that does not
+// conflict with r but whose grant would stop r. Either may then be served first: the rule grants
+// each once nothing it does not pass stops it, and which of the two the table reaches first is up
+// to the order in which it serves its keys and ranges.
 func (m *modelRun) rival(r *mReq, granted map[*mReq]bool) *mReq {
 	if !m.rangeMode || r.up != nil {
 		return nil
@@ -240,17 +242,43 @@ func (m *modelRun) rival(r *mReq, granted map[*mReq]bool) *mReq {
 		if s == r || s.up != nil || granted[s] || !m.aheadOf(r, s) || !s.behind(r) || !m.passes(s, r) {
 			continue
 		}
-		var ahead []*mReq
-		for _, q := range m.queue {
-			if q != s && !granted[q] && m.aheadOf(q, s) {
-				ahead = append(ahead, q)
-			}
+		if !m.blocked(s, m.queuedAhead(s, granted)) {
+			return s
 		}
-		if !m.blocked(s, ahead) {
+	}
+	// A request that does not conflict with r but that r passes another through: each of the two
+	// may be free only while the other waits (r passes q because q waits, through s's owner, for
+	// r's owner; s passes through r's wait), and the one served first keeps the other waiting.
+	for _, s := range m.queue {
+		if s == r || s.up != nil || granted[s] || s.behind(r) || m.blocked(s, m.queuedAhead(s, granted)) {
+			continue
+		}
+		if m.blockedOnceGranted(r, s, granted) {
 			return s
 		}
 	}
 	return nil
+}
+
+// queuedAhead lists the requests queued ahead of r that are not granted.
+func (m *modelRun) queuedAhead(r *mReq, granted map[*mReq]bool) []*mReq {
+	var ahead []*mReq
+	for _, q := range m.queue {
+		if q != r && !granted[q] && m.aheadOf(q, r) {
+			ahead = append(ahead, q)
+		}
+	}
+	return ahead
+}
+
+// blockedOnceGranted reports whether r would have to wait had s, a queued lock request, been
+// granted first.
+func (m *modelRun) blockedOnceGranted(r, s *mReq, granted map[*mReq]bool) bool {
+	queue, holds := m.queue, m.holds
+	defer func() { m.queue, m.holds = queue, holds }()
+	m.queue = slices.DeleteFunc(slices.Clone(queue), func(x *mReq) bool { return x == s })
+	m.holds = append(slices.Clone(holds), &mHold{id: s.id, owner: s.owner, target: s.target, shared: s.shared, deadline: m.now + s.lease, h: s.h})
+	return m.blocked(r, m.queuedAhead(r, granted))
 }
 
 // firstServed waits for the table to serve r or s, rivals that conflict, and returns the one it
