@@ -197,13 +197,7 @@ func (m *modelRun) serve(rt *rapid.T) {
 	var left []*mReq
 	granted := map[*mReq]bool{}
 	for _, r := range m.queue {
-		var ahead []*mReq
-		for _, q := range m.queue {
-			if q != r && !granted[q] && m.aheadOf(q, r) {
-				ahead = append(ahead, q)
-			}
-		}
-		if m.blocked(r, ahead) {
+		if m.blocked(r, m.queuedAhead(r, granted)) {
 			left = append(left, r)
 			continue
 		}
@@ -277,7 +271,8 @@ func (m *modelRun) blockedOnceGranted(r, s *mReq, granted map[*mReq]bool) bool {
 	queue, holds := m.queue, m.holds
 	defer func() { m.queue, m.holds = queue, holds }()
 	m.queue = slices.DeleteFunc(slices.Clone(queue), func(x *mReq) bool { return x == s })
-	m.holds = append(slices.Clone(holds), &mHold{id: s.id, owner: s.owner, target: s.target, shared: s.shared, deadline: m.now + s.lease, h: s.h})
+	m.holds = slices.Clone(holds)
+	m.grant(s)
 	return m.blocked(r, m.queuedAhead(r, granted))
 }
 

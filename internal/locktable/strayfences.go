@@ -46,9 +46,7 @@ func (s *strayFences) leave() {
 		delete(s.by, g)
 	}
 	s.n--
-	if s.ended.L != nil {
-		s.ended.Broadcast()
-	}
+	s.ended.Broadcast() // a Cond's Broadcast needs no L: closeAndWait sets it before it waits
 }
 
 // closeAndWait refuses later fences and waits for the running ones to return, but for those of

@@ -170,24 +170,40 @@ func TestDeadlockSparesOtherWaiters(t *testing.T) {
 	assert.True(t, ProbeTableEmpty(l))
 }
 
-// A cycle through a Txn queued behind others is found: the holder of a asks for b, held by the
-// second Txn queued for a. The Txns queued ahead of it are not part of the cycle and are spared.
-func TestDeadlockThroughWaiterQueuedBehindOthers(t *testing.T) {
+// twoQueuedForHeldKey is the setup of the tests below: holder holds a, second holds b, and first
+// and then second wait for a. The Txns are rolled back when the test ends.
+type twoQueuedForHeldKey struct {
+	l                       *testLocker
+	holder, first, second   *testTxn
+	firstWaits, secondWaits <-chan lockResult
+}
+
+func newTwoQueuedForHeldKey(t *testing.T) twoQueuedForHeldKey {
 	l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
 	ctx := context.Background()
 	a, b := []byte("a"), []byte("b")
-	holder, first, second := &testTxn{l: l, name: "holder"}, &testTxn{l: l, name: "first"}, &testTxn{l: l, name: "second"}
-	defer holder.Rollback()
-	defer first.Rollback()
-	defer second.Rollback()
-	_, err := holder.Lock(ctx, a, testOptions{})
+	x := twoQueuedForHeldKey{l: l, holder: &testTxn{l: l, name: "holder"}, first: &testTxn{l: l, name: "first"}, second: &testTxn{l: l, name: "second"}}
+	t.Cleanup(x.holder.Rollback)
+	t.Cleanup(x.first.Rollback)
+	t.Cleanup(x.second.Rollback)
+	_, err := x.holder.Lock(ctx, a, testOptions{})
 	require.NoError(t, err)
-	_, err = second.Lock(ctx, b, testOptions{})
+	_, err = x.second.Lock(ctx, b, testOptions{})
 	require.NoError(t, err)
-	firstWaits := txnLockResult(first, a, testOptions{})
+	x.firstWaits = txnLockResult(x.first, a, testOptions{})
 	WaitQueued(t, l, a, 1)
-	secondWaits := txnLockResult(second, a, testOptions{})
+	x.secondWaits = txnLockResult(x.second, a, testOptions{})
 	WaitQueued(t, l, a, 2)
+	return x
+}
+
+// A cycle through a Txn queued behind others is found: the holder of a asks for b, held by the
+// second Txn queued for a. The Txns queued ahead of it are not part of the cycle and are spared.
+func TestDeadlockThroughWaiterQueuedBehindOthers(t *testing.T) {
+	x := newTwoQueuedForHeldKey(t)
+	l, ctx, b, holder, first, second := x.l, context.Background(), []byte("b"), x.holder, x.first, x.second
+	firstWaits, secondWaits := x.firstWaits, x.secondWaits
+	var err error
 
 	_, err = holder.Lock(ctx, b, testOptions{})
 	assert.Equal(t, []string{"holder:b", "second:a"}, cycleOf(t, err))
@@ -205,21 +221,10 @@ func TestDeadlockThroughWaiterQueuedBehindOthers(t *testing.T) {
 // through that edge is found when the granted Txn next waits. Here second, queued behind first
 // for a, holds b; first gets a, then asks for b.
 func TestDeadlockThroughKeyGrantedToWaiter(t *testing.T) {
-	l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
-	ctx := context.Background()
-	a, b := []byte("a"), []byte("b")
-	holder, first, second := &testTxn{l: l, name: "holder"}, &testTxn{l: l, name: "first"}, &testTxn{l: l, name: "second"}
-	defer holder.Rollback()
-	defer first.Rollback()
-	defer second.Rollback()
-	_, err := holder.Lock(ctx, a, testOptions{})
-	require.NoError(t, err)
-	_, err = second.Lock(ctx, b, testOptions{})
-	require.NoError(t, err)
-	firstWaits := txnLockResult(first, a, testOptions{})
-	WaitQueued(t, l, a, 1)
-	secondWaits := txnLockResult(second, a, testOptions{})
-	WaitQueued(t, l, a, 2)
+	x := newTwoQueuedForHeldKey(t)
+	l, ctx, b, holder, first, second := x.l, context.Background(), []byte("b"), x.holder, x.first, x.second
+	firstWaits, secondWaits := x.firstWaits, x.secondWaits
+	var err error
 
 	holder.Rollback()
 	granted(t, firstWaits, "first is granted a; second still waits for it")
