@@ -40,8 +40,9 @@ type keyOrder struct {
 	// read counts the items range requests read, pending and in the tree, for the tests that
 	// bound their cost.
 	read uint64
-	// noted is set once anything was noted: a range request passes a shard that never had
-	// anything noted without taking its mutex.
+	// noted is set once anything was noted, or a key request of a column family with a range
+	// space read the cover here (routesHome): a range request passes a shard where neither
+	// happened without taking its mutex.
 	noted atomic.Bool
 }
 

@@ -51,6 +51,20 @@ func (sp *rangeSpace) brings(key []byte) bool {
 	return cv.live.stabs(key) || cv.retiring != nil && cv.retiring.stabs(key)
 }
 
+// routesHome reports whether a request for key, of sp's column family, must look in the home
+// shard, with the mutex of key's own shard sh held. It marks sh noted before it reads the cover:
+// a range request publishes its span and then passes, without its mutex, a shard not noted
+// (bringIn). Marked first, either the range request finds sh noted and waits for its mutex, so
+// its visit comes after this request has made its entry, or this request reads the cover after
+// the span was published. Marked only as the entry is made, after the read, a range request
+// could publish between the two, pass sh, and miss the entry: a key held inside a range granted.
+func (sh *shard) routesHome(sp *rangeSpace, key []byte) bool {
+	if !sh.order.noted.Load() {
+		sh.order.noted.Store(true)
+	}
+	return sp.brings(key)
+}
+
 // acquireRouted is Acquire once some column family of the table has had a range request: a key
 // covered by a span of its column family's cover is taken in the home shard (acquireBrought),
 // any other in its own shard, as Acquire does. It is apart from Acquire so that a table that
@@ -69,7 +83,7 @@ func (h *Claim) acquireRouted(ctx context.Context, lease, timeout time.Duration,
 		return 0, ErrClosed
 	}
 	sp := c.tab.spaceOf(h.cf)
-	if sp != nil && sp.brings(h.key()) {
+	if sp != nil && sh.routesHome(sp, h.key()) {
 		return h.acquireBrought(ctx, sh, sp, hash, false, wall, mono, lease, timeout, wait, ctxBounds)
 	}
 	h.hash = hash

@@ -326,3 +326,46 @@ func TestRangeLockAmongHeldKeysCostsLogN(t *testing.T) {
 	t.Logf("items read per range Lock+Release among n held keys: %v", perOp)
 	assert.LessOrEqual(t, perOp[100_000], 2*perOp[1_000]+float64(KeyShards), "the reads do not grow with n")
 }
+
+// A key request that read the cover before a range request published its span, in a shard where
+// nothing was noted yet, is not passed by that range request: the range request waits for the
+// shard's mutex, finds the key the request made, and does not take its range over it. The key
+// request's steps are those of acquireRouted, taken one at a time with the shard's mutex held
+// between them, so that the range request runs exactly between the read and the entry.
+func TestRangeRequestWaitsForAKeyRequestThatReadTheCover(t *testing.T) {
+	tab := newTestTable(t)
+	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+	other, err := l.TryLockRange("x", "y", testOptions{}) // makes the column family's range space
+	require.NoError(t, err)
+	require.True(t, other.Release())
+	sp := tab.spaceOf(0)
+
+	key := []byte("k1")
+	hash := tab.hash(0, key)
+	sh := tab.shard(hash)
+	require.False(t, sh.order.noted.Load(), "the key's shard has had nothing noted")
+	h := l.newClaim(key, testOptions{}, nil)
+	h.setAskedLease(defaultLease)
+	wall, mono := ReadClock(l.ten.clock)
+	sh.mu.Lock()
+	require.False(t, sh.routesHome(sp, key), "no span covers the key yet")
+
+	ranged := make(chan error, 1)
+	go func() {
+		r, err := l.TryLockRange("k", "l", testOptions{Shared: true})
+		if err == nil {
+			r.Release()
+		}
+		ranged <- err
+	}()
+	if !notReturned(ranged) {
+		sh.mu.Unlock()
+		t.Fatal("the range request passed the shard of a key request that had read the cover: the key it makes is missed")
+	}
+	h.hash = hash
+	_, err = sh.takeHere(context.Background(), sp, h, wall, mono, defaultLease, defaultTimeout, false, false)
+	require.NoError(t, err, "the key request, granted once the cover was read")
+	require.ErrorIs(t, Await(t, ranged, "the range request"), ErrLocked, "the range over a key held exclusively")
+	require.True(t, h.Release())
+	assert.True(t, ProbeTableEmpty(l))
+}
