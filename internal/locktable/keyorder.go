@@ -142,18 +142,11 @@ func (sh *shard) unnoteFrom(e *keyEntry) {
 	}
 }
 
-// noteAll notes every entry of column family cf in sh's index slots [from, to), for a range space
-// just made: entries made before it were not noted as they were made.
-func (sh *shard) noteAll(cf uint32, from, to int) {
-	for _, e := range sh.index.slots[from:to] {
-		if e == nil {
-			continue
-		}
-		if ecf, _ := e.record(); ecf == cf {
-			sh.order.noted.Store(true)
-			sh.order.pending = append(sh.order.pending, e)
-		}
-	}
+// noteMadeBefore notes e, an entry of sh made before its column family had a range space, as
+// that space is made: entries made then were not noted as they were made.
+func (sh *shard) noteMadeBefore(e *keyEntry) {
+	sh.order.noted.Store(true)
+	sh.order.pending = append(sh.order.pending, e)
 }
 
 // sortPending moves at most max pending items that are still live into the tree, and reports

@@ -247,63 +247,68 @@ func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 // yieldMutexes lets a request that queued for a shard's mutex during a batch take it before the
 // next batch does. A sync.Mutex lets the goroutine that unlocks it lock it again at once, before
 // the waiter it woke has run, and hands it over only once that waiter has waited 1 ms: without
-// this, a key request could wait a whole run of batches.
-func yieldMutexes() { runtime.Gosched() }
+// this, a key request could wait a whole run of batches. It is a variable so that a test can take
+// a step of its own between two batches.
+var yieldMutexes = runtime.Gosched
 
 // bringOwnerWaits readies sp, just made, in every key shard: it notes the entries of column
-// family cf made before (noteAll), and brings into the home shard those for which an owner's
-// request waits, as takeHere does for a request that waits once the space is made. One hold of a
-// shard's mutex looks at broughtScan slots of its index at most and brings in broughtBatch
-// entries at most.
+// family cf made before (noteMadeBefore), and brings into the home shard those for which an
+// owner's request waits, as takeHere does for a request that waits once the space is made. It
+// reads a shard's entries from a copy of its index slots, taken under one hold of its mutex (a
+// copy of the slots, not a look at each entry): between two holds, a removal shifts entries back
+// in their probe run and a resize moves every one, so a walk of the live slots in batches could
+// pass an entry by, and a range request would then miss it. An entry made after the copy is noted
+// as it is made, since sp is in the table's map already (noteEntry). One hold of a shard's mutex
+// then looks at broughtScan entries of the copy at most, each checked against the index, and
+// brings in broughtBatch entries at most.
 func (sp *rangeSpace) bringOwnerWaits(t *Table, cf uint32) {
 	home := sp.home
-	var batch []*keyEntry
+	var before, batch []*keyEntry
 	for i := range KeyShards {
 		sh := &t.shards[i]
-		for at, size := 0, -1; ; {
+		sh.mu.Lock()
+		before = append(before[:0], sh.index.slots...)
+		sh.mu.Unlock()
+		for at := 0; at < len(before); {
 			lockPair(sh, home)
-			slots := sh.index.slots
-			if len(slots) != size { // resized since the last batch: entries moved, look again
-				at, size = 0, len(slots)
-			}
 			batch = batch[:0]
-			from, stop := at, min(at+broughtScan, size)
-			first := -1
+			from, stop := at, min(at+broughtScan, len(before))
 			for ; at < stop && len(batch) < broughtBatch; at++ {
-				if e := slots[at]; e != nil && ownerWaitsIn(e, cf) {
+				e := before[at]
+				if e == nil || !sh.holdsEntryOf(e, cf) {
+					continue
+				}
+				sh.noteMadeBefore(e)
+				if ownerWaitsIn(e) {
 					batch = append(batch, e)
-					if first < 0 {
-						first = at
-					}
 				}
 			}
-			sh.noteAll(cf, from, at)
 			sp.broughtSteps.note(at-from, len(batch))
 			for _, e := range batch {
 				sp.orphanBrought(sh.moveEntry(home, e, sp))
 			}
-			done := at >= size && first < 0
-			if first >= 0 {
-				// Taking an entry out shifts the ones after it in its probe run back into the
-				// hole (index.go): look again from the first hole.
-				at = first
-			}
 			sh.unlockAndRunDeferred()
 			home.unlockAndRunDeferred()
-			if done {
-				break
+			if at < len(before) {
+				yieldMutexes()
 			}
-			yieldMutexes()
 		}
+		clear(before)
 	}
 }
 
-// ownerWaitsIn reports whether e is an entry of column family cf for which an owner's request
-// waits.
-func ownerWaitsIn(e *keyEntry, cf uint32) bool {
-	if ecf, _ := e.record(); ecf != cf {
+// holdsEntryOf reports whether e, read from a copy of sh's index slots, is still an entry of sh,
+// of column family cf: it may have left, or been made again for another record, since.
+func (sh *shard) holdsEntryOf(e *keyEntry, cf uint32) bool {
+	if e.holder == nil && e.head == nil {
 		return false
 	}
+	ecf, key := e.record()
+	return ecf == cf && sh.index.find(e.hash, ecf, key) == e
+}
+
+// ownerWaitsIn reports whether an owner's request waits for e.
+func ownerWaitsIn(e *keyEntry) bool {
 	for w := e.head; w != nil; w = w.next {
 		if w.h.owner != nil {
 			return true

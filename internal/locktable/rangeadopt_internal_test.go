@@ -3,6 +3,7 @@ package locktable
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -367,5 +368,69 @@ func TestRangeRequestWaitsForAKeyRequestThatReadTheCover(t *testing.T) {
 	require.NoError(t, err, "the key request, granted once the cover was read")
 	require.ErrorIs(t, Await(t, ranged, "the range request"), ErrLocked, "the range over a key held exclusively")
 	require.True(t, h.Release())
+	assert.True(t, ProbeTableEmpty(l))
+}
+
+// A column family's first range request notes the entries its key shards made before it, a
+// batch at a time, and no entry is passed by because others' keys leave between two batches. Key
+// x2 sits in the first slot past the first batch of its shard's index, in the probe run of x1,
+// which sits in the last slot of that batch; between the two batches x1 is released, and the
+// index shifts x2 back into x1's slot, which the first batch has looked at already. A range over
+// x2 must still find it held.
+func TestFirstRangeNotesAKeyShiftedBackBetweenBatches(t *testing.T) {
+	tab := newTestTable(t)
+	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+	const shardIdx, fill, slots = 0, 800, 2048 // 800 entries: an index of 2,048 slots
+	last := broughtScan - 1                    // the first batch's last slot
+	home := func(k []byte) int { return int(tab.hash(0, k)>>hashShift) & (slots - 1) }
+	var held []*Claim
+	var x1, x2 []byte
+	for i := 0; len(held) < fill || x2 == nil; i++ {
+		k := []byte(fmt.Sprintf("k%08d", i))
+		if naturalShard(tab, k) != shardIdx {
+			continue
+		}
+		switch h := home(k); {
+		case h == last && x1 == nil:
+			x1 = k
+		case h == last:
+			x2 = k
+		case h < last-64 || h > last+64: // keeps the slots about the boundary free for x1 and x2
+			if len(held) < fill {
+				c, err := l.TryLock(k, testOptions{})
+				require.NoError(t, err)
+				held = append(held, c)
+			}
+		}
+	}
+	sh := &tab.shards[shardIdx]
+	require.Len(t, sh.index.slots, slots)
+	h1, err := l.TryLock(x1, testOptions{})
+	require.NoError(t, err)
+	h2, err := l.TryLock(x2, testOptions{})
+	require.NoError(t, err)
+	require.Same(t, h1.e, sh.index.slots[last], "x1 in the first batch's last slot")
+	require.Same(t, h2.e, sh.index.slots[last+1], "x2 in the next slot, past the first batch")
+
+	released, shifted := false, false
+	yieldMutexes = func() {
+		if !released {
+			released = true
+			require.True(t, h1.Release())
+			sh.mu.Lock()
+			shifted = sh.index.slots[last] == h2.e
+			sh.mu.Unlock()
+		}
+	}
+	t.Cleanup(func() { yieldMutexes = runtime.Gosched })
+	_, err = l.TryLockRange(string(x2), string(x2)+"\x00", testOptions{})
+	require.True(t, released, "the space was readied in more than one batch")
+	require.True(t, shifted, "x2 shifted back into x1's slot")
+	require.ErrorIs(t, err, ErrLocked, "a range over x2, which is held")
+
+	require.True(t, h2.Release())
+	for _, c := range held {
+		require.True(t, c.Release())
+	}
 	assert.True(t, ProbeTableEmpty(l))
 }
