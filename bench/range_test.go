@@ -18,8 +18,8 @@ import (
 )
 
 // Range locks. Each benchmark here runs on a database of its own (a fresh copy of the seed): a
-// column family that has had a range lock keeps its locks in the table's range order for the rest
-// of the database's life, and the other benchmarks must measure a database where none was taken.
+// column family that has had a range lock keeps its range space for the rest of the database's
+// life, and the other benchmarks must measure a database where none was taken.
 
 // scanLen is the number of consecutive records P13 locks and scans.
 const scanLen = 1000
@@ -210,8 +210,8 @@ func heldLocker(b *testing.B, keys [][]byte, n int, ranges bool) *recordlock.Loc
 	b.Helper()
 	l := lockerOn(b, tempdb.New(b))
 	ctx := context.Background()
-	// The column family's first range lock moves its key locks to the range order, once: taken
-	// and released here, it keeps that move out of the timed loop (and the keys go there at once).
+	// The column family's first range lock makes its range space, once: taken and released here,
+	// it keeps that out of the timed loop, and the held keys are noted as they are taken.
 	h, err := l.LockRange(ctx, recordlock.Prefix([]byte("first/")), heldLockOpts)
 	if err != nil {
 		b.Fatal(err)

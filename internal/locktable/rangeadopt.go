@@ -203,10 +203,11 @@ func lockPair(sh, home *shard) {
 
 // bringIn brings into sp's home shard the entries of column family cf in [start, end) (end nil:
 // no bound) that are still in their key shards, found in each shard's order (keyorder.go), a
-// shard at a time. One hold of a shard's mutex sorts broughtScan pending items at most, then reads
+// shard at a time. One hold of a shard's mutex sorts sortBatch pending items at most, then reads
 // broughtBatch entries inside the span at most and brings them in, so that the other keys of the
 // shard wait for one batch at most, however many keys it holds. The span is in sp's live cover
-// already, so no entry in it is made outside the home shard meanwhile.
+// already, so no entry in it is made outside the home shard meanwhile; a shard not noted is
+// passed without its mutex, which routesHome makes safe.
 func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 	home := sp.home
 	var batch []*keyEntry

@@ -8,7 +8,7 @@ import (
 )
 
 // shard is one mutex's worth of the table. Every field of every entry, waiter and scheduler of
-// the shard, and the fields of a Hold whose comment says so (a hold of one of its keys), are
+// the shard, and the fields of a Claim whose comment says so (a claim of one of its keys), are
 // guarded by mu.
 type shard struct {
 	shardState

@@ -52,7 +52,7 @@ func TestWaitTellsTheOneHolderWithoutAllocating(t *testing.T) {
 	require.True(t, sb.Release())
 }
 
-// The wait-for graph reads the edges of a Txn's wait for a key, not in range mode, without
+// The wait-for graph reads the edges of a Txn's wait for a key of a key shard without
 // allocating: every search of every wait of a Txn reads them.
 func TestKeyWaitEdgesAllocateNothing(t *testing.T) {
 	l := newTestLocker(t, newTestTable(t), System)
