@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -341,6 +342,9 @@ func TestDeadlockStressEveryKeyInRandomOrder(t *testing.T) {
 			if _, err := txn.Lock(ctx, key(i), opts); err != nil {
 				return err
 			}
+			// Let the other workers run while this one holds what it took: each Txn is otherwise
+			// over within one time slice, and the workers, run one after another, never meet.
+			runtime.Gosched()
 		}
 		for _, i := range order {
 			counters[i]++
@@ -348,8 +352,10 @@ func TestDeadlockStressEveryKeyInRandomOrder(t *testing.T) {
 		return nil
 	}
 	var wg sync.WaitGroup
+	start := make(chan struct{})
 	for w := range workers {
 		wg.Go(func() {
+			<-start
 			r := rand.New(rand.NewPCG(uint64(w), 18))
 			for range txnsPerWorker {
 				for {
@@ -367,6 +373,7 @@ func TestDeadlockStressEveryKeyInRandomOrder(t *testing.T) {
 			}
 		})
 	}
+	close(start)
 	wg.Wait()
 
 	for i, n := range counters {
