@@ -104,14 +104,14 @@ func compareEnds(a, b []byte) int {
 	return compareKeys(a, b)
 }
 
-// queuedRangesOver adds to t the range requests queued over the key of h, a holder of a key,
-// counted in visited.
-func (sh *shard) queuedRangesOver(h *Claim, t *waiterTally) {
+// queuedRangesOver is the number of range requests queued over the key of h, a holder of a key,
+// that conflict with it, read from xs, the view's indexes.
+func (sh *shard) queuedRangesOver(h *Claim, xs *spaceIndexes) int {
 	sp := sh.spaces[h.cf]
 	if sp == nil || len(sp.queue) == 0 {
-		return
+		return 0
 	}
-	sh.counts.visited += uint64(sp.tallyOver(h, t))
+	return xs.of(sp, &sh.counts.visited).conflictingWith(h, &sh.counts.visited)
 }
 
 // heldRange reports whether h, a range claim listed before the mutex was taken, still holds its
@@ -137,10 +137,9 @@ func spanRun(hs []*Claim) int {
 // visitRanges calls f on hs[0], a range claim or request of the shard listed before the mutex was
 // taken, and on the claims listed after it that lock the same span (appendRanges lists those
 // together), each that still holds its range with its lease live (a lapse is settled), with the
-// number of queued requests that conflict with it. The requests queued over the span are read
-// once for them all, as a key's queue is for its sharers, so s locks of one span with q requests
-// queued over it cost O(s + q). It returns how many of hs it looked at.
-func (sh *shard) visitRanges(hs []*Claim, f func(s Snapshot, waiters int)) int {
+// number of queued requests that conflict with it, read from xs, the view's indexes of the
+// requests queued in each space (queuedindex.go). It returns how many of hs it looked at.
+func (sh *shard) visitRanges(hs []*Claim, xs *spaceIndexes, f func(s Snapshot, waiters int)) int {
 	if !heldRange(hs[0]) {
 		return 1
 	}
@@ -156,10 +155,9 @@ func (sh *shard) visitRanges(hs []*Claim, f func(s Snapshot, waiters int)) int {
 	if len(live) == 0 {
 		return n
 	}
-	t := newWaiterTally(live)
-	sh.counts.visited += uint64(sh.spaces[live[0].cf].tallyOver(live[0], &t))
+	x := xs.of(sh.spaces[live[0].cf], &sh.counts.visited)
 	for _, h := range live {
-		f(h.snapshot(), t.conflictingWith(h))
+		f(h.snapshot(), x.conflictingWith(h, &sh.counts.visited))
 	}
 	return n
 }
@@ -167,9 +165,9 @@ func (sh *shard) visitRanges(hs []*Claim, f func(s Snapshot, waiters int)) int {
 // visitRangeWaits calls wait on hs[0], a range request of the shard listed before the mutex was
 // taken (appendRanges), if it is still queued; or, unless holder is nil, holder on hs[0], a range
 // lock, and on the locks of its span listed after it, each that still holds its range and has a
-// conflicting request queued, reading those requests once for them all (visitRanges). It returns
-// how many of hs it looked at.
-func (sh *shard) visitRangeWaits(hs []*Claim, wait func(QueuedRequest), holder func(s Snapshot, waiters int)) int {
+// conflicting request queued, counted from xs as visitRanges counts them. It returns how many of
+// hs it looked at.
+func (sh *shard) visitRangeWaits(hs []*Claim, xs *spaceIndexes, wait func(QueuedRequest), holder func(s Snapshot, waiters int)) int {
 	h := hs[0]
 	it := &h.cold.span.item
 	switch {
@@ -179,11 +177,11 @@ func (sh *shard) visitRangeWaits(hs []*Claim, wait func(QueuedRequest), holder f
 		wait(it.w.request())
 	case holder != nil && heldRange(h):
 		n := spanRun(hs)
-		t := newWaiterTally(hs[:n])
-		sh.counts.visited += uint64(n + sh.spaces[h.cf].tallyOver(h, &t))
-		for _, x := range hs[:n] {
-			if c := t.conflictingWith(x); c > 0 {
-				holder(x.snapshot(), c)
+		sh.counts.visited += uint64(n)
+		x := xs.of(sh.spaces[h.cf], &sh.counts.visited)
+		for _, r := range hs[:n] {
+			if c := x.conflictingWith(r, &sh.counts.visited); c > 0 {
+				holder(r.snapshot(), c)
 			}
 		}
 		return n

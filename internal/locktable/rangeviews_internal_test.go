@@ -20,10 +20,16 @@ type rangeSharersAndQueued struct {
 }
 
 func newRangeSharersAndQueued(t testing.TB, s, q int) *rangeSharersAndQueued {
+	return newRangeSharersOfSpansAndQueued(t, s, q, func(int) string { return "a" })
+}
+
+// newRangeSharersOfSpansAndQueued is newRangeSharersAndQueued with the i-th shared range lock
+// over [start(i), z).
+func newRangeSharersOfSpansAndQueued(t testing.TB, s, q int, start func(i int) string) *rangeSharersAndQueued {
 	l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
 	x := &rangeSharersAndQueued{l: l, results: make(chan error, q)}
-	for range s {
-		h, err := l.TryLockRange("a", "z", testOptions{Shared: true})
+	for i := range s {
+		h, err := l.TryLockRange(start(i), "z", testOptions{Shared: true})
 		require.NoError(t, err)
 		k, err := l.TryLock([]byte("m"), testOptions{Shared: true})
 		require.NoError(t, err)
@@ -86,6 +92,32 @@ func TestLocksCostsLinearInRangeSharersAndQueued(t *testing.T) {
 		x.release(t, n)
 	}
 	t.Logf("holders and requests read by the views, s = q = n: %v", cost)
+	ratio := float64(cost[200]) / float64(cost[100])
+	assert.Less(t, ratio, 2.5, "doubling s and q must about double the cost, not quadruple it")
+}
+
+// The same with the s range locks over s different spans, [a0000, z), [a0001, z), and so on, all
+// of which the q requests queued over [a, z) meet: each holder's count is read from an index of
+// the queued requests made once per view, O((s + q) log q) in all, where a walk of the requests
+// that meet each span cost O(s·q).
+func TestLocksCostsLinearInRangeSharersOfDifferentSpans(t *testing.T) {
+	cost := map[int]uint64{}
+	for _, n := range []int{100, 200} {
+		x := newRangeSharersOfSpansAndQueued(t, n, n, func(i int) string { return fmt.Sprintf("a%04d", i) })
+		tab := x.l.tab
+		before := tab.Visited()
+		holders := 0
+		for i := range ShardCount {
+			tab.VisitHolders(i, func(_ Snapshot, waiters int) {
+				holders++
+				assert.Equal(t, n, waiters, "every holder is waited for by the %d exclusive ranges", n)
+			})
+		}
+		cost[n] = tab.Visited() - before
+		assert.Equal(t, 2*n, holders)
+		x.release(t, n)
+	}
+	t.Logf("holders and requests read, and searches' probes, by VisitHolders, s = q = n: %v", cost)
 	ratio := float64(cost[200]) / float64(cost[100])
 	assert.Less(t, ratio, 2.5, "doubling s and q must about double the cost, not quadruple it")
 }

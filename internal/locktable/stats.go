@@ -54,30 +54,34 @@ func (t *Table) Counts() Counts {
 // key or range in that shard, with the number of requests queued that conflict with it. A holder
 // whose lease lapsed unwatched is settled first, as any look at its key settles it, and not
 // visited. f must not call into the table. A key with s holders and q
-// requests queued costs O(s + q): its queue is counted once, not once per holder; so do s range
-// locks of one span with q requests queued over it. The mutex is taken once to list the shard's
-// keys and ranges (a pointer each), then once per key or span, so no request waits behind more
-// than one key's or one span's visit.
+// requests queued costs O(s + q): its queue is counted once, not once per holder. In a home
+// shard, the requests queued in a range space are read once per call into an index
+// (queuedindex.go), from which each holder of a range or key there gets its count in O(log q):
+// O((s + q) log q) for s holders and q requests, whatever their spans. The mutex is taken once to
+// list the shard's keys and ranges (a pointer each), then once per key or span (and once to make
+// each space's index), so no request waits behind more than one such visit. The counts of a call
+// are of the queue as its index read it.
 func (t *Table) VisitHolders(i int, f func(s Snapshot, waiters int)) {
 	sh := &t.shards[i]
 	keys, ranges := sh.listKeys(func(e *keyEntry) bool { return e.holder != nil })
+	var xs spaceIndexes
 	for i := 0; i < len(ranges); {
 		sh.mu.Lock()
-		i += sh.visitRanges(ranges[i:], f)
+		i += sh.visitRanges(ranges[i:], &xs, f)
 		sh.unlockAndRunDeferred()
 	}
 	var holders []*Claim
 	for _, k := range keys {
 		sh.mu.Lock()
 		if e := k.find(sh); e != nil && e.holder != nil {
-			holders = sh.visitHolders(e, holders[:0], f)
+			holders = sh.visitHolders(e, holders[:0], &xs, f)
 		}
 		sh.unlockAndRunDeferred()
 	}
 }
 
 // visitHolders is VisitHolders of e's key, with the mutex held; out is scratch space.
-func (sh *shard) visitHolders(e *keyEntry, out []*Claim, f func(s Snapshot, waiters int)) []*Claim {
+func (sh *shard) visitHolders(e *keyEntry, out []*Claim, xs *spaceIndexes, f func(s Snapshot, waiters int)) []*Claim {
 	out = e.appendHolders(out)
 	live := out[:0] // filtered in place
 	for _, h := range out {
@@ -91,10 +95,8 @@ func (sh *shard) visitHolders(e *keyEntry, out []*Claim, f func(s Snapshot, wait
 	}
 	waiters := e.queued()
 	sh.counts.visited += uint64(len(out) + waiters)
-	ranges := newWaiterTally(live) // range requests queued over the key wait too
-	sh.queuedRangesOver(live[0], &ranges)
-	for _, h := range live {
-		f(h.snapshot(), waiters+ranges.conflictingWith(h))
+	for _, h := range live { // range requests queued over the key wait too
+		f(h.snapshot(), waiters+sh.queuedRangesOver(h, xs))
 	}
 	return out
 }
@@ -153,9 +155,10 @@ func (w *waiter) request() QueuedRequest {
 func (t *Table) VisitWaits(i int, wait func(QueuedRequest), holder func(s Snapshot, waiters int)) {
 	sh := &t.shards[i]
 	keys, ranges := sh.listKeys(func(e *keyEntry) bool { return e.head != nil })
+	var xs spaceIndexes
 	for i := 0; i < len(ranges); {
 		sh.mu.Lock()
-		i += sh.visitRangeWaits(ranges[i:], wait, holder)
+		i += sh.visitRangeWaits(ranges[i:], &xs, wait, holder)
 		sh.mu.Unlock()
 	}
 	for _, k := range keys {

@@ -1,0 +1,178 @@
+package locktable
+
+import (
+	"slices"
+	"sort"
+)
+
+// queuedIndex is what a view reads of the requests queued in a range space, once per visit of
+// its home shard (VisitHolders, VisitWaits): the key sets of the requests, by kind (range
+// requests, key requests) and by mode (all, exclusive), each as sorted starts and ends, and each
+// owner's requests apart. A holder's count of the queued requests that conflict with it is then a
+// difference of binary searches: a range request meets [start, end) when it starts before end and
+// does not end at or before start. Walking the requests that meet each holder cost O(s·q) for s
+// holders of different spans that all meet q requests; the index costs O((n + q) log q) to make,
+// for the q requests and the n keys brought into the home shard, and O(log q) per holder.
+type queuedIndex struct {
+	ranges [2]spanEnds // [0] every range request, [1] the exclusive ones
+	keys   [2][][]byte // the keys of the key requests, sorted, with the same two modes
+	// owned is each owner's queued requests: a holder's own never conflict with it.
+	owned map[Owner][]queuedSpan
+	// steps counts the requests indexed and the probes of the binary searches, for the tests
+	// that bound the views' cost.
+	steps int
+}
+
+// queuedSpan is one owner's queued request, as queuedIndex keeps it: a range's span, or a key.
+type queuedSpan struct {
+	start, end         []byte // end nil: no bound; a key request's end is unused
+	isRange, exclusive bool
+}
+
+// spanEnds holds the starts and the ends of a set of spans, each sorted; a nil end (no bound)
+// sorts last.
+type spanEnds struct {
+	starts, ends [][]byte
+}
+
+// indexQueued reads the requests queued in sp into a queuedIndex.
+func (sp *rangeSpace) indexQueued() *queuedIndex {
+	x := &queuedIndex{}
+	own := func(h *Claim, s queuedSpan) {
+		if h.owner == nil {
+			return
+		}
+		if x.owned == nil {
+			x.owned = map[Owner][]queuedSpan{}
+		}
+		x.owned[h.owner] = append(x.owned[h.owner], s)
+	}
+	sp.ranges.queued.meeting(nil, nil, func(it *rangeItem) bool {
+		exclusive := it.h.flags()&flagShared == 0
+		for m := range 2 {
+			if m == 0 || exclusive {
+				x.ranges[m].starts = append(x.ranges[m].starts, it.start())
+				x.ranges[m].ends = append(x.ranges[m].ends, it.end())
+			}
+		}
+		own(it.h, queuedSpan{start: it.start(), end: it.end(), isRange: true, exclusive: exclusive})
+		x.steps++
+		return true
+	})
+	sp.keys.Ascend(func(rk *rangedKey) bool { // in key order: the keys come sorted
+		for w := rk.e.head; w != nil; w = w.next {
+			exclusive := w.h.flags()&flagShared == 0
+			for m := range 2 {
+				if m == 0 || exclusive {
+					x.keys[m] = append(x.keys[m], rk.key)
+				}
+			}
+			own(w.h, queuedSpan{start: rk.key, exclusive: exclusive})
+			x.steps++
+		}
+		x.steps++
+		return true
+	})
+	for m := range 2 {
+		slices.SortFunc(x.ranges[m].starts, compareKeys)
+		slices.SortFunc(x.ranges[m].ends, compareEnds)
+	}
+	return x
+}
+
+// search is sort.Search, its probes counted in x.steps.
+func (x *queuedIndex) search(n int, f func(int) bool) int {
+	return sort.Search(n, func(i int) bool { x.steps++; return f(i) })
+}
+
+// before counts the keys of sorted that sort before key (nil: no bound, after every key).
+func (x *queuedIndex) before(sorted [][]byte, key []byte) int {
+	if key == nil {
+		return len(sorted)
+	}
+	return x.search(len(sorted), func(i int) bool { return compareKeys(sorted[i], key) >= 0 })
+}
+
+// rangesMeeting counts the spans of e that meet [start, end) (end nil: no bound), or with
+// oneKey the key start alone: those that start before its end, less those that end at or before
+// its start, which start before its end too.
+func (x *queuedIndex) rangesMeeting(e *spanEnds, start, end []byte, oneKey bool) int {
+	var started int
+	if oneKey {
+		started = x.search(len(e.starts), func(i int) bool { return compareKeys(e.starts[i], start) > 0 })
+	} else {
+		started = x.before(e.starts, end)
+	}
+	ended := x.search(len(e.ends), func(i int) bool { return e.ends[i] == nil || compareKeys(e.ends[i], start) > 0 })
+	return started - ended
+}
+
+// conflicting is the number of the requests indexed that conflict with h, a holder in the
+// space: for a range lock, the key and range requests that meet its span; for a key, the range
+// requests over it (its own queue is counted apart). All of them for an exclusive h, the
+// exclusive ones for a shared h, and none of h's owner.
+func (x *queuedIndex) conflicting(h *Claim) int {
+	mode := 0
+	if h.flags()&flagShared != 0 {
+		mode = 1
+	}
+	start, end, isRange := h.key(), []byte(nil), h.isRange()
+	var n int
+	if isRange {
+		end = h.cold.span.end
+		n = x.rangesMeeting(&x.ranges[mode], start, end, false) + x.before(x.keys[mode], end) - x.before(x.keys[mode], start)
+	} else {
+		n = x.rangesMeeting(&x.ranges[mode], start, nil, true)
+	}
+	if h.owner != nil {
+		for _, q := range x.owned[h.owner] {
+			x.steps++
+			if (mode == 0 || q.exclusive) && q.meets(start, end, isRange) {
+				n--
+			}
+		}
+	}
+	return n
+}
+
+// meets reports whether q, an owner's request counted as the kind conflicting counts for a
+// holder, meets the holder's key set: the range [start, end) when isRange, else the key start.
+// A key request meets only a range, and is not counted for a key holder.
+func (q queuedSpan) meets(start, end []byte, isRange bool) bool {
+	switch {
+	case isRange && q.isRange:
+		return (end == nil || compareKeys(q.start, end) < 0) && (q.end == nil || compareKeys(q.end, start) > 0)
+	case isRange:
+		return compareKeys(q.start, start) >= 0 && (end == nil || compareKeys(q.start, end) < 0)
+	case q.isRange:
+		return compareKeys(q.start, start) <= 0 && (q.end == nil || compareKeys(q.end, start) > 0)
+	}
+	return false
+}
+
+// spaceIndexes are the queuedIndex of each range space a view has visited, made at the space's
+// first visit in that view.
+type spaceIndexes map[*rangeSpace]*queuedIndex
+
+// of returns sp's index, made now if the view has none yet; the steps of making it go to visited.
+func (xs *spaceIndexes) of(sp *rangeSpace, visited *uint64) *queuedIndex {
+	if x := (*xs)[sp]; x != nil {
+		return x
+	}
+	if *xs == nil {
+		*xs = spaceIndexes{}
+	}
+	x := sp.indexQueued()
+	*visited += uint64(x.steps)
+	x.steps = 0
+	(*xs)[sp] = x
+	return x
+}
+
+// conflictingWith is x.conflicting(h), its steps counted in visited.
+func (x *queuedIndex) conflictingWith(h *Claim, visited *uint64) int {
+	n := x.conflicting(h)
+	*visited += uint64(x.steps)
+	x.steps = 0
+	return n
+}

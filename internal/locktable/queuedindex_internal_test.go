@@ -1,0 +1,107 @@
+package locktable
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The views' index of a space's queued requests counts, for every holder of a range or of a key
+// in the home shard, the same conflicting requests as a walk of the requests that meet it
+// (tallyOver), whatever the spans, modes and owners: random holders and random queued requests,
+// of owners and of none, over keys a..h, compared under the home shard's mutex at one instant.
+func TestQueuedIndexCountsAsAWalkOfTheQueue(t *testing.T) {
+	for seed := range uint64(40) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 7))
+			l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
+			owners := []Owner{nil, &otherOwner{"o1"}, &otherOwner{"o2"}, &otherOwner{"o3"}, &otherOwner{"o4"}}
+			key := func() string { return string(rune('a' + r.IntN(8))) }
+			span := func() (string, string) {
+				start, end := key(), key()
+				switch {
+				case r.IntN(4) == 0:
+					end = ""
+				case end <= start:
+					end = start + "\x00"
+				}
+				return start, end
+			}
+			take := func(owner Owner, wait bool, done func(*Claim, error)) {
+				o := testOptions{Shared: r.IntN(2) == 0, Timeout: time.Hour}
+				if r.IntN(3) == 0 {
+					done(l.acquire(context.Background(), []byte(key()), o, owner, wait))
+					return
+				}
+				start, end := span()
+				done(l.acquireRange(context.Background(), []byte(start), endOf(end), o, owner, wait))
+			}
+			var held []*Claim
+			for range 4 + r.IntN(8) {
+				take(owners[r.IntN(len(owners))], false, func(h *Claim, err error) {
+					if err == nil {
+						held = append(held, h)
+					}
+				})
+			}
+			if l.tab.spaceOf(0) == nil { // no range taken yet: one, so that there is a space
+				h, err := l.TryLockRange("a", "b", testOptions{Shared: true})
+				require.NoError(t, err)
+				held = append(held, h)
+			}
+			var returned atomic.Int32
+			launched := 0
+			for i, owner := range owners {
+				for range 1 + r.IntN(3)*max(0, 1-i) { // several requests of no owner, one of each owner
+					launched++
+					go take(owner, true, func(h *Claim, err error) {
+						if err == nil {
+							h.Release()
+						}
+						returned.Add(1)
+					})
+				}
+			}
+			waitUntil(t, "every request returned or queued", func() bool {
+				return l.tab.Counts().Waiting+int(returned.Load()) == launched
+			})
+
+			sp := l.tab.spaceOf(0)
+			sp.home.mu.Lock()
+			x := sp.indexQueued()
+			check := func(h *Claim) {
+				walked := newWaiterTally([]*Claim{h})
+				sp.tallyOver(h, &walked)
+				if want, got := walked.conflictingWith(h), x.conflicting(h); want != got {
+					sp.home.mu.Unlock()
+					t.Fatalf("holder %q (range %v, shared %v, owner %v): the index counts %d conflicting requests, a walk %d",
+						h.key(), h.isRange(), h.flags()&flagShared != 0, h.owner, got, want)
+				}
+			}
+			checked := 0
+			for _, tr := range []*rangeTree{&sp.ranges.shared, &sp.ranges.exclusive} {
+				tr.meeting(nil, nil, func(it *rangeItem) bool { check(it.h); checked++; return true })
+			}
+			sp.keys.Ascend(func(rk *rangedKey) bool {
+				for _, h := range rk.e.appendHolders(nil) {
+					check(h)
+					checked++
+				}
+				return true
+			})
+			sp.home.mu.Unlock()
+			require.Positive(t, checked)
+			t.Logf("checked %d holders, %d requests queued", checked, launched-int(returned.Load()))
+
+			for _, h := range held {
+				h.Release()
+			}
+			waitUntil(t, "every request returned", func() bool { return int(returned.Load()) == launched })
+		})
+	}
+}
