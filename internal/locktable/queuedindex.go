@@ -12,7 +12,8 @@ import (
 // difference of binary searches: a range request meets [start, end) when it starts before end and
 // does not end at or before start. Walking the requests that meet each holder cost O(s·q) for s
 // holders of different spans that all meet q requests; the index costs O((n + q) log q) to make,
-// for the q requests and the n keys brought into the home shard, and O(log q) per holder.
+// for the q requests and the n keys brought into the home shard, O(log q) per key or span, and
+// O(1) per holder of it (with one owner's few requests).
 type queuedIndex struct {
 	ranges [2]spanEnds // [0] every range request, [1] the exclusive ones
 	keys   [2][][]byte // the keys of the key requests, sorted, with the same two modes
@@ -38,6 +39,21 @@ type spanEnds struct {
 // indexQueued reads the requests queued in sp into a queuedIndex.
 func (sp *rangeSpace) indexQueued() *queuedIndex {
 	x := &queuedIndex{}
+	// Room for every request at once: the view makes an index per call, and growing six slices
+	// a doubling at a time cost it most of its allocations.
+	keyWaits := 0
+	sp.keys.Ascend(func(rk *rangedKey) bool {
+		for w := rk.e.head; w != nil; w = w.next {
+			keyWaits++
+		}
+		return true
+	})
+	ranges := make([][]byte, 4*len(sp.queue)+2*keyWaits)
+	for m := range 2 {
+		x.ranges[m].starts, ranges = ranges[:0:len(sp.queue)], ranges[len(sp.queue):]
+		x.ranges[m].ends, ranges = ranges[:0:len(sp.queue)], ranges[len(sp.queue):]
+		x.keys[m], ranges = ranges[:0:keyWaits], ranges[keyWaits:]
+	}
 	own := func(h *Claim, s queuedSpan) {
 		if h.owner == nil {
 			return
@@ -107,32 +123,54 @@ func (x *queuedIndex) rangesMeeting(e *spanEnds, start, end []byte, oneKey bool)
 	return started - ended
 }
 
-// conflicting is the number of the requests indexed that conflict with h, a holder in the
-// space: for a range lock, the key and range requests that meet its span; for a key, the range
-// requests over it (its own queue is counted apart). All of them for an exclusive h, the
-// exclusive ones for a shared h, and none of h's owner.
-func (x *queuedIndex) conflicting(h *Claim) int {
+// spanCounts are the requests indexed that meet one key set, a range's span or a key: for a
+// range, the key and range requests that meet it; for a key, the range requests over it (its own
+// queue is counted apart). By the mode of a holder of the set: [0] all of them, for an exclusive
+// holder, [1] the exclusive ones, for a shared one.
+type spanCounts struct {
+	start, end []byte // end nil: no bound; unused for a key
+	isRange    bool
+	n          [2]int
+}
+
+// countsOver counts the requests indexed that meet h's key set, for every holder of that set:
+// the holders of one key, or the range locks of one span, share them.
+func (x *queuedIndex) countsOver(h *Claim) spanCounts {
+	c := spanCounts{start: h.key(), isRange: h.isRange()}
+	for m := range 2 {
+		if c.isRange {
+			c.end = h.cold.span.end
+			c.n[m] = x.rangesMeeting(&x.ranges[m], c.start, c.end, false) + x.before(x.keys[m], c.end) - x.before(x.keys[m], c.start)
+		} else {
+			c.n[m] = x.rangesMeeting(&x.ranges[m], c.start, nil, true)
+		}
+	}
+	return c
+}
+
+// conflictingOf is the number of the requests c counts that conflict with h, a holder of c's key
+// set: all of them for an exclusive h, the exclusive ones for a shared h, and none of h's owner.
+func (x *queuedIndex) conflictingOf(c *spanCounts, h *Claim) int {
 	mode := 0
 	if h.flags()&flagShared != 0 {
 		mode = 1
 	}
-	start, end, isRange := h.key(), []byte(nil), h.isRange()
-	var n int
-	if isRange {
-		end = h.cold.span.end
-		n = x.rangesMeeting(&x.ranges[mode], start, end, false) + x.before(x.keys[mode], end) - x.before(x.keys[mode], start)
-	} else {
-		n = x.rangesMeeting(&x.ranges[mode], start, nil, true)
-	}
+	n := c.n[mode]
 	if h.owner != nil {
 		for _, q := range x.owned[h.owner] {
 			x.steps++
-			if (mode == 0 || q.exclusive) && q.meets(start, end, isRange) {
+			if (mode == 0 || q.exclusive) && q.meets(c.start, c.end, c.isRange) {
 				n--
 			}
 		}
 	}
 	return n
+}
+
+// conflicting is the number of the requests indexed that conflict with h, a holder in the space.
+func (x *queuedIndex) conflicting(h *Claim) int {
+	c := x.countsOver(h)
+	return x.conflictingOf(&c, h)
 }
 
 // meets reports whether q, an owner's request counted as the kind conflicting counts for a
@@ -169,9 +207,17 @@ func (xs *spaceIndexes) of(sp *rangeSpace, visited *uint64) *queuedIndex {
 	return x
 }
 
-// conflictingWith is x.conflicting(h), its steps counted in visited.
-func (x *queuedIndex) conflictingWith(h *Claim, visited *uint64) int {
-	n := x.conflicting(h)
+// countsOverCounted is x.countsOver(h), its steps counted in visited.
+func (x *queuedIndex) countsOverCounted(h *Claim, visited *uint64) spanCounts {
+	c := x.countsOver(h)
+	*visited += uint64(x.steps)
+	x.steps = 0
+	return c
+}
+
+// conflictingCounted is x.conflictingOf(c, h), its steps counted in visited.
+func (x *queuedIndex) conflictingCounted(c *spanCounts, h *Claim, visited *uint64) int {
+	n := x.conflictingOf(c, h)
 	*visited += uint64(x.steps)
 	x.steps = 0
 	return n

@@ -104,14 +104,21 @@ func compareEnds(a, b []byte) int {
 	return compareKeys(a, b)
 }
 
-// queuedRangesOver is the number of range requests queued over the key of h, a holder of a key,
-// that conflict with it, read from xs, the view's indexes.
-func (sh *shard) queuedRangesOver(h *Claim, xs *spaceIndexes) int {
-	sp := sh.spaces[h.cf]
+// queuedRangesOver calls f on each of hs, the holders of one key, with the number of range
+// requests queued over the key that conflict with it, read from xs, the view's indexes.
+func (sh *shard) queuedRangesOver(hs []*Claim, xs *spaceIndexes, f func(h *Claim, n int)) {
+	sp := sh.spaces[hs[0].cf]
 	if sp == nil || len(sp.queue) == 0 {
-		return 0
+		for _, h := range hs {
+			f(h, 0)
+		}
+		return
 	}
-	return xs.of(sp, &sh.counts.visited).conflictingWith(h, &sh.counts.visited)
+	x := xs.of(sp, &sh.counts.visited)
+	c := x.countsOverCounted(hs[0], &sh.counts.visited)
+	for _, h := range hs {
+		f(h, x.conflictingCounted(&c, h, &sh.counts.visited))
+	}
 }
 
 // heldRange reports whether h, a range claim listed before the mutex was taken, still holds its
@@ -156,8 +163,9 @@ func (sh *shard) visitRanges(hs []*Claim, xs *spaceIndexes, f func(s Snapshot, w
 		return n
 	}
 	x := xs.of(sh.spaces[live[0].cf], &sh.counts.visited)
+	c := x.countsOverCounted(live[0], &sh.counts.visited)
 	for _, h := range live {
-		f(h.snapshot(), x.conflictingWith(h, &sh.counts.visited))
+		f(h.snapshot(), x.conflictingCounted(&c, h, &sh.counts.visited))
 	}
 	return n
 }
@@ -179,9 +187,10 @@ func (sh *shard) visitRangeWaits(hs []*Claim, xs *spaceIndexes, wait func(Queued
 		n := spanRun(hs)
 		sh.counts.visited += uint64(n)
 		x := xs.of(sh.spaces[h.cf], &sh.counts.visited)
+		c := x.countsOverCounted(h, &sh.counts.visited)
 		for _, r := range hs[:n] {
-			if c := x.conflictingWith(r, &sh.counts.visited); c > 0 {
-				holder(r.snapshot(), c)
+			if n := x.conflictingCounted(&c, r, &sh.counts.visited); n > 0 {
+				holder(r.snapshot(), n)
 			}
 		}
 		return n

@@ -136,3 +136,18 @@ func BenchmarkLocksWithRangeSharersAndQueued(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLocksWithRangeSharersOfDifferentSpans is BenchmarkLocksWithRangeSharersAndQueued with
+// the n range locks over n different spans, all of which the n queued requests meet.
+func BenchmarkLocksWithRangeSharersOfDifferentSpans(b *testing.B) {
+	for _, n := range []int{100, 300, 1000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			x := newRangeSharersOfSpansAndQueued(b, n, n, func(i int) string { return fmt.Sprintf("a%04d", i) })
+			for b.Loop() {
+				visitAll(x.l.tab)
+			}
+			b.StopTimer()
+			x.release(b, n)
+		})
+	}
+}

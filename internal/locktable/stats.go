@@ -95,9 +95,9 @@ func (sh *shard) visitHolders(e *keyEntry, out []*Claim, xs *spaceIndexes, f fun
 	}
 	waiters := e.queued()
 	sh.counts.visited += uint64(len(out) + waiters)
-	for _, h := range live { // range requests queued over the key wait too
-		f(h.snapshot(), waiters+sh.queuedRangesOver(h, xs))
-	}
+	sh.queuedRangesOver(live, xs, func(h *Claim, ranges int) { // range requests over the key wait too
+		f(h.snapshot(), waiters+ranges)
+	})
 	return out
 }
 
