@@ -39,20 +39,13 @@ type spanEnds struct {
 // indexQueued reads the requests queued in sp into a queuedIndex.
 func (sp *rangeSpace) indexQueued() *queuedIndex {
 	x := &queuedIndex{}
-	// Room for every request at once: the view makes an index per call, and growing six slices
-	// a doubling at a time cost it most of its allocations.
-	keyWaits := 0
-	sp.keys.Ascend(func(rk *rangedKey) bool {
-		for w := rk.e.head; w != nil; w = w.next {
-			keyWaits++
-		}
-		return true
-	})
-	ranges := make([][]byte, 4*len(sp.queue)+2*keyWaits)
+	// Room for every range request at once: the view makes an index per call, and growing four
+	// slices a doubling at a time cost it most of its allocations.
+	q := len(sp.queue)
+	ranges := make([][]byte, 4*q)
 	for m := range 2 {
-		x.ranges[m].starts, ranges = ranges[:0:len(sp.queue)], ranges[len(sp.queue):]
-		x.ranges[m].ends, ranges = ranges[:0:len(sp.queue)], ranges[len(sp.queue):]
-		x.keys[m], ranges = ranges[:0:keyWaits], ranges[keyWaits:]
+		x.ranges[m].starts, ranges = ranges[:0:q], ranges[q:]
+		x.ranges[m].ends, ranges = ranges[:0:q], ranges[q:]
 	}
 	own := func(h *Claim, s queuedSpan) {
 		if h.owner == nil {
