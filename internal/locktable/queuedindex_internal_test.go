@@ -32,14 +32,16 @@ func TestQueuedIndexCountsAsAWalkOfTheQueue(t *testing.T) {
 				}
 				return start, end
 			}
-			take := func(owner Owner, wait bool, done func(*Claim, error)) {
+			// take draws a request at random, on the test's goroutine, and returns the call that
+			// makes it, which may run on another.
+			take := func(owner Owner, wait bool, done func(*Claim, error)) func() {
 				o := testOptions{Shared: r.IntN(2) == 0, Timeout: time.Hour}
 				if r.IntN(3) == 0 {
-					done(l.acquire(context.Background(), []byte(key()), o, owner, wait))
-					return
+					k := []byte(key())
+					return func() { done(l.acquire(context.Background(), k, o, owner, wait)) }
 				}
 				start, end := span()
-				done(l.acquireRange(context.Background(), []byte(start), endOf(end), o, owner, wait))
+				return func() { done(l.acquireRange(context.Background(), []byte(start), endOf(end), o, owner, wait)) }
 			}
 			var held []*Claim
 			for range 4 + r.IntN(8) {
@@ -47,7 +49,7 @@ func TestQueuedIndexCountsAsAWalkOfTheQueue(t *testing.T) {
 					if err == nil {
 						held = append(held, h)
 					}
-				})
+				})()
 			}
 			if l.tab.spaceOf(0) == nil { // no range taken yet: one, so that there is a space
 				h, err := l.TryLockRange("a", "b", testOptions{Shared: true})
@@ -64,7 +66,7 @@ func TestQueuedIndexCountsAsAWalkOfTheQueue(t *testing.T) {
 							h.Release()
 						}
 						returned.Add(1)
-					})
+					})()
 				}
 			}
 			waitUntil(t, "every request returned or queued", func() bool {
