@@ -387,8 +387,7 @@ func (h *Claim) WaitedOn() bool {
 	defer sh.mu.Unlock()
 	if h.flags()&flagRange != 0 {
 		if sp := sh.spaces[h.cf]; sp != nil && h.flags()&flagHeld != 0 {
-			n, _ := sp.rangeWaiters(h)
-			return n > 0
+			return sp.rangeWaiters(h) > 0
 		}
 		return false
 	}

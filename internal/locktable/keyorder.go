@@ -59,8 +59,9 @@ func (sh *shard) noted(e *keyEntry) (orderedKey, bool) {
 // live reports whether k still names an entry of the shard, the one it was noted with.
 func (sh *shard) live(k orderedKey) bool { return sh.index.find(k.hash, k.cf, k.key) == k.e }
 
-// noteEntry notes e, just made in sh, a key shard, for a record of a column family with a range
-// space.
+// noteEntry notes e, an entry of sh, a key shard, for a record of a column family with a range
+// space: as it is made, or, made before the column family had one, as the space is made
+// (bringOwnerWaits).
 func (sh *shard) noteEntry(e *keyEntry) {
 	o := &sh.order
 	if len(o.pending) == 0 && !o.noted.Load() {
@@ -140,13 +141,6 @@ func (sh *shard) unnoteFrom(e *keyEntry) {
 	if o.tree != nil && o.tree.Len() > limit {
 		sh.compactTree()
 	}
-}
-
-// noteMadeBefore notes e, an entry of sh made before its column family had a range space, as
-// that space is made: entries made then were not noted as they were made.
-func (sh *shard) noteMadeBefore(e *keyEntry) {
-	sh.order.noted.Store(true)
-	sh.order.pending = append(sh.order.pending, e)
 }
 
 // sortPending moves at most max pending items that are still live into the tree, and reports

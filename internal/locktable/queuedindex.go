@@ -19,9 +19,10 @@ type queuedIndex struct {
 	keys   [2][][]byte // the keys of the key requests, sorted, with the same two modes
 	// owned is each owner's queued requests: a holder's own never conflict with it.
 	owned map[Owner][]queuedSpan
-	// steps counts the requests indexed and the probes of the binary searches, for the tests
-	// that bound the views' cost.
-	steps int
+	// visited is the shard's count of what views read (shardCounts.visited): the requests
+	// indexed and the probes of the binary searches go to it, for the tests that bound the
+	// views' cost.
+	visited *uint64
 }
 
 // queuedSpan is one owner's queued request, as queuedIndex keeps it: a range's span, or a key.
@@ -36,9 +37,9 @@ type spanEnds struct {
 	starts, ends [][]byte
 }
 
-// indexQueued reads the requests queued in sp into a queuedIndex.
-func (sp *rangeSpace) indexQueued() *queuedIndex {
-	x := &queuedIndex{}
+// indexQueued reads the requests queued in sp into a queuedIndex, whose steps go to visited.
+func (sp *rangeSpace) indexQueued(visited *uint64) *queuedIndex {
+	x := &queuedIndex{visited: visited}
 	// Room for every range request at once: the view makes an index per call, and growing four
 	// slices a doubling at a time cost it most of its allocations.
 	q := len(sp.queue)
@@ -65,7 +66,7 @@ func (sp *rangeSpace) indexQueued() *queuedIndex {
 			}
 		}
 		own(it.h, queuedSpan{start: it.start(), end: it.end(), isRange: true, exclusive: exclusive})
-		x.steps++
+		*x.visited++
 		return true
 	})
 	sp.keys.Ascend(func(rk *rangedKey) bool { // in key order: the keys come sorted
@@ -77,9 +78,9 @@ func (sp *rangeSpace) indexQueued() *queuedIndex {
 				}
 			}
 			own(w.h, queuedSpan{start: rk.key, exclusive: exclusive})
-			x.steps++
+			*x.visited++
 		}
-		x.steps++
+		*x.visited++
 		return true
 	})
 	for m := range 2 {
@@ -89,9 +90,9 @@ func (sp *rangeSpace) indexQueued() *queuedIndex {
 	return x
 }
 
-// search is sort.Search, its probes counted in x.steps.
+// search is sort.Search, its probes counted in x.visited.
 func (x *queuedIndex) search(n int, f func(int) bool) int {
-	return sort.Search(n, func(i int) bool { x.steps++; return f(i) })
+	return sort.Search(n, func(i int) bool { *x.visited++; return f(i) })
 }
 
 // before counts the keys of sorted that sort before key (nil: no bound, after every key).
@@ -151,7 +152,7 @@ func (x *queuedIndex) conflictingOf(c *spanCounts, h *Claim) int {
 	n := c.n[mode]
 	if h.owner != nil {
 		for _, q := range x.owned[h.owner] {
-			x.steps++
+			*x.visited++
 			if (mode == 0 || q.exclusive) && q.meets(c.start, c.end, c.isRange) {
 				n--
 			}
@@ -172,11 +173,11 @@ func (x *queuedIndex) conflicting(h *Claim) int {
 func (q queuedSpan) meets(start, end []byte, isRange bool) bool {
 	switch {
 	case isRange && q.isRange:
-		return (end == nil || compareKeys(q.start, end) < 0) && (q.end == nil || compareKeys(q.end, start) > 0)
+		return spansMeet(q.start, q.end, start, end)
 	case isRange:
-		return compareKeys(q.start, start) >= 0 && (end == nil || compareKeys(q.start, end) < 0)
+		return spanContains(start, end, q.start)
 	case q.isRange:
-		return compareKeys(q.start, start) <= 0 && (q.end == nil || compareKeys(q.end, start) > 0)
+		return spanContains(q.start, q.end, start)
 	}
 	return false
 }
@@ -185,7 +186,7 @@ func (q queuedSpan) meets(start, end []byte, isRange bool) bool {
 // first visit in that view.
 type spaceIndexes map[*rangeSpace]*queuedIndex
 
-// of returns sp's index, made now if the view has none yet; the steps of making it go to visited.
+// of returns sp's index, made now if the view has none yet; its steps go to visited.
 func (xs *spaceIndexes) of(sp *rangeSpace, visited *uint64) *queuedIndex {
 	if x := (*xs)[sp]; x != nil {
 		return x
@@ -193,25 +194,7 @@ func (xs *spaceIndexes) of(sp *rangeSpace, visited *uint64) *queuedIndex {
 	if *xs == nil {
 		*xs = spaceIndexes{}
 	}
-	x := sp.indexQueued()
-	*visited += uint64(x.steps)
-	x.steps = 0
+	x := sp.indexQueued(visited)
 	(*xs)[sp] = x
 	return x
-}
-
-// countsOverCounted is x.countsOver(h), its steps counted in visited.
-func (x *queuedIndex) countsOverCounted(h *Claim, visited *uint64) spanCounts {
-	c := x.countsOver(h)
-	*visited += uint64(x.steps)
-	x.steps = 0
-	return c
-}
-
-// conflictingCounted is x.conflictingOf(c, h), its steps counted in visited.
-func (x *queuedIndex) conflictingCounted(c *spanCounts, h *Claim, visited *uint64) int {
-	n := x.conflictingOf(c, h)
-	*visited += uint64(x.steps)
-	x.steps = 0
-	return n
 }

@@ -253,7 +253,7 @@ func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 var yieldMutexes = runtime.Gosched
 
 // bringOwnerWaits readies sp, just made, in every key shard: it notes the entries of column
-// family cf made before (noteMadeBefore), and brings into the home shard those for which an
+// family cf made before (noteEntry), and brings into the home shard those for which an
 // owner's request waits, as takeHere does for a request that waits once the space is made. It
 // reads a shard's entries from a copy of its index slots, taken under one hold of its mutex (a
 // copy of the slots, not a look at each entry): between two holds, a removal shifts entries back
@@ -279,7 +279,7 @@ func (sp *rangeSpace) bringOwnerWaits(t *Table, cf uint32) {
 				if e == nil || !sh.holdsEntryOf(e, cf) {
 					continue
 				}
-				sh.noteMadeBefore(e)
+				sh.noteEntry(e)
 				if ownerWaitsIn(e) {
 					batch = append(batch, e)
 				}

@@ -29,32 +29,35 @@ func (sh *shard) evictRanges(c *Tenant, held []*Claim) []*Claim {
 }
 
 // rangeWaiters counts the queued requests that conflict with h, a range lock of sp: those for
-// keys inside it, and range requests over it.
-func (sp *rangeSpace) rangeWaiters(h *Claim) (n, read int) {
-	t := newWaiterTally([]*Claim{h})
-	read = sp.tallyOver(h, &t)
-	return t.conflictingWith(h), read
+// keys inside it, and range requests over it. WaitedOn asks it of one lock, which a walk of the
+// requests over the lock answers; a view asks of many, and counts from its index
+// (queuedindex.go).
+func (sp *rangeSpace) rangeWaiters(h *Claim) int {
+	n := 0
+	sp.requestsOver(h, func(x *Claim) {
+		if conflicts(h, x) {
+			n++
+		}
+	})
+	return n
 }
 
-// tallyOver adds to t the requests queued over h's key set: for a range, the requests for the
-// keys inside it and the range requests that meet it; for a key, the range requests over it (its
-// own queue is the key's). It returns how many it read.
-func (sp *rangeSpace) tallyOver(h *Claim, t *waiterTally) (read int) {
+// requestsOver calls f on the claims of the requests queued over h's key set: for a range, the
+// requests for the keys inside it and the range requests that meet it; for a key, the range
+// requests over it (its own queue is the key's).
+func (sp *rangeSpace) requestsOver(h *Claim, f func(*Claim)) {
 	if h.isRange() {
 		sp.keysIn(h.key(), h.cold.span.end, func(e *keyEntry) bool {
 			for w := e.head; w != nil; w = w.next {
-				t.add(w.h)
-				read++
+				f(w.h)
 			}
 			return true
 		})
 	}
 	sp.ranges.queuedOver(h, func(it *rangeItem) bool {
-		t.add(it.h)
-		read++
+		f(it.h)
 		return true
 	})
-	return read
 }
 
 // appendRanges appends to hs the claims of sp's range locks, then of its queued range requests,
@@ -104,21 +107,17 @@ func compareEnds(a, b []byte) int {
 	return compareKeys(a, b)
 }
 
-// queuedRangesOver calls f on each of hs, the holders of one key, with the number of range
-// requests queued over the key that conflict with it, read from xs, the view's indexes.
-func (sh *shard) queuedRangesOver(hs []*Claim, xs *spaceIndexes, f func(h *Claim, n int)) {
-	sp := sh.spaces[hs[0].cf]
+// queuedRangesOver returns the index of h's space in xs, the view's indexes, with the range
+// requests queued over the key of h, a holder of a key, counted there for all its holders (a
+// holder's own count is x.conflictingOf(&c, holder)); a nil index when no range request is
+// queued in its column family.
+func (sh *shard) queuedRangesOver(h *Claim, xs *spaceIndexes) (x *queuedIndex, c spanCounts) {
+	sp := sh.spaces[h.cf]
 	if sp == nil || len(sp.queue) == 0 {
-		for _, h := range hs {
-			f(h, 0)
-		}
-		return
+		return nil, c
 	}
-	x := xs.of(sp, &sh.counts.visited)
-	c := x.countsOverCounted(hs[0], &sh.counts.visited)
-	for _, h := range hs {
-		f(h, x.conflictingCounted(&c, h, &sh.counts.visited))
-	}
+	x = xs.of(sp, &sh.counts.visited)
+	return x, x.countsOver(h)
 }
 
 // heldRange reports whether h, a range claim listed before the mutex was taken, still holds its
@@ -163,9 +162,9 @@ func (sh *shard) visitRanges(hs []*Claim, xs *spaceIndexes, f func(s Snapshot, w
 		return n
 	}
 	x := xs.of(sh.spaces[live[0].cf], &sh.counts.visited)
-	c := x.countsOverCounted(live[0], &sh.counts.visited)
+	c := x.countsOver(live[0])
 	for _, h := range live {
-		f(h.snapshot(), x.conflictingCounted(&c, h, &sh.counts.visited))
+		f(h.snapshot(), x.conflictingOf(&c, h))
 	}
 	return n
 }
@@ -187,9 +186,9 @@ func (sh *shard) visitRangeWaits(hs []*Claim, xs *spaceIndexes, wait func(Queued
 		n := spanRun(hs)
 		sh.counts.visited += uint64(n)
 		x := xs.of(sh.spaces[h.cf], &sh.counts.visited)
-		c := x.countsOverCounted(h, &sh.counts.visited)
+		c := x.countsOver(h)
 		for _, r := range hs[:n] {
-			if n := x.conflictingCounted(&c, r, &sh.counts.visited); n > 0 {
+			if n := x.conflictingOf(&c, r); n > 0 {
 				holder(r.snapshot(), n)
 			}
 		}

@@ -95,9 +95,14 @@ func (sh *shard) visitHolders(e *keyEntry, out []*Claim, xs *spaceIndexes, f fun
 	}
 	waiters := e.queued()
 	sh.counts.visited += uint64(len(out) + waiters)
-	sh.queuedRangesOver(live, xs, func(h *Claim, ranges int) { // range requests over the key wait too
-		f(h.snapshot(), waiters+ranges)
-	})
+	x, c := sh.queuedRangesOver(live[0], xs) // range requests queued over the key wait too
+	for _, h := range live {
+		n := waiters
+		if x != nil {
+			n += x.conflictingOf(&c, h)
+		}
+		f(h.snapshot(), n)
+	}
 	return out
 }
 
