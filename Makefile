@@ -31,7 +31,7 @@ SIMTIME     ?= 10m
 SIMFIRST    ?= 1
 SIMSTEPS    ?= 400
 
-.PHONY: deps browser-deps demo cluster-demo cluster-sim test stress check install-check bench fuzz compat
+.PHONY: deps browser-deps demo cluster-demo cluster-sim test stress check install-check bench fuzz compat mutants acceptance
 
 deps:
 	@if [ ! -f /usr/include/rocksdb/c.h ]; then \
@@ -75,6 +75,18 @@ test: deps browser-deps
 stress: deps
 	$(GO) test -race -count=1 -timeout 60m . ./internal/locktable -args -long
 	cd etcdcoord && $(GO) test -race -count=1 -timeout 60m . -args -long
+
+# The guards the tests defend: each mutant of mutants/catalogue/ (one line of a guard removed or
+# inverted) applied to a copy of the tree, with the test that must kill it; fails when one lives,
+# and prints a table of mutants, killing tests and seconds. MUTANTS=pattern runs only those named.
+MUTANTS ?=
+mutants: deps
+	$(GO) run ./mutants -workers 2 $(if $(MUTANTS),-only '$(MUTANTS)')
+
+# The acceptance suites kept beside the repository, when they are there: tests written against
+# SPEC.md, run as outside modules against this checkout.
+acceptance: deps
+	@if [ -x ../shared/acceptance/run ]; then ../shared/acceptance/run; else echo "no ../shared/acceptance/run: nothing to run"; fi
 
 # go test -fuzz takes one target per run, so every Fuzz function of the core is run in turn.
 fuzz: deps

@@ -13,17 +13,66 @@ import (
 // round (Handle.JoinClusterRound). Only coordinator authors implement it; see Writing a
 // coordinator in the package documentation.
 type Coordinator interface {
-	// Acquire admits this node to key for at most lease. revoke is what the coordinator calls to
-	// recall the admission early; it ends in Handle.RevokeLease. On failure the Locker gives the
-	// local key back and returns the error wrapped so that it matches ErrClusterUnavailable,
-	// ErrTimeout or the ctx error.
-	Acquire(ctx context.Context, key []byte, lease time.Duration, revoke func()) (Round, error)
+	// Acquire admits this node to the record req names, in req's mode, for at most req.Lease.
+	// On failure the Locker gives the local key back and returns the error wrapped so that it
+	// matches ErrClusterUnavailable, ErrTimeout or the ctx error.
+	Acquire(ctx context.Context, req Request) (Round, error)
+}
+
+// Request is what a cluster lock asks of the Coordinator. It is a struct so that what a lock can
+// ask of the cluster can grow without breaking coordinators.
+type Request struct {
+	// ColumnFamily is the name of the lock's column family, "default" for the plain calls: nodes'
+	// databases share names, not IDs. A lock's identity across the cluster is (ColumnFamily, Key),
+	// so the same key bytes in two column families are two records.
+	ColumnFamily string
+	// Key is the record's key. The Locker may reuse it once Acquire returns: a coordinator that
+	// keeps it copies it.
+	Key []byte
+	// Shared is the lock's mode: any number of shared holders of a record may be admitted at
+	// once, on any nodes; an exclusive one excludes every other holder on every node.
+	Shared bool
+	// Lease is the lock's lease: the longest a round granted for it may last.
+	Lease time.Duration
+	// Revoke is what the coordinator calls to recall the admission early; it ends in
+	// Handle.RevokeLease.
+	Revoke func()
+	// Txn is the Txn that locks, zero outside one: a coordinator that detects deadlocks across
+	// nodes names it with its node.
+	Txn TxnRef
+	// Waits is the node's view of the waits of its Txns in its own table, which such a
+	// coordinator follows from a Txn it finds holding a record another node waits for.
+	Waits LocalWaits
+}
+
+// TxnRef names a Txn: its ID, unique among the live Txns of the process (with the node's name,
+// across a cluster), and its TxnOptions.Name.
+type TxnRef struct {
+	ID   uint64
+	Name string
+}
+
+// LocalWaits is a database's view of the waits of its Txns in its own key-lock table.
+type LocalWaits interface {
+	// WaitOf reports what the Txn with ID txn waits for in this node's table now, and false when
+	// it does not wait there.
+	WaitOf(txn uint64) (LocalWait, bool)
+}
+
+// LocalWait is one Txn's wait in a node's table: the record it asks for, and the Txns it waits
+// for (those holding the record in a conflicting mode, and for a shared request the nearest
+// exclusive request of a Txn queued ahead of it).
+type LocalWait struct {
+	ColumnFamily string
+	Key          []byte
+	For          []TxnRef
 }
 
 // Round is one granted cluster admission, as Coordinator.Acquire returns it (see Writing a
 // coordinator in the package documentation).
 type Round struct {
-	// TsR is the round's timestamp; the handle's AcquiredAt and ClusterTsR become TsR.
+	// TsR is the round's timestamp; the handle's AcquiredAt and ClusterTsR become TsR, except
+	// that a Txn's upgrade keeps the ones of the shared round it replaces.
 	TsR Timestamp
 	// MintedMono is the Locker clock's Mono() read before the round was requested; the lease is
 	// measured from it, so this node's deadline never falls after the cluster's.

@@ -83,6 +83,11 @@
 //     waits for it, the Lock fails at once with an error matching [ErrDeadlock] (a
 //     [*DeadlockError] naming the cycle) and keeps the Txn's other locks. Roll back and retry
 //     after a short random pause, so that the Txns of the cycle do not start again in step.
+//     With cluster scope, a coordinator that detects deadlocks across nodes (etcdcoord does)
+//     also breaks cycles through other nodes' Txns: one request of such a cycle fails the same
+//     way soon after the cycle forms, and its [DeadlockWait]s name each Txn's node. A Lock asks
+//     the coordinator with the Txn's [TxnRef] and the node's [LocalWaits], which is what such
+//     a coordinator follows.
 //
 // A write to a record the Txn did not lock fails with [ErrNotLocked], unless the Txn was begun
 // with [TxnOptions].AllowUnlockedWrites. A record is a key in a column family: the methods ending
@@ -113,14 +118,24 @@
 // what they describe.
 //
 // A [Coordinator] grants the cluster-wide half of a lock. For a lock of cluster scope the Locker
-// takes the local key, then calls Acquire with the lease of the lock's Options as [Options.Resolve]
-// fills them in ([Resolved]), and joins the [Round] it returns through
-// [Handle.JoinClusterRound]: the handle's lease is then measured from Round.MintedMono, its
-// AcquiredAt becomes Round.TsR, Round.Token becomes [Handle.Token], and Round.Release runs when the
-// handle is released, lapses or is revoked. A round is never joined for a longer lease than the
-// lock asked for. Acquire must be safe for concurrent use, return promptly once its ctx is done,
-// and keep the revoke function it is given: calling it recalls the admission, which ends the
-// handle's lease at once. See the Coordinator example.
+// takes the local key, then calls Acquire with a [Request]: the record's column family by name
+// and its key (a record's identity across the cluster), its mode, and the lease of the lock's
+// Options as [Options.Resolve] fills them in ([Resolved]). It joins the [Round] Acquire returns
+// through [Handle.JoinClusterRound]: the handle's lease is then measured from Round.MintedMono,
+// its AcquiredAt becomes Round.TsR, Round.Token becomes [Handle.Token], and Round.Release runs
+// when the handle is released, lapses or is revoked. A round is never joined for a longer lease
+// than the lock asked for. Acquire must be safe for concurrent use, return promptly once its ctx
+// is done, and keep Request.Revoke: calling it recalls the admission, which ends the handle's
+// lease at once. See the Coordinator example.
+//
+// The [Request] names the record as the cluster knows it: Request.ColumnFamily is the name of the
+// lock's column family ("default" for the plain calls), not its ID, and Request.Key its key;
+// Request.Shared is Options.Shared. A Txn that upgrades a cluster-scoped shared lock to exclusive
+// calls Acquire again for the same record, with Request.Shared false and Request.Lease what is
+// left of the handle's lease, while the handle still holds its shared round: that round is
+// released only once the exclusive one is granted (so Acquire must not wait for this node's own
+// shared admission of the record), and kept if it is not. The handle then takes the exclusive
+// round's Token and Release, and its deadline moves earlier if the round ends sooner, never later.
 //
 // # Version stamps
 //

@@ -42,12 +42,12 @@ func TestDocNamesEveryError(t *testing.T) {
 	writeErrs := []string{"ErrInvalidKey", "ErrTxnDone", "ErrClosed", "ErrLeaseExpired", "ErrReleased", "ErrNotLocked"}
 	cf := []string{"ErrInvalidOptions", "column famil"}
 	want := map[string][]string{
-		"New":                     {"ErrInvalidOptions"},
+		"New":                     {"ErrInvalidOptions", "*OptionError", "WithMaxLocks"},
 		"Locker.BeginTx":          {"ErrInvalidOptions"},
 		"Locker.Close":            {"returns nil"},
-		"Locker.Lock":             lockErrs,
+		"Locker.Lock":             append([]string{"ErrTooManyLocks"}, lockErrs...),
 		"Locker.LockCF":           append([]string{"errors of Lock"}, cf...),
-		"Locker.TryLock":          append([]string{"ErrLocked"}, lockErrs[:5]...),
+		"Locker.TryLock":          append([]string{"ErrLocked", "ErrTooManyLocks"}, lockErrs[:5]...),
 		"Locker.TryLockCF":        cf,
 		"Handle.Fence":            {"ErrLeaseExpired", "ErrClosed", "commit's error"},
 		"Handle.Renew":            {"*OptionError", "ErrReleased", "ErrLeaseExpired"},
@@ -56,9 +56,9 @@ func TestDocNamesEveryError(t *testing.T) {
 		"Txn.Commit":              {"ErrLeaseExpired", "ErrClosed", "ErrTxnDone", "RocksDB write"},
 		"Txn.Get":                 {"ErrLeaseExpired", "ErrInvalidKey", "ErrTxnDone", "ErrClosed", "RocksDB error"},
 		"Txn.GetCF":               cf,
-		"Txn.Lock":                append([]string{"ErrTxnDone", "ErrScopeConflict", "ErrDeadlock", "ErrLeaseExpired", "ErrReleased"}, lockErrs...),
+		"Txn.Lock":                append([]string{"ErrTooManyLocks", "ErrTxnDone", "ErrScopeConflict", "ErrDeadlock", "ErrLeaseExpired", "ErrReleased"}, lockErrs...),
 		"Txn.LockCF":              cf,
-		"Txn.LockAll":             append([]string{"ErrTxnDone", "ErrScopeConflict", "ErrDeadlock", "ErrLeaseExpired", "ErrReleased"}, lockErrs...),
+		"Txn.LockAll":             append([]string{"ErrTooManyLocks", "ErrTxnDone", "ErrScopeConflict", "ErrDeadlock", "ErrLeaseExpired", "ErrReleased"}, lockErrs...),
 		"Txn.LockAllCF":           cf,
 		"Txn.Put":                 writeErrs,
 		"Txn.Delete":              writeErrs,
@@ -67,11 +67,11 @@ func TestDocNamesEveryError(t *testing.T) {
 		"Txn.RollbackToSavePoint": {"ErrNoSavePoint", "ErrTxnDone", "ErrClosed"},
 		"Txn.Scan":                {"ErrLeaseExpired", "ErrInvalidKey", "ErrTxnDone", "ErrClosed", "RocksDB error", "error from fn"},
 		"Txn.ScanCF":              cf,
-		"Locker.LockRange":        append([]string{"ScopeCluster"}, lockErrs[:4]...),
+		"Locker.LockRange":        append([]string{"ScopeCluster", "ErrTooManyLocks"}, lockErrs[:4]...),
 		"Locker.LockRangeCF":      cf,
-		"Locker.TryLockRange":     append([]string{"ErrLocked"}, lockErrs[:3]...),
+		"Locker.TryLockRange":     append([]string{"ErrLocked", "ErrTooManyLocks"}, lockErrs[:3]...),
 		"Locker.TryLockRangeCF":   cf,
-		"Txn.LockRange":           append([]string{"ErrTxnDone", "ErrDeadlock", "ErrLeaseExpired", "ErrReleased", "ScopeCluster"}, lockErrs[:4]...),
+		"Txn.LockRange":           append([]string{"ErrTooManyLocks", "ErrTxnDone", "ErrDeadlock", "ErrLeaseExpired", "ErrReleased", "ScopeCluster"}, lockErrs[:4]...),
 		"Txn.LockRangeCF":         cf,
 	}
 

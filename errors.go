@@ -49,6 +49,9 @@ var (
 	// ErrCommitAmbiguous: RocksDB failed the Commit's write after it may have logged or applied
 	// some or all of the batch, now or once the database is reopened, so read before retrying.
 	ErrCommitAmbiguous = errors.New("recordlock: commit outcome unknown: the batch may have landed")
+	// ErrTooManyLocks: the lock would take the Locker past its WithMaxLocks bound; nothing was
+	// locked or queued.
+	ErrTooManyLocks = errors.New("recordlock: too many locks")
 )
 
 // maxKeyLen is the longest key a lock takes; a Handle stores the length in 32 bits.
@@ -60,12 +63,16 @@ type OptionError struct {
 	Value  any    // the rejected value
 	Reason string // what the value must be, e.g. "must be at least 100ms"
 	txn    bool   // Field is one of TxnOptions, not of Options
+	locker bool   // Field is an Option of New, not of Options
 }
 
 func (e *OptionError) Error() string {
 	kind := "lock option"
-	if e.txn {
+	switch {
+	case e.txn:
 		kind = "txn option"
+	case e.locker:
+		kind = "Locker option"
 	}
 	return fmt.Sprintf("recordlock: %s %s %s, got %v", kind, e.Field, e.Reason, e.Value)
 }
@@ -86,8 +93,12 @@ type DeadlockError struct {
 
 // DeadlockWait is one Txn of a deadlock cycle and the record it waits for.
 type DeadlockWait struct {
-	Txn            string // the Txn's TxnOptions.Name, or "" when it has none
-	ColumnFamilyID uint32
+	Txn string // the Txn's TxnOptions.Name, or "" when it has none
+	// Node is the coordinator's name for the Txn's node in a cycle across nodes, "" in a cycle
+	// found within one node.
+	Node           string
+	ColumnFamily   string // the name of the record's column family
+	ColumnFamilyID uint32 // its ID in this node's database; 0 for a record of another node
 	Key            []byte
 }
 
@@ -102,8 +113,14 @@ func (e *DeadlockError) Error() string {
 		if name == "" {
 			name = "unnamed txn"
 		}
+		if w.Node != "" {
+			name += " on " + w.Node
+		}
 		fmt.Fprintf(&b, "%s waits for %q", name, w.Key)
-		if w.ColumnFamilyID != 0 {
+		switch {
+		case w.ColumnFamily != "" && w.ColumnFamily != "default":
+			fmt.Fprintf(&b, " (cf %s)", w.ColumnFamily)
+		case w.ColumnFamily == "" && w.ColumnFamilyID != 0:
 			fmt.Fprintf(&b, " (cf %d)", w.ColumnFamilyID)
 		}
 	}
@@ -130,7 +147,7 @@ func (l *Locker) fromTable(h *Handle, err error) error {
 	}
 	de := &DeadlockError{Cycle: make([]DeadlockWait, len(d.Cycle))}
 	for i, w := range d.Cycle {
-		de.Cycle[i] = DeadlockWait{Txn: w.Owner.Name(), ColumnFamilyID: w.CF, Key: w.Key}
+		de.Cycle[i] = DeadlockWait{Txn: w.Owner.Name(), ColumnFamily: l.state.families.name(w.CF), ColumnFamilyID: w.CF, Key: w.Key}
 	}
 	l.logDeadlock(h, de, d.Waiters, d.HolderAge) // outside every mutex: the logger is the user's
 	return de
@@ -144,4 +161,38 @@ func (l *Locker) logDeadlock(h *Handle, err *DeadlockError, waiters int, holderA
 	}
 	l.log.Debug("recordlock: deadlock", "db", l.path, "key", string(h.key()), "cf", h.cf(),
 		"holder_age", holderAge, "waiters", waiters, "cycle", err.Error())
+}
+
+// The errors of input a call refuses before it locks or stages anything: keys and contexts.
+
+// Each invalid key gets an error that says which rule it broke; all of them match ErrInvalidKey.
+var (
+	errNilKey   = fmt.Errorf("%w; got a nil key", ErrInvalidKey)
+	errEmptyKey = fmt.Errorf("%w; got an empty key", ErrInvalidKey)
+)
+
+// invalidKey returns the error for a key that is nil, empty or longer than maxKeyLen: the
+// caller has found it invalid.
+func invalidKey(key []byte) error {
+	switch {
+	case key == nil:
+		return errNilKey
+	case len(key) == 0:
+		return errEmptyKey
+	default:
+		return fmt.Errorf("%w; got a key of %d bytes", ErrInvalidKey, len(key))
+	}
+}
+
+// errNilContext is what a call that takes a ctx returns for a nil one, as net/http's
+// NewRequestWithContext does: a nil ctx is a bug of the caller's, reported before anything is
+// locked or queued rather than as a nil-pointer panic.
+var errNilContext = fmt.Errorf("%w: nil Context", ErrInvalidOptions)
+
+// The bound of WithMaxLocks (docs/DESIGN.md §18): the table counts the Locker's locks and queued
+// requests, and Locker.lock takes a request's room before the request reaches the table.
+
+// tooManyLocks is the error of a request the Locker's bound refuses, naming the bound.
+func (l *Locker) tooManyLocks() error {
+	return fmt.Errorf("%w: this Locker keeps at most %d locks and requests", ErrTooManyLocks, l.ten.Bound())
 }

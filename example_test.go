@@ -298,12 +298,15 @@ type oneProcessCoordinator struct {
 	maxLease time.Duration               // the longest lease it can grant
 
 	mu     sync.Mutex
-	tokens map[string]uint64
-	recall map[string]func() // each key's revoke, while admitted
+	tokens map[record]uint64
+	recall map[record]func() // each record's revoke, while admitted
 }
 
-func (c *oneProcessCoordinator) Acquire(ctx context.Context, key []byte, lease time.Duration, revoke func()) (recordlock.Round, error) {
-	if lease > c.maxLease {
+// record is a lock's identity across a cluster.
+type record struct{ cf, key string }
+
+func (c *oneProcessCoordinator) Acquire(ctx context.Context, req recordlock.Request) (recordlock.Round, error) {
+	if req.Lease > c.maxLease {
 		// A lease it can never grant: the Lock fails with an error matching this one.
 		return recordlock.Round{}, fmt.Errorf("%w: this coordinator grants at most %v", recordlock.ErrInvalidOptions, c.maxLease)
 	}
@@ -313,17 +316,19 @@ func (c *oneProcessCoordinator) Acquire(ctx context.Context, key []byte, lease t
 	if err := ctx.Err(); err != nil {
 		return recordlock.Round{}, err
 	}
-	k := string(key) // the Locker may reuse key once Acquire returns
+	// A record is (column family name, key); the Locker may reuse req.Key once Acquire returns.
+	// This coordinator admits one node, so it needs no mode: the Locker orders its own holders.
+	k := record{req.ColumnFamily, string(req.Key)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tokens[k]++
 	token := c.tokens[k]
-	c.recall[k] = revoke
+	c.recall[k] = req.Revoke
 	release := func() error { // becomes the handle's release hook
 		c.mu.Lock()
 		delete(c.recall, k)
 		c.mu.Unlock()
-		fmt.Printf("coordinator: round %d of %s given back\n", token, k)
+		fmt.Printf("coordinator: round %d of %s given back\n", token, k.key)
 		return nil
 	}
 	return recordlock.Round{TsR: c.stamp(), MintedMono: minted, Token: token, Release: release}, nil
@@ -332,7 +337,7 @@ func (c *oneProcessCoordinator) Acquire(ctx context.Context, key []byte, lease t
 // revokeAdmission recalls key's admission early, as when another node asks for the key.
 func (c *oneProcessCoordinator) revokeAdmission(key string) {
 	c.mu.Lock()
-	revoke := c.recall[key]
+	revoke := c.recall[record{"default", key}]
 	c.mu.Unlock()
 	if revoke != nil {
 		revoke() // ends in Handle.RevokeLease, which runs the release hook
@@ -346,7 +351,7 @@ func ExampleCoordinator() {
 	defer cleanup()
 	clock := recordlock.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	coord := &oneProcessCoordinator{clock: clock, maxLease: time.Minute,
-		tokens: map[string]uint64{}, recall: map[string]func(){}}
+		tokens: map[record]uint64{}, recall: map[record]func(){}}
 	locker, err := recordlock.New(db, recordlock.WithClock(clock), recordlock.WithCoordinator(coord))
 	if err != nil {
 		panic(err)

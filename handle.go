@@ -50,6 +50,12 @@ const _ = uint(locktable.MaxAskedLease - MaxLease)
 // ColumnFamilyID returns the ID of the locked key's column family; 0 is the default one.
 func (h *Handle) ColumnFamilyID() uint32 { return h.cf() }
 
+// txn is the Txn the handle was taken by, nil for none.
+func (h *Handle) txn() *Txn {
+	t, _ := h.claim.Owner().(*Txn)
+	return t
+}
+
 // Scope returns the resolved scope: ScopeCluster once a cluster round was joined, else ScopeNode.
 func (h *Handle) Scope() Scope {
 	if h.status().Cluster() {
@@ -72,7 +78,8 @@ func (h *Handle) AcquiredAt() Timestamp { return Timestamp(h.claim.Snapshot().Ac
 // deadline, which a wall-clock step cannot move.
 func (h *Handle) ExpiresAt() time.Time { return time.Unix(0, h.claim.Snapshot().ExpiresAt) }
 
-// ClusterTsR returns the granted round's timestamp; false while the handle is node-scoped.
+// ClusterTsR returns the granted round's timestamp; false while the handle is node-scoped. A Txn's
+// upgrade to an exclusive round keeps it, as it keeps AcquiredAt.
 func (h *Handle) ClusterTsR() (Timestamp, bool) {
 	s := h.claim.Snapshot()
 	return Timestamp(s.TsR), s.HasTsR

@@ -118,7 +118,7 @@ func TestFenceNestedOnTheSameHandlePanics(t *testing.T) {
 				})
 			}()
 			p := await(t, recovered, "a Fence nested in a commit on the same handle")
-			require.NotNil(t, p, "the nested Fence panics")
+			require.NotNil(t, p, "a Fence in the commit of a Fence on the same handle panics rather than waiting for itself")
 			assert.Contains(t, fmt.Sprint(p), "recordlock: Fence called inside the commit of a Fence on the same handle")
 			assert.False(t, innerRan, "the nested commit never runs")
 

@@ -32,9 +32,10 @@ func TestFenceRefusesAfterLeaseEnds(t *testing.T) {
 	require.ErrorIs(t, lapsed.Fence(func() error { return boom }), boom, "Fence returns commit's error")
 
 	clk.Advance(time.Second)
-	require.ErrorIs(t, lapsed.Fence(commit), recordlock.ErrLeaseExpired)
+	require.ErrorIs(t, lapsed.Fence(commit), recordlock.ErrLeaseExpired,
+		"Fence refuses once the deadline has passed, whether or not a timer settled the lapse")
 	revoked.RevokeLease()
-	require.ErrorIs(t, revoked.Fence(commit), recordlock.ErrLeaseExpired)
+	require.ErrorIs(t, revoked.Fence(commit), recordlock.ErrLeaseExpired, "Fence refuses a revoked lease")
 	assert.Equal(t, 1, calls, "a refused Fence does not call commit")
 
 	// After a deliberate Release, Fence still runs while the lease lasts.
@@ -139,7 +140,7 @@ func TestReleaseWaitsForFence(t *testing.T) {
 	time.Sleep(20 * time.Millisecond) // give a Release that fails to wait the chance to return
 	close(finish)
 	require.NoError(t, <-fenced)
-	assert.True(t, <-released)
+	assert.True(t, <-released, "Release from another goroutine waits for the running commit to return")
 }
 
 // A lease that lapses inside Fence passes the key on when commit returns and fires the release

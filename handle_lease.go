@@ -6,9 +6,9 @@ import (
 	"github.com/recordlock/recordlock/internal/locktable"
 )
 
-// Moving a live lease's deadline: joining a cluster round, holding the local key through a round
-// request, UpgradeToHold and Renew. The table keeps the round and checks every move
-// (locktable.Claim.JoinRound, Extend).
+// Moving a live lease's deadline: joining a cluster round, switching to an exclusive one,
+// holding the local key through a round request, UpgradeToHold and Renew. The table keeps the
+// round and checks every move (locktable.Claim.JoinRound, SwitchRound, Extend).
 
 // JoinClusterRound re-anchors the handle to a granted cluster round. It returns false, changing
 // nothing, if the handle no longer authorizes writes, if the round's lease, measured from
@@ -26,6 +26,18 @@ func (h *Handle) JoinClusterRound(tsR Timestamp, lease time.Duration, mintedMono
 // join is JoinClusterRound that also records the round's fencing token.
 func (h *Handle) join(round Round, lease time.Duration) bool {
 	return h.claim.JoinRound(locktable.Round{
+		TsR: int64(round.TsR), Token: round.Token, MintedMono: round.MintedMono, Lease: lease, Hook: round.Release,
+	})
+}
+
+// switchRound moves h, a cluster-scoped lock a Txn has just made exclusive in the table, from its
+// shared round to round, an exclusive round of the same record asked for what was left of h's
+// lease (docs/DESIGN.md §8.5). Token and the release hook become round's, and the deadline moves
+// only earlier: the handle keeps its lease, AcquiredAt, ClusterTsR and versions. It returns false,
+// changing nothing, if h no longer authorizes writes or round's lease is already over. On success
+// the shared round's release is the caller's: run it (Replaced) or put it back (Revert).
+func (h *Handle) switchRound(round Round, lease time.Duration) (locktable.RoundSwitch, bool) {
+	return h.claim.SwitchRound(locktable.Round{
 		TsR: int64(round.TsR), Token: round.Token, MintedMono: round.MintedMono, Lease: lease, Hook: round.Release,
 	})
 }

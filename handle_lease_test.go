@@ -425,7 +425,7 @@ func TestRenewErrors(t *testing.T) {
 	expires := live.ExpiresAt()
 	for _, bad := range []time.Duration{time.Millisecond, -time.Second, time.Hour} {
 		err := live.Renew(bad)
-		require.ErrorIs(t, err, recordlock.ErrInvalidOptions, "lease %v", bad)
+		require.ErrorIs(t, err, recordlock.ErrInvalidOptions, "Renew validates its lease as Options.Lease: lease %v", bad)
 		var oe *recordlock.OptionError
 		require.ErrorAs(t, err, &oe)
 		assert.Equal(t, "Lease", oe.Field)

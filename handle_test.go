@@ -44,10 +44,14 @@ func TestLazyExpiryWithoutTimers(t *testing.T) {
 	other := newLocker(t, db, recordlock.WithClock(clk))
 
 	checks := map[string]func(h *recordlock.Handle){
-		"IsExpired":      func(h *recordlock.Handle) { assert.True(t, h.IsExpired()) },
-		"IsLeaseExpired": func(h *recordlock.Handle) { assert.True(t, h.IsLeaseExpired()) },
-		"Release":        func(h *recordlock.Handle) { assert.False(t, h.Release()) },
-		"Done":           func(h *recordlock.Handle) { assert.True(t, recordlock.ProbeClosed(h.Done())) },
+		"IsExpired": func(h *recordlock.Handle) {
+			assert.True(t, h.IsExpired(), "IsExpired compares against the monotonic deadline itself, not a timer")
+		},
+		"IsLeaseExpired": func(h *recordlock.Handle) {
+			assert.True(t, h.IsLeaseExpired(), "IsLeaseExpired is true once Mono() >= deadline, whether or not a timer ran")
+		},
+		"Release": func(h *recordlock.Handle) { assert.False(t, h.Release()) },
+		"Done":    func(h *recordlock.Handle) { assert.True(t, recordlock.ProbeClosed(h.Done())) },
 	}
 	for name, check := range checks {
 		t.Run(name, func(t *testing.T) {
@@ -62,8 +66,8 @@ func TestLazyExpiryWithoutTimers(t *testing.T) {
 			require.Equal(t, 0, hooks.count())
 
 			check(h)
-			assert.Equal(t, 1, hooks.count(), "the lazy check fired the release hook")
-			assert.True(t, recordlock.ProbeTableEmpty(l), "the lazy check gave the key back")
+			assert.Equal(t, 1, hooks.count(), "the lazy check completes the expiry: it fired the release hook")
+			assert.True(t, recordlock.ProbeTableEmpty(l), "the lazy check completes the expiry: it gave the key back")
 			assert.True(t, h.IsExpired())
 			assert.Equal(t, 1, hooks.count())
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -221,6 +222,14 @@ func joinHook(t testing.TB, h *recordlock.Handle, clk recordlock.Clock, lease ti
 // concurrent calls per key, stamps rounds from the clock it is given (MintedMono is read after the
 // gate, before the "request" that grants, which the during hook stands for), keeps a fencing token per key, and lets a test hold
 // Acquire at a gate, fail it, or recall the last admission of a key.
+//
+// It also keeps the rounds of each record (column family name and key) that are live, granted
+// and not released, with the node that asked (testCoord itself is node "", node returns the
+// Coordinator of another node), and refuses, with errHeldElsewhere, a round that another node's
+// live round of the record excludes: an exclusive round while another node holds any, a shared
+// one while another node holds it exclusively. A node's own rounds never exclude each other: its
+// table orders its holders, and a Txn's upgrade asks for its exclusive round while it still holds
+// its shared one.
 type testCoord struct {
 	clock recordlock.Clock
 	stamp func() recordlock.Timestamp
@@ -233,18 +242,59 @@ type testCoord struct {
 	last        map[string]func() // revoke of the last admission per key
 	current     func()            // revoke of the Acquire in progress
 	releases    int
+	requests    []recordlock.Request // every Acquire's request, its key copied
+	live        map[string][]*liveRound
+	released    map[string]int // releases of each round, by its key and token (roundID)
 
 	gate    chan struct{}        // when set, Acquire waits for it to close (or for ctx)
 	entered chan context.Context // when set, Acquire sends its ctx here on entry
 	err     error                // when set, Acquire fails with it (after the gate)
 	during  func()               // when set, runs after the gate, before the round is made
 	yield   bool                 // when set, Acquire yields the processor to widen races
+	// mintedBefore is how long before its Acquire a round says it was minted, as a round from a
+	// delegation the node already holds may.
+	mintedBefore time.Duration
 }
 
-func (c *testCoord) Acquire(ctx context.Context, key []byte, lease time.Duration, revoke func()) (recordlock.Round, error) {
-	k := string(key)
+// liveRound is a round testCoord granted and nobody released yet.
+type liveRound struct {
+	node   string
+	shared bool
+	token  uint64
+}
+
+// errHeldElsewhere is testCoord's refusal of a round another node's live round excludes.
+var errHeldElsewhere = errors.New("testCoord: the record is held on another node")
+
+// nodeCoord is testCoord as another node's Coordinator.
+type nodeCoord struct {
+	c    *testCoord
+	name string
+}
+
+// node returns the Coordinator of the node called name, which shares c's records and tokens.
+func (c *testCoord) node(name string) recordlock.Coordinator { return nodeCoord{c, name} }
+
+func (n nodeCoord) Acquire(ctx context.Context, req recordlock.Request) (recordlock.Round, error) {
+	return n.c.acquire(ctx, req, n.name)
+}
+
+func (c *testCoord) Acquire(ctx context.Context, req recordlock.Request) (recordlock.Round, error) {
+	return c.acquire(ctx, req, "")
+}
+
+// recordName names a record as the cluster does: by column family name and key.
+func recordName(cf string, key []byte) string { return cf + "\x00" + string(key) }
+
+// roundID names a round by its key and token.
+func roundID(key string, token uint64) string { return fmt.Sprintf("%s#%d", key, token) }
+
+func (c *testCoord) acquire(ctx context.Context, req recordlock.Request, node string) (recordlock.Round, error) {
+	k, revoke := string(req.Key), req.Revoke
 	c.mu.Lock()
 	c.calls++
+	req.Key = slices.Clone(req.Key)
+	c.requests = append(c.requests, req)
 	c.inFlight[k]++
 	c.maxInFlight = max(c.maxInFlight, c.inFlight[k])
 	c.current = revoke
@@ -277,24 +327,60 @@ func (c *testCoord) Acquire(ctx context.Context, key []byte, lease time.Duration
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	rec := recordName(req.ColumnFamily, req.Key)
+	for _, o := range c.live[rec] {
+		if o.node != node && !(o.shared && req.Shared) {
+			return recordlock.Round{}, errHeldElsewhere
+		}
+	}
 	c.tokens[k]++
 	c.last[k] = revoke
-	released := false
+	lr := &liveRound{node: node, shared: req.Shared, token: c.tokens[k]}
+	c.live[rec] = append(c.live[rec], lr)
+	id := roundID(k, lr.token)
 	return recordlock.Round{
 		TsR:        c.stamp(),
-		MintedMono: minted,
-		Token:      c.tokens[k],
+		MintedMono: minted - c.mintedBefore,
+		Token:      lr.token,
 		Release: func() error {
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			if released {
+			c.released[id]++
+			if c.released[id] > 1 {
 				return errors.New("round released twice")
 			}
-			released = true
+			c.live[rec] = slices.DeleteFunc(c.live[rec], func(x *liveRound) bool { return x == lr })
 			c.releases++
 			return nil
 		},
 	}, nil
+}
+
+// releasesOf is how many times the round of key with token was released.
+func (c *testCoord) releasesOf(key string, token uint64) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.released[roundID(key, token)]
+}
+
+// liveOf returns the live rounds of key in column family cf.
+func (c *testCoord) liveOf(cf, key string) []liveRound {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []liveRound
+	for _, r := range c.live[recordName(cf, []byte(key))] {
+		out = append(out, *r)
+	}
+	return out
+}
+
+// lastRequest returns the request of the latest Acquire.
+func (c *testCoord) lastRequest(t testing.TB) recordlock.Request {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.NotEmpty(t, c.requests, "the coordinator was never asked")
+	return c.requests[len(c.requests)-1]
 }
 
 // recall calls the revoke of key's last admission, as a coordinator does when another node asks.
@@ -318,6 +404,8 @@ func newTestCoord(clock recordlock.Clock, stamp func() recordlock.Timestamp) *te
 		inFlight: map[string]int{},
 		tokens:   map[string]uint64{},
 		last:     map[string]func(){},
+		live:     map[string][]*liveRound{},
+		released: map[string]int{},
 	}
 }
 
@@ -351,7 +439,8 @@ type blockingCoord struct {
 	revokeFirst bool
 }
 
-func (c *blockingCoord) Acquire(ctx context.Context, _ []byte, _ time.Duration, revoke func()) (recordlock.Round, error) {
+func (c *blockingCoord) Acquire(ctx context.Context, req recordlock.Request) (recordlock.Round, error) {
+	revoke := req.Revoke
 	round := recordlock.Round{TsR: recordlock.Timestamp(c.clock.Now().UnixNano()), MintedMono: c.clock.Mono(), Release: func() error { return nil }}
 	if c.revokeFirst {
 		revoke()
@@ -365,7 +454,7 @@ func (c *blockingCoord) Acquire(ctx context.Context, _ []byte, _ time.Duration, 
 // grantAll is a coordinator that admits every request at once, for scope tests.
 type grantAll struct{ clk *recordlock.ManualClock }
 
-func (g grantAll) Acquire(_ context.Context, _ []byte, _ time.Duration, _ func()) (recordlock.Round, error) {
+func (g grantAll) Acquire(context.Context, recordlock.Request) (recordlock.Round, error) {
 	return recordlock.Round{TsR: recordlock.Timestamp(g.clk.Now().UnixNano()), MintedMono: g.clk.Mono()}, nil
 }
 

@@ -9,6 +9,7 @@ type config struct {
 	clock      Clock
 	log        *slog.Logger
 	coord      Coordinator
+	maxLocks   *int // WithMaxLocks's n; nil without the option
 	failpoints failpoints
 }
 
@@ -35,6 +36,22 @@ func (o coordinatorOption) apply(c *config) { c.coord = o.c }
 
 // WithCoordinator sets the database's coordinator, as SetCoordinator does.
 func WithCoordinator(c Coordinator) Option { return coordinatorOption{c} }
+
+type maxLocksOption struct{ n int }
+
+func (o maxLocksOption) apply(c *config) { c.maxLocks = &o.n }
+
+// WithMaxLocks bounds what the Locker keeps in its database's key-lock table: the locks it holds
+// and the requests it has queued, together, at most n. A shared lock counts once per holder, a
+// range lock once; a Txn's lock of a record it already holds (re-entrant, or inside one of its
+// range locks) and an upgrade (to exclusive, or to Hold) take no room. A lock call that would
+// exceed the bound, or a LockAll whose keys the Txn does not hold do not all fit, fails at once
+// with an error matching ErrTooManyLocks that names n; it waits for nothing and changes nothing. A
+// lock released, lapsed or revoked, or a request that gave up, makes room at once. The bound costs
+// each Lock and Release one atomic add on a counter of the Locker's own; other Lockers of the
+// database have bounds of their own. Without the option there is no bound. New rejects an n below
+// 1 with an *OptionError.
+func WithMaxLocks(n int) Option { return maxLocksOption{n} }
 
 // failpoints let white-box tests stop the code at points no public call can reach, or turn off a
 // check to show that a test catches its absence. They are set through an unexported Option, so

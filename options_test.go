@@ -44,13 +44,13 @@ func TestInvalidOptionsLockNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			check := func(t *testing.T, err error) {
 				t.Helper()
-				require.ErrorIs(t, err, recordlock.ErrInvalidOptions)
+				require.ErrorIs(t, err, recordlock.ErrInvalidOptions, "an invalid option is an *OptionError, before anything is locked")
 				var oe *recordlock.OptionError
 				require.ErrorAs(t, err, &oe)
-				assert.Equal(t, tc.field, oe.Field)
-				assert.Equal(t, tc.value, oe.Value)
+				assert.Equal(t, tc.field, oe.Field, "the OptionError names the option that broke its bounds")
+				assert.Equal(t, tc.value, oe.Value, "the OptionError carries the value refused")
 				assert.NotEmpty(t, oe.Reason)
-				assert.EqualError(t, err, tc.msg)
+				assert.EqualError(t, err, tc.msg, "the message says which bound the option broke")
 			}
 			_, err := tc.opts.Resolve()
 			check(t, err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -36,7 +35,8 @@ type Locker struct {
 }
 
 // New returns a Locker for db. It returns an error matching ErrInvalidOptions when db is nil or
-// WithClock was given nil; nothing is registered then.
+// WithClock was given nil, and an *OptionError for WithMaxLocks below 1; nothing is registered
+// then.
 func New(db *grocksdb.DB, opts ...Option) (*Locker, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: db must not be nil", ErrInvalidOptions)
@@ -49,6 +49,9 @@ func New(db *grocksdb.DB, opts ...Option) (*Locker, error) {
 	}
 	if cfg.clock == nil {
 		return nil, fmt.Errorf("%w: WithClock(nil)", ErrInvalidOptions)
+	}
+	if n := cfg.maxLocks; n != nil && *n < 1 {
+		return nil, &OptionError{Field: "MaxLocks", Value: *n, Reason: "must be at least 1", locker: true}
 	}
 	if cfg.log == nil {
 		cfg.log = slog.Default()
@@ -66,11 +69,15 @@ func New(db *grocksdb.DB, opts ...Option) (*Locker, error) {
 		path:       path,
 		state:      state,
 		db:         db,
+		cfs:        columnFamilies{names: &state.families},
 		failpoints: cfg.failpoints,
 		closing:    closing,
 		cancel:     cancel,
 	}
 	tab.Open(&l.ten, cfg.clock, cfg.log)
+	if cfg.maxLocks != nil {
+		l.ten.SetBound(*cfg.maxLocks)
+	}
 	if cfg.failpoints.noRangeConflicts {
 		tab.DisableRangeConflicts()
 	}
@@ -117,7 +124,9 @@ func (l *Locker) Timestamp() Timestamp {
 //     coordinator, a coordinator removed without declaring the database standalone, a
 //     coordinator that failed (its error is wrapped as well), or a round that lapsed or was
 //     revoked before it was joined;
-//   - ErrClosed when the Locker is closed while Lock waits.
+//   - ErrClosed when the Locker is closed while Lock waits;
+//   - an error matching ErrTooManyLocks, at once, when the Locker already keeps as many locks
+//     and queued requests as WithMaxLocks allows.
 func (l *Locker) Lock(ctx context.Context, key []byte, opts Options) (*Handle, error) {
 	return l.lock(ctx, lockRequest{key: key, wait: true}, &opts)
 }
@@ -139,8 +148,9 @@ func (l *Locker) LockCF(ctx context.Context, cf *grocksdb.ColumnFamilyHandle, ke
 // lock, held shared with nobody queued) and fails with ErrLocked at once if it would. With cluster
 // scope the coordinator's round is bounded by opts.Timeout; a round not granted within it (the key
 // is held on another node) fails with an error matching both ErrLocked and ErrTimeout. It fails
-// as Lock does with an *OptionError matching ErrInvalidOptions, ErrInvalidKey, ErrClosed or
-// ErrClusterUnavailable. On failure it returns a nil handle and nothing stays locked.
+// as Lock does with an *OptionError matching ErrInvalidOptions, ErrInvalidKey, ErrClosed,
+// ErrClusterUnavailable or ErrTooManyLocks. On failure it returns a nil handle and nothing stays
+// locked.
 func (l *Locker) TryLock(key []byte, opts Options) (*Handle, error) {
 	return l.lock(context.Background(), lockRequest{key: key}, &opts)
 }
@@ -168,6 +178,9 @@ type lockRequest struct {
 	timeout time.Duration
 	// holding: the owner holds keys its list does not show yet, those LockAll took so far.
 	holding bool
+	// room, under WithMaxLocks, counts the rooms LockAll reserved for its keys not yet taken:
+	// the request takes one of them instead of reserving its own. nil outside LockAll.
+	room *int
 }
 
 // check validates a lock request. A range's bounds are checked before (Range.check): its Start
@@ -237,7 +250,16 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 		res.Timeout = end - mono
 		r = &res
 	}
-	h := l.newHandle(&req, e.ask)
+	ask := e.ask
+	if l.ten.Bounded() { // WithMaxLocks: the request takes its room first (docs/DESIGN.md §18)
+		if req.room != nil {
+			*req.room-- // one of the rooms its LockAll reserved
+		} else if !l.ten.Reserve(1) {
+			return nil, l.tooManyLocks()
+		}
+		ask |= locktable.AskCounted // the claim gives its room back as it leaves the table
+	}
+	h := l.newHandle(&req, ask)
 	start, err := h.claim.Acquire(ctx, r.Lease, wait, req.wait, ctxBounds)
 	if err != nil {
 		return nil, l.fromTable(h, err)
@@ -291,72 +313,4 @@ func (l *Locker) close() {
 	l.cancel()
 	l.ten.Shutdown()
 	releaseTable(l.path)
-}
-
-// The door to the key-lock table, package locktable (docs/DESIGN.md §2): one table per database
-// in the process, shared by every Locker of it.
-
-// database is what the process keeps of one database for as long as it runs, beyond the life of
-// any table: its timestamps keep increasing when its last Locker closes and a new one opens after
-// the wall clock stepped back, and a coordinator removed without declaring the database
-// standalone keeps its locks failing closed.
-type database struct {
-	stamps locktable.Stamps
-	coord  coordinatorSlot
-}
-
-// openTable is a table and the number of Lockers using it.
-type openTable struct {
-	tab  *locktable.Table
-	refs int
-}
-
-// registry maps a database's canonical path to its table and its database state.
-var registry = struct {
-	sync.Mutex
-	tables    map[string]*openTable
-	databases map[string]*database
-}{tables: map[string]*openTable{}, databases: map[string]*database{}}
-
-// canonicalPath names a database so that two handles of it agree.
-func canonicalPath(name string) string {
-	p, err := filepath.Abs(name)
-	if err != nil {
-		return filepath.Clean(name)
-	}
-	if resolved, err := filepath.EvalSymlinks(p); err == nil {
-		return resolved
-	}
-	return p
-}
-
-// acquireTable returns the table and the state of the database at path, creating the table on
-// first use.
-func acquireTable(path string) (*locktable.Table, *database) {
-	registry.Lock()
-	defer registry.Unlock()
-	db := registry.databases[path]
-	if db == nil {
-		db = &database{}
-		registry.databases[path] = db
-	}
-	t := registry.tables[path]
-	if t == nil {
-		t = &openTable{tab: locktable.New(path, &db.stamps)}
-		registry.tables[path] = t
-	}
-	t.refs++
-	return t.tab, db
-}
-
-// releaseTable drops one reference to the table of the database at path; the last one removes
-// the table. Its timers were stopped as the clocks of its Lockers were dropped.
-func releaseTable(path string) {
-	registry.Lock()
-	defer registry.Unlock()
-	t := registry.tables[path]
-	t.refs--
-	if t.refs == 0 {
-		delete(registry.tables, path)
-	}
 }

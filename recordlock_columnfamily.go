@@ -36,8 +36,38 @@ type columnFamilies struct {
 	known atomic.Pointer[[]knownFamily] // handles that passed the check; never modified in place
 
 	mu      sync.Mutex // guards the rest, and writes to known
-	names   []string   // the families in ID order, as last listed; nil before the first listing
+	listed  []string   // the families in ID order, as last listed; nil before the first listing
 	listErr error      // why the last listing failed; then only the default family is checked
+
+	names *familyNames // the database's, shared by its Lockers
+}
+
+// familyNames names every column family of a database a handle of which passed a Locker's
+// check: a cluster lock asks the coordinator by name, since nodes' databases share names, not
+// IDs, and Locks shows it.
+type familyNames struct {
+	mu   sync.Mutex
+	byID map[uint32]string
+}
+
+// name returns the name of the family with ID id. Every lock of a family other than the default
+// one checks its handle first, so a family that holds a lock is named.
+func (f *familyNames) name(id uint32) string {
+	if id == 0 {
+		return "default"
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.byID[id]
+}
+
+func (f *familyNames) add(id uint32, name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.byID == nil {
+		f.byID = map[uint32]string{}
+	}
+	f.byID[id] = name
 }
 
 type knownFamily struct {
@@ -70,10 +100,10 @@ func (c *columnFamilies) check(db *grocksdb.DB, cf *grocksdb.ColumnFamilyHandle)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if id != 0 {
-		pos := slices.Index(c.names, name)
+		pos := slices.Index(c.listed, name)
 		if pos < 0 {
 			c.list(db)
-			pos = slices.Index(c.names, name)
+			pos = slices.Index(c.listed, name)
 		}
 		switch {
 		case c.listErr != nil:
@@ -84,6 +114,7 @@ func (c *columnFamilies) check(db *grocksdb.DB, cf *grocksdb.ColumnFamilyHandle)
 			return 0, fmt.Errorf("%w: column family %q has ID %d, lower than this database's family of that name can have", ErrInvalidOptions, name, id)
 		}
 	}
+	c.names.add(id, name)
 	var known []knownFamily
 	if k := c.known.Load(); k != nil {
 		known = *k
@@ -101,7 +132,7 @@ func (c *columnFamilies) list(db *grocksdb.DB) {
 	opts := grocksdb.NewDefaultOptions()
 	defer opts.Destroy()
 	for range 2 {
-		c.names, c.listErr = grocksdb.ListColumnFamilies(opts, db.Name())
+		c.listed, c.listErr = grocksdb.ListColumnFamilies(opts, db.Name())
 		if c.listErr == nil {
 			return
 		}

@@ -118,3 +118,29 @@ func TestColumnFamilyOfThisDatabase(t *testing.T) {
 	write(t, late, "3")
 	write(t, here[0], "4")
 }
+
+// Locks names each lock's column family, for every Locker of the database: a cluster lock's
+// identity across nodes is the family's name and the key.
+func TestLocksNameTheColumnFamily(t *testing.T) {
+	db, cfs := openCFDB(t, "orders")
+	l1, err := recordlock.New(db)
+	require.NoError(t, err)
+	defer l1.Close()
+	l2, err := recordlock.New(db) // never sees the handle
+	require.NoError(t, err)
+	defer l2.Close()
+	ctx := context.Background()
+	h1, err := l1.LockCF(ctx, cfs[0], []byte("7"), recordlock.Options{})
+	require.NoError(t, err)
+	defer h1.Release()
+	h2, err := l1.Lock(ctx, []byte("7"), recordlock.Options{})
+	require.NoError(t, err)
+	defer h2.Release()
+	for _, l := range []*recordlock.Locker{l1, l2} {
+		got := map[uint32]string{}
+		for info := range l.Locks() {
+			got[info.ColumnFamilyID] = info.ColumnFamily
+		}
+		assert.Equal(t, map[uint32]string{0: "default", cfs[0].ID(): "orders"}, got)
+	}
+}

@@ -80,7 +80,7 @@ func TestInvalidRangeMessages(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := l.LockRange(ctx, c.r, recordlock.Options{})
-			require.ErrorIs(t, err, recordlock.ErrInvalidKey)
+			require.ErrorIs(t, err, recordlock.ErrInvalidKey, "an invalid range is rejected with ErrInvalidKey before anything is locked")
 			assert.EqualError(t, err, c.msg)
 			_, err = l.TryLockRange(c.r, recordlock.Options{})
 			assert.EqualError(t, err, c.msg)

@@ -29,7 +29,8 @@ import (
 //     once the Locker is closed;
 //   - ErrTimeout once opts.Timeout has passed on the Locker's clock;
 //   - an error matching ctx's error once ctx is done (at once if it already is);
-//   - ErrClosed when the Locker is closed while LockRange waits.
+//   - ErrClosed when the Locker is closed while LockRange waits;
+//   - an error matching ErrTooManyLocks, at once, at the bound of WithMaxLocks.
 func (l *Locker) LockRange(ctx context.Context, r Range, opts Options) (*Handle, error) {
 	return l.lockRange(ctx, 0, r, opts, true)
 }
@@ -47,8 +48,9 @@ func (l *Locker) LockRangeCF(ctx context.Context, cf *grocksdb.ColumnFamilyHandl
 
 // TryLockRange locks r if LockRange would not have to wait, and fails with ErrLocked at once if
 // it would. Like LockRange it fails before anything is locked with ErrInvalidKey for an invalid
-// r, an *OptionError matching ErrInvalidOptions for ScopeCluster or other invalid opts, and
-// ErrClosed once the Locker is closed. On failure it returns a nil handle.
+// r, an *OptionError matching ErrInvalidOptions for ScopeCluster or other invalid opts,
+// ErrClosed once the Locker is closed, and ErrTooManyLocks at the bound of WithMaxLocks. On
+// failure it returns a nil handle.
 func (l *Locker) TryLockRange(r Range, opts Options) (*Handle, error) {
 	return l.lockRange(context.Background(), 0, r, opts, false)
 }

@@ -32,11 +32,18 @@ func TestReleaseHookFailuresAreContainedAndRateLimited(t *testing.T) {
 	}
 
 	// At 0 s: the first failure of each kind is logged; Release still reports success.
-	assert.True(t, lock(panicky, time.Minute).Release())
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Fatalf("a release hook's panic reached the caller of Release: %v", p)
+			}
+		}()
+		assert.True(t, lock(panicky, time.Minute).Release())
+	}()
 	assert.True(t, lock(failing, time.Minute).Release())
 	h := lock(panicky, time.Minute)
 	h.RevokeLease()
-	assert.Equal(t, []string{"panic", "error"}, logs.Kinds())
+	assert.Equal(t, []string{"panic", "error"}, logs.Kinds(), "the first failure of each kind is logged")
 	recs := logs.Records()
 	assert.Equal(t, "WARN", recs[0].Level)
 	assert.Contains(t, recs[0].Attrs["err"], "hook exploded")
@@ -47,15 +54,15 @@ func TestReleaseHookFailuresAreContainedAndRateLimited(t *testing.T) {
 	clk.Advance(59 * time.Second)
 	assert.True(t, lock(failing, time.Minute).Release())
 	assert.True(t, lock(panicky, time.Minute).Release())
-	assert.Equal(t, []string{"panic", "error"}, logs.Kinds())
+	assert.Equal(t, []string{"panic", "error"}, logs.Kinds(), "one line per kind of failure per 60 s")
 
 	// At 60 s, a persisting fault is reported again: the lease timer's hook panics inside Advance
 	// (the timer's goroutine) without escaping.
 	clk.Advance(time.Second)
 	assert.True(t, stalled.IsLeaseExpired())
-	assert.Equal(t, []string{"panic", "error", "panic"}, logs.Kinds())
+	assert.Equal(t, []string{"panic", "error", "panic"}, logs.Kinds(), "not latched: a fault that persists is reported again after 60 s")
 	assert.True(t, lock(failing, time.Minute).Release())
-	assert.Equal(t, []string{"panic", "error", "panic", "error"}, logs.Kinds())
+	assert.Equal(t, []string{"panic", "error", "panic", "error"}, logs.Kinds(), "not latched: a fault that persists is reported again after 60 s")
 
 	// The limit is per Locker.
 	other := newLocker(t, db, recordlock.WithClock(clk), recordlock.WithLogger(slog.New(logs)))
@@ -63,7 +70,7 @@ func TestReleaseHookFailuresAreContainedAndRateLimited(t *testing.T) {
 	require.NoError(t, err)
 	joinHook(t, h2, clk, time.Minute, failing)
 	assert.True(t, h2.Release())
-	assert.Equal(t, []string{"panic", "error", "panic", "error", "error"}, logs.Kinds())
+	assert.Equal(t, []string{"panic", "error", "panic", "error", "error"}, logs.Kinds(), "the limit is per Locker")
 }
 
 // TestReleaseHookCallingBackIntoLocker fires a release hook that calls back into the Locker (the

@@ -39,14 +39,16 @@ type Stats struct {
 
 // LockInfo describes one holder of a key or of a range, as Locker.Locks reports it.
 type LockInfo struct {
-	Key            []byte        // a copy; a range lock's Start
-	ColumnFamilyID uint32        // the record's column family; 0 is the default one
-	Scope          Scope         // ScopeNode, or ScopeCluster once the handle joined a cluster round
-	Owner          string        // the Name of the Txn that holds it, else ""
-	Hold           bool          // the lock outlives its Txn (Options.Hold, or UpgradeToHold)
-	AcquiredAt     Timestamp     // minted when the key was taken; the round's TsR under a round
-	ExpiresAt      time.Time     // when the lease ends by the wall clock, for display (Handle.ExpiresAt)
-	Remaining      time.Duration // lease left on the holder's clock; 0 once it has lapsed
+	Key            []byte // a copy; a range lock's Start
+	ColumnFamilyID uint32 // the record's column family; 0 is the default one
+	// ColumnFamily is its name: a cluster lock's identity across nodes is (ColumnFamily, Key).
+	ColumnFamily string
+	Scope        Scope         // ScopeNode, or ScopeCluster once the handle joined a cluster round
+	Owner        string        // the Name of the Txn that holds it, else ""
+	Hold         bool          // the lock outlives its Txn (Options.Hold, or UpgradeToHold)
+	AcquiredAt   Timestamp     // minted when the key was taken; the round's TsR under a round
+	ExpiresAt    time.Time     // when the lease ends by the wall clock, for display (Handle.ExpiresAt)
+	Remaining    time.Duration // lease left on the holder's clock; 0 once it has lapsed
 	// Waiters counts the Lock calls and upgrades queued for the key and the range requests queued
 	// over it that conflict with the holder; for a range lock, the queued requests that conflict
 	// with it (for keys inside it, and ranges that meet it).
@@ -63,8 +65,9 @@ func (l *Locker) Stats() Stats {
 	c := l.tab.Counts()
 	return Stats{
 		Held: c.Held, Waiting: c.Waiting, Acquired: c.Acquired, Contended: c.Contended,
-		WaitTime: c.WaitTime, Timeouts: c.Timeouts, Canceled: c.Canceled, Deadlocks: c.Deadlocks,
-		Lapsed: c.Lapsed, Revoked: c.Revoked, Fenced: c.Fenced, HookFailures: c.HookFailures,
+		WaitTime: c.WaitTime, Timeouts: c.Timeouts, Canceled: c.Canceled,
+		Deadlocks: c.Deadlocks + l.state.clusterDeadlocks.Load(),
+		Lapsed:    c.Lapsed, Revoked: c.Revoked, Fenced: c.Fenced, HookFailures: c.HookFailures,
 	}
 }
 
@@ -81,6 +84,7 @@ func (l *Locker) Locks() iter.Seq[LockInfo] {
 			batch = batch[:0]
 			l.tab.VisitHolders(i, func(s locktable.Snapshot, waiters int) { batch = append(batch, lockInfo(s, waiters)) })
 			for _, info := range batch {
+				info.ColumnFamily = l.state.families.name(info.ColumnFamilyID) // outside the shard's mutex
 				if !yield(info) {
 					return
 				}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/recordlock/recordlock/internal/debugview"
 	"github.com/recordlock/recordlock/internal/tempdb"
 )
 
@@ -62,7 +63,7 @@ func TestLocksAndWaitsCostSharersPlusQueue(t *testing.T) {
 		return n
 	})
 	read("the debug page's view", func() int {
-		waits, locks := l.waitsAndHolders()
+		waits, locks := l.WaitsAndHolders(debugview.Pass{})
 		for _, info := range locks {
 			assert.Equal(t, queued, info.Waiters)
 		}

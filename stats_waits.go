@@ -64,21 +64,19 @@ func waitInfo(q locktable.QueuedRequest) WaitInfo {
 	return info
 }
 
-// init lends waitsAndHolders to package httpdebug (through debugview), which shows the waits and
-// their keys' holders side by side.
-func init() {
-	debugview.Lend(debugview.Source[*Locker, WaitInfo, LockInfo]((*Locker).waitsAndHolders))
-}
-
-// waitsAndHolders returns every request queued now in l's database and a LockInfo for the
-// holder of each key with a request queued, visiting each shard once, for package httpdebug.
-// Like Locks, it reads each shard under its mutex only to copy these rows.
-func (l *Locker) waitsAndHolders() ([]WaitInfo, []LockInfo) {
+// WaitsAndHolders is for package httpdebug of this module, which alone can make a debugview.Pass:
+// every request queued now in l's database and a LockInfo for the holder of each key with a
+// request queued, visiting each shard once. Like Locks, it reads each shard under its mutex only
+// to copy these rows.
+func (l *Locker) WaitsAndHolders(debugview.Pass) ([]WaitInfo, []LockInfo) {
 	var waits []WaitInfo
 	var holders []LockInfo
 	for i := range locktable.ShardCount {
 		l.tab.VisitWaits(i, func(q locktable.QueuedRequest) { waits = append(waits, waitInfo(q)) },
 			func(s locktable.Snapshot, waiters int) { holders = append(holders, lockInfo(s, waiters)) })
+	}
+	for i := range holders { // outside the shards' mutexes
+		holders[i].ColumnFamily = l.state.families.name(holders[i].ColumnFamilyID)
 	}
 	return waits, holders
 }

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/linxGnu/grocksdb"
+
+	"github.com/recordlock/recordlock/internal/locktable"
 )
 
 // Txn is a read-modify-write transaction over the Locker's database: it locks records, reads
@@ -151,7 +154,13 @@ func (t *Txn) usable() error {
 // of every request queued for the key, until the Txn's share is the only one, and then the handle
 // is exclusive with its lease and AcquiredAt unchanged; if the upgrade fails (timeout, ctx,
 // deadlock) the handle is still shared and unchanged, and if the share itself ends meanwhile Lock
-// fails with ErrLeaseExpired or ErrReleased.
+// fails with ErrLeaseExpired or ErrReleased. A cluster-scoped share is then upgraded in the
+// cluster too: the coordinator is asked for an exclusive round of the record (a Request with
+// Shared false, the column family's name and the key) for what is left of the lease, within what
+// is left of the wait. Once it is granted the handle's Token and release hook are the new
+// round's, its deadline never moves later, and its shared round is given back; if it is not, the
+// upgrade fails as a cluster Lock does (ErrTimeout, the ctx error, ErrClusterUnavailable) and the
+// handle is still shared and unchanged, with its shared round.
 //
 // A key inside a range the Txn holds (Txn.LockRange) with a live handle, in a mode at least as
 // strong as opts asks (an exclusive range serves both modes), needs no lock of its own: Lock
@@ -159,8 +168,8 @@ func (t *Txn) usable() error {
 // re-entrant Lock (ErrScopeConflict for cluster scope) and, with opts.Hold, its upgrade to Hold.
 //
 // It fails as Locker.Lock does (ErrTimeout, the ctx error, ErrInvalidOptions, ErrInvalidKey,
-// ErrClosed, and with cluster scope ErrClusterUnavailable; a zero opts.Timeout with a ctx
-// deadline leaves the wait to the ctx), with ErrTxnDone once the Txn ended, with
+// ErrClosed, ErrTooManyLocks, and with cluster scope ErrClusterUnavailable; a zero opts.Timeout
+// with a ctx deadline leaves the wait to the ctx), with ErrTxnDone once the Txn ended, with
 // ErrScopeConflict when asking for cluster scope (explicitly, or by default on a database with a
 // coordinator) on a key this Txn holds node-scoped, and, if waiting for key would close a cycle
 // of Txns waiting for each other, at once with an error matching ErrDeadlock. A Hold upgrade of a
@@ -268,14 +277,37 @@ func (t *Txn) reusable(ctx context.Context, h *Handle, req lockRequest, opts Opt
 
 // upgrade makes h, a shared lock of this Txn, exclusive (docs/DESIGN.md §15.3), waiting for the
 // other sharers to go within opts.Timeout, or with a zero Timeout and a ctx deadline, within the
-// ctx alone (as Locker.Lock waits). On failure h is unchanged.
+// ctx alone (as Locker.Lock waits). A cluster-scoped h then asks the coordinator for an exclusive
+// round within what is left of that wait (§8.5), and gives its shared round back once it has
+// one. On failure h is unchanged.
 func (t *Txn) upgrade(ctx context.Context, h *Handle, opts Options) error {
 	r, err := t.l.opts.resolve(opts)
 	if err != nil {
 		return err
 	}
-	_, err = h.claim.Upgrade(ctx, r.Timeout, opts.Timeout == 0)
-	return t.l.fromTable(h, err)
+	var coord Coordinator
+	var waitEnd time.Duration // when the cluster half's wait runs out, on the Locker's clock
+	if h.Scope() == ScopeCluster {
+		if coord, err = t.l.upgradeCoordinator(); err != nil {
+			return err
+		}
+		if waitEnd, err = locktable.BoundingDeadline(ctx, t.l.clock.Mono(), r.Timeout, opts.Timeout == 0); err != nil {
+			return err
+		}
+	}
+	u, err := h.claim.Upgrade(ctx, r.Timeout, opts.Timeout == 0)
+	if err != nil || coord == nil {
+		return t.l.fromTable(h, err)
+	}
+	sw, err := t.l.exclusiveRound(ctx, h, coord, waitEnd)
+	if err != nil {
+		u.Undo()
+		return err
+	}
+	if release := sw.Replaced(); release != nil {
+		t.l.ten.RunHook(release)
+	}
+	return nil
 }
 
 // wantsCluster reports whether a lock with options r would be cluster-scoped (or fail closed
@@ -364,6 +396,7 @@ func (t *Txn) end() {
 	t.locks = keyList[txnLock]{}
 	t.writes = keyList[stagedWrite]{}
 	t.rare = nil
+	t.l.state.txns.ended(t)
 }
 
 // endLocks releases the locks of an ending Txn that were not taken with Hold, and disowns them

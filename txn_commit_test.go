@@ -45,7 +45,8 @@ func TestTxnCommitChecksReadLocks(t *testing.T) {
 	require.NoError(t, rival.Commit())
 
 	fenced := l.Stats().Fenced
-	require.ErrorIs(t, txn.Commit(), recordlock.ErrLeaseExpired)
+	require.ErrorIs(t, txn.Commit(), recordlock.ErrLeaseExpired,
+		"Commit checks every lock the Txn still holds, a read lock with nothing staged under it too")
 	assert.Nil(t, dbGet(t, db, "rec"), "a write decided on a lapsed read does not land")
 	assert.Equal(t, []byte("off"), dbGet(t, db, "flag"))
 	assert.Equal(t, fenced+1, l.Stats().Fenced, "the refusal counts as fenced")
@@ -129,7 +130,7 @@ func TestTxnCommitChecksLocksStillHeld(t *testing.T) {
 			fenced := l.Stats().Fenced
 			err = txn.Commit()
 			if tc.wantErr != nil {
-				require.ErrorIs(t, err, tc.wantErr)
+				require.ErrorIs(t, err, tc.wantErr, "Commit writes nothing once the lease of a lock it checks has ended")
 				assert.Nil(t, dbGet(t, db, "w"), "nothing is written")
 				assert.Equal(t, fenced+1, l.Stats().Fenced)
 			} else {

@@ -94,7 +94,7 @@ func TestDroppedFamilyBatchFailsAloneInItsGroup(t *testing.T) {
 	check("after a reopen:", db)
 
 	for i := range innocents {
-		assert.NoError(t, errs[i], "innocent %d", i)
+		assert.NoError(t, errs[i], "a batch that cannot land fails only its own Txn, never innocent %d's landed write", i)
 	}
 	require.ErrorIs(t, errs[innocents], ErrCommitAmbiguous)
 	assert.Contains(t, errs[innocents].Error(), "Invalid column family", "RocksDB's error is kept")
@@ -156,7 +156,8 @@ func TestPanickingWriteHandsTheQueueOn(t *testing.T) {
 		require.NoError(t, Await(t, first, "Commit"))
 		require.ErrorIs(t, Await(t, lead, "the leader's Commit"), errCommitPanicked)
 		for _, m := range members {
-			require.ErrorIs(t, Await(t, m, "a member's Commit"), ErrCommitAmbiguous)
+			require.ErrorIs(t, Await(t, m, "a member's Commit"), ErrCommitAmbiguous,
+				"each Txn of a group write is told its own outcome: a write that panicked may have landed")
 		}
 		require.NoError(t, Await(t, g.commit(t, TxnOptions{}, "later", "v"), "a later Commit"))
 		assert.Equal(t, []int{1, 3, 1}, g.writes())

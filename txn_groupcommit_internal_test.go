@@ -174,7 +174,8 @@ func TestGroupWriteTakesOnlyItsWriteOptions(t *testing.T) {
 		require.NoError(t, Await(t, done, "Commit"))
 	}
 	// Sync leads and takes the other Sync; then the two plain ones; then DisableWAL alone.
-	assert.Equal(t, []int{1, 2, 2, 1}, g.writes())
+	assert.Equal(t, []int{1, 2, 2, 1}, g.writes(),
+		"Sync and DisableWAL are each Commit's own write options, so a group write takes only Txns with its own")
 	for i := range 5 {
 		assert.Equal(t, "v", string(DBGet(t, db, fmt.Sprint("k", i))))
 	}

@@ -22,7 +22,9 @@ import (
 // as asked: their place in the result is the range's handle, and they touch nothing and wait for
 // nothing. With exclusive options
 // (opts.Shared false), a key the Txn holds shared is upgraded, in its place in the key order, as
-// Txn.Lock upgrades it; with opts.Shared, a key it holds in either mode keeps its handle.
+// Txn.Lock upgrades it (a cluster-scoped one with an exclusive round, within the call's Timeout;
+// its shared round is given back once the call succeeds); with opts.Shared, a key it holds in
+// either mode keeps its handle.
 //
 // opts.Timeout bounds the whole call, not each key: LockAll fails with ErrTimeout once it has
 // waited that long in all; with a zero Timeout and a ctx with a deadline, the bound is the time
@@ -34,14 +36,15 @@ import (
 // ErrReleased if another goroutine released that lock. With cluster scope it fails as Lock does
 // when the scope cannot be granted (ErrClusterUnavailable), and ErrClosed when the Locker closes
 // while it waits. Invalid options (an *OptionError matching ErrInvalidOptions), an empty key
-// (ErrInvalidKey), a scope conflict (ErrScopeConflict), an ended Txn (ErrTxnDone) or a closed
-// Locker (ErrClosed) fail before anything is locked.
+// (ErrInvalidKey), a scope conflict (ErrScopeConflict), an ended Txn (ErrTxnDone), a closed
+// Locker (ErrClosed) or, under WithMaxLocks, keys the Txn does not hold that do not all fit in
+// the bound (ErrTooManyLocks) fail before anything is locked.
 //
 // It is all or nothing: on any failure it returns nil, the locks this call took are released,
 // and the locks the Txn held before are unchanged (a Hold upgrade this call made to one of them
 // is undone: lease, ExpiresAt, Hold and version counter; so is an upgrade to exclusive: the
-// handle is shared again with its lease as it was). On success the handles come back in the
-// order of keys; a key given twice gets the same handle at both places.
+// handle is shared again with its lease, and its shared round, as they were). On success the
+// handles come back in the order of keys; a key given twice gets the same handle at both places.
 func (t *Txn) LockAll(ctx context.Context, opts Options, keys ...[]byte) ([]*Handle, error) {
 	return t.lockAll(ctx, 0, opts, keys)
 }
@@ -117,18 +120,25 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 			}
 		}
 	}
+	// Under WithMaxLocks the keys to take must all fit before any is taken: their rooms are
+	// reserved now, each take uses one, and a failure gives back those left.
+	if err := c.reserve(order, out, first); err != nil {
+		return nil, err
+	}
 	var taken []*Handle
-	var madeExclusive, extended []locktable.Undo // the upgrades and Hold extensions made, to undo
+	var madeExclusive []upgradeUndo // the upgrades made, to undo or, on success, to complete
+	var extended []locktable.Undo   // the Hold extensions made, to undo
 	fail := func(err error) ([]*Handle, error) {
 		for _, u := range extended {
 			u.Undo()
 		}
 		for _, u := range madeExclusive {
-			u.Undo()
+			u.undo(t.l)
 		}
 		for _, h := range taken {
 			h.disown(true)
 		}
+		t.l.ten.Unreserve(c.room)
 		return nil, err
 	}
 	for n, i := range order {
@@ -181,7 +191,34 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 	for _, h := range taken {
 		t.locks.add(txnLock{h: h})
 	}
+	for _, u := range madeExclusive {
+		u.keep(t.l)
+	}
 	return out, nil
+}
+
+// upgradeUndo is one upgrade a LockAll made: the table's, and for a cluster-scoped handle its
+// switch to an exclusive round, whose shared round is kept until the call is over, so that
+// undoing the upgrade can put it back (docs/DESIGN.md §8.5).
+type upgradeUndo struct {
+	local locktable.Undo
+	round locktable.RoundSwitch
+}
+
+// undo makes the handle shared again: its shared round back (the exclusive one released), then
+// its share in the table.
+func (u upgradeUndo) undo(l *Locker) {
+	if release := u.round.Revert(); release != nil {
+		l.ten.RunHook(release)
+	}
+	u.local.Undo()
+}
+
+// keep completes the upgrade once the call succeeds: the shared round it replaced is given back.
+func (u upgradeUndo) keep(l *Locker) {
+	if release := u.round.Replaced(); release != nil {
+		l.ten.RunHook(release)
+	}
 }
 
 // heldFor returns the handle a LockAll of key in column family cf starts from: the Txn's
@@ -221,6 +258,28 @@ type lockAllCall struct {
 	ctx  context.Context
 	opts Options
 	end  time.Duration // the Mono of the Locker's clock at which the call's Timeout runs out
+	room int           // under WithMaxLocks, the rooms reserved for keys not taken yet
+}
+
+// reserve reserves, under WithMaxLocks, a room for each key of the call that the Txn does not
+// hold (out[i] nil at the first of each run of equal keys in order) into c.room, which each take
+// then lowers. It fails with an error matching ErrTooManyLocks, reserving nothing, when they do
+// not all fit.
+func (c *lockAllCall) reserve(order []int, out []*Handle, first func(int) bool) error {
+	if !c.t.l.ten.Bounded() {
+		return nil
+	}
+	n := 0
+	for k, i := range order {
+		if first(k) && out[i] == nil {
+			n++
+		}
+	}
+	if !c.t.l.ten.Reserve(n) {
+		return c.t.l.tooManyLocks()
+	}
+	c.room = n
+	return nil
 }
 
 // take locks key with what is left of the call's Timeout as the wait's own timeout, so keys
@@ -232,18 +291,38 @@ func (c *lockAllCall) take(key []byte, holding bool) (*Handle, error) {
 		return nil, err
 	}
 	req := lockRequest{cf: c.cf, key: key, wait: true, owner: c.t, timeout: left, holding: holding}
+	if c.t.l.ten.Bounded() {
+		req.room = &c.room
+	}
 	return c.t.l.lock(c.ctx, req, &c.opts)
 }
 
-// upgrade makes h, a shared lock of the Txn, exclusive, with what is left of the call's Timeout.
-// It returns what makes h shared again.
-func (c *lockAllCall) upgrade(h *Handle) (locktable.Undo, error) {
+// upgrade makes h, a shared lock of the Txn, exclusive, with what is left of the call's Timeout:
+// in the table, and for a cluster-scoped h in the cluster too, with an exclusive round it
+// switches to (Txn.upgrade). It returns what makes h shared again; on failure h is unchanged.
+func (c *lockAllCall) upgrade(h *Handle) (upgradeUndo, error) {
+	l := c.t.l
+	var coord Coordinator
+	if h.Scope() == ScopeCluster {
+		var err error
+		if coord, err = l.upgradeCoordinator(); err != nil {
+			return upgradeUndo{}, err
+		}
+	}
 	left, err := c.left()
 	if err != nil {
-		return locktable.Undo{}, err
+		return upgradeUndo{}, err
 	}
 	u, err := h.claim.Upgrade(c.ctx, left, false)
-	return u, c.t.l.fromTable(h, err)
+	if err != nil || coord == nil {
+		return upgradeUndo{local: u}, l.fromTable(h, err)
+	}
+	sw, err := l.exclusiveRound(c.ctx, h, coord, c.end)
+	if err != nil {
+		u.Undo()
+		return upgradeUndo{}, err
+	}
+	return upgradeUndo{local: u, round: sw}, nil
 }
 
 // left is what is left of the call's Timeout, or ErrTimeout once it has run out.

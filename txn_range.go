@@ -90,7 +90,7 @@ func (s *txnRanges) covering(cf uint32, key []byte, out []int) []int {
 //
 // It fails as Locker.LockRange does (ErrInvalidKey for an invalid r, an *OptionError matching
 // ErrInvalidOptions for ScopeCluster or other invalid options, ErrTimeout, the ctx error,
-// ErrClosed), with ErrTxnDone once the Txn ended, and at once with an error matching ErrDeadlock
+// ErrClosed, ErrTooManyLocks), with ErrTxnDone once the Txn ended, and at once with an error matching ErrDeadlock
 // if waiting would close a cycle of Txns waiting for each other. An upgrade or a Hold of a range
 // whose lock ended meanwhile fails with ErrLeaseExpired or ErrReleased. On failure nothing new is
 // locked and the Txn keeps its other locks, unchanged.

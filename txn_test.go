@@ -361,7 +361,7 @@ func TestBeginTxOptions(t *testing.T) {
 	ctx := context.Background()
 
 	_, err := l.BeginTx(recordlock.TxnOptions{Sync: true, DisableWAL: true})
-	require.ErrorIs(t, err, recordlock.ErrInvalidOptions)
+	require.ErrorIs(t, err, recordlock.ErrInvalidOptions, "Sync and DisableWAL together are ErrInvalidOptions")
 	var oe *recordlock.OptionError
 	require.ErrorAs(t, err, &oe)
 	assert.Equal(t, "DisableWAL", oe.Field)

@@ -88,7 +88,8 @@ func TestTxnStagingNeedsLiveHandle(t *testing.T) {
 		require.NoError(t, txn.Put([]byte("v"), []byte("v")))
 		require.True(t, h.Release())
 		h.RevokeLease()
-		require.ErrorIs(t, txn.Commit(), recordlock.ErrLeaseExpired)
+		require.ErrorIs(t, txn.Commit(), recordlock.ErrLeaseExpired,
+			"a write staged before Release is fenced once the lease is revoked")
 		assert.Nil(t, dbGet(t, db, "v"))
 	})
 }

@@ -14,12 +14,13 @@ import (
 	"github.com/recordlock/recordlock/etcdcoord"
 )
 
-// A delegation this node created, which its watch adopted and which it handed on to another
-// node before the reply to the creating Txn was read, is not admitted from when that reply
-// arrives: the other node holds the key, so this node waits for it and gets a later token.
+// A delegation this node created, which its watch adopted and saw end before the reply to the
+// creating Txn was read, is not admitted from when that reply arrives: another node holds the
+// key, so this node waits for it and gets a later token. (Another node's recall waits for the
+// reply, so that the call is admitted first: the delegation ends here by an operator's delete.)
 func TestLateCreateReplyDoesNotRevive(t *testing.T) {
 	e := startEtcd(t)
-	a := newNode(t, e, "a", nodeConfig{})
+	a := newNode(t, e, "a", nodeConfig{faulty: true})
 	b := newNode(t, e, "b", nodeConfig{})
 
 	created := make(chan struct{})
@@ -40,17 +41,19 @@ func TestLateCreateReplyDoesNotRevive(t *testing.T) {
 	gotA := lockAsync(a, "k", cluster(time.Second, 10*time.Second))
 	<-created
 
-	// A's watch adopts the delegation, B's recall arrives, and A, admitting nothing from it,
-	// hands it to B at once.
+	// A's watch adopts the delegation and sees an operator delete it; B then takes the key.
+	require.Eventually(t, func() bool { return a.coord.Stats().Delegations == 1 }, 10*time.Second, time.Millisecond)
+	_, err := b.cli.Delete(context.Background(), exclusiveKey("k"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return a.coord.Stats().Delegations == 0 }, 10*time.Second, time.Millisecond)
 	hb, err := b.l.Lock(context.Background(), []byte("k"), cluster(time.Second, 10*time.Second))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return a.coord.Stats().HandBacks == 1 }, 10*time.Second, 10*time.Millisecond)
-	require.Zero(t, a.coord.Stats().Delegations)
 	close(reply)
 
 	r := <-gotA
 	require.NoError(t, r.err)
-	assert.Greater(t, r.h.Token(), hb.Token(), "A admitted only from a delegation granted after B's")
+	assert.Greater(t, r.h.Token(), hb.Token(), "the node never admits from a delegation etcd no longer has: "+
+		"A must be admitted only from a delegation granted after B's")
 	assert.True(t, hb.IsLeaseExpired(), "B's holder had ended when A was admitted")
 	require.True(t, r.h.Release())
 	hb.Release()
@@ -111,7 +114,7 @@ func TestReplacedDelegationEndsItsAdmissions(t *testing.T) {
 		require.NoError(t, r.err)
 		x, readers = r.h, readers[:1]
 	}
-	_, err = c.cli.Delete(ctx, "/recordlock/d/"+encode("k")) // the operator's delete
+	_, err = c.cli.Delete(ctx, sharedKey("k", a.lease(t))) // the operator's delete
 	require.NoError(t, err)
 	close(gates[1])
 	r := <-readers[0]

@@ -148,8 +148,8 @@ func TestHandoffRevokesAndFences(t *testing.T) {
 			got <- result{h, err}
 		}()
 		err = ha.Fence(func() error {
-			waitForKey(t, a.cli, "/recordlock/r/"+encode("k")) // B has asked for the key back
-			time.Sleep(100 * time.Millisecond)                 // room for a wrong handoff to happen
+			waitForKey(t, a.cli, recallKey("k")) // B has asked for the key back
+			time.Sleep(100 * time.Millisecond)   // room for a wrong handoff to happen
 			select {
 			case r := <-got:
 				got <- r
@@ -178,13 +178,43 @@ func TestHandoffRevokesAndFences(t *testing.T) {
 		require.True(t, ha.Release())
 		require.False(t, ha.IsLeaseExpired(), "a released handle still authorizes its staged write")
 
-		hb, err := b.l.Lock(ctx, []byte("j"), opts)
-		require.NoError(t, err)
+		// Well within A's 10 s lease: the recall revokes a released admission at once.
+		hb, err := b.l.Lock(ctx, []byte("j"), cluster(10*time.Second, 3*time.Second))
+		require.NoError(t, err, "a recall revokes admissions already released, without waiting for their lease")
 		assert.True(t, ha.IsLeaseExpired(), "B's recall revoked A's released handle")
 		require.ErrorIs(t, ha.Fence(commit), recordlock.ErrLeaseExpired)
 		resp, err := b.cli.Get(ctx, "value/j")
 		require.NoError(t, err)
 		assert.Empty(t, resp.Kvs, "the staged write must not land")
+		require.True(t, hb.Release())
+	})
+
+	// The recall revokes A's released handle, and that revocation waits for the Fence the handle
+	// runs: A sends no hand-back while the commit runs, and B, asking meanwhile, times out.
+	t.Run("a fence on a released handle holds the hand-off", func(t *testing.T) {
+		ha, err := a.l.Lock(ctx, []byte("i"), opts)
+		require.NoError(t, err)
+		require.True(t, ha.Release())
+		handedBack := watchHandBacks(t, a, "i")
+		entered, finish := make(chan struct{}), make(chan struct{})
+		fenced := make(chan error, 1)
+		go func() {
+			fenced <- ha.Fence(func() error { close(entered); <-finish; return nil })
+		}()
+		<-entered
+		r := lockUntil(b, "i", cluster(time.Second, 2*time.Second), handedBack)
+		close(finish)
+		select {
+		case <-handedBack:
+			t.Fatal("A handed the key over before the revocation of its released admission, and the Fence it waits for, returned")
+		default:
+		}
+		require.ErrorIs(t, r.err, recordlock.ErrTimeout, "B was admitted while A's released handle ran its Fence")
+		require.NoError(t, <-fenced, "the fence began before the recall, so its write stands")
+
+		hb, err := b.l.Lock(ctx, []byte("i"), opts)
+		require.NoError(t, err)
+		assert.True(t, ha.IsLeaseExpired(), "B's recall revoked A's released handle")
 		require.True(t, hb.Release())
 	})
 }
@@ -212,11 +242,11 @@ func TestAskerTimesOut(t *testing.T) {
 	h, err := b.l.TryLock([]byte("k"), recordlock.Options{Scope: recordlock.ScopeNode})
 	require.NoError(t, err, "B's local key was given back")
 	require.True(t, h.Release())
-	waitForDelete(t, b.cli, "/recordlock/r/"+encode("k"))
+	waitForDelete(t, b.cli, recallKey("k"))
 
 	close(finish)
 	require.NoError(t, <-fenced, "the fence began before the recall, so its write stands")
-	waitForDelete(t, b.cli, "/recordlock/d/"+encode("k")) // A handed the key back
+	waitForDelete(t, b.cli, exclusiveKey("k")) // A handed the key back
 	assert.True(t, ha.IsLeaseExpired())
 	hb, err := b.l.Lock(ctx, []byte("k"), cluster(time.Second, 10*time.Second))
 	require.NoError(t, err)
@@ -292,18 +322,18 @@ func TestTokensIncreaseAcrossHandoffs(t *testing.T) {
 	var tokens []uint64
 	for i := range 10 {
 		n := nodes[i%2]
-		h, err := n.l.Lock(ctx, []byte("k"), cluster(time.Second, 10*time.Second))
-		require.NoError(t, err)
-		resp, err := n.cli.Get(ctx, "/recordlock/d/"+encode("k"))
+		h, err := n.l.Lock(ctx, []byte("k"), cluster(time.Second, 5*time.Second))
+		require.NoError(t, err, "lock %d by %s: a delegation is created on, or handed over to, the node's etcd lease", i, n.name)
+		resp, err := n.cli.Get(ctx, exclusiveKey("k"))
 		require.NoError(t, err)
 		require.Len(t, resp.Kvs, 1)
-		assert.Equal(t, n.lease(t), resp.Kvs[0].Lease, "on the node's lease")
-		assert.Equal(t, uint64(resp.Kvs[0].ModRevision), h.Token())
+		require.Equal(t, n.lease(t), resp.Kvs[0].Lease, "a delegation lives on the node's etcd lease")
+		assert.Equal(t, uint64(resp.Kvs[0].ModRevision), h.Token(), "the fencing token is the revision that granted the delegation")
 		tokens = append(tokens, h.Token())
 		require.True(t, h.Release())
 	}
 	for i := 1; i < len(tokens); i++ {
-		assert.Greater(t, tokens[i], tokens[i-1], "tokens %v", tokens)
+		assert.Greater(t, tokens[i], tokens[i-1], "fencing tokens increase per key across the cluster: %v", tokens)
 	}
 }
 
@@ -318,7 +348,7 @@ func TestCloseHandsBackDelegations(t *testing.T) {
 	ha, err := a.l.Lock(ctx, []byte("k"), cluster(10*time.Second, 10*time.Second))
 	require.NoError(t, err)
 	require.NoError(t, a.coord.Close())
-	assert.True(t, ha.IsLeaseExpired(), "Close revokes live admissions")
+	assert.True(t, ha.IsLeaseExpired(), "a delegation that ends revokes its local admissions at once; Close ends them all")
 	require.NoError(t, a.coord.Close(), "Close is idempotent")
 
 	hb, err := b.l.Lock(ctx, []byte("k"), cluster(time.Second, 2*time.Second)) // far below A's 60 s TTL
@@ -354,7 +384,7 @@ func TestCleanCloseIsNoLoss(t *testing.T) {
 		require.NoError(t, a.coord.Close())
 
 		s := a.coord.Stats()
-		assert.Zero(t, s.Lost, "round %d", round)
+		assert.Zero(t, s.Lost, "Stats.Lost counts no delegation the node handed back itself (round %d)", round)
 		assert.Equal(t, uint64(len(keys)), s.HandBacks, "round %d", round)
 		assert.Zero(t, s.Delegations, "round %d", round)
 		assert.Empty(t, logs.String(), "round %d", round)
@@ -406,7 +436,7 @@ func TestMintedBeforeRequest(t *testing.T) {
 	clk.Advance(4*time.Second - time.Nanosecond) // 5 s since the mint, less a nanosecond
 	assert.False(t, h.IsLeaseExpired())
 	clk.Advance(time.Nanosecond)
-	assert.True(t, h.IsLeaseExpired(), "the deadline is MintedMono+Lease, the mint before the request")
+	assert.True(t, h.IsLeaseExpired(), "MintedMono is read before the round is requested; the deadline is MintedMono+Lease")
 }
 
 // A delegation nobody has used for the linger period is handed back, so a node that locks many
@@ -424,7 +454,7 @@ func TestIdleDelegationsAreHandedBack(t *testing.T) {
 	}
 	exists := func(key string) bool {
 		t.Helper()
-		resp, err := n.cli.Get(ctx, "/recordlock/d/"+encode(key))
+		resp, err := n.cli.Get(ctx, exclusiveKey(key))
 		require.NoError(t, err)
 		return len(resp.Kvs) == 1
 	}
@@ -435,7 +465,7 @@ func TestIdleDelegationsAreHandedBack(t *testing.T) {
 
 	clk.Advance(2 * time.Second)        // "idle" ended at 1 s: a second of linger has passed
 	other := lock("other", time.Second) // this Acquire looks for idle delegations
-	waitForDelete(t, n.cli, "/recordlock/d/"+encode("idle"))
+	waitForDelete(t, n.cli, exclusiveKey("idle"))
 	assert.True(t, exists("held"), "a delegation in use is kept")
 	assert.False(t, held.IsExpired())
 	require.True(t, held.Release())

@@ -1,5 +1,7 @@
-// Package etcdcoord is a recordlock.Coordinator on etcd: it makes cluster-scoped record locks
-// exclusive across every node that shares an etcd cluster.
+// Package etcdcoord is a recordlock.Coordinator on etcd: it keeps cluster-scoped record locks
+// meaning across every node that shares an etcd cluster. An exclusive lock on any node excludes
+// every holder of the record on every node; shared locks of a record are held on any number of
+// nodes at once.
 //
 // A node makes one coordinator over its etcd client and gives it to the Lockers of its database
 // with Locker.SetCoordinator, which every Locker of the database sees, or with
@@ -44,12 +46,12 @@
 // # What it protects
 //
 // Cluster scope makes the fenced writes of every node to its own replica of a record (its
-// RocksDB) take turns: while a node's handle is live and its fenced commits run, no other node
-// is admitted to the key. A resource outside the node (a shared database, a service, a file)
-// must also check Handle.Token, the etcd revision that granted the delegation, strictly
-// increasing per key, and refuse a token lower than one it has seen: a process pause, or an
-// operator deleting the delegation in etcd, can deliver a holder's write after the key has moved
-// on.
+// RocksDB) take turns: while a node's exclusive handle is live and its fenced commits run, no
+// other node is admitted to the record, and while a shared handle's are, no other node is
+// admitted to write it. A resource outside the node (a shared database, a service, a file)
+// must also check Handle.Token, the etcd revision that granted the node's delegation, and
+// refuse a write whose token is lower than one it has seen: a process pause, or an operator
+// deleting the delegation in etcd, can deliver a holder's write after the record has moved on.
 //
 // # Delegation
 //
@@ -95,18 +97,87 @@
 //
 // A delegation keeps the admissions it may have to revoke: the live one and at most
 // RetainedPerKey released ones whose lease has not ended. When one more released admission
-// would be kept, the oldest is revoked at once, so memory does not grow with the lock rate.
+// would be kept, the oldest is let go and revoked at once, so memory does not grow with the
+// lock rate. That revocation runs in the coordinator's background: it waits for a Fence the
+// admission may be running, and the Lock that let it go waits for no other handle. A
+// hand-back of the key, Close's included, waits for it as for any revocation.
 //
-// # Shared locks
+// # Records and modes
 //
-// A shared lock with cluster scope (recordlock.Options{Shared: true, Scope:
-// recordlock.ScopeCluster}) is shared among the handles of one node and exclusive between nodes:
-// a delegation belongs to one node at a time, and it admits every reader of its node, each with
-// a round of its own and the delegation's fencing token. A reader on another node recalls the
-// key as a writer does: the holding node admits no new holder of the key, shared or exclusive,
-// waits until each of its readers has released (or reached its deadline), and hands the key
-// over. So readers on two nodes take turns, and a reader waits for every reader of the node that
-// has the key. Within a node, readers and writers queue for the local key as with node scope.
+// A record is (column family name, key): the same key bytes in two column families are two
+// records on every node, and a column family is the same record space on every node that names
+// it alike, whatever ID it has in each database. Range locks are node-scoped.
+//
+// A delegation is held in a mode. An exclusive delegation is held by one node, with no other
+// delegation of the record beside it, and admits every holder of its node, readers and writers.
+// Shared delegations are held by any number of nodes at once and admit readers only. A node
+// with a delegation that admits a lock's mode admits it with no etcd request, each holder with a
+// round of its own and the delegation's fencing token. A reader that finds the record held only
+// shared creates its node's shared delegation in one Txn and recalls nobody. A writer recalls
+// every holding node, shared or exclusive, and is granted once the last has handed back; a node
+// that holds the record shared and wants to write recalls the others and turns its own
+// delegation exclusive in its own Txn. A reader that finds the record held exclusive elsewhere
+// recalls it too, and the holding node, once its live holders of the record are all readers,
+// keeps them and turns its delegation shared (the Linux DLM's down-conversion) instead of
+// waiting for them: one Txn deletes its exclusive key and puts its own shared key and the
+// asker's. While it turns, it admits readers only. Within a node, readers and writers queue
+// for the local key as with node scope.
+//
+// Fairness spans the nodes: while a writer's recall is pending, no node creates a shared
+// delegation of the record and no holding node admits a new holder, so a stream of readers on
+// other nodes never starves a writer, and a reader that asks after the writer is served after
+// it. Tokens follow the order of grants: a writer's token exceeds every earlier holder's, a
+// reader's every earlier writer's; readers on two nodes may share a token.
+//
+// # Deadlocks across nodes
+//
+// A Txn's lock that waits for another node is part of the wait-for graph with the waits within
+// each node, so a cycle through any mix of them is broken as one within a node is: one request
+// of the cycle fails with a *recordlock.DeadlockError that names each Txn with its node and
+// each record with its column family, and the others go on waiting. Each node publishes what
+// the others cannot see, on its own etcd lease: the waits of its Txns for records held, or
+// asked for first, on other nodes (w/), and, for each record another node's Txn waits for,
+// its Txns that hold it with the paths of waits within the node that lead from each to one of
+// its cross-node waits (h/). Every node follows both through the watch it already has, and
+// looks for cycles through its own cross-node waits whenever they change. The victim is the
+// cross-node wait of the cycle that began last (its key's ModRevision), a rule every node
+// applies alike; its node confirms the cycle in one Txn that compares the ModRevision of every
+// key the cycle was read from, and only then fails that wait. A wait that ends deletes its key
+// first (a wait that ran out, before its Lock returns), so a cycle that went away is never
+// confirmed, and a node that dies leaves nothing once its lease has expired.
+//
+// Cost: a lock admitted from a delegation makes no request for detection. A Txn's lock that
+// finds the record held elsewhere publishes its wait in the Txn it sends anyway, and deletes it
+// in the Txn that creates the record or in one request as it ends; a node holding a record
+// another node's Txn waits for sends one Txn when the paths from its holders change, looking
+// every 10 ms while it has such holders or waits; a victim costs its node one Txn.
+//
+// # Layout in etcd
+//
+// Under the prefix, a record's identity is base64url(column family name) "/" base64url(key):
+//
+//   - x/ID is the record's exclusive delegation, on its holder's lease. Its value is the
+//     holder's name, or the recall value of the call it was handed over to; its ModRevision is
+//     the fencing token.
+//   - s/ID/LEASE is the shared delegation of the node on etcd lease LEASE (16 hex digits), on
+//     that lease; value and token as for x/ID.
+//   - r/ID is the one pending recall of the record, on the asker's lease: the asker's name,
+//     lease, a number unique to the call and the mode it asks for.
+//   - n/NAME registers a node's name on its lease.
+//   - w/NAME/TXN and h/ID/NAME are the waits and holdings of deadlock detection, on the
+//     lease of the node NAME.
+//
+// The compares: a cold Txn creates x/ID only if x/ID and every other node's s/ID/ are absent,
+// and s/ID/LEASE only if x/ID is absent and its own key is too (a second reader of the node
+// must not overwrite the first's grant); either only if r/ID is absent or is the call's own
+// (its turn). Otherwise it reads x/ID, s/ID/ and r/ID, and writes r/ID if it is absent and a
+// conflicting holder exists. A hand-back compares the delegation key's ModRevision with the
+// node's token, so it never deletes a later grant; a hand-over also compares r/ID's value
+// with the recall it serves, and a shared holder hands over only if it is the last holder
+// (no x/ID, no other s/ID/). The down-conversion compares x/ID's ModRevision, and puts the
+// asker's shared key only while its recall is pending and the key absent. A withdrawal
+// compares r/ID's value with the call's own, and so does the deletion of a wait with w/NAME/TXN's:
+// the Txn's next wait takes the same key.
 //
 // # Watch
 //
@@ -134,9 +205,11 @@
 // always falls before etcd's. The fencing token is the etcd revision that granted the
 // delegation to the node (its key's ModRevision), strictly increasing per key across the
 // cluster. When etcd cannot be reached within the wait, Acquire fails with
-// recordlock.ErrClusterUnavailable, never with a node-local lock. A node that dies stops
-// blocking others when its etcd lease expires: one TTL (WithTTL, DefaultTTL) after its last
-// refresh, and etcd restarts that TTL whenever its leader changes.
+// recordlock.ErrClusterUnavailable, never with a node-local lock. A wait that runs out once
+// it has waited for holders of the key, on another node or in this node's own recall of it,
+// fails with recordlock.ErrTimeout, whatever request is in flight when it does. A node that
+// dies stops blocking others when its etcd lease expires: one TTL (WithTTL, DefaultTTL) after
+// its last refresh, and etcd restarts that TTL whenever its leader changes.
 //
 // # Deploying
 //
@@ -179,7 +252,8 @@
 // # Operations
 //
 // Coordinator.Stats reports the delegations held, recalls sent and received, hand-backs, lost
-// and expired delegations, lease refresh failures, watch restarts and retained admissions.
+// and expired delegations, lease refresh failures, watch restarts, retained admissions, and the
+// requests sent to etcd, the watch stream aside.
 // Failed hand-backs and recall withdrawals, watch restarts and lost delegations are logged
 // through WithLogger. Once the etcd client is closed, a failed hand-back is logged once and
 // not retried: its keys lapse with the node's lease.

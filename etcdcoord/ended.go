@@ -4,17 +4,20 @@ package etcdcoord
 // after the node saw it end: a cold Txn's reply created it before the watch said so, and the
 // node then handed it back, or lost it, before the watch caught up. Adopting that late report
 // would admit from a key etcd no longer has, with an old token, while another node may hold
-// the key. The cold path's reads and the watch's restarts can be as late, and are held to the
-// same rule.
+// the key. The cold path's reads and the read a restarting watch begins with can be as late,
+// and are held to the same rule.
 
-// endLocked forgets d, which has ended, and remembers its token until the watch has passed it.
+// endLocked forgets d, which has ended, and remembers its token until the watch has passed a
+// change of k at or after it. It does so even when the watch has already passed the grant: a
+// read of the prefix sent before d ended, for a watch that restarts, may still report it.
 // Called with c.mu held.
 func (c *Coordinator) endLocked(k string, d *delegation) {
 	if c.delegs[k] == d {
 		delete(c.delegs, k)
 	}
+	first := !d.ended // a later report of the same end would keep the token past the watch
 	d.end()
-	if tok := int64(d.token); tok > c.seen && tok > c.ended[k] {
+	if tok := int64(d.token); first && tok > c.ended[k] {
 		c.ended[k] = tok
 	}
 }

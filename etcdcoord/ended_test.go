@@ -60,7 +60,7 @@ func TestLateWatchDoesNotReadoptEndedDelegation(t *testing.T) {
 	require.True(t, hz.Release())
 	require.Eventually(t, func() bool { return a.coord.Stats().HandBacks == 1 }, 10*time.Second, time.Millisecond,
 		"A did not hand the idle key back")
-	waitForDelete(t, a.cli, "/recordlock/d/"+encode("k"))
+	waitForDelete(t, a.cli, exclusiveKey("k"))
 
 	hb, err := b.l.Lock(ctx, []byte("k"), cluster(10*time.Second, 10*time.Second))
 	require.NoError(t, err)
@@ -76,7 +76,8 @@ func TestLateWatchDoesNotReadoptEndedDelegation(t *testing.T) {
 	r := awaitOnClock(t, clock, tried) // the TryLock's wait runs on A's clock
 	if r.err == nil {
 		r.h.Release()
-		t.Fatalf("A was admitted with token %d while B holds the key with token %d", r.h.Token(), hb.Token())
+		t.Fatalf("an event for a delegation the node has seen end is never adopted again, but A was "+
+			"admitted with token %d while B holds the key with token %d", r.h.Token(), hb.Token())
 	}
 	require.ErrorIs(t, r.err, recordlock.ErrLocked)
 	require.True(t, hb.Release())

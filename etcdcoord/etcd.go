@@ -33,11 +33,12 @@ type txnReq struct {
 	then, els []op
 }
 
-// op is one operation of a Txn: a put (on lease, if not 0), a delete or a get of key, or a
-// nested Txn.
+// op is one operation of a Txn: a put (on lease, if not 0), a delete or a get of key (a get of
+// every key in [key, end) when end is set), or a nested Txn.
 type op struct {
 	kind  opKind
 	key   string
+	end   string
 	value string
 	lease clientv3.LeaseID
 	txn   *txnReq
@@ -52,7 +53,8 @@ const (
 	opTxn
 )
 
-func getOp(key string) op { return op{kind: opGet, key: key} }
+func getOp(key string) op           { return op{kind: opGet, key: key} }
+func getRangeOp(key, end string) op { return op{kind: opGet, key: key, end: end} }
 func putOp(key, value string, lease clientv3.LeaseID) op {
 	return op{kind: opPut, key: key, value: value, lease: lease}
 }
@@ -73,7 +75,11 @@ func clientOps(ops []op) []clientv3.Op {
 	for i, o := range ops {
 		switch o.kind {
 		case opGet:
-			out[i] = clientv3.OpGet(o.key)
+			if o.end != "" {
+				out[i] = clientv3.OpGet(o.key, clientv3.WithRange(o.end))
+			} else {
+				out[i] = clientv3.OpGet(o.key)
+			}
 		case opPut:
 			var opts []clientv3.OpOption
 			if o.lease != 0 {

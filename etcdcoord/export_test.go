@@ -8,6 +8,10 @@ func WithWatchLag(lag func()) Option { return watchLagOption(lag) }
 // it has let go of the coordinator's mutex, so that a test can run Close at that point.
 func WithHandBackLag(lag func()) Option { return handBackLagOption(lag) }
 
+// WithRecallWaitLag runs lag when an Acquire starts to wait for the node's recalled delegation
+// of its key to end, so that a test can end that delegation only once the Acquire waits for it.
+func WithRecallWaitLag(lag func()) Option { return recallWaitLagOption(lag) }
+
 // Closed reports whether Close has begun: a test waits for it to race Close with a release.
 func Closed(c *Coordinator) bool {
 	c.mu.Lock()

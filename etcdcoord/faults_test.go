@@ -275,7 +275,7 @@ var faults = []struct {
 		fr.healClient(0)
 	}},
 	{name: "delegation prefix deleted", overlap: true, inject: func(t *testing.T, fr *faultRun) {
-		resp, err := fr.nodes[1].cli.Delete(context.Background(), "/recordlock/d/", clientv3.WithPrefix())
+		resp, err := fr.nodes[1].cli.Delete(context.Background(), "/recordlock/x/", clientv3.WithPrefix())
 		require.NoError(t, err)
 		fr.deletedAt.Store(resp.Header.Revision)
 		time.Sleep(time.Second)

@@ -40,8 +40,23 @@ var long = flag.Bool("long", false, "run the fault suite and the retention test 
 var quiet = slog.New(slog.DiscardHandler)
 
 // startEtcd runs a single-member etcd on loopback ports in a temp dir, stopped at the end of the
-// test. Its short election timeout allows leases of one second.
+// test. Its short election timeout allows leases of one second. A free port may be taken by
+// another test process before etcd binds it, so a bind that fails is tried again on new ports.
 func startEtcd(tb testing.TB) *server {
+	tb.Helper()
+	for attempt := 1; ; attempt++ {
+		e, err := tryStartEtcd(tb)
+		if err == nil {
+			return e
+		}
+		if attempt == 5 || !strings.Contains(err.Error(), "address already in use") {
+			require.NoError(tb, err)
+		}
+	}
+}
+
+// tryStartEtcd is one attempt of startEtcd.
+func tryStartEtcd(tb testing.TB) (*server, error) {
 	tb.Helper()
 	cfg := embed.NewConfig()
 	cfg.Name = "test"
@@ -55,7 +70,9 @@ func startEtcd(tb testing.TB) *server {
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	ee, err := embed.StartEtcd(cfg)
-	require.NoError(tb, err)
+	if err != nil {
+		return nil, err
+	}
 	e := &server{Etcd: ee}
 	tb.Cleanup(e.stop)
 	select {
@@ -63,7 +80,7 @@ func startEtcd(tb testing.TB) *server {
 	case <-time.After(30 * time.Second):
 		tb.Fatal("etcd did not become ready")
 	}
-	return e
+	return e, nil
 }
 
 // server is an embedded etcd that can be stopped before the test ends.
@@ -303,8 +320,20 @@ func waitForDelete(t *testing.T, cli *clientv3.Client, key string) {
 	t.Fatalf("%s was not deleted", key)
 }
 
-// encode is how the coordinator names a key in etcd.
+// encode is how the coordinator names a column family or a key in etcd.
 func encode(k string) string { return base64.RawURLEncoding.EncodeToString([]byte(k)) }
+
+// exclusiveKey is the etcd key of the exclusive delegation of key in the default column family.
+func exclusiveKey(key string) string { return "/recordlock/x/" + encode("default") + "/" + encode(key) }
+
+// sharedKey is the etcd key of the shared delegation of key in the default column family held on
+// lease.
+func sharedKey(key string, lease int64) string {
+	return "/recordlock/s/" + encode("default") + "/" + encode(key) + "/" + fmt.Sprintf("%016x", lease)
+}
+
+// recallKey is the etcd key of the pending recall of key in the default column family.
+func recallKey(key string) string { return "/recordlock/r/" + encode("default") + "/" + encode(key) }
 
 // errLostReply stands for a reply that never arrived: the request may have landed.
 var errLostReply = errors.New("test: reply lost")
@@ -544,8 +573,15 @@ type member struct {
 	stopped bool
 }
 
+// start starts (or restarts) the member on its ports. A port the member let go can be taken for a
+// moment by another process's outgoing connection, so a bind that fails is tried again, for up to
+// five seconds.
 func (m *member) start() {
 	ee, err := embed.StartEtcd(m.cfg)
+	for try := 0; err != nil && strings.Contains(err.Error(), "address already in use") && try < 50; try++ {
+		time.Sleep(100 * time.Millisecond)
+		ee, err = embed.StartEtcd(m.cfg)
+	}
 	if err != nil {
 		panic(fmt.Sprintf("start %s: %v", m.cfg.Name, err))
 	}

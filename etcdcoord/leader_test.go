@@ -33,7 +33,8 @@ func TestIsolatedMemberStopsAdmissions(t *testing.T) {
 		}
 		admissions++
 		require.True(t, h.Release())
-		require.True(t, time.Now().Before(deadline), "still admitting from memory %d times after the member lost the quorum", admissions)
+		require.True(t, time.Now().Before(deadline), "with WithRequireLeader a member cut off from the quorum fails fast, "+
+			"but the node still admitted %d times after its member lost the quorum", admissions)
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("%d admissions after the isolation before the node stopped", admissions)

@@ -44,7 +44,8 @@ func TestFencedCommitBoundedByRefreshedLease(t *testing.T) {
 	require.True(t, ho.Release())
 	clock.Advance(7 * time.Second)     // 10 s: past the 9 s A trusted when the recall arrived
 	time.Sleep(300 * time.Millisecond) // room for a wrong hand-back
-	assert.False(t, admitted(got), "B was admitted while A's fenced commit ran and A's lease was alive")
+	assert.False(t, admitted(got), "a hand-back waits for a running fenced commit while the node's lease "+
+		"lives as refreshed, but B was admitted while A's commit ran")
 
 	close(finish)
 	require.NoError(t, <-fenced)
@@ -139,12 +140,14 @@ func (h *heldRevokes) revoked() bool {
 	}
 }
 
-func (h *heldRevokes) Acquire(ctx context.Context, key []byte, lease time.Duration, revoke func()) (recordlock.Round, error) {
-	return h.Coordinator.Acquire(ctx, key, lease, func() {
+func (h *heldRevokes) Acquire(ctx context.Context, req recordlock.Request) (recordlock.Round, error) {
+	revoke := req.Revoke
+	req.Revoke = func() {
 		if h.armed.Load() {
 			<-h.sent
 		}
 		revoke()
 		h.returnOnce.Do(func() { close(h.returned) })
-	})
+	}
+	return h.Coordinator.Acquire(ctx, req)
 }

@@ -25,7 +25,8 @@ const (
 	// delegation back, withdrawing a recall, and revoking the lease in Close.
 	DefaultRequestTimeout = 5 * time.Second
 	// RetainedPerKey is how many released admissions whose lease has not ended a delegation
-	// keeps for revocation; when one more would be kept, the oldest is revoked at once.
+	// keeps for revocation; when one more would be kept, the oldest is revoked at once, in the
+	// background, and a hand-back of the key waits for that revocation.
 	RetainedPerKey = 16
 )
 
@@ -40,11 +41,17 @@ type config struct {
 	skew     time.Duration
 	linger   time.Duration
 	reqLimit time.Duration
-	log      *slog.Logger
-	watchLag func() // runs before the watch applies each batch of events; tests set it
+	// retryClock, when set, times the back-off of background retries instead of real time, so
+	// that a simulation decides when they run (retry.go); tests set it
+	retryClock recordlock.Clock
+	log        *slog.Logger
+	watchLag   func() // runs before the watch applies each batch of events; tests set it
 	// handBackLag runs in a Release that let a recalled delegation's hand-back go on, after it
 	// let go of the coordinator's mutex; tests set it
 	handBackLag func()
+	// recallWaitLag runs when an Acquire starts to wait for this node's recalled delegation of
+	// its key to end; tests set it
+	recallWaitLag func()
 }
 
 type prefixOption string
@@ -119,6 +126,10 @@ func (o watchLagOption) apply(c *config) { c.watchLag = o }
 type handBackLagOption func()
 
 func (o handBackLagOption) apply(c *config) { c.handBackLag = o }
+
+type recallWaitLagOption func()
+
+func (o recallWaitLagOption) apply(c *config) { c.recallWaitLag = o }
 
 // clockStamps mints timestamps from a clock's wall reading, strictly increasing.
 type clockStamps struct {

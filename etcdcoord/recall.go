@@ -2,51 +2,102 @@ package etcdcoord
 
 import (
 	"context"
-	"errors"
 	"sync"
-	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/recordlock/recordlock"
 )
 
+// askedLocked follows another node's pending recall of record k, written after d was granted:
+// a writer's recall hands d back; a reader's turns an exclusive d shared, and leaves a shared
+// one alone. Called with c.mu held.
+func (c *Coordinator) askedLocked(k string, d *delegation) {
+	if c.creating[k] > 0 || d.forCall {
+		// A cold Txn of this node may have created d, or another node handed d to a call of
+		// this node, before the recall: that call is admitted first, and the recall then waits
+		// for it like any live holder (cold.go, endAsk). Other calls wait meanwhile (held).
+		if d.held == nil {
+			d.held = make(chan struct{})
+		}
+		return
+	}
+	d.unhold()
+	switch r := c.recalls[k]; {
+	case !r.shared:
+		c.recallLocked(k, d)
+	case !d.shared:
+		c.shareLocked(k, d)
+	}
+}
+
 // recallLocked starts handing d back after another node asked for it: no more admissions, and
 // handOver returns it once every admission is revoked. Called with c.mu held.
 func (c *Coordinator) recallLocked(k string, d *delegation) {
-	if c.closed {
-		return
-	}
-	if d.recalled {
+	if c.closed || d.recalled {
 		return
 	}
 	d.recalled = true
 	c.stats.RecallsReceived++
+	c.yieldLocked(k, d)
+}
+
+// shareLocked starts turning d, an exclusive delegation, shared after a reader elsewhere asked
+// for the record: no more exclusive admissions, and handOver converts it once every exclusive
+// admission is revoked; its readers keep their admissions. Called with c.mu held.
+func (c *Coordinator) shareLocked(k string, d *delegation) {
+	if c.closed || d.recalled || d.sharing || d.shared {
+		return
+	}
+	d.sharing = true
+	d.settled = make(chan struct{})
+	c.stats.RecallsReceived++
+	c.yieldLocked(k, d)
+}
+
+// yieldLocked starts handOver for d, or wakes the one running so that it sees what changed.
+// Called with c.mu held.
+func (c *Coordinator) yieldLocked(k string, d *delegation) {
+	if d.yielding {
+		if d.wake != nil {
+			close(d.wake)
+			d.wake = nil
+		}
+		return
+	}
+	d.yielding = true
 	c.wg.Add(1)
 	go c.handOver(k, d)
 }
 
-// handOver revokes d's admissions as they become due and then hands d back. Released ones are
-// revoked at once, so that what they staged is fenced; a live one is revoked when it is
-// released or reaches its deadline, not before. A revocation waits for a Fence in flight, so
-// the hand-back waits for it too, for as long as the node trusts its etcd lease as it keeps
-// refreshing it (trustLapse): after that, etcd may let the key go anyway.
+// handOver revokes d's admissions as they become due and then hands d back (recalled) or turns
+// it shared (sharing; only exclusive admissions go then). Released ones are revoked at once, so
+// that what they staged is fenced; a live one is revoked when it is released or reaches its
+// deadline, not before. A revocation waits for a Fence in flight, so the hand-back waits for it
+// too, for as long as the node trusts its etcd lease as it keeps refreshing it (trustLapse):
+// after that, etcd may let the key go anyway.
 func (c *Coordinator) handOver(k string, d *delegation) {
 	defer c.wg.Done()
 	lapsed, stopLapse := c.trustLapse(d.sess)
 	defer stopLapse()
 	for {
 		c.mu.Lock()
+		if d.ended || (!d.recalled && !d.sharing) {
+			d.yielding = false
+			c.mu.Unlock()
+			return
+		}
+		writersOnly := !d.recalled
 		now := c.cfg.clock.Mono()
-		revokes, next := d.takeDue(now)
+		revokes, next := d.takeDue(now, writersOnly)
+		evicted := d.evicted // no admission is evicted once d is recalled: none starts later
 		var wake chan struct{}
 		if next != 0 {
 			wake = make(chan struct{})
 			d.wake = wake
 		}
 		c.mu.Unlock()
-		if len(revokes) > 0 {
+		if len(revokes) > 0 || evicted != nil {
 			done := make(chan struct{})
 			c.wg.Add(1)
 			go func() {
@@ -54,6 +105,9 @@ func (c *Coordinator) handOver(k string, d *delegation) {
 				defer close(done)
 				for _, revoke := range revokes {
 					revoke() // RevokeLease: waits for a Fence in flight, fires the round's Release
+				}
+				if evicted != nil {
+					<-evicted // the revocations of admissions let go to keep the bound, likewise
 				}
 			}()
 			select {
@@ -66,7 +120,24 @@ func (c *Coordinator) handOver(k string, d *delegation) {
 			}
 		}
 		if next == 0 {
-			break
+			c.mu.Lock()
+			recalled := d.recalled
+			changed := recalled && writersOnly // a writer asked while the writers went: readers go too
+			c.mu.Unlock()
+			switch {
+			case changed:
+				continue
+			case recalled:
+				c.handOff(k, d)
+				return
+			}
+			if !c.convert(k, d) {
+				c.mu.Lock()
+				d.yielding = false
+				c.mu.Unlock()
+				return
+			}
+			continue // a writer may have asked while it turned shared
 		}
 		due := make(chan struct{})
 		t := c.cfg.clock.AfterFunc(next-now, func() { close(due) })
@@ -83,7 +154,6 @@ func (c *Coordinator) handOver(k string, d *delegation) {
 		}
 		t.Stop()
 	}
-	c.handOff(k, d)
 }
 
 // trustLapse returns a channel closed once the clock passes what the node trusts of its etcd
@@ -153,133 +223,26 @@ func (c *Coordinator) revokeLocked(revokes []func()) {
 	}()
 }
 
-// sweepLocked hands back the delegations that no admission has used for the linger period:
-// a node that locks many distinct keys must not keep them all in etcd. Called with c.mu held.
-func (c *Coordinator) sweepLocked(now time.Duration) {
-	c.lastSweep = now
-	var ks []string
-	var ds []*delegation
-	for k, d := range c.delegs {
-		if d.recalled {
-			continue
-		}
-		d.prune(now)
-		if !d.live() && len(d.kept) == 0 && now-d.lastEnd >= c.cfg.linger {
-			d.recalled = true
-			ks, ds = append(ks, k), append(ds, d)
-		}
-	}
-	for len(ks) > 0 {
-		n := min(len(ks), handBackBatch)
-		bk, bd := ks[:n], ds[:n]
-		c.backgroundLocked(func() { c.handBack(bk, bd) })
-		ks, ds = ks[n:], ds[n:]
-	}
-}
-
-// handBackBatch is how many delegations one Txn hands back; etcd allows 128 operations.
-const handBackBatch = 64
-
-// recall is another node's pending request for a key.
+// recall is another node's pending request for a record.
 type recall struct {
-	rev   int64  // the revision that wrote it
-	value string // the asker's recall value, which names the lease to hand the key over on
+	rev    int64  // the revision that wrote it
+	value  string // the asker's recall value, which names the lease to hand the key over on
+	shared bool   // the asker is a reader
 }
 
-// handOff gives a recalled delegation to the node whose recall is pending, in one Txn that puts
-// the delegation key on that node's lease and deletes its recall, so that the asker admits
-// without another request. If that recall is gone, or its lease is, the key is deleted instead.
-func (c *Coordinator) handOff(k string, d *delegation) {
-	c.mu.Lock()
-	r, ok := c.recalls[k]
-	c.mu.Unlock()
-	_, lease, valid := recallLease(r.value)
-	if !ok || !valid {
-		c.handBack([]string{k}, []*delegation{d})
-		return
-	}
-	dkey, rkey := c.dkey(k), c.rkey(k)
-	ours := clientv3.Compare(clientv3.ModRevision(dkey), "=", int64(d.token))
-	plain := txnOp([]clientv3.Cmp{ours}, []op{deleteOp(dkey)}, nil)
-	c.giveBack([]string{k}, []*delegation{d}, func(ctx context.Context) error {
-		_, err := c.etcd.Txn(ctx, txnReq{
-			ifs:  []clientv3.Cmp{ours, clientv3.Compare(clientv3.Value(rkey), "=", r.value)},
-			then: []op{putOp(dkey, r.value, lease), deleteOp(rkey)},
-			els:  []op{plain},
-		})
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) { // the asker's lease is gone
-			_, err = c.etcd.Txn(ctx, txnReq{then: []op{plain}})
-		}
-		return err
-	})
-}
-
-// handBack deletes the delegations' keys in etcd, each only if it is still the one granted to
-// this node, in one Txn.
-func (c *Coordinator) handBack(ks []string, ds []*delegation) {
-	ops := make([]op, len(ks))
-	for i, k := range ks {
-		dkey := c.dkey(k)
-		ops[i] = txnOp(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(dkey), "=", int64(ds[i].token))},
-			[]op{deleteOp(dkey)}, nil)
-	}
-	c.giveBack(ks, ds, func(ctx context.Context) error {
-		_, err := c.etcd.Txn(ctx, txnReq{then: ops})
-		return err
-	})
-}
-
-// giveBack runs txn, which deletes or hands over the delegations' keys, retrying until it
-// succeeds, the lease they live on is gone, or the coordinator or its client closes; then
-// forgets them.
-func (c *Coordinator) giveBack(ks []string, ds []*delegation, txn func(ctx context.Context) error) {
-	c.mu.Lock()
-	for _, d := range ds {
-		d.handingBack = true
-	}
-	c.mu.Unlock()
-	for attempt := 0; ; attempt++ {
-		ctx, cancel := context.WithTimeout(leader(c.ctx), c.cfg.reqLimit)
-		err := txn(ctx)
-		cancel()
-		if err == nil {
-			break
-		}
-		if c.ctx.Err() != nil {
-			return // Close revokes the lease, which hands everything back
-		}
-		if c.clientClosed() {
-			c.log.Warn("etcdcoord: the etcd client is closed; the keys lapse with the node's lease", "keys", len(ks), "err", err)
-			break
-		}
-		c.log.Warn("etcdcoord: hand-back failed; retrying", "keys", len(ks), "attempt", attempt+1, "err", err)
-		c.mu.Lock()
-		lost := c.sess != ds[0].sess
-		c.mu.Unlock()
-		if lost || !c.sleep(min(attempt, 5)) {
-			break // the lease, and every delegation on it, is gone
-		}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, k := range ks {
-		c.handedBackLocked(k, ds[i])
-	}
-}
-
-// adoptLocked records a delegation that etcd reports on this node's lease but this node does
-// not know: one another node handed over, or one whose creating Txn's reply did not arrive.
-// Called with c.mu held.
-func (c *Coordinator) adoptLocked(k string, rev int64, value []byte) {
-	d := newDelegation(k, uint64(rev), c.sess)
+// adoptLocked records a delegation, backed by key, that etcd reports on this node's lease but
+// this node does not know: one another node handed over, or one whose creating Txn's reply did
+// not arrive. Called with c.mu held.
+func (c *Coordinator) adoptLocked(k, key string, shared bool, rev int64, value []byte) {
+	d := newDelegation(k, key, shared, uint64(rev), c.sess)
 	d.lastEnd = c.cfg.clock.Mono() // kept for the linger period if nobody uses it
 	if c.mineLocked(value) {
 		d.honored = string(value)
+		d.forCall = c.liveAsks[d.honored] // admit that call before a later recall starts
 	}
 	c.delegs[k] = d
 	if r, ok := c.recalls[k]; ok && r.rev > rev {
-		c.recallLocked(k, d)
+		c.askedLocked(k, d)
 	}
 }
 

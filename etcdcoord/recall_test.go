@@ -26,11 +26,11 @@ func TestRecallWaitsForLiveHolder(t *testing.T) {
 		h, err := b.l.Lock(ctx, []byte("k"), cluster(10*time.Second, 20*time.Second))
 		got <- lockResult{h, err}
 	}()
-	waitForKey(t, a.cli, "/recordlock/r/"+encode("k")) // B has asked for the key back
-	time.Sleep(300 * time.Millisecond)                 // A is working; room for a wrong hand-off
+	waitForKey(t, a.cli, recallKey("k")) // B has asked for the key back
+	time.Sleep(300 * time.Millisecond)   // A is working; room for a wrong hand-off
 
-	assert.False(t, ha.IsLeaseExpired(), "A's live holder was revoked by the recall")
-	assert.False(t, admitted(got), "B was admitted while A's holder was live")
+	assert.False(t, ha.IsLeaseExpired(), "a recall does not take a key from a live holder, but A's was revoked")
+	assert.False(t, admitted(got), "a recall waits for live admissions, but B was admitted while A's holder was live")
 	// A new local lock of the key on A is not admitted from the recalled delegation.
 	_, err = a.l.TryLock([]byte("k"), recordlock.Options{Scope: recordlock.ScopeNode})
 	require.ErrorIs(t, err, recordlock.ErrLocked)
@@ -83,7 +83,7 @@ func TestFencedCommitDelaysHandBack(t *testing.T) {
 	}()
 	<-entered
 	got := lockAsync(b, "k", cluster(time.Second, 20*time.Second))
-	waitForKey(t, a.cli, "/recordlock/r/"+encode("k"))
+	waitForKey(t, a.cli, recallKey("k"))
 	select {
 	case <-ha.Done(): // the deadline passed while the commit runs
 	case <-time.After(10 * time.Second):

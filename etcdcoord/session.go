@@ -23,12 +23,13 @@ type session struct {
 }
 
 // session returns the node's lease, granted or refreshed so that it lives past need (a Mono
-// reading). Lease grants and refreshes are serialized.
-func (c *Coordinator) session(ctx context.Context, need time.Duration) (*session, error) {
+// reading). Lease grants and refreshes are serialized. contended is the caller's, for
+// requestErr.
+func (c *Coordinator) session(ctx context.Context, need time.Duration, contended bool) (*session, error) {
 	select {
 	case c.sessLock <- struct{}{}:
 	case <-ctx.Done():
-		return nil, requestErr(ctx, "wait for the lease", ctx.Err(), false)
+		return nil, requestErr(ctx, "wait for the lease", ctx.Err(), contended)
 	case <-c.ctx.Done():
 		return nil, errClosed
 	}
@@ -61,12 +62,12 @@ func (c *Coordinator) session(ctx context.Context, need time.Duration) (*session
 			c.mu.Lock()
 			c.stats.RefreshFailures++
 			c.mu.Unlock()
-			return nil, requestErr(ctx, "refresh the lease", err, false)
+			return nil, requestErr(ctx, "refresh the lease", err, contended)
 		}
 	}
 	if s == nil {
 		var err error
-		if s, err = c.grant(ctx); err != nil {
+		if s, err = c.grant(ctx, contended); err != nil {
 			return nil, err
 		}
 	}
@@ -82,11 +83,11 @@ func (c *Coordinator) session(ctx context.Context, need time.Duration) (*session
 
 // grant obtains a new lease and registers the node's name on it: a name held by another live
 // lease is refused, since two nodes of one name would take each other's recalls for their own.
-func (c *Coordinator) grant(ctx context.Context) (*session, error) {
+func (c *Coordinator) grant(ctx context.Context, contended bool) (*session, error) {
 	sent := c.cfg.clock.Mono()
 	resp, err := c.etcd.Grant(leader(ctx), c.ttlSec)
 	if err != nil {
-		return nil, requestErr(ctx, "grant a lease", err, false)
+		return nil, requestErr(ctx, "grant a lease", err, contended)
 	}
 	s := &session{id: resp.ID, validUntil: sent + time.Duration(resp.TTL)*time.Second - c.cfg.skew}
 	nkey := c.nkey()
@@ -102,7 +103,7 @@ func (c *Coordinator) grant(ctx context.Context) (*session, error) {
 		if errors.Is(err, ErrNameTaken) {
 			return nil, fmt.Errorf("%w: %q", ErrNameTaken, c.node)
 		}
-		return nil, requestErr(ctx, "register the node's name", err, false)
+		return nil, requestErr(ctx, "register the node's name", err, contended)
 	}
 	c.mu.Lock()
 	closed := c.closed

@@ -2,6 +2,7 @@ package etcdcoord
 
 import (
 	"context"
+	"encoding/base64"
 	"maps"
 	"slices"
 	"strings"
@@ -19,7 +20,7 @@ type simClient struct {
 }
 
 func (c *simClient) Txn(ctx context.Context, t txnReq) (*clientv3.TxnResponse, error) {
-	resp, err := c.s.call(ctx, c.node, "txn", func() (any, error) { return c.s.txn(t) })
+	resp, err := c.s.call(ctx, c.node, "txn{"+describe(t.then)+"}", func() (any, error) { return c.s.txn(t) })
 	if err != nil {
 		return nil, err
 	}
@@ -84,9 +85,16 @@ func (c *simClient) Revoke(ctx context.Context, id clientv3.LeaseID) error {
 
 func (c *simClient) WatchPrefix(ctx context.Context, prefix string, rev int64) clientv3.WatchChan {
 	s := c.s
-	st := &simStream{node: c.node, prefix: prefix, ch: make(chan clientv3.WatchResponse, 1024)}
+	st := &simStream{node: c.node, prefix: prefix, leader: requiresLeader(ctx), ch: make(chan clientv3.WatchResponse, 1024)}
 	s.mu.Lock()
 	s.activity++
+	if s.leaderless && st.leader && !s.auto {
+		st.created = true
+		st.ch <- clientv3.WatchResponse{Header: *s.header(), Canceled: true}
+		s.closeLocked(st)
+		s.mu.Unlock()
+		return st.ch
+	}
 	if rev <= s.compacted {
 		st.created = true
 		st.ch <- clientv3.WatchResponse{Header: *s.header(), CompactRevision: s.compacted}
@@ -116,3 +124,46 @@ func (c *simClient) WatchPrefix(ctx context.Context, prefix string, rev int64) c
 func (c *simClient) Disconnected(ctx context.Context, _ context.CancelCauseFunc) { <-ctx.Done() }
 
 func (c *simClient) Closed() <-chan struct{} { return c.closed }
+
+// describe names the writes a Txn makes if its conditions hold, for the steps' log and for the
+// schedules to pick a request by: "put x/default/k0 del r/default/k0", nested Txns in braces.
+func describe(ops []op) string {
+	var parts []string
+	for _, o := range ops {
+		switch o.kind {
+		case opPut:
+			parts = append(parts, "put "+simName(o.key))
+		case opDelete:
+			if strings.HasPrefix(o.key, DefaultPrefix+"h/") {
+				continue // deadlock detection's bookkeeping: no schedule drives it
+			}
+			parts = append(parts, "del "+simName(o.key))
+		case opTxn:
+			parts = append(parts, "txn{"+describe(o.txn.then)+"}")
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// simName is a coordinator key as "x/default/k0" (exclusive delegation), "s/default/k0/2"
+// (shared delegation on lease 2) or "r/default/k0" (recall), "n/n0" for a name.
+func simName(key string) string {
+	rest := strings.TrimPrefix(key, DefaultPrefix)
+	if len(rest) < 2 {
+		return key
+	}
+	id, lease := rest[2:], ""
+	if rest[0] == 's' {
+		if i := strings.LastIndexByte(id, '/'); i >= 0 {
+			id, lease = id[:i], "/"+strings.TrimLeft(id[i+1:], "0")
+		}
+	}
+	if cf, k, ok := decodeID(id); ok {
+		return rest[:2] + cf + "/" + k + lease
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(rest[2:])
+	if err != nil {
+		return key
+	}
+	return rest[:2] + string(raw)
+}

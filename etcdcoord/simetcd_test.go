@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -13,14 +15,19 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/recordlock/recordlock"
 )
 
 // simEtcd is an in-process etcd for the protocol simulation: revisions, compare-and-swap Txns,
 // leases that expire on the simulated clock, and watch streams. Nothing happens on its own: a
-// request waits until the scheduler answers it (or fails it, or applies it and loses the
-// reply), and a watch event waits until the scheduler delivers it, alone or in a batch.
+// request waits until the scheduler answers it (or fails it, or applies it and loses the reply,
+// or applies it and holds the reply back for a later step, so replies arrive out of order), and
+// a watch event waits until the scheduler delivers it, alone or in a batch. The cluster can lose
+// its leader: then a request or watch that requires one (clientv3.WithRequireLeader) fails at
+// once, and one that does not waits, as on a member cut off from the quorum, until the leader
+// is back.
 type simEtcd struct {
 	clock *recordlock.ManualClock
 
@@ -29,12 +36,17 @@ type simEtcd struct {
 	compacted int64
 	kvs       map[string]*mvccpb.KeyValue
 	history   []*clientv3.Event // every event after compacted, for watches from a past revision
+	log       []*clientv3.Event // every event, never compacted: the oracle replays it (simHistory)
 	leases    map[clientv3.LeaseID]*simLease
 	nextLease clientv3.LeaseID
-	calls     []*simCall
+	calls     []*simCall // waiting to be applied
+	late      []*simCall // applied, their replies held back
 	streams   []*simStream
-	auto      bool  // answer and deliver everything at once: set up and tear down
-	activity  int64 // bumped whenever a request arrives or a stream opens: for settling
+	// leaderless: the cluster has no leader. Nothing is applied, and no lease expires: a new
+	// leader extends every lease by its TTL, as etcd's does.
+	leaderless bool
+	auto       bool  // answer and deliver everything at once: set up and tear down
+	activity   int64 // bumped whenever a request arrives or a stream opens: for settling
 }
 
 type simLease struct {
@@ -44,10 +56,12 @@ type simLease struct {
 
 // simCall is a request waiting for the scheduler.
 type simCall struct {
-	node  string
-	what  string
-	apply func() (any, error) // runs with simEtcd.mu held
-	reply chan simReply
+	node   string
+	what   string
+	leader bool                // sent with clientv3.WithRequireLeader
+	apply  func() (any, error) // runs with simEtcd.mu held
+	reply  chan simReply
+	held   simReply // the reply of a late call
 }
 
 type simReply struct {
@@ -69,13 +83,17 @@ func (s *simEtcd) client(node string) *simClient {
 // call queues a request and waits for its reply or for ctx. A request whose ctx ended stays
 // queued: the scheduler may still apply it, as etcd may apply a request whose reply never came.
 func (s *simEtcd) call(ctx context.Context, node, what string, apply func() (any, error)) (any, error) {
-	c := &simCall{node: node, what: what, apply: apply, reply: make(chan simReply, 1)}
+	c := &simCall{node: node, what: what, leader: requiresLeader(ctx), apply: apply, reply: make(chan simReply, 1)}
 	s.mu.Lock()
 	s.activity++
 	if s.auto {
 		resp, err := apply()
 		s.mu.Unlock()
 		return resp, err
+	}
+	if s.leaderless && c.leader {
+		s.mu.Unlock()
+		return nil, rpctypes.ErrNoLeader
 	}
 	s.calls = append(s.calls, c)
 	s.mu.Unlock()
@@ -87,12 +105,19 @@ func (s *simEtcd) call(ctx context.Context, node, what string, apply func() (any
 	}
 }
 
-// answer takes call i off the queue: applied or not, and with its reply or an error.
-func (s *simEtcd) answer(i int, applied, replied bool) string {
+// requiresLeader reports whether ctx carries clientv3.WithRequireLeader.
+func requiresLeader(ctx context.Context) bool {
+	md, ok := metadata.FromOutgoingContext(ctx)
+	return ok && slices.Contains(md.Get(rpctypes.MetadataRequireLeaderKey), rpctypes.MetadataHasLeader)
+}
+
+// answer takes call i off the queue: applied or not, and with its reply or an error, at once
+// or, if late, held back until deliverLate.
+func (s *simEtcd) answer(i int, applied, replied, late bool) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.calls[i]
-	s.calls = append(s.calls[:i], s.calls[i+1:]...)
+	s.calls = slices.Delete(s.calls, i, i+1)
 	var r simReply
 	if applied {
 		r.resp, r.err = c.apply()
@@ -100,26 +125,81 @@ func (s *simEtcd) answer(i int, applied, replied bool) string {
 	if !replied {
 		r = simReply{err: errSimUnavailable}
 	}
-	c.reply <- r
+	if late {
+		c.held = r
+		s.late = append(s.late, c)
+	} else {
+		c.reply <- r
+	}
+	return fmt.Sprintf("%s %s (revision %d)", c.node, c.what, s.rev)
+}
+
+// deliverLate delivers the held reply of late call i.
+func (s *simEtcd) deliverLate(i int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.late[i]
+	s.late = slices.Delete(s.late, i, i+1)
+	c.reply <- c.held
 	return c.node + " " + c.what
 }
 
-func (s *simEtcd) pending() int {
+// pending is how many queued requests the scheduler can answer: none without a leader.
+func (s *simEtcd) pending() (calls, late int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.calls)
+	if s.leaderless {
+		return 0, len(s.late)
+	}
+	return len(s.calls), len(s.late)
+}
+
+// loseLeader takes the leader away: queued requests that require one fail unapplied, and so do
+// the watches that require one; the rest wait.
+func (s *simEtcd) loseLeader() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leaderless = true
+	s.calls = slices.DeleteFunc(s.calls, func(c *simCall) bool {
+		if c.leader {
+			c.reply <- simReply{err: rpctypes.ErrNoLeader}
+		}
+		return c.leader
+	})
+	for _, st := range s.streams {
+		if st.leader && !st.closed {
+			st.ch <- clientv3.WatchResponse{Header: *s.header(), Canceled: true}
+			s.closeLocked(st)
+		}
+	}
+}
+
+// regainLeader elects a leader, which extends every lease by its TTL.
+func (s *simEtcd) regainLeader() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leaderless = false
+	now := s.clock.Mono()
+	for _, l := range s.leases {
+		l.expires = max(l.expires, now+time.Duration(l.ttl)*time.Second)
+	}
 }
 
 // setAuto answers every queued request and delivers every event, and does so from now on.
 func (s *simEtcd) setAuto() {
 	s.mu.Lock()
 	s.auto = true
+	s.leaderless = false
 	calls := s.calls
 	s.calls = nil
 	for _, c := range calls {
 		resp, err := c.apply()
 		c.reply <- simReply{resp, err}
 	}
+	for _, c := range s.late {
+		c.reply <- c.held
+	}
+	s.late = nil
 	for _, st := range s.streams {
 		s.flushLocked(st)
 	}
@@ -129,10 +209,40 @@ func (s *simEtcd) setAuto() {
 // header is the response header at the current revision.
 func (s *simEtcd) header() *pb.ResponseHeader { return &pb.ResponseHeader{Revision: s.rev} }
 
-// compare evaluates one condition as etcd does: a value compared on a missing key fails.
+// compare evaluates one condition as etcd does: a value compared on a missing key fails, and a
+// condition over a range holds when it holds for every key in it (for a range with no key, as
+// for one missing key).
 func (s *simEtcd) compare(c clientv3.Cmp) bool {
 	pc := pb.Compare(c)
-	kv := s.kvs[string(pc.Key)]
+	if len(pc.RangeEnd) == 0 {
+		return s.compareKV(&pc, s.kvs[string(pc.Key)])
+	}
+	kvs := s.inRange(string(pc.Key), string(pc.RangeEnd))
+	if len(kvs) == 0 {
+		return s.compareKV(&pc, nil)
+	}
+	for _, kv := range kvs {
+		if !s.compareKV(&pc, kv) {
+			return false
+		}
+	}
+	return true
+}
+
+// inRange returns the keys in [key, end), in key order.
+func (s *simEtcd) inRange(key, end string) []*mvccpb.KeyValue {
+	var kvs []*mvccpb.KeyValue
+	for k, kv := range s.kvs {
+		if k >= key && k < end {
+			kvs = append(kvs, kv)
+		}
+	}
+	slices.SortFunc(kvs, func(a, b *mvccpb.KeyValue) int { return bytes.Compare(a.Key, b.Key) })
+	return kvs
+}
+
+// compareKV evaluates pc on kv, nil for a missing key.
+func (s *simEtcd) compareKV(pc *pb.Compare, kv *mvccpb.KeyValue) bool {
 	if kv == nil {
 		if pc.Target == pb.Compare_VALUE {
 			return false
@@ -188,17 +298,20 @@ func (s *simEtcd) txn(t txnReq) (*clientv3.TxnResponse, error) {
 	return (*clientv3.TxnResponse)(resp), nil
 }
 
-func (s *simEtcd) checkLeases(t txnReq) error {
+func (s *simEtcd) checkLeases(t txnReq) error { return s.checkPathLeases(t, s.path(t)) }
+
+// checkPathLeases checks the leases of the puts on the path taken only, as etcd does.
+func (s *simEtcd) checkPathLeases(t txnReq, p *simPath) error {
 	ops := t.els
-	if s.holds(t.ifs) {
+	if p.ok {
 		ops = t.then
 	}
-	for _, o := range ops {
+	for i, o := range ops {
 		switch {
 		case o.kind == opPut && o.lease != 0 && s.leases[o.lease] == nil:
 			return rpctypes.ErrLeaseNotFound
 		case o.kind == opTxn:
-			if err := s.checkLeases(*o.txn); err != nil {
+			if err := s.checkPathLeases(*o.txn, p.nested[i]); err != nil {
 				return err
 			}
 		}
@@ -215,20 +328,50 @@ func (s *simEtcd) holds(ifs []clientv3.Cmp) bool {
 	return true
 }
 
+// path evaluates the conditions of t and of every Txn nested in the branch taken, all before
+// anything is written, as etcd does: a nested Txn's conditions see the state before the Txn.
+type simPath struct {
+	ok     bool
+	nested map[int]*simPath // by the index of the op in the branch taken
+}
+
+func (s *simEtcd) path(t txnReq) *simPath {
+	p := &simPath{ok: s.holds(t.ifs), nested: map[int]*simPath{}}
+	ops := t.els
+	if p.ok {
+		ops = t.then
+	}
+	for i, o := range ops {
+		if o.kind == opTxn {
+			p.nested[i] = s.path(*o.txn)
+		}
+	}
+	return p
+}
+
 func (s *simEtcd) runTxn(t txnReq, wrote *bool) *pb.TxnResponse {
-	ok := s.holds(t.ifs)
+	return s.runPath(t, s.path(t), wrote)
+}
+
+func (s *simEtcd) runPath(t txnReq, p *simPath, wrote *bool) *pb.TxnResponse {
+	ok := p.ok
 	ops := t.els
 	if ok {
 		ops = t.then
 	}
 	resp := &pb.TxnResponse{Succeeded: ok}
 	at := s.rev + 1
-	for _, o := range ops {
+	for i, o := range ops {
 		var r pb.ResponseOp
 		switch o.kind {
 		case opGet:
 			rr := &pb.RangeResponse{}
-			if kv := s.kvs[o.key]; kv != nil {
+			if o.end != "" {
+				for _, kv := range s.inRange(o.key, o.end) {
+					rr.Kvs = append(rr.Kvs, copyKV(kv))
+				}
+				rr.Count = int64(len(rr.Kvs))
+			} else if kv := s.kvs[o.key]; kv != nil {
 				rr.Kvs, rr.Count = []*mvccpb.KeyValue{copyKV(kv)}, 1
 			}
 			r.Response = &pb.ResponseOp_ResponseRange{ResponseRange: rr}
@@ -245,7 +388,7 @@ func (s *simEtcd) runTxn(t txnReq, wrote *bool) *pb.TxnResponse {
 			}
 			r.Response = &pb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: &pb.DeleteRangeResponse{Deleted: n}}
 		case opTxn:
-			r.Response = &pb.ResponseOp_ResponseTxn{ResponseTxn: s.runTxn(*o.txn, wrote)}
+			r.Response = &pb.ResponseOp_ResponseTxn{ResponseTxn: s.runPath(*o.txn, p.nested[i], wrote)}
 		}
 		resp.Responses = append(resp.Responses, &r)
 	}
@@ -276,6 +419,7 @@ func (s *simEtcd) deleteAt(key string, rev int64) {
 // emit queues an event on every open stream it falls under.
 func (s *simEtcd) emit(ev *clientv3.Event) {
 	s.history = append(s.history, ev)
+	s.log = append(s.log, ev)
 	for _, st := range s.streams {
 		if !st.closed && strings.HasPrefix(string(ev.Kv.Key), st.prefix) {
 			st.queue = append(st.queue, ev)
@@ -308,20 +452,27 @@ func (s *simEtcd) revokeLocked(id clientv3.LeaseID) {
 func (s *simEtcd) expire() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.leaderless {
+		return
+	}
 	now := s.clock.Mono()
-	for id, l := range s.leases {
-		if l.expires <= now {
+	for _, id := range slices.Sorted(maps.Keys(s.leases)) { // in order: each revocation is a revision
+		if s.leases[id].expires <= now {
 			s.revokeLocked(id)
 		}
 	}
 }
 
-// delegation returns the ModRevision and lease of key's delegation in etcd, 0s if none.
-func (s *simEtcd) delegation(key string) (rev, lease int64) {
+// since returns the events of the log from the i-th on, and etcd's current revision.
+func (s *simEtcd) since(i int) ([]*clientv3.Event, int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if kv := s.kvs[key]; kv != nil {
-		return kv.ModRevision, kv.Lease
-	}
-	return 0, 0
+	return s.log[i:len(s.log):len(s.log)], s.rev
+}
+
+// revision is etcd's current revision.
+func (s *simEtcd) revision() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rev
 }

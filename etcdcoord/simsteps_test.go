@@ -2,6 +2,8 @@ package etcdcoord
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/recordlock/recordlock"
@@ -11,19 +13,37 @@ import (
 func (w *simWorld) step() {
 	r := w.rng
 	n := w.nodes[r.IntN(len(w.nodes))]
-	switch x := r.IntN(100); {
-	case x < 18:
-		w.lock(n, simKey(r.IntN(simKeys)))
-	case x < 26:
+	w.mu.Lock()
+	leaderless := w.leaderless
+	w.mu.Unlock()
+	if leaderless && r.IntN(20) == 0 {
+		w.regainLeader()
+		return
+	}
+	switch w.mix.pick(r) {
+	case actLock:
+		i := r.IntN(w.mix.records)
+		rec := simRecord{cf: i / simKeys, key: simKey(i % simKeys)}
+		if held := n.delegated(); leaderless && len(held) > 0 {
+			rec = held[r.IntN(len(held))] // what a node cut off from the quorum could still admit
+		}
+		w.lock(n, rec, r.IntN(6) < w.mix.shared)
+	case actRelease:
 		w.release(n)
-	case x < 34:
+	case actFence:
 		w.fence(n)
-	case x < 36: // commits often outlast their holder's lease
+	case actEndFence: // commits often outlast their holder's lease
 		w.endFence(n)
-	case x < 72:
+	case actAnswer:
 		w.answer()
-	case x < 88:
+	case actLate:
+		w.deliverLate()
+	case actWatch:
 		w.watch()
+	case actLeader:
+		if !leaderless {
+			w.loseLeader()
+		}
 	default:
 		d := []time.Duration{20 * time.Millisecond, 200 * time.Millisecond, 700 * time.Millisecond, 1500 * time.Millisecond}[r.IntN(4)]
 		w.logf("clock +%v", d)
@@ -32,142 +52,201 @@ func (w *simWorld) step() {
 	}
 }
 
-func (w *simWorld) lock(n *simNode, key string) {
+// lock starts a Lock of rec on n, shared or not; n's Locker queues it behind the node's other
+// holders of rec as its table does.
+func (w *simWorld) lock(n *simNode, rec simRecord, shared bool) {
+	lease := []time.Duration{300 * time.Millisecond, time.Second, 2 * time.Second, 3500 * time.Millisecond}[w.rng.IntN(4)]
+	timeout := []time.Duration{300 * time.Millisecond, 2 * time.Second, 6 * time.Second}[w.rng.IntN(3)]
+	w.lockFor(n, rec, shared, lease, timeout)
+}
+
+// lockFor starts a Lock of rec on n with the lease and timeout given.
+func (w *simWorld) lockFor(n *simNode, rec simRecord, shared bool, lease, timeout time.Duration) {
 	w.mu.Lock()
-	busy := n.locking[key] || w.holding(n, key) != nil
+	busy := n.locking >= 3
 	if !busy {
-		n.locking[key] = true
+		n.locking++
+	}
+	outage := -1 // the outage the lock was asked in, if it was
+	if w.leaderless {
+		outage = w.outage
 	}
 	w.mu.Unlock()
 	if busy {
 		return
 	}
-	lease := []time.Duration{300 * time.Millisecond, time.Second, 2 * time.Second, 3500 * time.Millisecond}[w.rng.IntN(4)]
-	timeout := []time.Duration{300 * time.Millisecond, 2 * time.Second}[w.rng.IntN(2)]
-	w.logf("%s locks %s lease %v timeout %v", n.name, key, lease, timeout)
+	w.logf("%s locks %v shared %v lease %v timeout %v", n.name, rec, shared, lease, timeout)
+	asked := w.etcd.revision()
+	cf := n.cf
+	if rec.cf == 0 {
+		cf = nil
+	}
 	w.activity.Add(1)
 	w.ops.Go(func() {
 		defer w.activity.Add(1)
-		h, err := n.l.Lock(context.Background(), []byte(key), recordlock.Options{
-			Scope: recordlock.ScopeCluster, Lease: lease, Timeout: timeout})
+		h, err := n.l.LockCF(context.Background(), cf, []byte(rec.key), recordlock.Options{
+			Scope: recordlock.ScopeCluster, Lease: lease, Timeout: timeout, Shared: shared})
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		n.locking[key] = false
+		n.locking--
 		if err == nil {
-			w.admittedLocked(n, key, h)
+			w.admittedLocked(n, &simHold{rec: rec, shared: shared, asked: asked, h: h}, outage)
 		}
 	})
 }
 
-func (w *simWorld) holding(n *simNode, key string) *simHold {
+// pick returns a hold of n that ok accepts, chosen by the seed, or nil.
+func (w *simWorld) pick(n *simNode, ok func(h *simHold) bool) *simHold {
+	var hs []*simHold
 	for _, h := range n.holds {
-		if h.key == key {
-			return h
+		if ok(h) {
+			hs = append(hs, h)
 		}
 	}
-	return nil
+	if len(hs) == 0 {
+		return nil
+	}
+	return hs[w.rng.IntN(len(hs))]
 }
 
+// release releases a holder of n; the oracle keeps it while its lease lasts, since a Fence of it
+// may still run. A third of the time the holder then commits what it staged before
+// the release under Fence, as lock, stage, Release, commit does.
 func (w *simWorld) release(n *simNode) {
+	w.releaseOf(n, func(h *simHold) bool { return true }, w.rng.IntN(3) == 0)
+}
+
+// releaseOf releases a holder of n that ok accepts, and then fences it if fence.
+func (w *simWorld) releaseOf(n *simNode, ok func(h *simHold) bool, fence bool) {
 	w.mu.Lock()
-	var hold *simHold
-	for i, h := range n.holds {
-		if h.endFence == nil {
-			hold = h
-			n.holds = append(n.holds[:i], n.holds[i+1:]...)
-			break
+	hold := w.pick(n, func(h *simHold) bool { return !h.released && ok(h) })
+	var end chan struct{}
+	if hold != nil {
+		hold.released = true
+		if hold.endFence == nil && fence {
+			end = make(chan struct{})
+			hold.endFence = end
 		}
 	}
 	w.mu.Unlock()
 	if hold == nil {
 		return
 	}
-	w.logf("%s releases %s", n.name, hold.key)
+	w.logf("%s releases %v (token %d, then fences %v)", n.name, hold.rec, hold.h.Token(), end != nil)
 	w.activity.Add(1)
 	w.ops.Go(func() { // off the scheduler's goroutine, as a holder of the node releases
 		defer w.activity.Add(1)
 		hold.h.Release()
+		if end != nil {
+			w.runFence(hold, end)
+		}
 	})
 }
 
-// fence starts a fenced commit on a holder of n that lasts until endFence ends it.
+// fence starts a fenced commit on a handle of n, released or not, that lasts until endFence
+// ends it.
 func (w *simWorld) fence(n *simNode) {
+	released := w.rng.IntN(2) == 0 // a released handle, if n has one, half the time
+	w.fenceOf(n, func(h *simHold) bool { return h.released == released })
+}
+
+// fenceOf fences a handle of n that ok accepts, if there is one, else any handle of n.
+func (w *simWorld) fenceOf(n *simNode, ok func(h *simHold) bool) {
 	w.mu.Lock()
-	var hold *simHold
-	for _, h := range n.holds {
-		if h.endFence == nil {
-			hold = h
-			break
-		}
+	hold := w.pick(n, func(h *simHold) bool { return h.endFence == nil && ok(h) })
+	if hold == nil {
+		hold = w.pick(n, func(h *simHold) bool { return h.endFence == nil })
 	}
+	var end chan struct{}
 	if hold != nil {
-		hold.endFence = make(chan struct{})
+		end = make(chan struct{})
+		hold.endFence = end
 	}
 	w.mu.Unlock()
 	if hold == nil {
 		return
 	}
-	w.logf("%s fences %s", n.name, hold.key)
-	end := hold.endFence
+	w.logf("%s fences %v (token %d, released %v)", n.name, hold.rec, hold.h.Token(), hold.released)
 	w.activity.Add(1)
 	w.ops.Go(func() {
 		defer w.activity.Add(1)
-		_ = hold.h.Fence(func() error {
-			w.mu.Lock()
-			hold.fencing = true
-			w.mu.Unlock()
-			<-end
-			w.mu.Lock()
-			hold.fencing = false
-			w.mu.Unlock()
-			return nil
-		})
+		w.runFence(hold, end)
 	})
 }
 
+// runFence runs a Fence of hold whose commit lasts until end is closed.
+func (w *simWorld) runFence(hold *simHold, end chan struct{}) {
+	_ = hold.h.Fence(func() error {
+		w.mu.Lock()
+		hold.fencing = true
+		w.mu.Unlock()
+		<-end
+		w.mu.Lock()
+		hold.fencing = false
+		w.mu.Unlock()
+		return nil
+	})
+	w.mu.Lock()
+	if hold.endFence == end {
+		hold.endFence = nil
+	}
+	w.mu.Unlock()
+}
+
+// endFence has a running fenced commit of n return.
 func (w *simWorld) endFence(n *simNode) {
 	w.mu.Lock()
-	var hold *simHold
-	for i, h := range n.holds {
-		if h.endFence != nil {
-			hold = h
-			n.holds = append(n.holds[:i], n.holds[i+1:]...)
-			break
-		}
+	hold := w.pick(n, func(h *simHold) bool { return h.endFence != nil })
+	var end chan struct{}
+	if hold != nil {
+		end = hold.endFence
 	}
 	w.mu.Unlock()
 	if hold == nil {
 		return
 	}
-	w.logf("%s's fenced commit of %s returns, and it releases", n.name, hold.key)
-	close(hold.endFence)
-	w.activity.Add(1)
-	w.ops.Go(func() {
-		defer w.activity.Add(1)
-		hold.h.Release()
-	})
+	select {
+	case <-end:
+		return // already ended, its Fence not yet returned
+	default:
+	}
+	w.logf("%s's fenced commit of %v (token %d) returns", n.name, hold.rec, hold.h.Token())
+	close(end)
 }
 
 // answer has etcd answer one queued request: mostly as asked, sometimes failing it unapplied,
-// sometimes applying it and losing the reply.
+// applying it and losing the reply, or applying it and holding the reply back.
 func (w *simWorld) answer() {
-	n := w.etcd.pending()
+	n, _ := w.etcd.pending()
 	if n == 0 {
 		return
 	}
 	i := w.rng.IntN(n)
-	applied, replied := true, true
+	applied, replied, late := true, true, false
 	switch x := w.rng.IntN(20); {
 	case x == 0:
 		applied, replied = false, false
 	case x == 1:
 		replied = false
+	case x < 2+w.mix.late:
+		late = true
 	}
-	what := w.etcd.answer(i, applied, replied)
-	w.logf("etcd answers %s (applied %v, replied %v)", what, applied, replied)
+	what := w.etcd.answer(i, applied, replied, late)
+	w.logf("etcd answers %s (applied %v, replied %v, late %v)", what, applied, replied, late)
 }
 
-// watch delivers a batch of one watch's events, or breaks or compacts it.
+// deliverLate delivers one reply held back, out of order with those sent since.
+func (w *simWorld) deliverLate() {
+	_, n := w.etcd.pending()
+	if n == 0 {
+		return
+	}
+	what := w.etcd.deliverLate(w.rng.IntN(n))
+	w.logf("the late reply of %s arrives", what)
+}
+
+// watch delivers a batch of one watch's events, holds its events back for some steps, or breaks
+// or compacts it.
 func (w *simWorld) watch() {
 	sts := w.etcd.openStreams()
 	if len(sts) == 0 {
@@ -181,9 +260,48 @@ func (w *simWorld) watch() {
 	case x == 1:
 		w.logf("etcd compacts; %s's watch is compacted", st.node)
 		w.etcd.breakStream(st, true)
+	case x < 6:
+		steps := 5 + w.rng.IntN(w.mix.hold)
+		w.logf("%s's watch is held back for %d steps", st.node, steps)
+		w.etcd.hold(st, steps)
 	default:
 		n := 1 + w.rng.IntN(3)
 		w.logf("%s's watch gets up to %d events", st.node, n)
 		w.etcd.deliver(st, n)
 	}
+}
+
+// loseLeader takes the cluster's leader away: requests and watches that require one fail.
+func (w *simWorld) loseLeader() {
+	w.logf("etcd loses its leader")
+	w.mu.Lock()
+	w.leaderless = true
+	w.outage++
+	w.mu.Unlock()
+	w.etcd.loseLeader()
+}
+
+func (w *simWorld) regainLeader() {
+	w.logf("etcd elects a leader")
+	w.mu.Lock()
+	w.leaderless = false
+	w.mu.Unlock()
+	w.etcd.regainLeader()
+}
+
+// delegated are the records n holds a delegation of, in the order of their identities.
+func (n *simNode) delegated() []simRecord {
+	n.c.mu.Lock()
+	ids := slices.Sorted(maps.Keys(n.c.delegs))
+	n.c.mu.Unlock()
+	recs := make([]simRecord, 0, len(ids))
+	for _, id := range ids {
+		cf, key, _ := decodeID(id)
+		rec := simRecord{key: key}
+		if cf == simCF {
+			rec.cf = 1
+		}
+		recs = append(recs, rec)
+	}
+	return recs
 }

@@ -8,17 +8,21 @@ import (
 type simStream struct {
 	node    string
 	prefix  string
+	leader  bool // opened with clientv3.WithRequireLeader
+	heldFor int  // how many more steps the scheduler holds its events back
 	ch      chan clientv3.WatchResponse
 	created bool // the created notice was delivered
 	queue   []*clientv3.Event
 	closed  bool
 }
 
-// deliver sends a stream's created notice, or up to n of its queued events in one response.
+// deliver sends a stream's created notice, or up to n of its queued events in one response,
+// and the rest of the last one's revision: etcd never splits a revision's events between two
+// responses.
 func (s *simEtcd) deliver(st *simStream, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st.closed {
+	if st.closed || st.heldFor > 0 {
 		return
 	}
 	if !st.created {
@@ -29,6 +33,9 @@ func (s *simEtcd) deliver(st *simStream, n int) {
 	n = min(n, len(st.queue))
 	if n == 0 {
 		return
+	}
+	for n < len(st.queue) && st.queue[n].Kv.ModRevision == st.queue[n-1].Kv.ModRevision {
+		n++
 	}
 	evs := st.queue[:n:n]
 	st.queue = st.queue[n:]
@@ -74,7 +81,7 @@ func (s *simEtcd) closeLocked(st *simStream) {
 	}
 }
 
-// openStreams are the streams not yet closed.
+// openStreams are the streams not yet closed. Each step counts down the holds.
 func (s *simEtcd) openStreams() []*simStream {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -85,4 +92,20 @@ func (s *simEtcd) openStreams() []*simStream {
 		}
 	}
 	return out
+}
+
+// hold keeps a stream's events back for the next steps steps.
+func (s *simEtcd) hold(st *simStream, steps int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st.heldFor = steps
+}
+
+// tick counts one step off every hold.
+func (s *simEtcd) tick() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.streams {
+		st.heldFor = max(st.heldFor-1, 0)
+	}
 }

@@ -24,6 +24,12 @@ type Stats struct {
 	RefreshFailures uint64
 	// WatchRestarts counts times the watch broke and was set up again.
 	WatchRestarts uint64
+	// Deadlocks counts the waits of this node's Txns failed as the victims of cycles across
+	// nodes.
+	Deadlocks uint64
+	// Requests counts the requests this node sent to etcd, failed ones included: every Txn and
+	// read, and every grant, refresh and revoke of its lease. The watch stream is not counted.
+	Requests uint64
 }
 
 // Stats returns the coordinator's figures.
@@ -31,6 +37,7 @@ func (c *Coordinator) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.stats
+	s.Requests = c.etcd.n.Load()
 	s.Delegations = len(c.delegs)
 	for _, d := range c.delegs {
 		s.Retained += len(d.kept)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/recordlock/recordlock"
 	"github.com/recordlock/recordlock/etcdcoord"
 )
 
@@ -170,4 +171,69 @@ func TestClosedClientStopsHandBackRetries(t *testing.T) {
 	require.True(t, r.h.Release())
 	time.Sleep(6 * time.Second) // room for retries: on a closed client each fails within about 3 s
 	assert.LessOrEqual(t, strings.Count(logs.String(), "level=WARN"), 1, "warnings after the client closed:\n%s", logs.String())
+}
+
+// Stats.Requests counts the requests the coordinator sends to etcd, and the client's own count
+// of the calls on the wire agrees at each step: New grants a lease and registers the name, and
+// the watch it starts reads the prefix once; a cold key costs one Txn; repeat locks from the
+// node's delegation cost nothing; a lock at the longest lease refreshes the etcd lease once;
+// Close revokes it, and that revoke counts although it fails. The watch stream is not a request.
+func TestStatsRequests(t *testing.T) {
+	const (
+		watchMethod  = "/etcdserverpb.Watch/Watch"
+		rangeMethod  = "/etcdserverpb.KV/Range"
+		grantMethod  = "/etcdserverpb.Lease/LeaseGrant"
+		revokeMethod = "/etcdserverpb.Lease/LeaseRevoke"
+	)
+	e := startEtcd(t)
+	n := newNode(t, e, "a", nodeConfig{})
+	ctx := context.Background()
+	// The watch sends its first message after its read of the prefix has returned.
+	require.Eventually(t, func() bool { return n.reqs.snapshot()[watchMethod] > 0 },
+		10*time.Second, time.Millisecond, "the node's watch never started")
+
+	var last uint64
+	before := map[string]int{} // the client is the coordinator's alone: everything it sent
+	step := func(what string, want map[string]int) {
+		t.Helper()
+		sent := n.reqs.since(before)
+		delete(sent, watchMethod)
+		assert.Equal(t, want, sent, "%s: the requests on the wire", what)
+		wire := 0
+		for _, k := range sent {
+			wire += k
+		}
+		now := n.coord.Stats().Requests
+		assert.Equal(t, uint64(wire), now-last, "%s: Stats.Requests grew by what went on the wire", what)
+		last, before = now, n.reqs.snapshot()
+	}
+	step("New and the watch's first read", map[string]int{grantMethod: 1, txnMethod: 1, rangeMethod: 1})
+
+	lock := func(key string, lease time.Duration) {
+		t.Helper()
+		h, err := n.l.Lock(ctx, []byte(key), cluster(lease, 10*time.Second))
+		require.NoError(t, err)
+		require.True(t, h.Release())
+	}
+	lock("k", time.Second)
+	step("the first lock of a cold key", map[string]int{txnMethod: 1})
+
+	for range etcdcoord.RetainedPerKey + 4 { // past what the delegation keeps: eviction is local too
+		lock("k", time.Second)
+	}
+	step("repeat locks from the node's delegation", map[string]int{})
+
+	// A round must end before the etcd lease, measured from before its last refresh.
+	lock("k", etcdcoord.DefaultTTL-etcdcoord.DefaultSkew)
+	step("a repeat lock at the longest lease", map[string]int{keepAliveMethod: 1})
+
+	n.reqs.setHook(func(ctx context.Context, method string, req any, invoke func() error) error {
+		if method == revokeMethod {
+			_ = invoke()
+			return errLostReply
+		}
+		return invoke()
+	})
+	require.ErrorIs(t, n.coord.Close(), recordlock.ErrClusterUnavailable, "Close's revoke lost its reply")
+	step("Close, whose revoke fails", map[string]int{revokeMethod: 1})
 }

@@ -66,8 +66,8 @@ func (c *Coordinator) removeWaiter(k string, w *waiter) {
 }
 
 // awaitChange waits until the watch reports a change of the key's delegation or recall after
-// revision rev, or restarts.
-func (c *Coordinator) awaitChange(ctx context.Context, w *waiter, rev int64) error {
+// revision rev, or restarts, unless cw's call is a deadlock's victim first.
+func (c *Coordinator) awaitChange(ctx context.Context, w *waiter, rev int64, cw *crossWaiter) error {
 	c.mu.Lock()
 	if w.seen > rev {
 		w.fire()
@@ -77,6 +77,8 @@ func (c *Coordinator) awaitChange(ctx context.Context, w *waiter, rev int64) err
 	select {
 	case <-w.ch:
 		return nil
+	case <-cw.victimCh():
+		return c.victimErr(cw)
 	case <-ctx.Done():
 		return waitErr(ctx, "wait for another node to hand the key back")
 	case <-c.ctx.Done():

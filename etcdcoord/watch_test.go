@@ -18,7 +18,7 @@ import (
 func TestVanishedDelegationRevokes(t *testing.T) {
 	for name, vanish := range map[string]func(t *testing.T, n *node){
 		"deleted": func(t *testing.T, n *node) {
-			_, err := n.cli.Delete(context.Background(), "/recordlock/d/", clientv3.WithPrefix())
+			_, err := n.cli.Delete(context.Background(), "/recordlock/x/", clientv3.WithPrefix())
 			require.NoError(t, err)
 		},
 		"lease revoked": func(t *testing.T, n *node) {
@@ -35,21 +35,23 @@ func TestVanishedDelegationRevokes(t *testing.T) {
 			e := startEtcd(t)
 			a := newNode(t, e, "a", nodeConfig{faulty: true})
 			ctx := context.Background()
-			ha, err := a.l.Lock(ctx, []byte("k"), cluster(10*time.Second, 10*time.Second))
+			// The lease outlasts the wait below: the revocation, not the lease, must end it.
+			ha, err := a.l.Lock(ctx, []byte("k"), cluster(30*time.Second, 10*time.Second))
 			require.NoError(t, err)
 
 			vanish(t, a)
 			select {
 			case <-ha.Done():
 			case <-time.After(10 * time.Second):
-				t.Fatal("the holder of a vanished delegation was not revoked")
+				t.Fatal("a delegation key that disappears from etcd revokes its local admissions at once, " +
+					"but the holder of a vanished delegation was not revoked")
 			}
 			assert.True(t, ha.IsLeaseExpired())
 
 			h, err := a.l.Lock(ctx, []byte("k"), cluster(time.Second, 10*time.Second))
 			require.NoError(t, err)
 			assert.Greater(t, h.Token(), ha.Token(), "admitted from a new delegation")
-			resp, err := a.cli.Get(ctx, "/recordlock/d/"+encode("k"))
+			resp, err := a.cli.Get(ctx, exclusiveKey("k"))
 			require.NoError(t, err)
 			require.Len(t, resp.Kvs, 1)
 			assert.Equal(t, h.Token(), uint64(resp.Kvs[0].ModRevision))
@@ -98,5 +100,5 @@ func TestStoppedEtcdStopsAdmissions(t *testing.T) {
 	require.Eventually(t, func() bool { return n.coord.Stats().WatchRestarts > 0 }, 5*time.Second, 5*time.Millisecond,
 		"the node did not take the lost connection for a broken watch")
 	_, err = n.l.TryLock([]byte("k"), cluster(time.Second, 100*time.Millisecond))
-	require.ErrorIs(t, err, recordlock.ErrClusterUnavailable, "admitted from a delegation while etcd was down")
+	require.ErrorIs(t, err, recordlock.ErrClusterUnavailable, "the node never admits while its watch is down, but it admitted from a delegation while etcd was down")
 }

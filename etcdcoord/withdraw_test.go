@@ -20,7 +20,7 @@ func TestUnknownOutcomeWithdrawsRecall(t *testing.T) {
 	a := newNode(t, e, "a", nodeConfig{})
 	b := newNode(t, e, "b", nodeConfig{})
 	ctx := context.Background()
-	rkey := "/recordlock/r/" + encode("k")
+	rkey := recallKey("k")
 
 	ha, err := a.l.Lock(ctx, []byte("k"), cluster(time.Second, 10*time.Second))
 	require.NoError(t, err)
@@ -43,7 +43,7 @@ func TestUnknownOutcomeWithdrawsRecall(t *testing.T) {
 	require.ErrorIs(t, err, recordlock.ErrClusterUnavailable)
 	waitForKey(t, b.cli, rkey) // the lost request did write the recall
 	waitForDelete(t, b.cli, rkey)
-	assert.Greater(t, failedWithdrawals.Load(), int32(4), "withdrawal retried past its failures")
+	assert.Greater(t, failedWithdrawals.Load(), int32(4), "a recall of unknown outcome is withdrawn, with retries past failures")
 	b.reqs.setHook(nil)
 
 	// The recall that did reach A hands the key back once A releases; both nodes can lock it.
@@ -66,7 +66,7 @@ func TestTimedOutAskerLeavesNoRecall(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.l.Lock(ctx, []byte("k"), cluster(time.Second, 200*time.Millisecond))
 	require.ErrorIs(t, err, recordlock.ErrTimeout)
-	waitForDelete(t, b.cli, "/recordlock/r/"+encode("k"))
+	waitForDelete(t, b.cli, recallKey("k"))
 	require.True(t, ha.Release())
 	h, err := a.l.Lock(ctx, []byte("k"), cluster(time.Second, 5*time.Second))
 	require.NoError(t, err)

@@ -45,11 +45,6 @@ type waitKind struct {
 
 func kindOf(w recordlock.WaitInfo) waitKind { return waitKind{waitRecord(w), w.Shared} }
 
-// waitsAndHolders is the view package recordlock lends this package (see debugview): every
-// request queued in a database and the holders of the keys they wait for, in one visit of each
-// shard.
-var waitsAndHolders = debugview.Borrow[*recordlock.Locker, recordlock.WaitInfo, recordlock.LockInfo]()
-
 // read copies what the page shows of l's database. Past the limit it keeps the longest waits
 // (in the order they are queued, which the wait-for graph draws), then the holders those wait
 // for, read in the same visit of each shard as the waits, so that the wait-for graph is whole:
@@ -60,7 +55,7 @@ var waitsAndHolders = debugview.Borrow[*recordlock.Locker, recordlock.WaitInfo, 
 // left out are Stats.Held less those shown: under churn, an estimate.
 func read(name string, l *recordlock.Locker, limit int) database {
 	d := database{name: name}
-	waits, holders := waitsAndHolders(l)
+	waits, holders := l.WaitsAndHolders(debugview.Pass{}) // see debugview
 	if len(waits) > limit {
 		d.waitsOmitted = len(waits) - limit
 		longest := make([]int, len(waits))

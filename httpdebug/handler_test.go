@@ -35,6 +35,7 @@ type document struct {
 
 type lockDoc struct {
 	Key            string  `json:"key"`
+	ColumnFamily   string  `json:"columnFamily"`
 	ColumnFamilyID uint32  `json:"columnFamilyID"`
 	Scope          string  `json:"scope"`
 	Owner          string  `json:"owner"`
@@ -138,10 +139,10 @@ func TestJSONSchemaAndValues(t *testing.T) {
 
 	rfc := func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 	assert.Equal(t, []lockDoc{
-		{Key: "cluster", Scope: "cluster", AcquiredAt: rfc(cluster.AcquiredAt().Time()), ExpiresAt: rfc(cluster.ExpiresAt()), Remaining: int64(7 * time.Second)},
-		{Key: "plain", Scope: "node", AcquiredAt: rfc(plain.AcquiredAt().Time()), ExpiresAt: rfc(plain.ExpiresAt()), Remaining: int64(7 * time.Second), Waiters: 1},
-		{Key: "row", Scope: "node", Owner: "alpha", AcquiredAt: rfc(row.AcquiredAt().Time()), ExpiresAt: rfc(row.ExpiresAt()), Remaining: int64(7 * time.Second), Waiters: 1},
-		{Key: "idx", ColumnFamilyID: cf.ID(), Scope: "node", Hold: true, AcquiredAt: rfc(held.AcquiredAt().Time()), ExpiresAt: rfc(held.ExpiresAt()), Remaining: int64(7 * time.Second)},
+		{Key: "cluster", ColumnFamily: "default", Scope: "cluster", AcquiredAt: rfc(cluster.AcquiredAt().Time()), ExpiresAt: rfc(cluster.ExpiresAt()), Remaining: int64(7 * time.Second)},
+		{Key: "plain", ColumnFamily: "default", Scope: "node", AcquiredAt: rfc(plain.AcquiredAt().Time()), ExpiresAt: rfc(plain.ExpiresAt()), Remaining: int64(7 * time.Second), Waiters: 1},
+		{Key: "row", ColumnFamily: "default", Scope: "node", Owner: "alpha", AcquiredAt: rfc(row.AcquiredAt().Time()), ExpiresAt: rfc(row.ExpiresAt()), Remaining: int64(7 * time.Second), Waiters: 1},
+		{Key: "idx", ColumnFamily: "index", ColumnFamilyID: cf.ID(), Scope: "node", Hold: true, AcquiredAt: rfc(held.AcquiredAt().Time()), ExpiresAt: rfc(held.ExpiresAt()), Remaining: int64(7 * time.Second)},
 	}, d.Locks, "sorted by column family and key")
 	for _, lock := range d.Locks {
 		_, err := time.Parse(time.RFC3339, lock.AcquiredAt)

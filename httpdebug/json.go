@@ -46,6 +46,7 @@ type jsonStats struct {
 
 type jsonLock struct {
 	Key            string  `json:"key"`
+	ColumnFamily   string  `json:"columnFamily"`
 	ColumnFamilyID uint32  `json:"columnFamilyID"`
 	Scope          string  `json:"scope"`
 	Owner          string  `json:"owner"`
@@ -91,6 +92,7 @@ func writeJSON(w io.Writer, dbs []database) error {
 		for j, l := range d.locks {
 			jd.Locks[j] = jsonLock{
 				Key:            keyText(l.Key),
+				ColumnFamily:   l.ColumnFamily,
 				ColumnFamilyID: l.ColumnFamilyID,
 				Scope:          scopeText(l.Scope),
 				Owner:          l.Owner,

@@ -19,6 +19,10 @@ import (
 // minOps is how many operations each system must complete (ok or failed) for a run to count.
 const minOps = 1000
 
+// minBankOps is how many reads and how many transfers of the bank each system must complete (ok
+// or failed) for a run to count.
+const minBankOps = 200
+
 // Report is jepsen-report.json.
 type Report struct {
 	Seed        uint64              `json:"seed"`
@@ -26,6 +30,9 @@ type Report struct {
 	Nodes       int                 `json:"nodes"`
 	ClientsPer  int                 `json:"clients_per_node"`
 	Keys        []string            `json:"keys"`
+	BankClients int                 `json:"bank_clients_per_node"`
+	Accounts    []string            `json:"accounts"`
+	Balance     int64               `json:"opening_balance"`
 	TTLSeconds  float64             `json:"etcd_ttl_s"`
 	Schedule    []nemesis.Fault     `json:"schedule"`
 	Runs        []harness.RunReport `json:"runs"`
@@ -44,6 +51,7 @@ func runTest(ctx context.Context, args []string) int {
 	nodes := fs.Int("nodes", 3, "node processes")
 	clients := fs.Int("clients", 3, "clients per node")
 	ttl := fs.Duration("ttl", 2*time.Second, "etcd lease TTL of the nodes")
+	bankClients := fs.Int("bank-clients", 2, "bank clients per node (0: no bank workload)")
 	systems := fs.String("systems", node.Recordlock+","+node.EtcdMutex,
 		"the system under test, then the control (recordlock-no-token: recordlock without the token)")
 	_ = fs.Parse(args)
@@ -60,7 +68,8 @@ func runTest(ctx context.Context, args []string) int {
 		return 2
 	}
 	rep := Report{Seed: *seed, EtcdMembers: 3, Nodes: *nodes, ClientsPer: *clients,
-		Keys: []string{"k0", "k1", "k2", "k3", "k4", "k5"}, TTLSeconds: ttl.Seconds(), Out: *out}
+		Keys: []string{"k0", "k1", "k2", "k3", "k4", "k5"}, TTLSeconds: ttl.Seconds(), Out: *out,
+		BankClients: *bankClients, Accounts: []string{"acct0", "acct1", "acct2", "acct3", "acct4"}, Balance: 100}
 	rep.Schedule = nemesis.Schedule(*seed, nemesis.Config{Duration: *dur, Nodes: *nodes, TTL: *ttl,
 		Warmup: 3 * time.Second, Settle: 3 * time.Second})
 	log.Printf("seed %d: %d faults in %v per system", *seed, len(rep.Schedule), *dur)
@@ -77,7 +86,7 @@ func runTest(ctx context.Context, args []string) int {
 			System: system, Self: self, EtcdBin: *etcdBin, Dir: dir, Members: rep.EtcdMembers,
 			Nodes: *nodes, Clients: *clients, Keys: rep.Keys, TTL: *ttl, Lease: time.Second,
 			Hold: 120 * time.Millisecond, Seed: *seed, Duration: *dur, Schedule: rep.Schedule,
-			NodeGrace: 10 * time.Second,
+			NodeGrace: 10 * time.Second, BankClients: rep.BankClients, Accounts: rep.Accounts, Balance: rep.Balance,
 		}, *out)
 		ps.KillAll()
 		if err != nil {
@@ -123,9 +132,22 @@ func judge(runs []harness.RunReport) []string {
 	if ctl.Violations == 0 {
 		fails = append(fails, ctl.System+": no violation seen, so the harness has not shown it can see one")
 	}
+	if b := rl.Bank; b.Violations > 0 {
+		fails = append(fails, fmt.Sprintf("%s: bank: %d violations", rl.System, b.Violations))
+		for _, r := range b.BadReads[:min(len(b.BadReads), 5)] { // the report has more
+			fails = append(fails, fmt.Sprintf("%s: bank: %s, not %d", rl.System, r, b.Total))
+		}
+		if b.FinalTotal != b.Total {
+			fails = append(fails, fmt.Sprintf("%s: bank: the accounts ended with %d, not %d", rl.System, b.FinalTotal, b.Total))
+		}
+	}
 	for _, r := range runs {
 		if done := r.OK + r.Failed; done < minOps {
 			fails = append(fails, fmt.Sprintf("%s: %d operations completed, fewer than %d", r.System, done, minOps))
+		}
+		if b := r.Bank; b.Accounts != nil && (b.Reads+b.ReadsFailed < minBankOps || b.Transfers+b.TransfersFailed < minBankOps) {
+			fails = append(fails, fmt.Sprintf("%s: bank: %d reads and %d transfers completed, fewer than %d each",
+				r.System, b.Reads+b.ReadsFailed, b.Transfers+b.TransfersFailed, minBankOps))
 		}
 		for kind, n := range r.Faults {
 			if n == 0 {
@@ -147,6 +169,9 @@ func finalLine(runs []harness.RunReport) string {
 		return harness.RunReport{System: system} // it did not run
 	}
 	rl, ctl := get(0, node.Recordlock), get(1, node.EtcdMutex)
-	return fmt.Sprintf("jepsen: %s %d ops, %d faults, %d violations; %s %d ops, %d violations",
-		rl.System, rl.Ops, rl.FaultCount(), rl.Violations, ctl.System, ctl.Ops, ctl.Violations)
+	bank := func(r harness.RunReport) string {
+		return fmt.Sprintf("bank %d reads, %d transfers, %d violations", r.Bank.Reads, r.Bank.Transfers, r.Bank.Violations)
+	}
+	return fmt.Sprintf("jepsen: %s %d ops, %d faults, %d violations, %s, %d deadlocks broken; %s %d ops, %d violations, %s",
+		rl.System, rl.Ops, rl.FaultCount(), rl.Violations, bank(rl), rl.Bank.Deadlocks, ctl.System, ctl.Ops, ctl.Violations, bank(ctl))
 }

@@ -94,7 +94,9 @@ const (
 	AskHold       = Ask(flagHold)       // the lock outlives its owner
 	AskShared     = Ask(flagShared)     // a shared lock
 	AskOwnerHolds = Ask(flagOwnerHolds) // the owner holds other keys as it asks
-	askBits       = AskHold | AskShared | AskOwnerHolds
+	// AskCounted: the request takes a room its tenant reserved in its bound (Tenant.Reserve).
+	AskCounted = Ask(flagCounted)
+	askBits    = AskHold | AskShared | AskOwnerHolds | AskCounted
 )
 
 // Prepare readies h, before it is published, for a request of t for the record (cf, key), taken
@@ -282,9 +284,11 @@ func (h *Claim) Done() <-chan struct{} {
 	return c.done
 }
 
-// Now returns h's status evaluated now: a deadline found passed counts as expired, and if the
-// claim still held its key the expiry is completed first (the key goes back and the release hook
-// fires). So Now().dead() reports that h can no longer authorize a new write (released, revoked
+// Now returns h's status evaluated now: a deadline found passed, and found passed again under the
+// shard mutex, counts as expired, and if the claim still held its key the expiry is completed
+// first (the key goes back and the release hook fires). A deadline read without the mutex may be
+// one an Extend that found the lease live is replacing: reporting that lapse unsettled would let
+// a Fence run after Now said the lease ended. So Now().dead() reports that h can no longer authorize a new write (released, revoked
 // or lapsed), and Now().Expired() that its lease has ended, by lapse or revocation, which a
 // Release alone does not make true.
 func (h *Claim) Now() Status {
@@ -292,8 +296,7 @@ func (h *Claim) Now() Status {
 	if f&flagExpired != 0 || !h.lapsed() {
 		return Status(f & flagBits)
 	}
-	h.settleNow()
-	return Status((f | flagExpired) & flagBits)
+	return h.settleNow()
 }
 
 // Release gives the key back. It returns true the first time; false when h was already released,

@@ -46,11 +46,20 @@ func (h *Claim) lapsedFor(c *Tenant, mono time.Duration) bool {
 	return h.flags()&flagExpired == 0 && h.lapsedAt(h.monoFor(c, mono))
 }
 
-// settleNow takes the shard mutex to complete an expiry found lazily, then runs its hook.
-func (h *Claim) settleNow() {
+// settleNow takes the shard mutex to complete an expiry found lazily, then runs its hook. It
+// returns h's status as the mutex shows it: the lapse found without the mutex is checked again
+// under it, since an Extend that held the mutex and found the lease live may have moved the
+// deadline since. A released claim's lapse is read off its deadline, not settled.
+func (h *Claim) settleNow() Status {
 	sh := h.lockShard()
-	if h.flags()&flagReleased == 0 {
-		h.settle(sh)
+	ended := h.flags()&flagExpired != 0 || h.lapsed()
+	if ended && h.flags()&flagReleased == 0 {
+		sh.expire(h)
+	}
+	f := h.flags()
+	if ended {
+		f |= flagExpired
 	}
 	sh.unlockAndRunDeferred()
+	return Status(f & flagBits)
 }

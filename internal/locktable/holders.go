@@ -7,9 +7,9 @@ package locktable
 
 const (
 	// sharePosShift is where a sharer's place starts in its state word, above the flags.
-	sharePosShift = 12
+	sharePosShift = 13
 	// sharePosFar is the largest place the state word records; a sharer placed there or further
-	// is found by a scan from there, which only a key with a million sharers would need.
+	// is found by a scan from there, which only a key with half a million sharers would need.
 	sharePosFar = 1<<(32-sharePosShift) - 1
 	flagBits    = 1<<sharePosShift - 1
 )

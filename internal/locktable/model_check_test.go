@@ -88,12 +88,12 @@ func (m *modelRun) queuedInTable(r *mReq) bool {
 	if r.target >= modelKeys {
 		return m.rangeQueuedInTable(r)
 	}
-	key := modelKey(r.target)
-	hash := m.tab.placed(0, key)
+	key, cf := modelKey(r.target), cfOf(r.target)
+	hash := m.tab.placed(cf, key)
 	sh := m.tab.shard(hash)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.index.find(hash, 0, key)
+	e := sh.index.find(hash, cf, key)
 	if e == nil {
 		return false
 	}
@@ -137,11 +137,11 @@ func (r *mReq) name() string { return queuedName(r.h, r.up != nil, r.shared) }
 func (m *modelRun) compare(rt *rapid.T) {
 	for k := range modelKeys {
 		var got, want []string
-		key := modelKey(k)
-		hash := m.tab.placed(0, key)
+		key, cf := modelKey(k), cfOf(k)
+		hash := m.tab.placed(cf, key)
 		sh := m.tab.shard(hash)
 		sh.mu.Lock()
-		if e := sh.index.find(hash, 0, key); e != nil {
+		if e := sh.index.find(hash, cf, key); e != nil {
 			var hs []string
 			for _, h := range e.appendHolders(nil) {
 				if h.dueAt() > m.now {

@@ -97,7 +97,7 @@ func (m *modelRun) checkGraph(rt *rapid.T) {
 		}
 	}
 	if c != "" {
-		rt.Fatalf("a cycle persists among waiting owners: %s\n%s", c, m.describe())
+		rt.Fatalf("no cycle may persist among waiting Txns, and one does: %s\n%s", c, m.describe())
 	}
 }
 

@@ -12,10 +12,12 @@ import (
 // state in which a range's wait-for edges or its place in the queue are easy to get wrong, and
 // the model's checks after every step say whether the table got them right.
 
-// The check's targets by name: the keys a..d, then modelRanges in order.
+// The check's targets by name: the keys a..d, e of the other column family, then modelRanges in
+// order.
 const (
 	tA, tB, tC, tD = 0, 1, 2, 3
-	tAB            = modelKeys + iota - 1 // [a,b)
+	tE             = modelOtherCF
+	tAB            = modelKeys + iota - 2 // [a,b)
 	tAC                                   // [a,c)
 	tBD                                   // [b,d)
 	tCUp                                  // [c,∞)
@@ -49,38 +51,38 @@ func replay(t *testing.T, deadlocks int, steps func(rt *rapid.T, m *modelRun)) {
 }
 
 // A shared range waits for the conflicting exclusive requests queued ahead of it that it does not
-// pass, and passes one that waits for its owner through another owner's wait: o4 holds b shared
-// and o2's exclusive b queues, waiting for o4; o3 holds d and o4's exclusive d queues, waiting for
-// o3; a request of no owner holds a shared and o1's exclusive a queues behind it. o3's shared
-// [a,c) conflicts with o1's and o2's requests. o2's waits for o4, which waits for o3: o3 passes
-// it, where waiting behind it would close o3 → o2 → o4 → o3. o1's waits for no owner's lock: o3
-// waits behind it, and is granted once a is free and o1 has had it.
+// pass, and passes one that waits for its owner through another owner's wait: o4 holds c shared
+// and o2's exclusive c queues, waiting for o4; o3 holds a and o4's exclusive a queues, waiting for
+// o3; a request of no owner holds d shared and o1's exclusive d queues behind it. o3's shared
+// [c,∞) conflicts with o1's and o2's requests. o2's waits for o4, which waits for o3's a, below
+// the range o3 asks: o3 passes it, where waiting behind it would close o3 → o2 → o4 → o3. o1's
+// waits for no owner's lock: o3 waits behind it, and is granted once d is free and o1 has had it.
 func TestModelRangeWaitsForEveryConflictingRequestAhead(t *testing.T) {
 	replay(t, 0, func(rt *rapid.T, m *modelRun) {
-		m.lock(rt, 4, tB, true, true, replayLease, replayTimeout)
-		m.lock(rt, 2, tB, false, true, replayLease, replayTimeout)
-		m.lock(rt, 3, tD, false, true, replayLease, replayTimeout)
-		m.lock(rt, 4, tD, false, true, replayLease, replayTimeout)
-		outside := m.lock(rt, 0, tA, true, true, replayLease, replayTimeout)
-		m.lock(rt, 1, tA, false, true, replayLease, replayTimeout)
-		m.lock(rt, 3, tAC, true, true, replayLease, replayTimeout)
+		m.lock(rt, 4, tC, true, true, replayLease, replayTimeout)
+		m.lock(rt, 2, tC, false, true, replayLease, replayTimeout)
+		m.lock(rt, 3, tA, false, true, replayLease, replayTimeout)
+		m.lock(rt, 4, tA, false, true, replayLease, replayTimeout)
+		outside := m.lock(rt, 0, tD, true, true, replayLease, replayTimeout)
+		m.lock(rt, 1, tD, false, true, replayLease, replayTimeout)
+		m.lock(rt, 3, tCUp, true, true, replayLease, replayTimeout)
 		if m.request(3) == nil {
 			rt.Fatalf("o3's range did not wait behind o1's request: %s", m.describe())
 		}
 		for _, o := range []int{0, 1} {
-			h := m.heldBy(o, tA)
+			h := m.heldBy(o, tD)
 			if o == 0 {
 				h = m.holdOf(outside)
 			}
 			if h == nil {
-				rt.Fatalf("o%d does not hold a: %s", o, m.describe())
+				rt.Fatalf("o%d does not hold d: %s", o, m.describe())
 			}
 			h.h.Release()
 			m.drop(rt, h, false)
 			m.settle(rt)
 		}
-		if m.heldBy(3, tAC) == nil {
-			rt.Fatalf("o3 was not granted [a,c) once a was free: %s", m.describe())
+		if m.heldBy(3, tCUp) == nil {
+			rt.Fatalf("o3 was not granted [c,∞) once d was free: %s", m.describe())
 		}
 	})
 }
@@ -200,19 +202,33 @@ func TestModelKeyNewcomerDoesNotPassWaiterKeptByRange(t *testing.T) {
 }
 
 // An owner passes a request that waits for it through the requests queued ahead of it: o1 holds
-// [c,∞) exclusively; o3's shared [b,d) queues (waiting for o1), then an exclusive b of no owner
+// [a,c) exclusively; o3's shared [b,d) queues (waiting for o1), then an exclusive c of no owner
 // (behind o3's request, which it conflicts with); o1's shared [b,d) conflicts only with the
 // request of no owner, which does not conflict with o1's range, but waits behind o3's request,
-// which does. So o1 passes it and takes [b,d).
+// which waits for o1's range, whose start a is below b. So o1 passes it and takes [b,d).
 func TestModelRangeWaitsThroughRequestsAheadOfRequestOfNoOwner(t *testing.T) {
 	replay(t, 0, func(rt *rapid.T, m *modelRun) {
-		m.lock(rt, 1, tCUp, false, true, replayLease, replayTimeout)
+		m.lock(rt, 1, tAC, false, true, replayLease, replayTimeout)
 		m.lock(rt, 3, tBD, true, true, replayLease, replayTimeout)
-		m.lock(rt, 0, tB, false, true, replayLease, replayTimeout)
+		m.lock(rt, 0, tC, false, true, replayLease, replayTimeout)
 		m.lock(rt, 1, tBD, true, true, replayLease, replayTimeout)
 		if m.heldBy(1, tBD) == nil {
 			rt.Fatalf("o1 did not pass the request that waits for it through o3's: %s", m.describe())
 		}
+	})
+}
+
+// An owner that asks below a lock it holds passes no request through another owner's wait
+// (docs/DESIGN.md §17.2): o1 holds [c,∞) exclusively; o3's shared [b,d) queues (waiting
+// for o1), then an exclusive b of no owner behind it. o1's shared [b,d) waits behind the request
+// of no owner, which waits for o1 only through o3's request, at c, above b: o1 → o3 → o1 is a
+// cycle, and o1's request fails as a deadlock.
+func TestModelRangeBelowItsLockDoesNotPassThroughRequestsAhead(t *testing.T) {
+	replay(t, 1, func(rt *rapid.T, m *modelRun) {
+		m.lock(rt, 1, tCUp, false, true, replayLease, replayTimeout)
+		m.lock(rt, 3, tBD, true, true, replayLease, replayTimeout)
+		m.lock(rt, 0, tB, false, true, replayLease, replayTimeout)
+		m.lock(rt, 1, tBD, true, true, replayLease, replayTimeout)
 	})
 }
 
@@ -233,18 +249,17 @@ func TestModelKeyWaitsForRequestAheadKeptByRange(t *testing.T) {
 
 // A request that passed others keeps passing them when its owner's lock ends while they wait
 // behind its own request: o3 holds [c,∞) shared, o4 holds a shared and o1 holds every key shared;
-// o4's exclusive c queues (waiting for o3 and o1), then an exclusive [b,d) of no owner (waiting
-// for them too, and behind o4's request). o1's exclusive c passes both, which wait for o1's range,
-// and queues ahead of o4's request, for o3. When o1's range is revoked, the request of no owner
-// still waits behind o4's, which waits behind o1's: o1 passes it still, rather than wait behind
-// it in a cycle, and takes c once o3 lets its range go.
+// o4's exclusive c queues (waiting for o3 and o1). o1's exclusive c passes it, since it waits for
+// o1's range, and queues ahead of it, for o3. When o1's range is revoked, o4's request still waits
+// behind o1's: o1 passes it still, rather than wait behind it in a cycle, and takes c once o3 lets
+// its range go. (A request of another owner queued behind o4's would wait for o1 only through
+// o4's request, and such a chain ends only at a lock of o1, §17.2: o1 would not pass it.)
 func TestModelOwnerStillPassesRequestBehindItsOwn(t *testing.T) {
 	replay(t, 0, func(rt *rapid.T, m *modelRun) {
 		m.lock(rt, 3, tCUp, true, true, replayLease, replayTimeout)
 		m.lock(rt, 4, tA, true, true, replayLease, replayTimeout)
 		m.lock(rt, 1, tAll, true, true, replayLease, replayTimeout)
 		m.lock(rt, 4, tC, false, true, replayLease, replayTimeout)
-		m.lock(rt, 0, tBD, false, true, replayLease, replayTimeout)
 		m.lock(rt, 1, tC, false, true, replayLease, replayTimeout)
 		if m.request(1) == nil || m.request(4) == nil {
 			rt.Fatalf("o1's and o4's requests for c do not both wait: %s", m.describe())
@@ -286,5 +301,92 @@ func TestModelOwnerPassesRequestAheadThatComesToWaitForIt(t *testing.T) {
 		if m.heldBy(2, tD) == nil {
 			rt.Fatalf("o2 did not pass the requests that came to wait for it: %s", m.describe())
 		}
+	})
+}
+
+// The cycle through an exclusive range queued ahead of a shared key request: o1
+// holds b shared and o2 holds e, of the other column family; o3's exclusive [a,c) queues behind
+// o1's share, and o2's shared b behind o3's range; then o1 asks for e. o2 passes nothing, since
+// o1 waits in the other column family, so o2's edge to o3's range closes o1 → o2 → o3 → o1, a
+// deadlock, and o3, then o2, are served once o1 lets go.
+func TestModelSharedKeyWaitsForExclusiveRangeQueuedAhead(t *testing.T) {
+	replay(t, 1, func(rt *rapid.T, m *modelRun) {
+		m.lock(rt, 1, tB, true, true, replayLease, replayTimeout)
+		m.lock(rt, 2, tE, false, true, replayLease, replayTimeout)
+		m.lock(rt, 3, tAC, false, true, replayLease, replayTimeout)
+		m.lock(rt, 2, tB, true, true, replayLease, replayTimeout)
+		m.lock(rt, 1, tE, false, true, replayLease, replayTimeout)
+	})
+}
+
+// The same cycle within one column family (docs/DESIGN.md §17.2): o1 holds b
+// shared and o2 holds d; o3's exclusive [a,c) queues behind o1's share, and o2's shared b behind
+// o3's range; then o1 asks for d. o3's range waits for o2 only through o1's wait, at o2's d, above
+// the b o2 asks: o2 asks below a key it holds and passes nothing, so its edge to o3's range closes
+// o1 → o2 → o3 → o1, and o1's request fails as a deadlock. Once o1 lets b go, o3's range is
+// served, and o2's b only once o3 lets it go.
+func TestModelSharedKeyWaitsForExclusiveRangeQueuedAheadInOneColumnFamily(t *testing.T) {
+	replay(t, 1, func(rt *rapid.T, m *modelRun) {
+		m.lock(rt, 1, tB, true, true, replayLease, replayTimeout)
+		m.lock(rt, 2, tD, false, true, replayLease, replayTimeout)
+		m.lock(rt, 3, tAC, false, true, replayLease, replayTimeout)
+		m.lock(rt, 2, tB, true, true, replayLease, replayTimeout)
+		m.lock(rt, 1, tD, false, true, replayLease, replayTimeout)
+		if m.deadlocks != 1 {
+			rt.Fatalf("o1's request for d closes o1 → o2 → o3 → o1 (o2's shared b waits "+
+				"for o3's exclusive range queued ahead of it) and must fail as a deadlock: %s", m.describe())
+		}
+		for _, step := range []struct {
+			o, t   int
+			served int
+		}{{1, tB, 3}, {3, tAC, 2}} {
+			h := m.heldBy(step.o, step.t)
+			if h == nil {
+				rt.Fatalf("o%d does not hold %s: %s", step.o, targetName(step.t), m.describe())
+			}
+			h.h.Release()
+			m.drop(rt, h, false)
+			m.settle(rt)
+			if m.request(step.served) != nil {
+				rt.Fatalf("o%d was not served once o%d let %s go: %s", step.served, step.o, targetName(step.t), m.describe())
+			}
+			if step.o == 1 && m.request(2) == nil {
+				rt.Fatalf("o2's shared b was served before o3's exclusive range queued ahead of it: %s", m.describe())
+			}
+		}
+	})
+}
+
+// An owner that locks in key order passes every range queued ahead of it that waits for it through
+// another owner's wait, the ranges queued behind such a range too (docs/DESIGN.md §17.2):
+// o1 holds a and o2 holds b shared; o3's shared range over every key queues for o1's a, and o4's
+// exclusive [c,∞) behind it; o1 asks for b and waits for o2. o2 then asks for d: o3's range waits
+// for o2 through o1's wait, and o4's through o3's, each chain ending at o2's b, below d, so o2
+// passes both and takes d, and no cycle is closed.
+func TestModelOrderedOwnerPassesRangesQueuedAheadThroughAnotherOwnersWait(t *testing.T) {
+	replay(t, 0, func(rt *rapid.T, m *modelRun) {
+		m.lock(rt, 1, tA, false, true, replayLease, replayTimeout)
+		m.lock(rt, 2, tB, true, true, replayLease, replayTimeout)
+		m.lock(rt, 3, tAll, true, true, replayLease, replayTimeout)
+		m.lock(rt, 4, tCUp, false, true, replayLease, replayTimeout)
+		m.lock(rt, 1, tB, false, true, replayLease, replayTimeout)
+		m.lock(rt, 2, tD, false, true, replayLease, replayTimeout)
+		if m.heldBy(2, tD) == nil {
+			rt.Fatalf("o2 locks in key order and did not pass the ranges that wait for it through o1's wait: %s", m.describe())
+		}
+	})
+}
+
+// An owner that asks for the key its range starts at asks inside a range it holds, and passes the
+// waiters of that range through the requests ahead of them (docs/DESIGN.md §17.2): o3
+// holds [a,b) shared; an exclusive a of no owner queues for it, and a shared [a,c) of no owner
+// behind that. o3's exclusive a passes both: the second waits for o3 only through the first, and
+// the chain ends at o3's range, which starts at a.
+func TestModelOwnerAsksAtTheStartOfItsRange(t *testing.T) {
+	replay(t, 0, func(rt *rapid.T, m *modelRun) {
+		m.lock(rt, 3, tAB, true, true, replayLease, replayTimeout)
+		m.lock(rt, 0, tA, false, true, replayLease, replayTimeout)
+		m.lock(rt, 0, tAC, true, true, replayLease, replayTimeout)
+		m.lock(rt, 3, tA, false, true, replayLease, replayTimeout)
 	})
 }

@@ -1,6 +1,7 @@
 package locktable
 
 import (
+	"bytes"
 	"slices"
 	"time"
 
@@ -11,7 +12,8 @@ import (
 // whole state: two locks conflict when their key sets meet, at least one is exclusive, and they
 // are not of one owner; a request is served once no holder and no request queued ahead of it
 // conflicts with it, but for the requests it passes: a request of an owner that holds locks passes
-// a request that waits for one of them, itself or through the requests queued ahead of it (§17.2).
+// a request that waits for one of them, itself or through the requests queued ahead of it, the
+// latter only at a lock whose key (a range's start) is below the key it asks (§17.2).
 // Where two requests that conflict are both free to go, the younger passing the older, either may
 // be served first, and the model takes the one the table served; so too where two are each free
 // only while the other waits, one passing a request through the other's wait.
@@ -25,7 +27,7 @@ func modelConflicts(oa, ta int, xa bool, ob, tb int, xb bool) bool {
 	if oa != 0 && oa == ob {
 		return false
 	}
-	return (xa || xb) && spanOf(ta).meets(spanOf(tb))
+	return (xa || xb) && cfOf(ta) == cfOf(tb) && spanOf(ta).meets(spanOf(tb))
 }
 
 // blockedBy reports whether holder h stops r: an upgrade is not stopped by the claim it upgrades.
@@ -56,16 +58,20 @@ func (m *modelRun) blocked(r *mReq, ahead []*mReq) bool {
 // passes reports whether r may pass q, a request queued ahead of it: its column family is in range
 // mode, r's owner held locks as it asked, and q cannot be served before that owner lets go.
 func (m *modelRun) passes(r, q *mReq) bool {
-	if !m.rangeMode || r.owner == 0 || !r.holds || q.owner == r.owner {
+	if !m.rangeMode || cfOf(r.target) != 0 || r.owner == 0 || !r.holds || q.owner == r.owner {
 		return false
 	}
-	return m.waitsForOwner(q, r.owner, map[*mReq]bool{})
+	return m.waitsForOwner(q, r.owner, spanOf(r.target).start, true, map[*mReq]bool{})
 }
 
 // waitsForOwner reports whether q, a queued request, cannot be served before owner o lets go: it
 // conflicts with a lock of o, or with a lock of another owner whose queued request waits for o in
-// turn; or a request queued ahead of it that it conflicts with is o's, or waits for o in turn.
-func (m *modelRun) waitsForOwner(q *mReq, o int, seen map[*mReq]bool) bool {
+// turn; or a request queued ahead of it that it conflicts with is o's, or waits for o in turn. A
+// wait of an owner in another column family is not followed. Past q itself (direct false), a lock
+// of o counts only if its key, a range's start, is below at, the key of the request that asks to
+// pass, or is a range that starts at it (§17.2: a Txn that asks below a key it holds passes nobody
+// through another's wait).
+func (m *modelRun) waitsForOwner(q *mReq, o int, at []byte, direct bool, seen map[*mReq]bool) bool {
 	if seen[q] {
 		return false
 	}
@@ -75,14 +81,18 @@ func (m *modelRun) waitsForOwner(q *mReq, o int, seen map[*mReq]bool) bool {
 			continue
 		}
 		if h.owner == o {
-			return true
+			c := bytes.Compare(spanOf(h.target).start, at)
+			if direct || c < 0 || c == 0 && h.target >= modelKeys {
+				return true
+			}
+			continue
 		}
-		if u := m.request(h.owner); u != nil && m.waitsForOwner(u, o, seen) {
+		if u := m.request(h.owner); u != nil && cfOf(u.target) == cfOf(q.target) && m.waitsForOwner(u, o, at, false, seen) {
 			return true
 		}
 	}
 	for _, p := range m.queue {
-		if p != q && m.aheadOf(p, q) && q.behind(p) && (p.owner == o || m.waitsForOwner(p, o, seen)) {
+		if p != q && m.aheadOf(p, q) && q.behind(p) && (p.owner == o && direct || p.owner != o && m.waitsForOwner(p, o, at, false, seen)) {
 			return true
 		}
 	}

@@ -49,7 +49,7 @@ func (m *modelRun) holdOf(r *mReq) *mHold {
 // not reach the table.
 func (m *modelRun) coveredBy(o, t int, shared bool) *mHold {
 	for _, h := range m.holds {
-		if o != 0 && h.owner == o && h.target >= modelKeys && (shared || !h.shared) && spanOf(h.target).meets(spanOf(t)) {
+		if o != 0 && h.owner == o && h.target >= modelKeys && (shared || !h.shared) && cfOf(t) == 0 && spanOf(h.target).meets(spanOf(t)) {
 			return h
 		}
 	}
@@ -85,7 +85,9 @@ func (m *modelRun) newClaim(o, t int, shared, holds bool) *Claim {
 	}
 	opts := testOptions{Shared: shared, OwnerHolds: holds}
 	if t < modelKeys {
-		return m.l.newClaim(modelKey(t), opts, owner)
+		h := &Claim{}
+		m.l.ten.Prepare(h, owner, cfOf(t), modelKey(t), opts.ask())
+		return h
 	}
 	m.rangeMode = true // PrepareRange makes the column family's range space
 	s := spanOf(t)

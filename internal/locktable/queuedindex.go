@@ -3,6 +3,8 @@ package locktable
 import (
 	"slices"
 	"sort"
+
+	"github.com/recordlock/recordlock/internal/spans"
 )
 
 // queuedIndex is what a view reads of the requests queued in a range space, once per visit of
@@ -84,7 +86,7 @@ func (sp *rangeSpace) indexQueued(visited *uint64) *queuedIndex {
 		return true
 	})
 	for m := range 2 {
-		slices.SortFunc(x.ranges[m].starts, compareKeys)
+		slices.SortFunc(x.ranges[m].starts, spans.Compare)
 		slices.SortFunc(x.ranges[m].ends, compareEnds)
 	}
 	return x
@@ -100,7 +102,7 @@ func (x *queuedIndex) before(sorted [][]byte, key []byte) int {
 	if key == nil {
 		return len(sorted)
 	}
-	return x.search(len(sorted), func(i int) bool { return compareKeys(sorted[i], key) >= 0 })
+	return x.search(len(sorted), func(i int) bool { return spans.Compare(sorted[i], key) >= 0 })
 }
 
 // rangesMeeting counts the spans of e that meet [start, end) (end nil: no bound), or with
@@ -109,11 +111,11 @@ func (x *queuedIndex) before(sorted [][]byte, key []byte) int {
 func (x *queuedIndex) rangesMeeting(e *spanEnds, start, end []byte, oneKey bool) int {
 	var started int
 	if oneKey {
-		started = x.search(len(e.starts), func(i int) bool { return compareKeys(e.starts[i], start) > 0 })
+		started = x.search(len(e.starts), func(i int) bool { return spans.Compare(e.starts[i], start) > 0 })
 	} else {
 		started = x.before(e.starts, end)
 	}
-	ended := x.search(len(e.ends), func(i int) bool { return e.ends[i] == nil || compareKeys(e.ends[i], start) > 0 })
+	ended := x.search(len(e.ends), func(i int) bool { return e.ends[i] == nil || spans.Compare(e.ends[i], start) > 0 })
 	return started - ended
 }
 

@@ -116,9 +116,9 @@ func TestQueuedRangeDelaysOnlyWhatItConflictsWith(t *testing.T) {
 	x, err := l.TryLock([]byte("x"), testOptions{})
 	require.NoError(t, err, "a queued range over [a, c) does not delay x")
 	_, err = l.TryLock([]byte("a"), testOptions{Shared: true})
-	assert.ErrorIs(t, err, ErrLocked, "a newcomer inside the queued range does not pass it")
+	require.ErrorIs(t, err, ErrLocked, "a newcomer inside the queued range does not pass it")
 	_, err = l.TryLockRange("b", "d", testOptions{Shared: true})
-	assert.ErrorIs(t, err, ErrLocked, "nor does a range that meets it")
+	require.ErrorIs(t, err, ErrLocked, "nor does a range that meets it")
 
 	require.True(t, b.Release())
 	res := Await(t, gotRange, "the range")
@@ -200,7 +200,7 @@ func TestOwnLocksNeverConflict(t *testing.T) {
 	_, err := txn.Lock(context.Background(), []byte("b"), testOptions{})
 	require.NoError(t, err)
 	r, err := l.acquireRange(context.Background(), []byte("a"), []byte("c"), testOptions{}, txn, false)
-	require.NoError(t, err, "a Txn's range over its own key")
+	require.NoError(t, err, "a Txn's own locks never conflict with each other: a Txn's range over its own key")
 	txn.claims = append(txn.claims, r)
 	_, err = l.TryLock([]byte("b"), testOptions{Shared: true})
 	assert.ErrorIs(t, err, ErrLocked)
@@ -283,5 +283,25 @@ func TestRangeWaitTimesOutAndChangesNothing(t *testing.T) {
 	require.NoError(t, a.err)
 	require.True(t, a.h.Release())
 	require.True(t, k.Release())
+	assert.True(t, ProbeTableEmpty(l))
+}
+
+// A range request waits for a conflicting key request queued before it, even where it conflicts
+// with none of the key's holders (the rule, fairness): here b is held shared, a writer queues for
+// it, and a shared range over b must not pass the writer.
+func TestRangeWaitsForAKeyRequestQueuedBeforeIt(t *testing.T) {
+	l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
+	first, err := l.TryLockRange("x", "y", testOptions{}) // makes the column family's range space
+	require.NoError(t, err)
+	require.True(t, first.Release())
+	reader, err := l.TryLock([]byte("b"), testOptions{Shared: true})
+	require.NoError(t, err)
+	writer := lockAsync(context.Background(), l, []byte("b"), testOptions{})
+	waitUntil(t, "the writer queues for b", func() bool { return l.tab.Counts().Waiting == 1 })
+	_, err = l.TryLockRange("a", "c", testOptions{Shared: true})
+	require.ErrorIs(t, err, ErrLocked, "a request is served after every conflicting request "+
+		"queued before it; a shared range over b passed the writer queued for b")
+	require.True(t, reader.Release())
+	require.True(t, granted(t, writer, "the writer").Release())
 	assert.True(t, ProbeTableEmpty(l))
 }

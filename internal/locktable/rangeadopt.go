@@ -48,8 +48,15 @@ func (s *broughtSteps) note(looked, moved int) {
 // shard.
 func (sp *rangeSpace) brings(key []byte) bool {
 	cv := sp.cover.Load()
-	return cv.live.stabs(key) || cv.retiring != nil && cv.retiring.stabs(key)
+	if coverRead != nil {
+		coverRead()
+	}
+	return cv.live.Covers(key) || cv.retiring.Covers(key)
 }
+
+// coverRead, when set, runs as a key request has read the cover, with its shard's mutex held: a
+// test runs a range request between that read and the entry the key request makes.
+var coverRead func()
 
 // routesHome reports whether a request for key, of sp's column family, must look in the home
 // shard, with the mutex of key's own shard sh held. It marks sh noted before it reads the cover:
@@ -136,7 +143,7 @@ func (h *Claim) acquireBrought(ctx context.Context, sh *shard, sp *rangeSpace, h
 	lockPair(sh, home)
 	at := routed(hash, sp.homeIdx)
 	cv := sp.cover.Load() // changed only under the home shard's mutex
-	live := cv.live.stabs(h.key())
+	live := cv.live.Covers(h.key())
 	switch {
 	case live || owned:
 		if e := sh.index.find(hash, h.cf, h.key()); e != nil {
@@ -164,7 +171,7 @@ func (sh *shard) takeInRanges(ctx context.Context, sp *rangeSpace, h *Claim, wal
 	}
 	blocked := sp.keyBlocked(sh, h, newest, true, c, mono)
 	e := sh.lookup(h) // settling lapsed holders or ranges may have changed or removed the entry
-	if e == nil && !sp.cover.Load().live.stabs(h.key()) {
+	if e == nil && !sp.cover.Load().live.Covers(h.key()) {
 		// The key left the home shard, and no live span brings it back: its own shard takes it,
 		// which needs that shard's mutex first.
 		sh.unlockAndRunDeferred()

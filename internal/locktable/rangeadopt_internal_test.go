@@ -52,7 +52,7 @@ func TestOnlyTheKeysRangesCoverGoToTheHomeShard(t *testing.T) {
 	for _, h := range append(outside, inside[1:]...) {
 		require.True(t, h.Release())
 	}
-	assert.Nil(t, tab.spaceOf(0).cover.Load().retiring, "no key is left in the home shard without a range")
+	assert.True(t, tab.spaceOf(0).cover.Load().retiring.Empty(), "no key is left in the home shard without a range")
 	assert.True(t, ProbeTableEmpty(l))
 }
 
@@ -146,7 +146,7 @@ func TestFirstRangeHoldsEachShardForOneBatch(t *testing.T) {
 			for _, h := range held {
 				require.True(t, h.Release())
 			}
-			assert.Nil(t, sp.cover.Load().retiring)
+			assert.True(t, sp.cover.Load().retiring.Empty())
 			assert.True(t, ProbeTableEmpty(l))
 		})
 	}
@@ -175,7 +175,7 @@ func TestOwnersWaitInTheHomeShard(t *testing.T) {
 	require.NoError(t, Await(t, ch, "the owner's request"))
 	txn.Rollback()
 	require.True(t, r.Release())
-	assert.Nil(t, tab.spaceOf(0).cover.Load().retiring)
+	assert.True(t, tab.spaceOf(0).cover.Load().retiring.Empty())
 	assert.True(t, ProbeTableEmpty(l))
 }
 
@@ -216,7 +216,7 @@ func TestKeyRequestBehindARangesVisitGoesToTheHomeShard(t *testing.T) {
 		ranged <- err
 	}()
 	sp := tab.spaceOf(0)
-	require.Eventually(t, func() bool { return sp.cover.Load().live != nil },
+	require.Eventually(t, func() bool { return !sp.cover.Load().live.Empty() },
 		5*time.Second, 100*time.Microsecond, "the range request publishes its span")
 	h, err := l.TryLock(k, testOptions{})
 	require.NoError(t, err, "the range request is not placed yet")
@@ -255,7 +255,7 @@ func TestRangeInsideARangeStillBringingInBringsItsOwnKeys(t *testing.T) {
 		outer <- err
 	}()
 	sp := tab.spaceOf(0)
-	require.Eventually(t, func() bool { return sp.cover.Load().live != nil },
+	require.Eventually(t, func() bool { return !sp.cover.Load().live.Empty() },
 		5*time.Second, 100*time.Microsecond, "the outer range request publishes its span")
 	inner := make(chan error, 1)
 	go func() {
@@ -426,7 +426,8 @@ func TestFirstRangeNotesAKeyShiftedBackBetweenBatches(t *testing.T) {
 	_, err = l.TryLockRange(string(x2), string(x2)+"\x00", testOptions{})
 	require.True(t, released, "the space was readied in more than one batch")
 	require.True(t, shifted, "x2 shifted back into x1's slot")
-	require.ErrorIs(t, err, ErrLocked, "a range over x2, which is held")
+	require.ErrorIs(t, err, ErrLocked, "DESIGN §17.1 (bringOwnerWaits), a column family's first range request "+
+		"notes every entry made before it, from a copy of the index slots; a range over x2, which is held, was granted")
 
 	require.True(t, h2.Release())
 	for _, c := range held {

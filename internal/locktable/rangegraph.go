@@ -1,5 +1,7 @@
 package locktable
 
+import "github.com/recordlock/recordlock/internal/spans"
+
 // The wait-for edges in a range space (docs/DESIGN.md §17): a request waits for every conflicting
 // holder of a key or range that meets it, and for every conflicting request queued before it.
 // A request of no owner queued before it passes on its own waits: the request behind waits,
@@ -115,7 +117,7 @@ func plainExclusive(w *waiter) bool {
 // sameSpan reports whether the range claims a and b cover the same keys.
 func sameSpan(a, b *Claim) bool {
 	ae, be := a.cold.span.end, b.cold.span.end
-	return compareKeys(a.key(), b.key()) == 0 && (ae == nil) == (be == nil) && compareKeys(ae, be) == 0
+	return spans.Compare(a.key(), b.key()) == 0 && (ae == nil) == (be == nil) && spans.Compare(ae, be) == 0
 }
 
 // runHead returns, for x, a queued plain exclusive range request (plainExclusive), the oldest

@@ -1,6 +1,7 @@
 package locktable
 
 import (
+	"bytes"
 	"cmp"
 	"math/bits"
 	"slices"
@@ -22,46 +23,83 @@ func (sp *rangeSpace) passes(h *Claim, x *waiter) bool {
 		return false
 	}
 	var seen []*waiter
-	return sp.waitsForOwner(x, o, &seen)
+	return sp.waitsForOwner(x, passer{o: o, at: h.key(), direct: true}, &seen)
 }
 
-// waitsForOwner reports whether x, a request queued in sp, cannot be served before o lets go: it
-// conflicts with a lock o holds that meets its key set; or it is queued behind a conflicting
-// request (queuedAhead) that is o's own or that waits for o in turn; or it conflicts with a lock of
-// another owner whose request in this column family waits for o in turn. seen are the requests
-// looked at already, each once. (A wait through an owner's request in another column family is
-// not followed: the wait-for graph sees it, and a cycle through it fails as a deadlock.)
-func (sp *rangeSpace) waitsForOwner(x *waiter, o Owner, seen *[]*waiter) bool {
+// passer is the owner whose request asks whether it may pass (waitsForOwner), with that request's
+// key (a range request's start), and whether the wait looked at is the request passed itself
+// (direct) or one reached through another owner's request or wait.
+//
+// A wait reached through another owner counts only where it ends at a lock of o whose key (a range
+// lock's start) is below at, never at o's own request (the one asking, which a newcomer's first
+// look would not see). A Txn that locks in key order only asks above the keys it holds, so every
+// pass its ordered waits need still happens; a Txn that asks below a key it holds is out of order,
+// no promise covers it, and were it to pass through the other owners' waits it would hide a cycle
+// that closes through them: it queues, and the cycle fails as a deadlock.
+type passer struct {
+	o      Owner
+	at     []byte
+	direct bool
+}
+
+// endsAt reports whether y, a lock of p.o that a wait looked at conflicts with, makes that wait
+// one for p.o. A range lock that starts at p.at counts too: its owner asks for a key inside a range
+// it holds, which never queues behind that range's waiters.
+func (p passer) endsAt(y *Claim) bool {
+	if p.direct {
+		return true
+	}
+	c := bytes.Compare(y.key(), p.at)
+	return c < 0 || c == 0 && y.flags()&flagRange != 0
+}
+
+// waitsForOwner reports whether x, a request queued in sp, cannot be served before p.o lets go: it
+// conflicts with a lock p.o holds that meets its key set; or it is queued behind a conflicting
+// request (queuedAhead) that is p.o's own or that waits for p.o in turn; or it conflicts with a
+// lock of another owner whose request in this column family waits for p.o in turn. Past x itself,
+// only the locks of p.o below p.at count, and not p.o's request (passer). seen are the requests looked at already, each
+// once: x alone is looked at as direct. (A wait through an owner's request in another column
+// family is not followed: the wait-for graph sees it, and a cycle through it fails as a deadlock.)
+func (sp *rangeSpace) waitsForOwner(x *waiter, p passer, seen *[]*waiter) bool {
 	if slices.Contains(*seen, x) {
 		return false
 	}
 	*seen = append(*seen, x)
-	if sp.conflictsWithLocksOf(x, o, seen) {
+	if sp.conflictsWithLocksOf(x, p, seen) {
 		return true
 	}
+	through := p
+	through.direct = false
 	found := false
 	sp.queuedAhead(x, func(y *waiter) bool {
-		found = y.h.owner == o || sp.waitsForOwner(y, o, seen)
+		if y.h.owner == p.o {
+			found = p.direct // a chain through another owner ends only at a lock of p.o
+		} else {
+			found = sp.waitsForOwner(y, through, seen)
+		}
 		return !found
 	})
 	return found
 }
 
 // conflictsWithLocksOf reports whether x, a request queued in sp, conflicts with a lock that meets
-// its key set, a range lock or a key's lock of its key or of a key inside its range, that o holds,
-// or that an owner holds whose request queued in sp waits for o (waitsForOwner, with seen).
-func (sp *rangeSpace) conflictsWithLocksOf(x *waiter, o Owner, seen *[]*waiter) bool {
+// its key set, a range lock or a key's lock of its key or of a key inside its range, that p.o
+// holds (and that p.endsAt), or that an owner holds whose request queued in sp waits for p.o
+// (waitsForOwner, with seen).
+func (sp *rangeSpace) conflictsWithLocksOf(x *waiter, p passer, seen *[]*waiter) bool {
 	xh := x.h
+	through := p
+	through.direct = false
 	found := false
 	holds := func(y *Claim) bool {
 		if y.owner == nil || !conflicts(xh, y) {
 			return false
 		}
-		if y.owner == o {
-			return true
+		if y.owner == p.o {
+			return p.endsAt(y)
 		}
 		u := sp.waiting[y.owner]
-		return u != nil && sp.waitsForOwner(u, o, seen)
+		return u != nil && sp.waitsForOwner(u, through, seen)
 	}
 	sp.ranges.heldConflicting(xh, func(it *rangeItem) bool {
 		found = holds(it.h)

@@ -241,3 +241,47 @@ func TestRepassMovesEachRequestOncePerWait(t *testing.T) {
 		assert.LessOrEqual(t, tried, uint64(k*(k+1)), "at most k requests asked per move, and a last pass")
 	}
 }
+
+// The exception follows waits through other owners' requests (DESIGN §17.2): W2 holds a, W holds
+// b shared, and a reader's shared range over [a, e) queues for a; W asks for d and queues behind
+// the reader's range, which waits for nothing of W's yet. Then W2 asks for b and waits for W's
+// share: now the reader waits for W through W2's wait, so W passes it and takes d, and W2's wait
+// closes no cycle. All three lock in key order, or take one range, so none may meet a deadlock
+// : the chain ends at W's b, below the d W asks. A Txn that asks below the lock such a
+// chain ends at passes nothing through it (§17.2).
+func TestOwnerPassesRangeRequestThatWaitsForItThroughAnotherOwner(t *testing.T) {
+	l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
+	ctx := context.Background()
+	w, w2, reader := &testTxn{l: l, name: "W"}, &testTxn{l: l, name: "W2"}, &testTxn{l: l, name: "reader"}
+	defer w.Rollback()
+	defer w2.Rollback()
+	_, err := w2.Lock(ctx, []byte("a"), testOptions{})
+	require.NoError(t, err)
+	_, err = w.Lock(ctx, []byte("b"), testOptions{Shared: true})
+	require.NoError(t, err)
+	gotRange := rangeAsync(l, "a", "e", testOptions{Shared: true}, reader)
+	waitRangesQueued(t, l, 1)
+	gotD := txnLockResult(w, []byte("d"), testOptions{})
+	waitingCount(t, l, 2)
+
+	gotB := txnLockResult(w2, []byte("b"), testOptions{})
+	var res lockResult
+	select {
+	case r := <-gotB:
+		require.False(t, isDeadlock(r.err), "Txns that lock in key order never "+
+			"deadlock beside a Txn that takes one range; W must pass the reader's range, which waits for W through W2's wait")
+		t.Fatalf("W2's request for b, held shared by W, returned: %v", r.err)
+	case res = <-gotD:
+	case <-time.After(txnTestGuard):
+		t.Fatal("W's request for d, which passes the reader's range, was not granted")
+	}
+	require.NoError(t, res.err)
+	assert.True(t, notReturned(gotB), "W2 waits for W's share of b")
+	w.Rollback()
+	require.NoError(t, Await(t, gotB, "W2's request for b once W rolled back").err)
+	w2.Rollback()
+	res = Await(t, gotRange, "the reader's range")
+	require.NoError(t, res.err)
+	require.True(t, res.h.Release())
+	assert.True(t, ProbeTableEmpty(l))
+}

@@ -138,6 +138,9 @@ func (sh *shard) dropRange(w *waiter, outcome waitState) {
 	sp.spanGone(it)
 	it.w = nil
 	sh.unschedule(w.h)
+	if w.h.flags()&flagCounted != 0 {
+		w.h.uncount()
+	}
 	w.finish(outcome)
 	sh.countOutcome(outcome)
 }
@@ -150,10 +153,13 @@ func (sh *shard) giveBackRange(h *Claim, f, set uint32) {
 		sh.tab.logFault(h.ten, "a handle gave back a range it did not hold")
 		return
 	}
+	// Marked before its span leaves the cover: a key request reads the cover without the home
+	// shard's mutex and, once the span is gone, takes a key inside it in its own shard at once;
+	// by then IsExpired, which reads these flags without a mutex too, must report the range dead.
+	h.state.Store(f&^flagHeld | set)
 	sp := sh.spaces[h.cf]
 	sp.ranges.remove(it)
 	sp.spanGone(it)
-	h.state.Store(f&^flagHeld | set)
 	if w := sp.upgradeOfRange(h); w != nil {
 		sh.dropRange(w, waitShareEnded)
 	}

@@ -1,15 +1,18 @@
 package locktable
 
-import (
-	"bytes"
-	"encoding/binary"
-)
+import "github.com/recordlock/recordlock/internal/spans"
 
 // rangeTree holds the range locks and queued range requests of one column family, ordered by
 // start, as a treap whose every node knows the largest end in its subtree. That is what finds the
 // ranges that meet a key or a span in O(log R + m) for m found, where a tree ordered by start
 // alone would step over every range that starts before the span and ends before it too; the
 // ordered containers we could take (google/btree, tidwall/btree) keep no such per-subtree value.
+//
+// It is the treap of internal/spans (the same order and priorities) on nodes of its own: an item
+// is part of its range lock and reads its start and end through its claim, where a spans node
+// keeps its start, a pointer to its end and its value: 40 bytes more, which would take a range
+// lock's span out of its 96-byte size class and the lock past the 384 bytes TestHeldLockMemory
+// allows it.
 type rangeTree struct {
 	root *rangeItem
 	n    int
@@ -39,11 +42,11 @@ type rangeItem struct {
 func (it *rangeItem) start() []byte   { return it.h.key() }
 func (it *rangeItem) end() []byte     { return it.h.cold.span.end }
 func (it *rangeItem) endRef() *[]byte { return &it.h.cold.span.end }
-func (it *rangeItem) prio() uint64    { return coverPrio(it.id) }
+func (it *rangeItem) prio() uint64    { return spans.Priority(it.id) }
 
 // before orders items by start, then by id.
 func (it *rangeItem) before(o *rangeItem) bool {
-	if c := compareKeys(it.start(), o.start()); c != 0 {
+	if c := spans.Compare(it.start(), o.start()); c != 0 {
 		return c < 0
 	}
 	return it.id < o.id
@@ -53,27 +56,13 @@ func (it *rangeItem) before(o *rangeItem) bool {
 func (it *rangeItem) fix() {
 	it.leftEnd = it.endRef()
 	if l := it.left; l != nil {
-		it.leftEnd = laterEnd(it.leftEnd, l.maxEnd)
+		it.leftEnd = spans.LaterEnd(it.leftEnd, l.maxEnd)
 	}
 	it.maxEnd = it.leftEnd
 	if r := it.right; r != nil {
-		it.maxEnd = laterEnd(it.maxEnd, r.maxEnd)
+		it.maxEnd = spans.LaterEnd(it.maxEnd, r.maxEnd)
 	}
 }
-
-// laterEnd returns the later of two ends; a nil end has no bound.
-func laterEnd(a, b *[]byte) *[]byte {
-	switch {
-	case *a == nil:
-		return a
-	case *b == nil || compareKeys(*b, *a) > 0:
-		return b
-	}
-	return a
-}
-
-// endsAfter reports whether the end e lies after key: e has no bound, or key is before it.
-func endsAfter(e *[]byte, key []byte) bool { return *e == nil || compareKeys(key, *e) < 0 }
 
 func (t *rangeTree) insert(it *rangeItem) {
 	it.left, it.right, it.tree = nil, nil, t
@@ -165,14 +154,14 @@ func (t *rangeTree) meeting(start, end []byte, f func(*rangeItem) bool) {
 }
 
 func (t *rangeTree) meetingIn(n *rangeItem, start, end []byte, f func(*rangeItem) bool) bool {
-	if n == nil || !endsAfter(n.maxEnd, start) {
+	if n == nil || !spans.EndsAfter(n.maxEnd, start) {
 		return true // nothing below ends after start
 	}
 	t.steps++
 	if !t.meetingIn(n.left, start, end, f) {
 		return false
 	}
-	if end != nil && compareKeys(n.start(), end) >= 0 {
+	if end != nil && spans.Compare(n.start(), end) >= 0 {
 		return true // this and everything to its right start at or after end
 	}
 	if spansMeet(n.start(), n.end(), start, end) && !f(n) {
@@ -188,11 +177,11 @@ func (t *rangeTree) meetingIn(n *rangeItem, start, end []byte, f func(*rangeItem
 func (t *rangeTree) containsAny(key []byte) bool {
 	for n := t.root; n != nil; {
 		t.steps++
-		if compareKeys(n.start(), key) > 0 {
+		if spans.Compare(n.start(), key) > 0 {
 			n = n.left
 			continue
 		}
-		if endsAfter(n.leftEnd, key) {
+		if spans.EndsAfter(n.leftEnd, key) {
 			return true
 		}
 		n = n.right
@@ -207,14 +196,14 @@ func (t *rangeTree) holdsSpan(start, end []byte) bool {
 	var best *[]byte
 	for n := t.root; n != nil; {
 		t.steps++
-		if compareKeys(n.start(), start) > 0 {
+		if spans.Compare(n.start(), start) > 0 {
 			n = n.left
 			continue
 		}
 		if best == nil {
 			best = n.leftEnd
 		} else {
-			best = laterEnd(best, n.leftEnd)
+			best = spans.LaterEnd(best, n.leftEnd)
 		}
 		n = n.right
 	}
@@ -226,7 +215,7 @@ func (t *rangeTree) holdsSpan(start, end []byte) bool {
 	case end == nil:
 		return false
 	}
-	return compareKeys(end, *best) <= 0
+	return spans.Compare(end, *best) <= 0
 }
 
 // containing calls f on every item whose span holds key, until f returns false.
@@ -235,41 +224,18 @@ func (t *rangeTree) containing(key []byte, f func(*rangeItem) bool) {
 }
 
 func (t *rangeTree) containingIn(n *rangeItem, key []byte, f func(*rangeItem) bool) bool {
-	if n == nil || !endsAfter(n.maxEnd, key) {
+	if n == nil || !spans.EndsAfter(n.maxEnd, key) {
 		return true
 	}
 	t.steps++
 	if !t.containingIn(n.left, key, f) {
 		return false
 	}
-	if compareKeys(n.start(), key) > 0 {
+	if spans.Compare(n.start(), key) > 0 {
 		return true
 	}
-	if (n.end() == nil || compareKeys(key, n.end()) < 0) && !f(n) {
+	if (n.end() == nil || spans.Compare(key, n.end()) < 0) && !f(n) {
 		return false
 	}
 	return t.containingIn(n.right, key, f)
-}
-
-// compareKeys is bytes.Compare, eight bytes at a time while both keys have them: keys of one
-// column family tend to share long prefixes ("record/1…"), and the tree compares a key at every
-// level, where bytes.Compare's call and setup cost more than the comparison itself.
-func compareKeys(a, b []byte) int {
-	for len(a) >= 8 && len(b) >= 8 {
-		x, y := binary.BigEndian.Uint64(a), binary.BigEndian.Uint64(b)
-		if x != y {
-			if x < y {
-				return -1
-			}
-			return 1
-		}
-		a, b = a[8:], b[8:]
-	}
-	if len(a) > 0 && len(b) > 0 && a[0] != b[0] { // most short keys differ at once
-		if a[0] < b[0] {
-			return -1
-		}
-		return 1
-	}
-	return bytes.Compare(a, b)
 }

@@ -93,17 +93,3 @@ func sameItems(rt *rapid.T, what string, got, want []*rangeItem) {
 		rt.Fatalf("%s found %d items, a scan %d", what, len(got), len(want))
 	}
 }
-
-// compareKeys orders keys as bytes.Compare does, across the eight-byte steps and the tail.
-func TestCompareKeysIsBytesCompare(t *testing.T) {
-	rapid.Check(t, func(rt *rapid.T) {
-		gen := rapid.SliceOfN(rapid.ByteRange(0xfe, 0xff), 0, 20) // two values: long shared prefixes
-		a, b := gen.Draw(rt, "a"), gen.Draw(rt, "b")
-		if rapid.Bool().Draw(rt, "prefix") {
-			b = append(a[:len(a):len(a)], b...)
-		}
-		if got, want := compareKeys(a, b), bytes.Compare(a, b); got != want {
-			rt.Fatalf("compareKeys(%x, %x) = %d, bytes.Compare %d", a, b, got, want)
-		}
-	})
-}

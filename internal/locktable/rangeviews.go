@@ -1,6 +1,10 @@
 package locktable
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/recordlock/recordlock/internal/spans"
+)
 
 // What the table's views, probes and Shutdown see of range locks: each is read in its column
 // family's home shard, with that shard's keys.
@@ -84,7 +88,7 @@ func (sp *rangeSpace) appendRanges(hs []*Claim) []*Claim {
 func sortRunsByEnd(hs []*Claim) {
 	for i := 0; i < len(hs); {
 		j := i + 1
-		for j < len(hs) && compareKeys(hs[j].key(), hs[i].key()) == 0 {
+		for j < len(hs) && spans.Compare(hs[j].key(), hs[i].key()) == 0 {
 			j++
 		}
 		if j-i > 1 {
@@ -104,7 +108,7 @@ func compareEnds(a, b []byte) int {
 	case b == nil:
 		return -1
 	}
-	return compareKeys(a, b)
+	return spans.Compare(a, b)
 }
 
 // queuedRangesOver returns the index of h's space in xs, the view's indexes, with the range

@@ -108,7 +108,8 @@ type Undo struct {
 
 // Undo puts back the lease (and the lease asked for), ExpiresAt, flagHold and version counter
 // that Extend replaced: a deadline put back that has already passed ends the lease now, as it
-// would have without the extension. Or it makes the claim an Upgrade made exclusive shared again;
+// would have without the extension. A lease that has ended since Extend keeps its deadline and
+// ExpiresAt: it stays ended. Or it makes the claim an Upgrade made exclusive shared again;
 // if it still holds its key, the shared requests at the head of the queue join it.
 func (u Undo) Undo() {
 	h := u.h
@@ -120,15 +121,20 @@ func (u Undo) Undo() {
 		return
 	}
 	sh := h.lockShard()
-	h.expiresAt = u.expiresAt
+	// A lease that ended since, at the deadline Extend set or by a revocation, stays ended:
+	// putting back a later deadline would revive it, even after a release.
+	ended := h.settle(sh)
 	h.setAskedLease(u.asked)
 	h.replaceFlags(flagHold|flagHasVersion, u.flags)
 	if g := h.ledgerIfAny(); g != nil {
 		g.lastVer = u.lastVer
 	}
-	h.moveDeadline(u.deadline)
-	if h.flags()&flagHeld != 0 {
-		h.settle(sh)
+	if !ended {
+		h.expiresAt = u.expiresAt
+		h.moveDeadline(u.deadline)
+		if h.flags()&flagHeld != 0 {
+			h.settle(sh)
+		}
 	}
 	sh.unlockAndRunDeferred()
 }

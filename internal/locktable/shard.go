@@ -72,9 +72,9 @@ func (sh *shard) lookup(h *Claim) *keyEntry { return sh.index.find(h.hash, h.cf,
 // is done or the tenant closes. With ctxBounds (the caller gave no timeout of its own), a deadline
 // of ctx replaces timeout (boundingDeadline). It returns the Mono reading the attempt started at,
 // from which the lease and the wait are measured. On failure it returns ErrClosed, ErrLocked (the
-// key is busy and !wait), ErrTimeout, ctx's error or a *DeadlockError, and h holds nothing and
-// waits for nothing; a grant that raced with the tenant's close is given back and fails with
-// ErrClosed. A range claim takes its range the same way: its column family has a range space from
+// key is busy and !wait), ErrTimeout, ctx's error or a *DeadlockError, and h holds nothing, waits
+// for nothing and has given back its room in its tenant's bound (AskCounted); a grant that raced
+// with the tenant's close is given back and fails with ErrClosed. A range claim takes its range the same way: its column family has a range space from
 // prepareRange on, so its request goes the way of acquireRouted (rangeadopt.go).
 func (h *Claim) Acquire(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
 	h.setAskedLease(lease)
@@ -96,7 +96,7 @@ func (h *Claim) Acquire(ctx context.Context, lease, timeout time.Duration, wait,
 	}
 	if c.closed.Load() {
 		sh.mu.Unlock()
-		return 0, ErrClosed
+		return h.closedAfter(0, ErrClosed)
 	}
 	e := sh.lookup(h)
 	if e != nil && e.holder != nil && sh.settleHolders(e, h, c, mono) {
@@ -113,11 +113,16 @@ func (h *Claim) Acquire(ctx context.Context, lease, timeout time.Duration, wait,
 }
 
 // closedAfter is the result of Acquire given that of a wait: a grant that raced with the tenant's
-// close (ErrGrantedAfterClose) goes back, and the request fails with ErrClosed.
+// close (ErrGrantedAfterClose) goes back, and the request fails with ErrClosed. A request that
+// failed gives back its room in its tenant's bound, unless it did as it left a queue or gave its
+// key back.
 func (h *Claim) closedAfter(start time.Duration, err error) (time.Duration, error) {
 	if err == ErrGrantedAfterClose {
 		h.Release()
 		err = ErrClosed
+	}
+	if err != nil && h.flags()&flagCounted != 0 {
+		h.uncount() // h is the caller's alone: it holds nothing and waits for nothing
 	}
 	return start, err
 }
@@ -219,12 +224,14 @@ func (sh *shard) watchHolders(e *keyEntry) {
 }
 
 // giveBack ends h's holding of its key, setting the flags in set with the same store, and serves
-// the key's queue.
+// the key's queue. A counted claim gives its room in its tenant's bound back with the key.
 func (sh *shard) giveBack(h *Claim, set uint32) {
 	e := h.e
 	f := h.flags()
 	if f&(flagShared|flagRange|flagInHomeShard) != 0 {
 		switch {
+		case f&flagCounted != 0:
+			sh.giveBackCounted(h, set)
 		case f&flagRange != 0:
 			sh.giveBackRange(h, f, set)
 		case f&flagShared != 0:
@@ -235,6 +242,10 @@ func (sh *shard) giveBack(h *Claim, set uint32) {
 		return
 	}
 	if e == nil || e.holder != h {
+		if f&flagCounted != 0 {
+			sh.giveBackCounted(h, set)
+			return
+		}
 		h.setFlags(set)
 		sh.tab.logFault(h.ten, "a handle gave back a key it did not hold")
 		return
@@ -243,6 +254,10 @@ func (sh *shard) giveBack(h *Claim, set uint32) {
 	h.e = nil // the entry may be reused once the key leaves the table
 	e.holder = nil
 	sh.held--
+	if f&flagCounted != 0 { // spelled out: a call here would cost every Release
+		h.clearFlags(flagCounted)
+		h.ten.bound.used.Add(-1)
+	}
 	sh.serveKey(e) // not serve: the key is not in a home shard (flagInHomeShard)
 }
 

@@ -17,6 +17,9 @@ type Tenant struct {
 	log     *slog.Logger
 	closed  atomic.Bool
 	strays  strayFences
+	// bound caps the tenant's claims in the table (bound.go); nil for none. Set before the
+	// tenant's first request, never changed.
+	bound *bound
 	// onWaitedOn, when set, is told the owner of a claim of the tenant when a request queues for
 	// its key (SetOnWaitedOn).
 	onWaitedOn func(Owner)

@@ -40,9 +40,9 @@ func TestDeadlockCycleReportedToOneTxn(t *testing.T) {
 				waits[i] = txnLockResult(txns[i], key(i+1), testOptions{})
 				WaitQueued(t, l, key(i+1), 1)
 			}
-			_, err := txns[n-1].Lock(context.Background(), key(0), testOptions{})
+			_, err := txns[n-1].Lock(closingCtx(t), key(0), testOptions{})
 			var dl *DeadlockError
-			require.ErrorAs(t, err, &dl)
+			require.ErrorAs(t, err, &dl, "the wait that closes a cycle of %d Txns fails with ErrDeadlock", n)
 			require.Len(t, dl.Cycle, n, "the error names every Txn of the cycle")
 			assert.Equal(t, key(0), dl.Cycle[0].Key, "starting with the request that failed")
 			assert.Equal(t, 0, ProbeQueuedWaiters(l, key(0)), "the failed request queued nothing")
@@ -59,9 +59,17 @@ func TestDeadlockCycleReportedToOneTxn(t *testing.T) {
 				granted(t, waits[i], fmt.Sprintf("txn %d", i))
 				txns[i].Rollback()
 			}
-			assert.True(t, ProbeTableEmpty(l))
+			assert.True(t, ProbeTableEmpty(l), "the victim queues nothing, and the other Txns of the cycle are served")
 		})
 	}
+}
+
+// closingCtx bounds the wait of a request that closes a cycle: with deadlock detection broken it
+// would sleep until the test's own deadline, and fails by name at this one instead.
+func closingCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // Two Txns that start waiting for each other at the same instant: exactly one gets the deadlock,

@@ -259,7 +259,9 @@ func TestReaderBehindWriterDeadlock(t *testing.T) {
 	sWaits := txnLockResult(s, b, opts)
 	waitingCount(t, l, 2)
 
-	_, err = r.Lock(ctx, a, testOptions{Shared: true, Timeout: time.Hour})
+	_, err = r.Lock(closingCtx(t), a, testOptions{Shared: true, Timeout: time.Hour})
+	require.ErrorAs(t, err, new(*DeadlockError), "a shared request waits for the nearest exclusive request "+
+		"queued ahead of it, and R's wait closes R → W → S → R")
 	assert.Equal(t, []string{"R:a", "W:a", "S:b"}, cycleOf(t, err))
 
 	r.Rollback()
@@ -291,8 +293,9 @@ func TestWriterWaitsForEverySharer(t *testing.T) {
 	wWaits := txnLockResult(w, a, opts)
 	waitingCount(t, l, 1)
 
-	_, err = readers[3].Lock(ctx, z, opts) // z is held by the writer, which waits for this reader's share
-	require.True(t, isDeadlock(err), "%v", err)
+	_, err = readers[3].Lock(closingCtx(t), z, opts) // z is held by the writer, which waits for this reader's share
+	require.True(t, isDeadlock(err), "an exclusive request waits for every sharer, and this reader's wait "+
+		"closes reader → writer → reader: %v", err)
 	for i, r := range readers {
 		if i != 3 {
 			r.Rollback()
@@ -403,4 +406,27 @@ func TestDeadlockStressShared(t *testing.T) {
 	for _, l := range lockers {
 		assert.True(t, ProbeTableEmpty(l))
 	}
+}
+
+// An upgrade waits until the Txn's share is the only one: with another sharer left it
+// queues, and takes the key once that sharer lets go.
+func TestUpgradeWaitsForTheOtherSharers(t *testing.T) {
+	l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
+	key := []byte("k")
+	txn := l.Begin()
+	defer txn.Rollback()
+	h, err := txn.Lock(context.Background(), key, testOptions{Shared: true})
+	require.NoError(t, err)
+	other, err := l.TryLock(key, testOptions{Shared: true})
+	require.NoError(t, err)
+	up := txnLockResult(txn, key, testOptions{})
+	if !notReturned(up) {
+		t.Fatal("an upgrade waits until the Txn's share is the only one; it returned with another sharer left")
+	}
+	assert.True(t, isShared(h), "the handle stays shared while its upgrade waits")
+	require.True(t, other.Release())
+	assert.Same(t, h, granted(t, up, "the upgrade"), "the upgrade makes the Txn's own handle exclusive")
+	assert.False(t, isShared(h))
+	txn.Rollback()
+	assert.True(t, ProbeTableEmpty(l))
 }

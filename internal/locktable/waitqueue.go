@@ -304,6 +304,9 @@ func (sh *shard) drop(w *waiter, outcome waitState) {
 	}
 	w.h.e = nil
 	sh.unschedule(w.h)
+	if w.h.flags()&flagCounted != 0 {
+		w.h.uncount()
+	}
 	w.finish(outcome)
 	sh.countOutcome(outcome)
 }

@@ -153,7 +153,7 @@ func TestNoBargingWhileAnOwnerThatHoldsWaits(t *testing.T) {
 		got := queue(testOptions{OwnerHolds: true}, 1)
 		w := releaseWokenNotRun(t, holder) // within the window, a newcomer could pass it
 		_, err = l.TryLock(key, testOptions{})
-		require.ErrorIs(t, err, ErrLocked, "no barging past a request whose owner holds other keys")
+		require.ErrorIs(t, err, ErrLocked, "DESIGN §6 (bargeable): no barging past a request whose owner holds other keys")
 		w.signal()
 		grantedTo(got)
 	})
@@ -354,4 +354,21 @@ func TestHundredThousandCancelledWaits(t *testing.T) {
 	assert.Zero(t, PendingTimers(clk), "a timer was re-armed on an idle table")
 	settleGoroutines(t, base)
 	t.Logf("%d waits cancelled, %d timed out", cancelled, timedOut)
+}
+
+// A shared request that arrives while the key is held shared and a request is queued queues
+// behind it (the rule, fairness): a stream of readers never starves the writer queued.
+func TestSharedNewcomerQueuesBehindAQueuedWriter(t *testing.T) {
+	l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
+	key := []byte("k")
+	reader, err := l.TryLock(key, testOptions{Shared: true})
+	require.NoError(t, err)
+	writer := lockAsync(context.Background(), l, key, testOptions{})
+	WaitQueued(t, l, key, 1)
+	_, err = l.TryLock(key, testOptions{Shared: true})
+	require.ErrorIs(t, err, ErrLocked, "a shared request that arrives while a writer is queued "+
+		"queues behind it, though the key is held shared")
+	require.True(t, reader.Release())
+	require.True(t, granted(t, writer, "the writer").Release())
+	assert.True(t, ProbeTableEmpty(l))
 }

@@ -1,128 +1,232 @@
 // Package spans indexes half-open spans of bytewise-ordered keys, [start, end) with a nil end for
 // no upper bound, so that the spans holding a key or meeting a span are found in O(log n + k) for
-// k found. A Txn keeps its range locks in one, so that finding the range that covers a key among
-// its m ranges costs O(log m), not a scan of them.
+// k found. A Txn keeps its range locks in an Index, so that finding the range that covers a key
+// among its m ranges costs O(log m), not a scan of them; a column family's range space publishes
+// the spans that route key requests (its cover) as Versions, which goroutines read without a lock.
 //
-// An Index is a treap ordered by start whose every node knows the largest end in its subtree: a
-// tree ordered by start alone would step over every span that starts before the key and ends
-// before it too. It only grows; the zero value is empty and ready to use.
+// Both are treaps ordered by start, then by a number unique among their spans, whose every node
+// knows the largest end in its subtree: a tree ordered by start alone would step over every span
+// that starts before the key and ends before it too. A node's priority is a hash of its number,
+// so that the tree's shape depends only on its spans, not on the order they came and went.
 package spans
 
-import "bytes"
+import (
+	"bytes"
+	"encoding/binary"
+)
 
-// Index is a set of spans, each with a value. It is not safe for concurrent use.
-type Index[V any] struct {
-	root  *node[V]
-	rnd   uint64 // the state of the priorities' generator
-	n     int
-	steps uint64 // the nodes the searches visited
-}
-
+// node is a span's place in a tree: the span, the number that orders it among the spans of one
+// start, and a value.
 type node[V any] struct {
-	start, end   []byte
-	v            V
-	left, right  *node[V]
-	prio         uint64
-	maxEnd       []byte // the largest end in the subtree, unless maxUnbounded
-	maxUnbounded bool
+	value       V
+	start       []byte
+	end         *[]byte // the caller's, never changed; a nil end has no bound
+	id          uint64
+	left, right *node[V]
+	maxEnd      *[]byte // the largest end in the subtree: the end of the node that has it
 }
 
-// Len is the number of spans in x.
-func (x *Index[V]) Len() int { return x.n }
-
-// Steps counts the nodes x's searches have visited, for tests that bound their cost.
-func (x *Index[V]) Steps() uint64 { return x.steps }
-
-// Insert adds the span [start, end) with value v. It keeps start and end, which the caller must
-// not change.
-func (x *Index[V]) Insert(start, end []byte, v V) {
-	x.rnd = x.rnd*6364136223846793005 + 1442695040888963407
-	x.root = insert(x.root, &node[V]{start: start, end: end, v: v, prio: x.rnd>>1 | 1})
-	x.n++
+// before reports whether n comes before the span of start numbered id: by start, then number.
+func (n *node[V]) before(start []byte, id uint64) bool {
+	c := Compare(n.start, start)
+	return c < 0 || c == 0 && n.id < id
 }
 
-func insert[V any](n, add *node[V]) *node[V] {
-	if n == nil {
+// Priority is the treap priority of the span numbered id: a hash of the number, so that a treap's
+// shape does not depend on the order its spans come and go. The range set of internal/locktable,
+// whose nodes are part of its range locks, orders its own treaps by it too.
+func Priority(id uint64) uint64 {
+	id ^= id >> 33
+	id *= 0xff51afd7ed558ccd
+	id ^= id >> 33
+	id *= 0xc4ceb9fe1a85ec53
+	return id ^ id>>33
+}
+
+// fix recomputes n's largest end from its own and its children's.
+func (n *node[V]) fix() {
+	n.maxEnd = n.end
+	if l := n.left; l != nil {
+		n.maxEnd = LaterEnd(n.maxEnd, l.maxEnd)
+	}
+	if r := n.right; r != nil {
+		n.maxEnd = LaterEnd(n.maxEnd, r.maxEnd)
+	}
+}
+
+// LaterEnd returns the later of two ends; a nil end has no bound.
+func LaterEnd(a, b *[]byte) *[]byte {
+	switch {
+	case *a == nil:
+		return a
+	case *b == nil || Compare(*b, *a) > 0:
+		return b
+	}
+	return a
+}
+
+// EndsAfter reports whether the end e lies after key: e has no bound, or key is before it.
+func EndsAfter(e *[]byte, key []byte) bool { return *e == nil || Compare(key, *e) < 0 }
+
+// The changes below serve both kinds of tree: with cow false they change the nodes on their path
+// in place (an Index); with cow true they change copies of them (own), so that every earlier root
+// still has the tree it had (a Version). Either way the treap they make is the one of its spans.
+
+// own returns n to be changed: n itself, or with cow a copy of it.
+func own[V any](n *node[V], cow bool) *node[V] {
+	if cow {
+		c := *n
+		return &c
+	}
+	return n
+}
+
+// insert returns the tree n with add, which is in none, in it.
+func insert[V any](n, add *node[V], cow bool) *node[V] {
+	if n == nil || Priority(add.id) > Priority(n.id) {
+		add.left, add.right = split(n, add.start, add.id, cow)
 		add.fix()
 		return add
 	}
-	if bytes.Compare(add.start, n.start) < 0 {
-		n.left = insert(n.left, add)
-		if n.left.prio > n.prio {
-			l := n.left
-			n.left, l.right = l.right, n
-			n.fix()
-			n = l
-		}
+	n = own(n, cow)
+	if n.before(add.start, add.id) {
+		n.right = insert(n.right, add, cow)
 	} else {
-		n.right = insert(n.right, add)
-		if n.right.prio > n.prio {
-			r := n.right
-			n.right, r.left = r.left, n
-			n.fix()
-			n = r
-		}
+		n.left = insert(n.left, add, cow)
 	}
 	n.fix()
 	return n
 }
 
-// fix recomputes n's largest end from its own and its children's.
-func (n *node[V]) fix() {
-	n.maxEnd, n.maxUnbounded = n.end, n.end == nil
-	for _, c := range []*node[V]{n.left, n.right} {
-		switch {
-		case c == nil || n.maxUnbounded:
-		case c.maxUnbounded:
-			n.maxEnd, n.maxUnbounded = nil, true
-		case bytes.Compare(c.maxEnd, n.maxEnd) > 0:
-			n.maxEnd = c.maxEnd
-		}
+// split splits the tree n into its nodes before the span of start numbered id and the rest.
+func split[V any](n *node[V], start []byte, id uint64, cow bool) (before, rest *node[V]) {
+	if n == nil {
+		return nil, nil
 	}
+	n = own(n, cow)
+	if n.before(start, id) {
+		n.right, rest = split(n.right, start, id, cow)
+		n.fix()
+		return n, rest
+	}
+	before, n.left = split(n.left, start, id, cow)
+	n.fix()
+	return before, n
 }
 
-// Containing calls f on the value of every span that holds key, in order of start, until f
-// returns false.
-func (x *Index[V]) Containing(key []byte, f func(V) bool) {
-	x.containing(x.root, key, f)
+// remove returns the tree n without its node numbered id, which starts at start.
+func remove[V any](n *node[V], start []byte, id uint64, cow bool) *node[V] {
+	switch {
+	case n == nil:
+		return nil
+	case n.id == id:
+		return join(n.left, n.right, cow)
+	}
+	n = own(n, cow)
+	if n.before(start, id) {
+		n.right = remove(n.right, start, id, cow)
+	} else {
+		n.left = remove(n.left, start, id, cow)
+	}
+	n.fix()
+	return n
 }
 
-func (x *Index[V]) containing(n *node[V], key []byte, f func(V) bool) bool {
-	if n == nil || !n.maxUnbounded && bytes.Compare(n.maxEnd, key) <= 0 {
+// join returns the tree of the nodes of a and b, all of a's before all of b's.
+func join[V any](a, b *node[V], cow bool) *node[V] {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	case Priority(a.id) > Priority(b.id):
+		a = own(a, cow)
+		a.right = join(a.right, b, cow)
+		a.fix()
+		return a
+	}
+	b = own(b, cow)
+	b.left = join(a, b.left, cow)
+	b.fix()
+	return b
+}
+
+// covers reports whether a span of the tree n holds key, and how many nodes it visited. It
+// follows one path down: where a node starts after key, only its left subtree can hold key; where
+// it starts at or before it, so does everything in its left subtree, and one of those holds key
+// exactly when their largest end is after key; otherwise only the right subtree can.
+func covers[V any](n *node[V], key []byte) (found bool, steps int) {
+	for ; n != nil; steps++ {
+		if Compare(n.start, key) > 0 {
+			n = n.left
+			continue
+		}
+		if EndsAfter(n.end, key) || n.left != nil && EndsAfter(n.left.maxEnd, key) {
+			return true, steps + 1
+		}
+		n = n.right
+	}
+	return false, steps
+}
+
+// containing calls f on the value of every span of the tree n that holds key, in order, until f
+// returns false, counting the nodes it visits in steps; it reports whether f never did.
+func containing[V any](n *node[V], key []byte, f func(V) bool, steps *uint64) bool {
+	if n == nil || !EndsAfter(n.maxEnd, key) {
 		return true // nothing below ends after key
 	}
-	x.steps++
-	if !x.containing(n.left, key, f) {
+	*steps++
+	if !containing(n.left, key, f, steps) {
 		return false
 	}
-	if bytes.Compare(n.start, key) > 0 {
+	if Compare(n.start, key) > 0 {
 		return true // this and everything to its right start after key
 	}
-	if (n.end == nil || bytes.Compare(key, n.end) < 0) && !f(n.v) {
+	if EndsAfter(n.end, key) && !f(n.value) {
 		return false
 	}
-	return x.containing(n.right, key, f)
+	return containing(n.right, key, f, steps)
 }
 
-// Meeting calls f on the value of every span that shares a key with [start, end) (end nil: no
-// bound), in order of start, until f returns false.
-func (x *Index[V]) Meeting(start, end []byte, f func(V) bool) {
-	x.meeting(x.root, start, end, f)
+// meeting calls f on the value of every span of the tree n that shares a key with [start, end)
+// (end nil: no bound), in order, until f returns false, counting the nodes it visits in steps; it
+// reports whether f never did.
+func meeting[V any](n *node[V], start, end []byte, f func(V) bool, steps *uint64) bool {
+	if n == nil || !EndsAfter(n.maxEnd, start) {
+		return true // nothing below ends after start
+	}
+	*steps++
+	if !meeting(n.left, start, end, f, steps) {
+		return false
+	}
+	if end != nil && Compare(n.start, end) >= 0 {
+		return true // this and everything to its right start at or after end
+	}
+	if EndsAfter(n.end, start) && !f(n.value) {
+		return false
+	}
+	return meeting(n.right, start, end, f, steps)
 }
 
-func (x *Index[V]) meeting(n *node[V], start, end []byte, f func(V) bool) bool {
-	if n == nil || !n.maxUnbounded && bytes.Compare(n.maxEnd, start) <= 0 {
-		return true
+// Compare is bytes.Compare, eight bytes at a time while both keys have them: keys of one column
+// family tend to share long prefixes ("record/1…"), and a tree compares a key at every level,
+// where bytes.Compare's call and setup cost more than the comparison itself.
+func Compare(a, b []byte) int {
+	for len(a) >= 8 && len(b) >= 8 {
+		x, y := binary.BigEndian.Uint64(a), binary.BigEndian.Uint64(b)
+		if x != y {
+			if x < y {
+				return -1
+			}
+			return 1
+		}
+		a, b = a[8:], b[8:]
 	}
-	x.steps++
-	if !x.meeting(n.left, start, end, f) {
-		return false
+	if len(a) > 0 && len(b) > 0 && a[0] != b[0] { // most short keys differ at once
+		if a[0] < b[0] {
+			return -1
+		}
+		return 1
 	}
-	if end != nil && bytes.Compare(n.start, end) >= 0 {
-		return true
-	}
-	if (n.end == nil || bytes.Compare(start, n.end) < 0) && !f(n.v) {
-		return false
-	}
-	return x.meeting(n.right, start, end, f)
+	return bytes.Compare(a, b)
 }

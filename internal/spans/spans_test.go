@@ -3,7 +3,6 @@ package spans
 import (
 	"bytes"
 	"fmt"
-	"math/bits"
 	"slices"
 	"testing"
 
@@ -14,93 +13,141 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// span is a test's span, end nil for no bound.
-type span struct{ start, end []byte }
+// modelSpan is a span of the naive model the trees are checked against: a slice of every span.
+type modelSpan struct {
+	start, end []byte
+	id         uint64
+}
 
-func (s span) holds(k []byte) bool {
+func (s modelSpan) holds(k []byte) bool {
 	return bytes.Compare(s.start, k) <= 0 && (s.end == nil || bytes.Compare(k, s.end) < 0)
 }
 
-func (s span) meets(o span) bool {
-	return (o.end == nil || bytes.Compare(s.start, o.end) < 0) && (s.end == nil || bytes.Compare(o.start, s.end) < 0)
+func (s modelSpan) meets(start, end []byte) bool {
+	return (end == nil || bytes.Compare(s.start, end) < 0) && (s.end == nil || bytes.Compare(start, s.end) < 0)
 }
 
-// Containing and Meeting find exactly the spans a scan of them all finds, in order of start.
-func TestIndexAgainstScan(t *testing.T) {
+// inOrder sorts spans as a tree orders them: by start, then id.
+func inOrder(spans []modelSpan) []modelSpan {
+	spans = slices.Clone(spans)
+	slices.SortFunc(spans, func(a, b modelSpan) int {
+		if c := bytes.Compare(a.start, b.start); c != 0 {
+			return c
+		}
+		return int(a.id) - int(b.id)
+	})
+	return spans
+}
+
+// keyGen draws keys from a small set, so that spans overlap, share starts and ends, and some keys
+// share long prefixes (Compare's eight-byte steps).
+var keyGen = rapid.SampledFrom([]string{"", "a", "b", "bb", "b\x00", "c", "d", "e", "record/1", "record/10",
+	"record/100000001", "record/100000001\x00", "record/1000000010", "record/100000002", "record/2"})
+
+// drawSpan draws a span; its end, when it is not after its start, makes it unbounded.
+func drawSpan(rt *rapid.T, id uint64) modelSpan {
+	s := modelSpan{start: []byte(keyGen.Draw(rt, "start")), id: id}
+	if e := []byte(keyGen.Draw(rt, "end")); bytes.Compare(e, s.start) > 0 {
+		s.end = e
+	}
+	return s
+}
+
+// checkShape fails rt unless the tree n is a treap of exactly want (in order) whose every node's
+// largest end is right.
+func checkShape[V any](rt *rapid.T, n *node[V], want []modelSpan) {
+	var got []modelSpan
+	var walk func(n *node[V]) []byte // the largest end in n's subtree
+	walk = func(n *node[V]) []byte {
+		if n.left != nil && Priority(n.left.id) > Priority(n.id) || n.right != nil && Priority(n.right.id) > Priority(n.id) {
+			rt.Fatalf("node %d has a child of higher priority", n.id)
+		}
+		maxEnd := *n.end
+		if n.left != nil {
+			maxEnd = laterEnd(maxEnd, walk(n.left))
+		}
+		got = append(got, modelSpan{start: n.start, end: *n.end, id: n.id})
+		if n.right != nil {
+			maxEnd = laterEnd(maxEnd, walk(n.right))
+		}
+		if !sameEnd(*n.maxEnd, maxEnd) {
+			rt.Fatalf("node %d: largest end %q, not %q", n.id, *n.maxEnd, maxEnd)
+		}
+		return maxEnd
+	}
+	if n != nil {
+		walk(n)
+	}
+	if len(got) != len(want) {
+		rt.Fatalf("tree holds %d spans, not %d", len(got), len(want))
+	}
+	for i := range got {
+		if got[i].id != want[i].id || !bytes.Equal(got[i].start, want[i].start) || !sameEnd(got[i].end, want[i].end) {
+			rt.Fatalf("span %d in order is %d [%q, %q), not %d [%q, %q)", i, got[i].id, got[i].start, got[i].end, want[i].id, want[i].start, want[i].end)
+		}
+	}
+}
+
+func laterEnd(a, b []byte) []byte {
+	if a == nil || b == nil {
+		return nil
+	}
+	if bytes.Compare(a, b) < 0 {
+		return b
+	}
+	return a
+}
+
+func sameEnd(a, b []byte) bool { return (a == nil) == (b == nil) && bytes.Equal(a, b) }
+
+// A tree's shape depends only on its spans, not on the order they came and went, whether it was
+// changed in place or copied: the steps a search counts are the same every run.
+func TestShapeIsTheSpans(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		key := rapid.SliceOfN(rapid.ByteRange('a', 'e'), 0, 3)
-		var x Index[int]
-		var all []span
-		for i := range rapid.IntRange(0, 40).Draw(rt, "n") {
-			s := span{start: key.Draw(rt, "start")}
-			if !rapid.Bool().Draw(rt, "unbounded") {
-				s.end = append(bytes.Clone(s.start), key.Draw(rt, "more")...)
-				s.end = append(s.end, 'a') // after start
-			}
-			all = append(all, s)
-			x.Insert(s.start, s.end, i)
+		var all []modelSpan
+		for id := range uint64(rapid.IntRange(1, 30).Draw(rt, "n")) {
+			all = append(all, drawSpan(rt, id))
 		}
-		assert.Equal(rt, len(all), x.Len())
-		k := key.Draw(rt, "key")
-		q := span{start: k, end: append(bytes.Clone(k), 'c')}
-		var holds, meets []int
-		for i, s := range all {
-			if s.holds(k) {
-				holds = append(holds, i)
-			}
-			if s.meets(q) {
-				meets = append(meets, i)
+		extra := drawSpan(rt, uint64(len(all)))
+		shuffled := slices.Clone(all)
+		for i := len(shuffled) - 1; i > 0; i-- {
+			j := rapid.IntRange(0, i).Draw(rt, "swap")
+			shuffled[i], shuffled[j] = shuffled[j], shuffled[i]
+		}
+		var inPlace *node[struct{}]
+		for i := range all {
+			inPlace = insert(inPlace, &node[struct{}]{start: all[i].start, end: &all[i].end, id: all[i].id}, false)
+		}
+		var v Version
+		for i := range shuffled {
+			v = v.With(shuffled[i].start, &shuffled[i].end, shuffled[i].id)
+			if i == len(shuffled)/2 {
+				v = v.With(extra.start, &extra.end, extra.id)
 			}
 		}
-		var gotHolds, gotMeets []int
-		x.Containing(k, func(i int) bool { gotHolds = append(gotHolds, i); return true })
-		x.Meeting(q.start, q.end, func(i int) bool { gotMeets = append(gotMeets, i); return true })
-		for _, got := range [][]int{gotHolds, gotMeets} {
-			assert.True(rt, slices.IsSortedFunc(got, func(a, b int) int { return bytes.Compare(all[a].start, all[b].start) }), "in order of start")
-		}
-		slices.Sort(gotHolds)
-		slices.Sort(gotMeets)
-		assert.Equal(rt, holds, gotHolds, "spans holding %q", k)
-		assert.Equal(rt, meets, gotMeets, "spans meeting %q", q)
+		v = v.Without(extra.start, extra.id)
+		assert.Equal(rt, shape(inPlace), shape(v.root), "copied in another order, one more came and went")
 	})
 }
 
-// Finding the one span that holds a key among m disjoint ones costs O(log m) steps.
-func TestContainingCostsLogM(t *testing.T) {
-	perFind := map[int]float64{}
-	for _, m := range []int{1000, 8000} {
-		var x Index[int]
-		for i := range m {
-			k := fmt.Appendf(nil, "r%06d", i)
-			x.Insert(k, append(bytes.Clone(k), 0xff), i)
-		}
-		const finds = 1000
-		for i := range finds {
-			found := 0
-			x.Containing(fmt.Appendf(nil, "r%06d/x", i*m/finds), func(int) bool { found++; return true })
-			assert.Equal(t, 1, found)
-		}
-		perFind[m] = float64(x.Steps()) / finds
+// shape writes the tree n as nested (id left right), "." for no node.
+func shape[V any](n *node[V]) string {
+	if n == nil {
+		return "."
 	}
-	t.Logf("steps per find: %v", perFind)
-	assert.LessOrEqual(t, perFind[8000], 4*float64(bits.Len(8000)), "a few paths down a tree of 8,000")
-	assert.LessOrEqual(t, perFind[8000], 1.6*perFind[1000], "the steps grow like log m: m grew 8×")
+	return fmt.Sprintf("(%d %s %s)", n.id, shape(n.left), shape(n.right))
 }
 
-// BenchmarkContaining is finding the span that holds a key among m disjoint ones.
-func BenchmarkContaining(b *testing.B) {
-	for _, m := range []int{1000, 8000, 64000} {
-		b.Run(fmt.Sprintf("m=%d", m), func(b *testing.B) {
-			var x Index[int]
-			for i := range m {
-				k := fmt.Appendf(nil, "r%06d", i)
-				x.Insert(k, append(bytes.Clone(k), 0xff), i)
-			}
-			key := fmt.Appendf(nil, "r%06d/x", m/2)
-			b.ReportAllocs()
-			for b.Loop() {
-				x.Containing(key, func(int) bool { return false })
-			}
-		})
-	}
+// Compare orders keys as bytes.Compare does, across the eight-byte steps and the tail.
+func TestCompareIsBytesCompare(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		gen := rapid.SliceOfN(rapid.ByteRange(0xfe, 0xff), 0, 20) // two values: long shared prefixes
+		a, b := gen.Draw(rt, "a"), gen.Draw(rt, "b")
+		if rapid.Bool().Draw(rt, "prefix") {
+			b = append(a[:len(a):len(a)], b...)
+		}
+		if got, want := Compare(a, b), bytes.Compare(a, b); got != want {
+			rt.Fatalf("Compare(%x, %x) = %d, bytes.Compare %d", a, b, got, want)
+		}
+	})
 }

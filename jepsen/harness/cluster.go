@@ -32,6 +32,11 @@ type Config struct {
 	Duration  time.Duration
 	Schedule  []nemesis.Fault
 	NodeGrace time.Duration // how long a node is given to finish on SIGTERM
+	// BankClients per node move money between Accounts (in key order), each of which starts
+	// with Balance, and read them all.
+	BankClients int
+	Accounts    []string
+	Balance     int64
 }
 
 // Cluster is a running system: etcd, the resource, the nodes and their proxies.
@@ -67,6 +72,9 @@ func Start(ctx context.Context, ps *Procs, cfg Config) (*Cluster, error) {
 	if err := waitResource(ctx, c.resAddr); err != nil {
 		return c, err
 	}
+	if err := c.openAccounts(ctx); err != nil {
+		return c, err
+	}
 	for i := range cfg.Nodes {
 		n := &nodeProc{index: i}
 		if n.proxies, err = startProxies(c.etcd.Endpoints()); err != nil {
@@ -86,6 +94,23 @@ func (c *Cluster) HistoryPath(i int) string {
 	return filepath.Join(c.cfg.Dir, fmt.Sprintf("node-%d.history.jsonl", i))
 }
 
+// BankHistoryPath is node i's bank log.
+func (c *Cluster) BankHistoryPath(i int) string {
+	return filepath.Join(c.cfg.Dir, fmt.Sprintf("node-%d.bank.jsonl", i))
+}
+
+// openAccounts puts Balance in every account, unfenced, before any node starts.
+func (c *Cluster) openAccounts(ctx context.Context) error {
+	var ws []resource.Write
+	for _, a := range c.cfg.Accounts {
+		ws = append(ws, resource.Write{Key: a, Value: c.cfg.Balance})
+	}
+	if len(ws) == 0 {
+		return nil
+	}
+	return resource.NewClient(c.resAddr).WriteAll(ctx, ws)
+}
+
 func (c *Cluster) nodeArgs(n *nodeProc) []string {
 	cfg := c.cfg
 	return []string{"node",
@@ -102,6 +127,9 @@ func (c *Cluster) nodeArgs(n *nodeProc) []string {
 		"-lease", cfg.Lease.String(),
 		"-hold", cfg.Hold.String(),
 		"-seed", strconv.FormatUint(cfg.Seed, 10),
+		"-bank-history", c.BankHistoryPath(n.index),
+		"-bank-clients", strconv.Itoa(cfg.BankClients),
+		"-accounts", strings.Join(cfg.Accounts, ","),
 	}
 }
 
@@ -156,11 +184,11 @@ func (c *Cluster) StopNodes() int {
 	return crashes
 }
 
-// FinalValues reads every key at the resource, unfenced.
-func (c *Cluster) FinalValues(ctx context.Context) (map[string]int64, error) {
+// FinalValues reads each of keys at the resource, unfenced.
+func (c *Cluster) FinalValues(ctx context.Context, keys []string) (map[string]int64, error) {
 	cli := resource.NewClient(c.resAddr)
 	final := make(map[string]int64)
-	for _, k := range c.cfg.Keys {
+	for _, k := range keys {
 		v, err := cli.Read(ctx, k, resource.Token{})
 		if err != nil {
 			return nil, err

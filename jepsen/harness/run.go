@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"path/filepath"
@@ -35,6 +36,8 @@ type RunReport struct {
 	LostOps []int64 `json:"lost_ops,omitempty"`
 	// FaultErrors are faults that could not be applied or healed.
 	FaultErrors []string `json:"fault_errors,omitempty"`
+	// Bank is the bank workload's count and check; its BadReads are the first 20.
+	Bank history.BankResult `json:"bank"`
 }
 
 // FaultCount is how many faults the run applied.
@@ -85,7 +88,11 @@ func Run(ctx context.Context, ps *Procs, cfg Config, outDir string) (RunReport, 
 		return rep, err
 	}
 	rep.NodeCrashes = c.StopNodes()
-	final, err := c.FinalValues(ctx)
+	final, err := c.FinalValues(ctx, cfg.Keys)
+	if err != nil {
+		return rep, err
+	}
+	balances, err := c.FinalValues(ctx, cfg.Accounts)
 	if err != nil {
 		return rep, err
 	}
@@ -95,18 +102,24 @@ func Run(ctx context.Context, ps *Procs, cfg Config, outDir string) (RunReport, 
 	}
 	c = nil
 
-	var events []history.Event
-	for i := range cfg.Nodes {
-		f, err := os.Open(filepath.Join(cfg.Dir, fmt.Sprintf("node-%d.history.jsonl", i)))
+	if cfg.BankClients > 0 {
+		bank, err := readLogs(cfg, "bank", history.ReadBankEvents)
 		if err != nil {
 			return rep, err
 		}
-		ev, err := history.ReadEvents(f)
-		f.Close()
+		bops, err := history.AssembleBank(bank)
 		if err != nil {
 			return rep, err
 		}
-		events = append(events, ev...)
+		rep.Bank = history.CheckBank(bops, cfg.Accounts, cfg.Balance*int64(len(cfg.Accounts)), balances)
+		rep.Bank.BadReads = rep.Bank.BadReads[:min(len(rep.Bank.BadReads), 20)]
+		log.Printf("%s: bank: %d reads, %d transfers, %d violations, %d deadlocks broken", cfg.System,
+			rep.Bank.Reads, rep.Bank.Transfers, rep.Bank.Violations, rep.Bank.Deadlocks)
+	}
+
+	events, err := readLogs(cfg, "history", history.ReadEvents)
+	if err != nil {
+		return rep, err
 	}
 	ops, err := history.Assemble(events)
 	if err != nil {
@@ -126,6 +139,24 @@ func Run(ctx context.Context, ps *Procs, cfg Config, outDir string) (RunReport, 
 		}
 	}
 	return rep, nil
+}
+
+// readLogs reads every node's log of the kind (node-N.kind.jsonl) with read.
+func readLogs[E any](cfg Config, kind string, read func(io.Reader) ([]E, error)) ([]E, error) {
+	var events []E
+	for i := range cfg.Nodes {
+		f, err := os.Open(filepath.Join(cfg.Dir, fmt.Sprintf("node-%d.%s.jsonl", i, kind)))
+		if err != nil {
+			return nil, err
+		}
+		ev, err := read(f)
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+		events = append(events, ev...)
+	}
+	return events, nil
 }
 
 // sleepUntil sleeps until t or ctx is done, and reports whether it reached t.

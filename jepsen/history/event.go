@@ -1,5 +1,5 @@
 // Package history records the harness's operations and checks them: porcupine over a model of a
-// register with fenced writes, and a count of lost updates.
+// register with fenced writes, a count of lost updates, and the bank's total in every read.
 package history
 
 import (
@@ -64,7 +64,12 @@ func OpenLog(path string) (*Log, error) {
 }
 
 // Append writes e.
-func (l *Log) Append(e Event) error {
+func (l *Log) Append(e Event) error { return l.append(e) }
+
+// AppendBank writes e.
+func (l *Log) AppendBank(e BankEvent) error { return l.append(e) }
+
+func (l *Log) append(e any) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return err
@@ -79,8 +84,13 @@ func (l *Log) Append(e Event) error {
 func (l *Log) Close() error { return l.f.Close() }
 
 // ReadEvents parses a log. A last line cut short, as a kill can leave it, is dropped.
-func ReadEvents(r io.Reader) ([]Event, error) {
-	var events []Event
+func ReadEvents(r io.Reader) ([]Event, error) { return readLines[Event](r) }
+
+// ReadBankEvents parses a bank log as ReadEvents parses a log.
+func ReadBankEvents(r io.Reader) ([]BankEvent, error) { return readLines[BankEvent](r) }
+
+func readLines[E any](r io.Reader) ([]E, error) {
+	var events []E
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	var pending error
@@ -88,7 +98,7 @@ func ReadEvents(r io.Reader) ([]Event, error) {
 		if pending != nil {
 			return nil, pending
 		}
-		var e Event
+		var e E
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			pending = fmt.Errorf("history: line %d: %w", len(events)+1, err)
 			continue

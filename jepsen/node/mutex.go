@@ -65,6 +65,25 @@ func (l *mutexLock) lock(ctx context.Context, client int, key string) (held, err
 	return mutexHeld{m}, nil
 }
 
+// lockAll locks a Mutex of each key in turn; shared is ignored: a Mutex has no shared mode, so a
+// reader excludes every other holder.
+func (l *mutexLock) lockAll(ctx context.Context, client int, keys []string, _ bool) (heldAll, error) {
+	s, err := l.session(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	var ms mutexesHeld
+	for _, k := range keys {
+		m := concurrency.NewMutex(s, "/jepsen-mutex/"+k)
+		if err := m.Lock(ctx); err != nil {
+			ms.release()
+			return nil, err
+		}
+		ms = append(ms, m)
+	}
+	return ms, nil
+}
+
 func (l *mutexLock) close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -83,4 +102,15 @@ func (h mutexHeld) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = h.m.Unlock(ctx)
+}
+
+// mutexesHeld is the Mutexes of lockAll, in key order.
+type mutexesHeld []*concurrency.Mutex
+
+func (ms mutexesHeld) tokens() []resource.Token { return make([]resource.Token, len(ms)) }
+func (mutexesHeld) fence(f func() error) error  { return f() }
+func (ms mutexesHeld) release() {
+	for _, m := range ms {
+		mutexHeld{m}.release()
+	}
 }

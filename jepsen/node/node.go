@@ -1,6 +1,8 @@
 // Package node is one node process of the harness: clients that lock a hot key, read its
 // register at the shared resource, write it and release, recording every operation in the
-// node's history log. The lock is recordlock's (a Locker with an etcdcoord.Coordinator on the
+// node's history log; and bank clients beside them that move money between accounts at the
+// resource under exclusive locks and read every account under shared ones, recording theirs in
+// the node's bank log. The lock is recordlock's (a Locker with an etcdcoord.Coordinator on the
 // node's own RocksDB, writing with its fencing token) or, for the control, etcd's
 // concurrency.Mutex with no token.
 package node
@@ -45,12 +47,18 @@ type Config struct {
 	Lease       time.Duration // the recordlock lock's Lease
 	Hold        time.Duration // the most a client waits between its read and its write
 	Seed        uint64
+	BankHistory string   // the bank log, appended to
+	BankClients int      // concurrent bank clients, beside Clients
+	Accounts    []string // the bank's accounts, in key order
 }
 
 // lock is one system's lock: held is what a client holds between lock and release.
 type lock interface {
 	// lock locks key for client, one of the node's clients.
 	lock(ctx context.Context, client int, key string) (held, error)
+	// lockAll locks keys, given in key order, for client, shared or exclusive as the system
+	// allows: all of them or none.
+	lockAll(ctx context.Context, client int, keys []string, shared bool) (heldAll, error)
 	close() error
 }
 
@@ -63,19 +71,49 @@ type held interface {
 	release()
 }
 
+// eachLocker is a lock whose Txns can lock keys one at a time in any order, because a cycle of
+// them waiting for each other is broken with ErrDeadlock. etcd's Mutex has no such detection:
+// Mutexes taken in opposite orders would wait for each other until the wait ran out, so the
+// control does not implement it and takes every set of keys in key order.
+type eachLocker interface {
+	// lockEach locks keys exclusive for client with one Lock after another, in the order given,
+	// in one Txn: all of them or none. A lock that would close a cycle fails with an error
+	// matching ErrDeadlock, after the locks already taken are released.
+	lockEach(ctx context.Context, client int, keys []string) (heldAll, error)
+}
+
+// heldAll is what a client holds between lockAll or lockEach and release.
+type heldAll interface {
+	// tokens are what the client's requests to the resource carry, one per key, in the order
+	// the keys were given.
+	tokens() []resource.Token
+	// fence runs f as the system allows a holder of every key to read and write.
+	fence(f func() error) error
+	release()
+}
+
 // Run runs the node's clients until ctx is done, lets each finish its operation, and closes.
 func Run(ctx context.Context, cfg Config) error {
 	// Operation IDs are (index+1)·10¹⁵ + incarnation·10¹¹ + client·10⁹ + count: unique while
 	// these stay in range.
-	if cfg.Clients < 1 || cfg.Clients >= 100 || len(cfg.Keys) == 0 || cfg.Incarnation >= 1000 || cfg.Hold <= 0 {
-		return fmt.Errorf("node: bad config: %d clients, %d keys, incarnation %d, hold %v",
-			cfg.Clients, len(cfg.Keys), cfg.Incarnation, cfg.Hold)
+	// Bank clients come after the others in the client digits.
+	if cfg.Clients < 1 || cfg.Clients+cfg.BankClients >= 100 || cfg.BankClients < 0 || len(cfg.Keys) == 0 ||
+		cfg.Incarnation >= 1000 || cfg.Hold <= 0 || (cfg.BankClients > 0 && len(cfg.Accounts) < 2) {
+		return fmt.Errorf("node: bad config: %d clients, %d bank clients, %d keys, %d accounts, incarnation %d, hold %v",
+			cfg.Clients, cfg.BankClients, len(cfg.Keys), len(cfg.Accounts), cfg.Incarnation, cfg.Hold)
 	}
 	log, err := history.OpenLog(cfg.History)
 	if err != nil {
 		return err
 	}
 	defer log.Close()
+	var bankLog *history.Log
+	if cfg.BankClients > 0 {
+		if bankLog, err = history.OpenLog(cfg.BankHistory); err != nil {
+			return err
+		}
+		defer bankLog.Close()
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:            cfg.Endpoints,
 		DialTimeout:          2 * time.Second,
@@ -104,6 +142,17 @@ func Run(ctx context.Context, cfg Config) error {
 	for c := range cfg.Clients {
 		wg.Go(func() {
 			w := worker{cfg: cfg, lock: l, res: res, log: log, client: cfg.Index*cfg.Clients + c,
+				rng: rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.Index*100000+cfg.Incarnation*100+c)))}
+			w.idBase = int64(cfg.Index+1)*1e15 + int64(cfg.Incarnation)*1e11 + int64(c)*1e9
+			for ctx.Err() == nil {
+				w.op()
+			}
+		})
+	}
+	for b := range cfg.BankClients {
+		wg.Go(func() {
+			c := cfg.Clients + b
+			w := bankWorker{cfg: cfg, lock: l, res: res, log: bankLog, client: c, lockClient: cfg.Index*cfg.Clients + c,
 				rng: rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.Index*100000+cfg.Incarnation*100+c)))}
 			w.idBase = int64(cfg.Index+1)*1e15 + int64(cfg.Incarnation)*1e11 + int64(c)*1e9
 			for ctx.Err() == nil {

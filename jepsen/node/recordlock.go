@@ -91,3 +91,64 @@ func (h recordlockHeld) token() resource.Token {
 }
 func (h recordlockHeld) fence(write func() error) error { return h.h.Fence(write) }
 func (h recordlockHeld) release()                       { h.h.Release() }
+
+// lockAll locks keys in a Txn with LockAll, shared or exclusive.
+func (l *recordlockLock) lockAll(ctx context.Context, _ int, keys []string, shared bool) (heldAll, error) {
+	t := l.locker.Begin()
+	opts := l.opts
+	opts.Shared = shared
+	bs := make([][]byte, len(keys))
+	for i, k := range keys {
+		bs[i] = []byte(k)
+	}
+	hs, err := t.LockAll(ctx, opts, bs...)
+	if err != nil {
+		t.Rollback()
+		return nil, err
+	}
+	return recordlockTxn{t: t, hs: hs, noToken: l.noToken}, nil
+}
+
+// lockEach locks keys exclusive in a Txn with one Lock each, in the order given.
+func (l *recordlockLock) lockEach(ctx context.Context, _ int, keys []string) (heldAll, error) {
+	t := l.locker.Begin()
+	hs := make([]*recordlock.Handle, 0, len(keys))
+	for _, k := range keys {
+		h, err := t.Lock(ctx, []byte(k), l.opts)
+		if err != nil {
+			t.Rollback()
+			return nil, err
+		}
+		hs = append(hs, h)
+	}
+	return recordlockTxn{t: t, hs: hs, noToken: l.noToken}, nil
+}
+
+// recordlockTxn is a Txn and the handles of the keys it locked, in the order it was given them.
+type recordlockTxn struct {
+	t       *recordlock.Txn
+	hs      []*recordlock.Handle
+	noToken bool
+}
+
+func (h recordlockTxn) tokens() []resource.Token {
+	toks := make([]resource.Token, len(h.hs))
+	for i, hh := range h.hs {
+		toks[i] = recordlockHeld{hh, h.noToken}.token()
+	}
+	return toks
+}
+
+// fence runs f inside the Fence of every handle, so that it runs only while every lease is live
+// and none of the keys passes to another holder, on this node or another, until it returns.
+func (h recordlockTxn) fence(f func() error) error { return fenceAll(h.hs, f) }
+
+// release ends the Txn, which releases its locks.
+func (h recordlockTxn) release() { h.t.Rollback() }
+
+func fenceAll(hs []*recordlock.Handle, f func() error) error {
+	if len(hs) == 0 {
+		return f()
+	}
+	return hs[0].Fence(func() error { return fenceAll(hs[1:], f) })
+}

@@ -15,22 +15,29 @@ import (
 // Handler serves s over HTTP:
 //
 //	GET  /read?key=K[&token=T]          200 with the value, or 409 for a stale token
+//	GET  /read-shared?key=K[&token=T]   the same, as ReadShared
 //	POST /write?key=K&value=V[&token=T] 204, or 409 for a stale token
+//	POST /write-all?key=K1&value=V1[&token=T1]&key=K2&value=V2[&token=T2]...
+//	                                    204, or 409 for a stale token, as WriteAll
 //
-// A request without token is unfenced.
+// A request without token is unfenced. A write-all gives a token for every key or for none.
 func Handler(s *Store) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /read", func(w http.ResponseWriter, r *http.Request) {
-		key, tok, err := parse(r)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
+	read := func(read func(string, Token) (int64, error)) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			key, tok, err := parse(r)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			v, err := read(key, tok)
+			if reply(w, err) {
+				fmt.Fprint(w, v)
+			}
 		}
-		v, err := s.Read(key, tok)
-		if reply(w, err) {
-			fmt.Fprint(w, v)
-		}
-	})
+	}
+	mux.HandleFunc("GET /read", read(s.Read))
+	mux.HandleFunc("GET /read-shared", read(s.ReadShared))
 	mux.HandleFunc("POST /write", func(w http.ResponseWriter, r *http.Request) {
 		key, tok, err := parse(r)
 		if err != nil {
@@ -46,7 +53,46 @@ func Handler(s *Store) http.Handler {
 			w.WriteHeader(http.StatusNoContent)
 		}
 	})
+	mux.HandleFunc("POST /write-all", func(w http.ResponseWriter, r *http.Request) {
+		ws, err := parseAll(r.URL.Query())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := s.WriteAll(ws); errors.Is(err, ErrKeyTwice) {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+		} else if reply(w, err) {
+			w.WriteHeader(http.StatusNoContent)
+		}
+	})
 	return mux
+}
+
+// parseAll reads the writes of a write-all request.
+func parseAll(q url.Values) ([]Write, error) {
+	keys, values, toks := q["key"], q["value"], q["token"]
+	if len(keys) == 0 || len(values) != len(keys) || (len(toks) != 0 && len(toks) != len(keys)) {
+		return nil, fmt.Errorf("%d keys, %d values and %d tokens", len(keys), len(values), len(toks))
+	}
+	ws := make([]Write, len(keys))
+	for i, k := range keys {
+		if k == "" {
+			return nil, errors.New("no key")
+		}
+		v, err := strconv.ParseInt(values[i], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("bad value: %w", err)
+		}
+		ws[i] = Write{Key: k, Value: v}
+		if len(toks) > 0 {
+			t, err := strconv.ParseUint(toks[i], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("bad token: %w", err)
+			}
+			ws[i].Token = Token{Value: t, Fenced: true}
+		}
+	}
+	return ws, nil
 }
 
 func parse(r *http.Request) (string, Token, error) {
@@ -88,7 +134,19 @@ func NewClient(addr string) *Client {
 
 // Read returns key's value; ErrStaleToken when the resource refused tok.
 func (c *Client) Read(ctx context.Context, key string, tok Token) (int64, error) {
-	body, err := c.do(ctx, http.MethodGet, "read", key, tok, nil)
+	return c.read(ctx, "read", key, tok)
+}
+
+// ReadShared returns key's value as Store.ReadShared; ErrStaleToken when the resource refused
+// tok.
+func (c *Client) ReadShared(ctx context.Context, key string, tok Token) (int64, error) {
+	return c.read(ctx, "read-shared", key, tok)
+}
+
+func (c *Client) read(ctx context.Context, path, key string, tok Token) (int64, error) {
+	q := url.Values{}
+	add(q, key, tok)
+	body, err := c.do(ctx, http.MethodGet, path, q)
 	if err != nil {
 		return 0, err
 	}
@@ -98,18 +156,34 @@ func (c *Client) Read(ctx context.Context, key string, tok Token) (int64, error)
 // Write sets key's value; ErrStaleToken when the resource refused tok. Any other error leaves
 // unknown whether the write was applied.
 func (c *Client) Write(ctx context.Context, key string, value int64, tok Token) error {
-	_, err := c.do(ctx, http.MethodPost, "write", key, tok, url.Values{"value": {strconv.FormatInt(value, 10)}})
+	q := url.Values{"value": {strconv.FormatInt(value, 10)}}
+	add(q, key, tok)
+	_, err := c.do(ctx, http.MethodPost, "write", q)
 	return err
 }
 
-func (c *Client) do(ctx context.Context, method, path, key string, tok Token, q url.Values) (string, error) {
-	if q == nil {
-		q = url.Values{}
+// WriteAll applies ws atomically, as Store.WriteAll; ErrStaleToken when the resource refused a
+// token. Every write of ws is fenced or none is. Any other error leaves unknown whether ws was
+// applied.
+func (c *Client) WriteAll(ctx context.Context, ws []Write) error {
+	q := url.Values{}
+	for _, w := range ws {
+		add(q, w.Key, w.Token)
+		q.Add("value", strconv.FormatInt(w.Value, 10))
 	}
-	q.Set("key", key)
+	_, err := c.do(ctx, http.MethodPost, "write-all", q)
+	return err
+}
+
+// add adds key and, when fenced, tok to q.
+func add(q url.Values, key string, tok Token) {
+	q.Add("key", key)
 	if tok.Fenced {
-		q.Set("token", strconv.FormatUint(tok.Value, 10))
+		q.Add("token", strconv.FormatUint(tok.Value, 10))
 	}
+}
+
+func (c *Client) do(ctx context.Context, method, path string, q url.Values) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, method, c.Base+"/"+path+"?"+q.Encode(), nil)
 	if err != nil {
 		return "", err
