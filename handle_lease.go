@@ -20,15 +20,20 @@ import (
 // cluster scope to its round the same way, and also records the round's fencing token (Token);
 // see Writing a coordinator in the package documentation.
 func (h *Handle) JoinClusterRound(tsR Timestamp, lease time.Duration, mintedMono time.Duration, onRelease func() error) bool {
-	return h.join(Round{TsR: tsR, MintedMono: mintedMono, Release: onRelease}, lease)
+	return h.claim.JoinRound(locktable.Round{TsR: int64(tsR), MintedMono: mintedMono, Lease: lease, Hook: onRelease})
 }
 
-// join is JoinClusterRound that also records the round's fencing token.
-func (h *Handle) join(round Round, lease time.Duration) bool {
+// joinCoordinated joins round, a round of the database's Coordinator, and records its fencing
+// token; a Txn's upgrade of the handle then asks the Coordinator for an exclusive round.
+func (h *Handle) joinCoordinated(round Round, lease time.Duration) bool {
 	return h.claim.JoinRound(locktable.Round{
 		TsR: int64(round.TsR), Token: round.Token, MintedMono: round.MintedMono, Lease: lease, Hook: round.Release,
+		Coordinated: true,
 	})
 }
+
+// coordinated reports whether h's round came from the database's Coordinator.
+func (h *Handle) coordinated() bool { return h.claim.Snapshot().Coordinated }
 
 // switchRound moves h, a cluster-scoped lock a Txn has just made exclusive in the table, from its
 // shared round to round, an exclusive round of the same record asked for what was left of h's

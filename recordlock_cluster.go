@@ -42,7 +42,7 @@ func (l *Locker) joinCluster(ctx context.Context, h *Handle, coord Coordinator, 
 		h.Release()
 		return err
 	}
-	if !h.join(round, r.Lease) {
+	if !h.joinCoordinated(round, r.Lease) {
 		h.Release()
 		if round.Release != nil {
 			l.ten.RunHook(round.Release)

@@ -154,10 +154,11 @@ func (t *Txn) usable() error {
 // of every request queued for the key, until the Txn's share is the only one, and then the handle
 // is exclusive with its lease and AcquiredAt unchanged; if the upgrade fails (timeout, ctx,
 // deadlock) the handle is still shared and unchanged, and if the share itself ends meanwhile Lock
-// fails with ErrLeaseExpired or ErrReleased. A cluster-scoped share is then upgraded in the
-// cluster too: the coordinator is asked for an exclusive round of the record (a Request with
-// Shared false, the column family's name and the key) for what is left of the lease, within what
-// is left of the wait. Once it is granted the handle's Token and release hook are the new
+// fails with ErrLeaseExpired or ErrReleased. A share under a round of the database's coordinator
+// is then upgraded in the cluster too (a round joined by hand with JoinClusterRound is the
+// caller's, and stays as it is): the coordinator is asked for an exclusive round of the record
+// (a Request with Shared false, the column family's name and the key) for what is left of the
+// lease, within what is left of the wait. Once it is granted the handle's Token and release hook are the new
 // round's, its deadline never moves later, and its shared round is given back; if it is not, the
 // upgrade fails as a cluster Lock does (ErrTimeout, the ctx error, ErrClusterUnavailable) and the
 // handle is still shared and unchanged, with its shared round.
@@ -277,7 +278,7 @@ func (t *Txn) reusable(ctx context.Context, h *Handle, req lockRequest, opts Opt
 
 // upgrade makes h, a shared lock of this Txn, exclusive (docs/DESIGN.md §15.3), waiting for the
 // other sharers to go within opts.Timeout, or with a zero Timeout and a ctx deadline, within the
-// ctx alone (as Locker.Lock waits). A cluster-scoped h then asks the coordinator for an exclusive
+// ctx alone (as Locker.Lock waits). An h under a round of the coordinator then asks it for an exclusive
 // round within what is left of that wait (§8.5), and gives its shared round back once it has
 // one. On failure h is unchanged.
 func (t *Txn) upgrade(ctx context.Context, h *Handle, opts Options) error {
@@ -287,7 +288,7 @@ func (t *Txn) upgrade(ctx context.Context, h *Handle, opts Options) error {
 	}
 	var coord Coordinator
 	var waitEnd time.Duration // when the cluster half's wait runs out, on the Locker's clock
-	if h.Scope() == ScopeCluster {
+	if h.coordinated() {
 		if coord, err = t.l.upgradeCoordinator(); err != nil {
 			return err
 		}

@@ -197,7 +197,7 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 	return out, nil
 }
 
-// upgradeUndo is one upgrade a LockAll made: the table's, and for a cluster-scoped handle its
+// upgradeUndo is one upgrade a LockAll made: the table's, and for a handle under a round of the coordinator its
 // switch to an exclusive round, whose shared round is kept until the call is over, so that
 // undoing the upgrade can put it back (docs/DESIGN.md §8.5).
 type upgradeUndo struct {
@@ -298,12 +298,12 @@ func (c *lockAllCall) take(key []byte, holding bool) (*Handle, error) {
 }
 
 // upgrade makes h, a shared lock of the Txn, exclusive, with what is left of the call's Timeout:
-// in the table, and for a cluster-scoped h in the cluster too, with an exclusive round it
+// in the table, and for an h under a round of the coordinator in the cluster too, with an exclusive round it
 // switches to (Txn.upgrade). It returns what makes h shared again; on failure h is unchanged.
 func (c *lockAllCall) upgrade(h *Handle) (upgradeUndo, error) {
 	l := c.t.l
 	var coord Coordinator
-	if h.Scope() == ScopeCluster {
+	if h.coordinated() {
 		var err error
 		if coord, err = l.upgradeCoordinator(); err != nil {
 			return upgradeUndo{}, err

@@ -375,3 +375,44 @@ func TestTxnLockAllClusterUpgrade(t *testing.T) {
 		requireFree(t, a, "b")
 	})
 }
+
+// A share joined by hand to a round of the caller's own (JoinClusterRound) reports ScopeCluster,
+// but its round is not the coordinator's: a Txn's upgrade of it is the table's alone, asks no
+// coordinator (with none configured, or with one), and keeps the caller's round and release hook.
+func TestTxnUpgradeOfShareJoinedByHandAsksNoCoordinator(t *testing.T) {
+	for _, withCoord := range []bool{false, true} {
+		name := "no coordinator"
+		if withCoord {
+			name = "coordinator"
+		}
+		t.Run(name, func(t *testing.T) {
+			clk, l := manual(t, openDB(t))
+			var c *testCoord
+			if withCoord {
+				c = newTestCoord(clk, l.Timestamp)
+				l.SetCoordinator(c.node("a"))
+			}
+			ctx := context.Background()
+			key := []byte("k")
+			txn := l.Begin()
+			defer txn.Rollback()
+			h, err := txn.Lock(ctx, key, recordlock.Options{Shared: true, Scope: recordlock.ScopeNode, Lease: 10 * time.Second})
+			require.NoError(t, err)
+			hooks := 0
+			require.True(t, h.JoinClusterRound(l.Timestamp(), 10*time.Second, clk.Mono(), func() error { hooks++; return nil }))
+			require.Equal(t, recordlock.ScopeCluster, h.Scope())
+
+			up, err := txn.Lock(ctx, key, recordlock.Options{Scope: recordlock.ScopeNode, Timeout: time.Second})
+			require.NoError(t, err, "the upgrade of a share joined by hand")
+			assert.Same(t, h, up)
+			assert.False(t, h.Shared())
+			if withCoord {
+				calls, _ := c.counts()
+				assert.Zero(t, calls, "the upgrade asked the coordinator")
+			}
+			assert.Zero(t, hooks, "the upgrade ran the caller's release hook")
+			require.True(t, h.Release())
+			assert.Equal(t, 1, hooks, "the caller's round is released with the handle, once")
+		})
+	}
+}

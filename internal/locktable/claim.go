@@ -200,6 +200,7 @@ type ledger struct {
 	// caps of later lease extensions.
 	tsR            int64
 	hasTsR         bool
+	coordinated    bool // the round is the Coordinator's (Round.Coordinated)
 	token          uint64
 	roundEnd       time.Duration
 	roundExpiresAt int64

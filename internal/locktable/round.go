@@ -13,6 +13,9 @@ type Round struct {
 	MintedMono time.Duration // the Mono of the claim's clock read before the round was requested
 	Lease      time.Duration // measured from MintedMono
 	Hook       func() error  // the claim's release hook from now on (the round's release)
+	// Coordinated is true for a round of the database's Coordinator, false for one its caller
+	// joined by hand (Snapshot.Coordinated).
+	Coordinated bool
 }
 
 // JoinRound re-anchors h to a granted round. It returns false, changing nothing, if h no longer
@@ -32,7 +35,7 @@ func (h *Claim) JoinRound(r Round) bool {
 		return false
 	}
 	g := h.ledgerPart()
-	g.tsR, g.hasTsR, g.token = r.TsR, true, r.Token
+	g.tsR, g.hasTsR, g.coordinated, g.token = r.TsR, true, r.Coordinated, r.Token
 	g.roundEnd = end
 	g.roundExpiresAt = r.TsR + int64(r.Lease)
 	h.cold.hook = r.Hook

@@ -51,10 +51,12 @@ type Snapshot struct {
 	Remaining  time.Duration // lease left on the claim's clock when read; 0 once it has lapsed
 	AskedLease time.Duration // the lease taken, extended or renewed with, as asked: a round's cap
 	// TsR and Token are the joined cluster round's timestamp and fencing token; HasTsR is false
-	// before a round is joined.
-	TsR    int64
-	HasTsR bool
-	Token  uint64
+	// before a round is joined. Coordinated is true while that round is one the Coordinator
+	// granted, not one joined by hand.
+	TsR         int64
+	HasTsR      bool
+	Coordinated bool
+	Token       uint64
 }
 
 // Snapshot returns h's state, read under the shard mutex. It settles nothing: a lapse nothing has
@@ -75,7 +77,7 @@ func (h *Claim) snapshot() Snapshot {
 	}
 	s.Remaining = max(0, s.Deadline-h.ten.clock.Mono())
 	if g := h.ledgerIfAny(); g != nil {
-		s.TsR, s.HasTsR, s.Token = g.tsR, g.hasTsR, g.token
+		s.TsR, s.HasTsR, s.Coordinated, s.Token = g.tsR, g.hasTsR, g.coordinated, g.token
 	}
 	return s
 }
