@@ -66,7 +66,8 @@ func (m *modelRun) passes(r, q *mReq) bool {
 
 // waitsForOwner reports whether q, a queued request, cannot be served before owner o lets go: it
 // conflicts with a lock of o, or with a lock of another owner whose queued request waits for o in
-// turn; or a request queued ahead of it that it conflicts with is o's, or waits for o in turn. A
+// turn; or a request queued ahead of it that it conflicts with, and does not pass, is o's, or waits
+// for o in turn. A
 // wait of an owner in another column family is not followed. Past q itself (direct false), a lock
 // of o counts only if its key, a range's start, is below at, the key of the request that asks to
 // pass, or is a range that starts at it (§17.2: a Txn that asks below a key it holds passes nobody
@@ -92,7 +93,10 @@ func (m *modelRun) waitsForOwner(q *mReq, o int, at []byte, direct bool, seen ma
 		}
 	}
 	for _, p := range m.queue {
-		if p != q && m.aheadOf(p, q) && q.behind(p) && (p.owner == o && direct || p.owner != o && m.waitsForOwner(p, o, at, false, seen)) {
+		if p == q || !m.aheadOf(p, q) || !q.behind(p) || !sameKey(p, q) && m.passes(q, p) {
+			continue // q does not wait for p
+		}
+		if p.owner == o && direct || p.owner != o && m.waitsForOwner(p, o, at, false, seen) {
 			return true
 		}
 	}

@@ -55,7 +55,8 @@ func (p passer) endsAt(y *Claim) bool {
 
 // waitsForOwner reports whether x, a request queued in sp, cannot be served before p.o lets go: it
 // conflicts with a lock p.o holds that meets its key set; or it is queued behind a conflicting
-// request (queuedAhead) that is p.o's own or that waits for p.o in turn; or it conflicts with a
+// request (queuedAhead), which it does not pass itself, that is p.o's own or that waits for p.o in
+// turn; or it conflicts with a
 // lock of another owner whose request in this column family waits for p.o in turn. Past x itself,
 // only the locks of p.o below p.at count, and not p.o's request (passer). seen are the requests looked at already, each
 // once: x alone is looked at as direct. (A wait through an owner's request in another column
@@ -72,9 +73,13 @@ func (sp *rangeSpace) waitsForOwner(x *waiter, p passer, seen *[]*waiter) bool {
 	through.direct = false
 	found := false
 	sp.queuedAhead(x, func(y *waiter) bool {
-		if y.h.owner == p.o {
+		switch {
+		case y.h.owner == p.o:
 			found = p.direct // a chain through another owner ends only at a lock of p.o
-		} else {
+		case (x.space != nil || y.space != nil) && sp.passes(x.h, y):
+			// y waits for what x's own owner holds: x passes y in the grant rule and does not
+			// wait behind it (within one key's queue the order already says who passed whom).
+		default:
 			found = sp.waitsForOwner(y, through, seen)
 		}
 		return !found

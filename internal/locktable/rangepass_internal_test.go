@@ -285,3 +285,41 @@ func TestOwnerPassesRangeRequestThatWaitsForItThroughAnotherOwner(t *testing.T) 
 	require.True(t, res.h.Release())
 	assert.True(t, ProbeTableEmpty(l))
 }
+
+// A request that another owner's request passes only through a range request it passes itself
+// is not passed: t1 and t3 hold a shared, t2 holds d shared, an exclusive range over every key
+// queues behind them, and t1 then t3 ask d exclusive. Both pass the range (it waits for their a);
+// t1's request does not wait for the range, so t3's queues behind it, not ahead. Queued ahead, it
+// would wait for the range once t3 let go of a, the range for t1's a, and t1 for t3's request: a
+// cycle among owners that lock in key order, which failed t1 with a deadlock.
+func TestOwnerDoesNotPassRequestThatPassesTheRangeItself(t *testing.T) {
+	l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
+	t1, t2, t3 := &testTxn{l: l, name: "t1"}, &testTxn{l: l, name: "t2"}, &testTxn{l: l, name: "t3"}
+	ctx := context.Background()
+	shared := testOptions{Shared: true}
+	_, err := t1.Lock(ctx, []byte("a"), shared)
+	require.NoError(t, err)
+	d2, err := t2.Lock(ctx, []byte("d"), shared)
+	require.NoError(t, err)
+	a3, err := t3.Lock(ctx, []byte("a"), shared)
+	require.NoError(t, err)
+	gotRange := rangeAsync(l, "", "", testOptions{}, &testTxn{l: l, name: "t4"})
+	waitRangesQueued(t, l, 1)
+	got1 := txnLockResult(t1, []byte("d"), testOptions{})
+	WaitQueued(t, l, []byte("d"), 1)
+	got3 := txnLockResult(t3, []byte("d"), testOptions{})
+	WaitQueued(t, l, []byte("d"), 2)
+
+	require.True(t, a3.Release())
+	require.True(t, d2.Release())
+	res1 := Await(t, got1, "t1's exclusive d, once t2 let go")
+	require.NoError(t, res1.err, "t1 waited behind nobody that waits for it")
+	t1.Rollback()
+	res := Await(t, gotRange, "the range, once t1 let go")
+	require.NoError(t, res.err)
+	require.True(t, res.h.Release())
+	res3 := Await(t, got3, "t3's exclusive d, once the range let go")
+	require.NoError(t, res3.err)
+	t3.Rollback()
+	assert.True(t, ProbeTableEmpty(l))
+}
