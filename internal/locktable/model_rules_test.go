@@ -57,11 +57,15 @@ func (m *modelRun) blocked(r *mReq, ahead []*mReq) bool {
 
 // passes reports whether r may pass q, a request queued ahead of it: its column family is in range
 // mode, r's owner held locks as it asked, and q cannot be served before that owner lets go.
-func (m *modelRun) passes(r, q *mReq) bool {
+func (m *modelRun) passes(r, q *mReq) bool { return m.passesBy(r, q, true) }
+
+// passesBy is passes; with exact false, a request queued behind a conflicting one waits for it
+// even where it passes that one itself (the engine's passesBy: its search looks one level down).
+func (m *modelRun) passesBy(r, q *mReq, exact bool) bool {
 	if !m.rangeMode || cfOf(r.target) != 0 || r.owner == 0 || !r.holds || q.owner == r.owner {
 		return false
 	}
-	return m.waitsForOwner(q, r.owner, spanOf(r.target).start, true, map[*mReq]bool{})
+	return m.waitsForOwner(q, r.owner, spanOf(r.target).start, true, exact, map[*mReq]bool{})
 }
 
 // waitsForOwner reports whether q, a queued request, cannot be served before owner o lets go: it
@@ -72,7 +76,7 @@ func (m *modelRun) passes(r, q *mReq) bool {
 // of o counts only if its key, a range's start, is below at, the key of the request that asks to
 // pass, or is a range that starts at it (§17.2: a Txn that asks below a key it holds passes nobody
 // through another's wait).
-func (m *modelRun) waitsForOwner(q *mReq, o int, at []byte, direct bool, seen map[*mReq]bool) bool {
+func (m *modelRun) waitsForOwner(q *mReq, o int, at []byte, direct, exact bool, seen map[*mReq]bool) bool {
 	if seen[q] {
 		return false
 	}
@@ -88,15 +92,15 @@ func (m *modelRun) waitsForOwner(q *mReq, o int, at []byte, direct bool, seen ma
 			}
 			continue
 		}
-		if u := m.request(h.owner); u != nil && cfOf(u.target) == cfOf(q.target) && m.waitsForOwner(u, o, at, false, seen) {
+		if u := m.request(h.owner); u != nil && cfOf(u.target) == cfOf(q.target) && m.waitsForOwner(u, o, at, false, exact, seen) {
 			return true
 		}
 	}
 	for _, p := range m.queue {
-		if p == q || !m.aheadOf(p, q) || !q.behind(p) || !sameKey(p, q) && m.passes(q, p) {
+		if p == q || !m.aheadOf(p, q) || !q.behind(p) || exact && !sameKey(p, q) && m.passesBy(q, p, false) {
 			continue // q does not wait for p
 		}
-		if p.owner == o && direct || p.owner != o && m.waitsForOwner(p, o, at, false, seen) {
+		if p.owner == o && direct || p.owner != o && m.waitsForOwner(p, o, at, false, exact, seen) {
 			return true
 		}
 	}

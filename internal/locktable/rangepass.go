@@ -17,13 +17,18 @@ import (
 
 // passes reports whether h, a request, may pass x, a request queued before it: h's owner holds
 // locks (flagOwnerHolds), and x waits for one of them (waitsForOwner).
-func (sp *rangeSpace) passes(h *Claim, x *waiter) bool {
+func (sp *rangeSpace) passes(h *Claim, x *waiter) bool { return sp.passesBy(h, x, true) }
+
+// passesBy is passes. With exact false, a request queued behind a conflicting one counts as
+// waiting for it even where it passes that one itself: the search that asks whether it does
+// (passer.exact) looks one level down only, so that it ends.
+func (sp *rangeSpace) passesBy(h *Claim, x *waiter, exact bool) bool {
 	o := h.owner
 	if o == nil || h.flags()&flagOwnerHolds == 0 || x.h.owner == o {
 		return false
 	}
 	var seen []*waiter
-	return sp.waitsForOwner(x, passer{o: o, at: h.key(), direct: true}, &seen)
+	return sp.waitsForOwner(x, passer{o: o, at: h.key(), direct: true, exact: exact}, &seen)
 }
 
 // passer is the owner whose request asks whether it may pass (waitsForOwner), with that request's
@@ -36,10 +41,13 @@ func (sp *rangeSpace) passes(h *Claim, x *waiter) bool {
 // pass its ordered waits need still happens; a Txn that asks below a key it holds is out of order,
 // no promise covers it, and were it to pass through the other owners' waits it would hide a cycle
 // that closes through them: it queues, and the cycle fails as a deadlock.
+//
+// With exact, a request that passes one queued ahead of it does not wait behind it (passesBy).
 type passer struct {
 	o      Owner
 	at     []byte
 	direct bool
+	exact  bool
 }
 
 // endsAt reports whether y, a lock of p.o that a wait looked at conflicts with, makes that wait
@@ -76,7 +84,7 @@ func (sp *rangeSpace) waitsForOwner(x *waiter, p passer, seen *[]*waiter) bool {
 		switch {
 		case y.h.owner == p.o:
 			found = p.direct // a chain through another owner ends only at a lock of p.o
-		case (x.space != nil || y.space != nil) && sp.passes(x.h, y):
+		case p.exact && (x.space != nil || y.space != nil) && sp.passesBy(x.h, y, false):
 			// y waits for what x's own owner holds: x passes y in the grant rule and does not
 			// wait behind it (within one key's queue the order already says who passed whom).
 		default:
