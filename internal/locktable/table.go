@@ -46,8 +46,8 @@ type Table struct {
 	_      [2*falseSharingRange - unsafe.Sizeof(tableHeader{})%falseSharingRange]byte
 	shards [ShardCount]shard
 	clocks clockSlots
-	graph  waitGraph // the wait-for graph of the database's owners
-	modes  rangeModes
+	graph  waitGraph   // the wait-for graph of the database's owners
+	ranges tableRanges // the range spaces' mutex and test switch; their map is in the header
 
 	hookFailures atomic.Uint64 // hooks fail rarely, so one shared counter is cheap
 	faultOnce    sync.Once     // a table fault is logged once per database
