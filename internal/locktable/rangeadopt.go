@@ -189,7 +189,7 @@ func (sh *shard) takeInRanges(ctx context.Context, sp *rangeSpace, h *Claim, wal
 		if e == nil {
 			e = sh.newRangedEntry(sp, h)
 		}
-		return mono, sh.waitBefore(ctx, e, h, before, lease, boundingDeadline(ctx, mono, timeout, ctxBounds), mono)
+		return mono, sh.waitBefore(ctx, e, h, before, lease, waitDeadline(ctx, mono, timeout, ctxBounds), mono)
 	case e != nil:
 		sh.grantKey(e, h, wall, mono, lease, e.head != nil || e.rangeWaitsOver())
 	default:

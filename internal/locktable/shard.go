@@ -70,7 +70,7 @@ func (sh *shard) lookup(h *Claim) *keyEntry { return sh.index.find(h.hash, h.cf,
 // Acquire takes h's key for a lease of lease (at most MaxAskedLease, recorded as the lease asked
 // for), or with wait queues for it until it is granted, timeout passes on the tenant's clock, ctx
 // is done or the tenant closes. With ctxBounds (the caller gave no timeout of its own), a deadline
-// of ctx replaces timeout (boundingDeadline). It returns the Mono reading the attempt started at,
+// of ctx replaces timeout (waitDeadline). It returns the Mono reading the attempt started at,
 // from which the lease and the wait are measured. On failure it returns ErrClosed, ErrLocked (the
 // key is busy and !wait), ErrTimeout, ctx's error or a *DeadlockError, and h holds nothing, waits
 // for nothing and has given back its room in its tenant's bound (AskCounted); a grant that raced
@@ -140,7 +140,7 @@ func (sh *shard) takeBusy(ctx context.Context, e *keyEntry, h *Claim, wall int64
 		sh.unlockAndRunDeferred()
 		return 0, ErrLocked
 	default:
-		return mono, sh.wait(ctx, e, h, lease, boundingDeadline(ctx, mono, timeout, ctxBounds), mono)
+		return mono, sh.wait(ctx, e, h, lease, waitDeadline(ctx, mono, timeout, ctxBounds), mono)
 	}
 	sh.unlockAndRunDeferred()
 	return mono, nil
@@ -361,12 +361,12 @@ func (sh *shard) evict(c *Tenant, held []*Claim) []*Claim {
 // years), and its sum with any Mono reading still fits a time.Duration.
 const Unbounded = time.Duration(1 << 62)
 
-// boundingDeadline is the deadline, on the tenant's clock, of a wait for a busy key that starts
-// at mono: timeout after mono, or with ctxBounds (the caller gave no timeout of its own) and a
-// ctx deadline, Unbounded after it, since that deadline, on the real clock, ends the wait through
+// waitDeadline is the deadline, on the tenant's clock, of a wait for a busy key that starts at
+// mono: timeout after mono, or with ctxBounds (the caller gave no timeout of its own) and a ctx
+// deadline, Unbounded after it, since that deadline, on the real clock, ends the wait through
 // ctx, with ctx's error. Every wait's deadline, and every bound the API keeps on its clock
-// (BoundingDeadline), is worked out here.
-func boundingDeadline(ctx context.Context, mono, timeout time.Duration, ctxBounds bool) time.Duration {
+// (ClockDeadline), is worked out here.
+func waitDeadline(ctx context.Context, mono, timeout time.Duration, ctxBounds bool) time.Duration {
 	if ctxBounds {
 		if _, ok := ctx.Deadline(); ok {
 			return MonoAfter(mono, Unbounded)
@@ -375,12 +375,13 @@ func boundingDeadline(ctx context.Context, mono, timeout time.Duration, ctxBound
 	return MonoAfter(mono, timeout)
 }
 
-// BoundingDeadline is the deadline on the tenant's clock, from mono, of a bound the API keeps on
+// ClockDeadline is the deadline on the tenant's clock, from mono, of a bound the API keeps on
 // that clock rather than leaving it to ctx, because it spans several waits (LockAll's Timeout)
-// or goes to a coordinator (a round's Timeout): boundingDeadline, except that a ctx deadline is
-// carried over as the time left until it, measured on the real clock (ctx deadlines are readings
-// of it, whatever the tenant's clock). It returns context.DeadlineExceeded when none is left.
-func BoundingDeadline(ctx context.Context, mono, timeout time.Duration, ctxBounds bool) (time.Duration, error) {
+// or goes to a coordinator (a round's Timeout): waitDeadline, except that a ctx deadline is
+// carried over onto the tenant's clock as the time left until it, measured on the real clock (ctx
+// deadlines are readings of it, whatever the tenant's clock). It returns context.DeadlineExceeded
+// when none is left.
+func ClockDeadline(ctx context.Context, mono, timeout time.Duration, ctxBounds bool) (time.Duration, error) {
 	if ctxBounds {
 		if d, ok := ctx.Deadline(); ok {
 			left := time.Until(d)
@@ -390,5 +391,5 @@ func BoundingDeadline(ctx context.Context, mono, timeout time.Duration, ctxBound
 			timeout = left
 		}
 	}
-	return boundingDeadline(ctx, mono, timeout, false), nil
+	return waitDeadline(ctx, mono, timeout, false), nil
 }

@@ -41,7 +41,7 @@ func (h *Claim) upgrade(ctx context.Context, timeout time.Duration, ctxBounds bo
 	}
 	stand := &Claim{ten: h.ten, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, cf: h.cf, owner: h.owner}
 	stand.hash = h.hash
-	deadline := boundingDeadline(ctx, mono, timeout, ctxBounds)
+	deadline := waitDeadline(ctx, mono, timeout, ctxBounds)
 	var err error
 	if h.flags()&flagRange != 0 {
 		err = sh.upgradeRange(ctx, h, stand, mono, deadline)
