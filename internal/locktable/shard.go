@@ -233,11 +233,11 @@ func (sh *shard) giveBack(h *Claim, set uint32) {
 		case f&flagCounted != 0:
 			sh.giveBackCounted(h, set)
 		case f&flagRange != 0:
-			sh.giveBackRange(h, f, set)
+			sh.giveBackRangeClaim(h, f, set)
 		case f&flagShared != 0:
 			sh.giveBackShare(h, e, f, set)
 		default:
-			sh.giveBackRanged(h, e, f, set)
+			sh.giveBackInHomeShard(h, e, f, set)
 		}
 		return
 	}
@@ -250,10 +250,7 @@ func (sh *shard) giveBack(h *Claim, set uint32) {
 		sh.tab.logFault(h.ten, "a handle gave back a key it did not hold")
 		return
 	}
-	h.state.Store(f&^flagHeld | set)
-	h.e = nil // the entry may be reused once the key leaves the table
-	e.holder = nil
-	sh.held--
+	sh.dropHolder(h, e, f&^flagHeld, set)
 	if f&flagCounted != 0 { // spelled out: a call here would cost every Release
 		h.clearFlags(flagCounted)
 		h.ten.bound.used.Add(-1)
@@ -261,19 +258,28 @@ func (sh *shard) giveBack(h *Claim, set uint32) {
 	sh.serveKey(e) // not serve: the key is not in a home shard (flagInHomeShard)
 }
 
-// giveBackRanged is giveBack of the exclusive holder of a key in a home shard, whose flags are f.
-func (sh *shard) giveBackRanged(h *Claim, e *keyEntry, f, set uint32) {
+// giveBackInHomeShard is giveBack of h, whose flags are f, as the exclusive holder of a key in a
+// range space's home shard: serving the key there also serves the range requests it held up
+// (serve, not serveKey), and the waits that passed a request because of h's owner are checked
+// again (ownerLetGo).
+func (sh *shard) giveBackInHomeShard(h *Claim, e *keyEntry, f, set uint32) {
 	if e == nil || e.holder != h {
 		h.setFlags(set)
 		sh.tab.logFault(h.ten, "a handle gave back a key it did not hold")
 		return
 	}
-	h.state.Store(f&^flagHeld | set)
-	h.e = nil
-	e.holder = nil
-	sh.held--
+	sh.dropHolder(h, e, f&^flagHeld, set)
 	sh.ownerLetGo(h)
 	sh.serve(e)
+}
+
+// dropHolder ends h's exclusive holding of e: h's flags become kept (its flags without flagHeld)
+// with the flags in set added, in one store. Serving e's queue is the caller's.
+func (sh *shard) dropHolder(h *Claim, e *keyEntry, kept, set uint32) {
+	h.state.Store(kept | set)
+	h.e = nil // the entry may be reused once the key leaves the table
+	e.holder = nil
+	sh.held--
 }
 
 // giveBackShare is giveBack of a sharer, whose flags are f. An upgrade waiting on the share
