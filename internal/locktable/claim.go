@@ -182,7 +182,8 @@ func (h *Claim) setAskedLease(lease time.Duration) {
 	h.leaseHi, h.leaseLo = uint8(lease>>32), uint32(lease)
 }
 
-// dueAt is when the scheduler must look at h: its lease end, or its wait's timeout.
+// dueAt is when the scheduler must look at h, read with the shard mutex held: its lease end, or
+// its wait's timeout.
 func (h *Claim) dueAt() time.Duration { return time.Duration(h.deadline.Load()) }
 
 // coldPart returns h's cold part, allocating it, with the shard mutex held.
@@ -235,6 +236,7 @@ func (h *Claim) monoFor(c *Tenant, mono time.Duration) time.Duration {
 	return h.ten.clock.Mono()
 }
 
+// closeDone closes the channel Done returned, if any, with the shard mutex held.
 func (h *Claim) closeDone() {
 	if h.cold != nil && h.cold.done != nil {
 		close(h.cold.done)

@@ -55,8 +55,9 @@ func (sp *rangeSpace) requestsAhead(x *waiter, f func(*waiter)) {
 	})
 }
 
-// sameQueue reports whether x and y are queued for one key, whose queue is served from its head:
-// there a request passes others by its place alone (rangepass.go).
+// sameQueue reports whether x and y are queued for one key, with their shard's mutex held: that
+// key's queue is served from its head, so there a request passes others by its place alone
+// (rangepass.go).
 func sameQueue(x, y *waiter) bool { return x.space == nil && y.space == nil && x.h.e == y.h.e }
 
 // passOn adds x's owner through add, or, for a request of no owner, everything it waits for
@@ -106,7 +107,7 @@ func (sp *rangeSpace) rangeHolders(x *Claim, f func(*Claim)) {
 }
 
 // plainExclusive reports whether w is a range request that asks for its range exclusively and
-// passes no request (rangepass.go): of no owner, or of an owner that held nothing when it asked,
+// passes no request (rangepass.go), with the home shard's mutex held: of no owner, or of an owner that held nothing when it asked,
 // and so holds nothing while it waits. Such a request conflicts with every request of another
 // owner that meets its range.
 func plainExclusive(w *waiter) bool {

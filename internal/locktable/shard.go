@@ -127,10 +127,10 @@ func (h *Claim) closedAfter(start time.Duration, err error) (time.Duration, erro
 	return start, err
 }
 
-// takeBusy ends Acquire and acquireRouted, with the mutex held, for h's key when it is in the
-// table (e): granted at once if e admits h, else ErrLocked or the wait. A key not in the table is
-// granted by each caller itself: on the uncontended path, the call and its arguments would cost
-// Acquire instructions.
+// takeBusy ends Acquire and acquireRouted for h's key when it is in the table (e), entered with
+// sh's mutex held and returning with it released: granted at once if e admits h, else ErrLocked
+// or the wait. A key not in the table is granted by each caller itself, so that the uncontended
+// path makes no call.
 func (sh *shard) takeBusy(ctx context.Context, e *keyEntry, h *Claim, wall int64, mono, lease, timeout time.Duration,
 	wait, ctxBounds bool) (time.Duration, error) {
 	switch {

@@ -54,7 +54,8 @@ func (h *Claim) upgrade(ctx context.Context, timeout time.Duration, ctxBounds bo
 	return true, err
 }
 
-// upgradeKey is Upgrade of a key's share, with the mutex held (it returns with it released);
+// upgradeKey is Upgrade of a key's share, entered with sh's mutex held and returning with it
+// released;
 // stand is the stand-in its wait would go through, until deadline.
 func (sh *shard) upgradeKey(ctx context.Context, h, stand *Claim, mono, deadline time.Duration) error {
 	c, e := h.ten, h.e
