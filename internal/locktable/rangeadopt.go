@@ -74,8 +74,8 @@ func (sh *shard) routesHome(sp *rangeSpace, key []byte) bool {
 
 // acquireRouted is Acquire once some column family of the table has had a range request: a key
 // covered by a span of its column family's cover is taken in the home shard (acquireBrought),
-// any other in its own shard, as Acquire does. It is apart from Acquire so that a table that
-// never had a range runs Acquire's path as it was.
+// any other in its own shard, as Acquire does. It is apart from Acquire so that the path of a
+// table that never had a range has nothing of ranges in it.
 func (h *Claim) acquireRouted(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
 	if h.flags()&flagRange != 0 {
 		return h.acquireRange(ctx, lease, timeout, wait, ctxBounds)
@@ -94,7 +94,7 @@ func (h *Claim) acquireRouted(ctx context.Context, lease, timeout time.Duration,
 		return h.acquireBrought(ctx, sh, sp, hash, false, wall, mono, lease, timeout, wait, ctxBounds)
 	}
 	h.hash = hash
-	if sp != nil && sh.lookup(h) == nil { // the uncontended case, here as in Acquire: a call costs it more
+	if sp != nil && sh.lookup(h) == nil { // the uncontended case, written out as in Acquire: no call
 		e := sh.newEntry(hash)
 		sh.grant(e, h, wall, mono, lease, false)
 		sh.index.insert(e)
@@ -105,10 +105,11 @@ func (h *Claim) acquireRouted(ctx context.Context, lease, timeout time.Duration,
 	return sh.takeHere(ctx, sp, h, wall, mono, lease, timeout, wait, ctxBounds)
 }
 
-// takeHere ends acquireRouted in h's own shard sh as Acquire does, entered with sh's mutex held
-// and returning with every mutex released; but an owner's request that must wait, in a column family with a range space sp, waits in the home
-// shard, key and all: an owner's request there passes a request that waits for it (rangepass.go),
-// also through the waits of other owners, and those it must see.
+// takeHere ends acquireRouted in h's own shard sh as Acquire does, entered with sh's mutex held and
+// returning with every mutex released; but an owner's request that must wait, in a column family
+// with a range space sp, waits in the home shard, key and all: an owner's request there passes a
+// request that waits for it (rangepass.go), also through the waits of other owners, and those it
+// must see.
 func (sh *shard) takeHere(ctx context.Context, sp *rangeSpace, h *Claim, wall int64, mono, lease, timeout time.Duration,
 	wait, ctxBounds bool) (time.Duration, error) {
 	e := sh.lookup(h)
@@ -210,13 +211,13 @@ func lockPair(sh, home *shard) {
 	home.mu.Lock()
 }
 
-// bringIn brings into sp's home shard the entries of column family cf in [start, end) (end nil:
-// no bound) that are still in their key shards, found in each shard's order (keyorder.go), a
-// shard at a time, taking the mutexes itself: it is entered with none held. One hold of a shard's mutex sorts sortBatch pending items at most, then reads
-// broughtBatch entries inside the span at most and brings them in, so that the other keys of the
-// shard wait for one batch at most, however many keys it holds. The span is in sp's live cover
-// already, so no entry in it is made outside the home shard meanwhile; a shard not noted is
-// passed without its mutex, which routesHome makes safe.
+// bringIn brings into sp's home shard the entries of column family cf in [start, end) (end nil: no
+// bound) that are still in their key shards, found in each shard's order (keyorder.go), a shard at
+// a time, taking the mutexes itself: it is entered with none held. One hold of a shard's mutex
+// sorts sortBatch pending items at most, then reads broughtBatch entries inside the span at most
+// and brings them in, so that the other keys of the shard wait for one batch at most, however many
+// keys it holds. The span is in sp's live cover already, so no entry in it is made outside the home
+// shard meanwhile; a shard not noted is passed without its mutex, which routesHome makes safe.
 func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 	home := sp.home
 	var batch []*keyEntry

@@ -68,7 +68,7 @@ func (sp *rangeSpace) rangeBlocked(sh *shard, h *Claim, seq uint64, settle bool,
 }
 
 // rangesBlock reports whether a range lock or request of sp keeps h, a request placed seq in the
-// order of arrival, waiting (rangeItem.blocks), but for a request h passes (rangepass.go).
+// order of arrival, waiting (rangeItem.blocks); a request that h passes (rangepass.go) does not.
 func (sp *rangeSpace) rangesBlock(h *Claim, seq uint64) bool {
 	blocked := false
 	sp.ranges.heldConflicting(h, func(it *rangeItem) bool {

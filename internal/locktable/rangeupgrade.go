@@ -10,7 +10,8 @@ import (
 // over the same range that the wait graph sees.
 
 // upgradeRange is Upgrade of a shared range lock, entered with sh's mutex held and returning
-// with it released; stand is the stand-in its wait goes through, made a request over h's range here.
+// with it released; stand is the stand-in its wait goes through, made a request over h's range
+// here.
 func (sh *shard) upgradeRange(ctx context.Context, h, stand *Claim, mono, deadline time.Duration) error {
 	c := h.ten
 	sp := sh.spaces[h.cf]

@@ -70,12 +70,13 @@ func (sh *shard) lookup(h *Claim) *keyEntry { return sh.index.find(h.hash, h.cf,
 // Acquire takes h's key for a lease of lease (at most MaxAskedLease, recorded as the lease asked
 // for), or with wait queues for it until it is granted, timeout passes on the tenant's clock, ctx
 // is done or the tenant closes. With ctxBounds (the caller gave no timeout of its own), a deadline
-// of ctx replaces timeout (waitDeadline). It returns the Mono reading the attempt started at,
-// from which the lease and the wait are measured. On failure it returns ErrClosed, ErrLocked (the
-// key is busy and !wait), ErrTimeout, ctx's error or a *DeadlockError, and h holds nothing, waits
-// for nothing and has given back its room in its tenant's bound (AskCounted); a grant that raced
-// with the tenant's close is given back and fails with ErrClosed. A range claim takes its range the same way: its column family has a range space from
-// prepareRange on, so its request goes the way of acquireRouted (rangeadopt.go).
+// of ctx replaces timeout (waitDeadline). It returns the Mono reading the attempt started at, from
+// which the lease and the wait are measured. On failure it returns ErrClosed, ErrLocked (the key is
+// busy and !wait), ErrTimeout, ctx's error or a *DeadlockError, and h holds nothing, waits for
+// nothing and has given back its room in its tenant's bound (AskCounted); a grant that raced with
+// the tenant's close is given back and fails with ErrClosed. A range claim takes its range through
+// Acquire too: its column family has a range space from prepareRange on, so its request is taken by
+// acquireRouted (rangeadopt.go).
 func (h *Claim) Acquire(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
 	h.setAskedLease(lease)
 	c := h.ten
@@ -186,9 +187,10 @@ func (sh *shard) grant(e *keyEntry, h *Claim, wall int64, mono, lease time.Durat
 	}
 }
 
-// grantKey is grant anywhere but Acquire's grant of a key not in the table: a holder of a key in
-// a home shard is marked so (flagInHomeShard), so that giving it back serves the ranges its key may hold
-// up.
+// grantKey is grant that also marks a holder of a key in a home shard (flagInHomeShard), so that
+// giving the key back serves the ranges it may hold up. Every grant of a key goes through it but
+// that of a key not yet in the table, which its caller makes in the key's own shard, never a home
+// shard, and grants with grant alone.
 func (sh *shard) grantKey(e *keyEntry, h *Claim, wall int64, mono, lease time.Duration, watch bool) {
 	sh.grant(e, h, wall, mono, lease, watch)
 	if e.ranged() != nil {
@@ -251,7 +253,7 @@ func (sh *shard) giveBack(h *Claim, set uint32) {
 		return
 	}
 	sh.dropHolder(h, e, f&^flagHeld, set)
-	if f&flagCounted != 0 { // spelled out: a call here would cost every Release
+	if f&flagCounted != 0 { // written out: every Release runs this, and a call would cost it
 		h.clearFlags(flagCounted)
 		h.ten.bound.used.Add(-1)
 	}

@@ -111,13 +111,13 @@ func (g *waitGraph) recheckOwner(o Owner) {
 	sh.mu.Unlock()
 }
 
-// blockers appends to out the Txns that t, waiting with h, waits for now, and returns it, with
-// g.mu held (docs/DESIGN.md §15.5): the Txns holding h's record in a mode that conflicts with h's request
-// (every other holder for an exclusive request or an upgrade, an exclusive holder for a shared
-// one) and, for a shared request, the Txn of the nearest exclusive request of a Txn queued ahead
-// of it and, when the nearest exclusive request ahead has no owner, every holder: requests are
-// served in order, so h passes neither. That is at most one edge per holder plus one. It appends
-// nothing once h no longer waits.
+// blockers appends to out the Txns that t, waiting with h, waits for now, and returns it, with g.mu
+// held (docs/DESIGN.md §15.5): the Txns holding h's record in a mode that conflicts with h's
+// request (every other holder for an exclusive request or an upgrade, an exclusive holder for a
+// shared one) and, for a shared request, the Txn of the nearest exclusive request of a Txn queued
+// ahead of it and, when the nearest exclusive request ahead has no owner, every holder: requests
+// are served in order, so h passes neither. That is at most one edge per holder plus one. It
+// appends nothing once h no longer waits.
 //
 // There is no other edge to the requests queued ahead of h: an exclusive request waits for the
 // same holders as those ahead of it, so a cycle through one of them also runs through a holder,
