@@ -242,7 +242,7 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 		// The cluster round needs its bound on l's clock: with a ctx deadline, the time left until
 		// it. The local wait still leaves that deadline to ctx (ctxBounds).
 		mono := l.clock.Mono()
-		end, err := locktable.BoundingDeadline(ctx, mono, r.Timeout, true)
+		end, err := locktable.ClockDeadline(ctx, mono, r.Timeout, true)
 		if err != nil {
 			return nil, err
 		}

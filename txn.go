@@ -292,7 +292,7 @@ func (t *Txn) upgrade(ctx context.Context, h *Handle, opts Options) error {
 		if coord, err = t.l.upgradeCoordinator(); err != nil {
 			return err
 		}
-		if waitEnd, err = locktable.BoundingDeadline(ctx, t.l.clock.Mono(), r.Timeout, opts.Timeout == 0); err != nil {
+		if waitEnd, err = locktable.ClockDeadline(ctx, t.l.clock.Mono(), r.Timeout, opts.Timeout == 0); err != nil {
 			return err
 		}
 	}

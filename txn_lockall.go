@@ -80,7 +80,7 @@ func (t *Txn) lockAll(ctx context.Context, cf uint32, opts Options, keys [][]byt
 		return nil, err
 	}
 	// The Timeout, or with none a ctx deadline, bounds the whole call, so it is kept on the clock.
-	end, err := locktable.BoundingDeadline(ctx, t.l.clock.Mono(), r.Timeout, opts.Timeout == 0)
+	end, err := locktable.ClockDeadline(ctx, t.l.clock.Mono(), r.Timeout, opts.Timeout == 0)
 	if err != nil {
 		return nil, err
 	}

@@ -92,8 +92,9 @@ func (h *Claim) uncount() {
 	h.ten.bound.used.Add(-1)
 }
 
-// giveBackCounted is giveBack of a counted claim, but for the exclusive holder of a key in its own
-// shard, which giveBack spells out: its room goes back with its key.
+// giveBackCounted is giveBack of a counted claim, other than the exclusive holder of a key in its
+// own shard, which giveBack handles itself: the claim's room in its tenant's bound goes back with
+// its key.
 func (sh *shard) giveBackCounted(h *Claim, set uint32) {
 	h.clearFlags(flagCounted)
 	sh.giveBack(h, set)

@@ -163,10 +163,10 @@ func (h *Claim) setKey(key []byte) {
 }
 
 // The lease a lock was taken, extended or renewed with, as asked (before any clamp to a round),
-// bounds the rounds it may join. It is kept exactly, in nanoseconds, in 40 bits (leaseHi,
-// leaseLo) taken from keyBuf's word: a lease of up to MaxAskedLease needs no more, and a whole
-// int64 would have cost keyBuf 8 bytes, and keys of 17 to 24 bytes a second allocation per lock,
-// to stay within 128 bytes. A coarser unit would fit in 32 bits but not hold every lease exactly.
+// bounds the rounds it may join. It is kept exactly, in nanoseconds, in 40 bits (leaseHi, leaseLo)
+// taken from keyBuf's word: a lease of up to MaxAskedLease needs no more, and a whole int64 would
+// take 8 bytes from keyBuf, and so a second allocation per lock for keys of 17 to 24 bytes, to keep
+// the claim within 128 bytes. A coarser unit would fit in 32 bits but not hold every lease exactly.
 
 // MaxAskedLease is the longest lease a claim records exactly as asked.
 const MaxAskedLease = time.Duration(1<<40 - 1)
@@ -182,7 +182,8 @@ func (h *Claim) setAskedLease(lease time.Duration) {
 	h.leaseHi, h.leaseLo = uint8(lease>>32), uint32(lease)
 }
 
-// dueAt is when the scheduler must look at h: its lease end, or its wait's timeout.
+// dueAt is when the scheduler must look at h, read with the shard mutex held: its lease end, or
+// its wait's timeout.
 func (h *Claim) dueAt() time.Duration { return time.Duration(h.deadline.Load()) }
 
 // coldPart returns h's cold part, allocating it, with the shard mutex held.
@@ -235,6 +236,7 @@ func (h *Claim) monoFor(c *Tenant, mono time.Duration) time.Duration {
 	return h.ten.clock.Mono()
 }
 
+// closeDone closes the channel Done returned, if any, with the shard mutex held.
 func (h *Claim) closeDone() {
 	if h.cold != nil && h.cold.done != nil {
 		close(h.cold.done)

@@ -42,8 +42,8 @@ func (h *Claim) releaseInOwnFence(sh *shard) {
 	h.closeDone()
 }
 
-// awaitFenceEnd releases the shard mutex until the running fence ends, then takes the mutex of
-// h's shard again and returns that shard.
+// awaitFenceEnd, entered with sh's mutex held, releases it until the running fence ends, then
+// takes the mutex of h's shard again and returns that shard.
 func (h *Claim) awaitFenceEnd(sh *shard) *shard {
 	c := h.coldPart()
 	if c.fenceEnd == nil {

@@ -18,7 +18,8 @@ func (h *Claim) settle(sh *shard) bool {
 	return h.settleAt(sh, h.ten.clock.Mono())
 }
 
-// settleAt is settle with the clock already read: now is a Mono of h's clock.
+// settleAt is settle (with the mutex of h's shard sh held) with the clock already read: now is a
+// Mono of h's clock.
 func (h *Claim) settleAt(sh *shard, now time.Duration) bool {
 	if h.flags()&flagExpired != 0 {
 		return true
@@ -31,7 +32,7 @@ func (h *Claim) settleAt(sh *shard, now time.Duration) bool {
 }
 
 // endIfLapsed settles h, the holder of a key that c's request found with mono, a reading of c's
-// clock. It reports whether it ended the lease just now.
+// clock, with the mutex of h's shard sh held. It reports whether it ended the lease just now.
 func (h *Claim) endIfLapsed(sh *shard, c *Tenant, mono time.Duration) bool {
 	// !lapsedFor spelled out: a contended Acquire comes here, and the call would not inline.
 	if h.flags()&flagExpired != 0 || !h.lapsedAt(h.monoFor(c, mono)) {

@@ -23,7 +23,8 @@ func (h *Claim) lockShard() *shard {
 	return sh
 }
 
-// relockShard follows the move of h's record from sh, whose mutex is held, to its new shard.
+// relockShard, entered with sh's mutex held, follows the move of h's record from sh to its new
+// shard, and returns that shard with its mutex held.
 func (h *Claim) relockShard(sh *shard) *shard {
 	for {
 		sh.mu.Unlock()

@@ -49,9 +49,10 @@ type keyOrder struct {
 // orderSlack is the size below which neither the pending list nor the tree is compacted.
 const orderSlack = 64
 
-// noted is pending entry e as the tree would hold it, its record read now; not ok once e is
-// spare. An entry that left and was made again for another record is sorted in as that one.
-func (sh *shard) noted(e *keyEntry) (orderedKey, bool) {
+// placeInOrder is pending entry e's place in the shard's order: e as the tree would hold it, its
+// record read now. It is not ok once e is spare; an entry that left and was made again for
+// another record is placed as that record.
+func (sh *shard) placeInOrder(e *keyEntry) (orderedKey, bool) {
 	cf, key := e.record()
 	return orderedKey{cf: cf, key: key, hash: e.hash, e: e}, e.holder != nil || e.head != nil
 }
@@ -78,7 +79,7 @@ func (sh *shard) compactPending() {
 	o := &sh.order
 	kept := o.pending[:0]
 	for _, e := range o.pending {
-		if k, ok := sh.noted(e); ok && sh.live(k) {
+		if k, ok := sh.placeInOrder(e); ok && sh.live(k) {
 			kept = append(kept, e)
 		}
 	}
@@ -158,7 +159,7 @@ func (sh *shard) sortPending(max int) bool {
 	o.read += uint64(n)
 	rest := len(o.pending) - n
 	for _, e := range o.pending[rest:] {
-		if k, ok := sh.noted(e); ok && sh.live(k) {
+		if k, ok := sh.placeInOrder(e); ok && sh.live(k) {
 			o.tree.ReplaceOrInsert(k)
 		}
 	}

@@ -7,15 +7,15 @@ import (
 	"github.com/recordlock/recordlock/internal/spans"
 )
 
-// queuedIndex is what a view reads of the requests queued in a range space, once per visit of
-// its home shard (VisitHolders, VisitWaits): the key sets of the requests, by kind (range
-// requests, key requests) and by mode (all, exclusive), each as sorted starts and ends, and each
-// owner's requests apart. A holder's count of the queued requests that conflict with it is then a
-// difference of binary searches: a range request meets [start, end) when it starts before end and
-// does not end at or before start. Walking the requests that meet each holder cost O(s·q) for s
-// holders of different spans that all meet q requests; the index costs O((n + q) log q) to make,
-// for the q requests and the n keys brought into the home shard, O(log q) per key or span, and
-// O(1) per holder of it (with one owner's few requests).
+// queuedIndex is what a view reads of the requests queued in a range space, once per visit of its
+// home shard (VisitHolders, VisitWaits): the key sets of the requests, by kind (range requests, key
+// requests) and by mode (all, exclusive), each as sorted starts and ends, and each owner's requests
+// apart. A holder's count of the queued requests that conflict with it is then a difference of
+// binary searches: a range request meets [start, end) when it starts before end and does not end at
+// or before start. A walk of the requests that meet each holder would cost O(s·q) for s holders of
+// different spans that all meet q requests; the index costs O((n + q) log q) to make, for the q
+// requests and the n keys brought into the home shard, O(log q) per key or span, and O(1) per
+// holder of it (with one owner's few requests).
 type queuedIndex struct {
 	ranges [2]spanEnds // [0] every range request, [1] the exclusive ones
 	keys   [2][][]byte // the keys of the key requests, sorted, with the same two modes
@@ -43,7 +43,7 @@ type spanEnds struct {
 func (sp *rangeSpace) indexQueued(visited *uint64) *queuedIndex {
 	x := &queuedIndex{visited: visited}
 	// Room for every range request at once: the view makes an index per call, and growing four
-	// slices a doubling at a time cost it most of its allocations.
+	// slices a doubling at a time would be most of its allocations.
 	q := len(sp.queue)
 	ranges := make([][]byte, 4*q)
 	for m := range 2 {

@@ -66,7 +66,7 @@ func (h *Claim) acquireRange(ctx context.Context, lease, timeout time.Duration, 
 	it.w, w.seq = w, sp.nextSeq()
 	sp.ranges.insert(it)
 	sp.queue = append(sp.queue, it)
-	return mono, sh.sleep(ctx, nil, w, boundingDeadline(ctx, mono, timeout, ctxBounds))
+	return mono, sh.sleep(ctx, nil, w, waitDeadline(ctx, mono, timeout, ctxBounds))
 }
 
 // grantRange makes h's claim a holder of its range, with a lease of lease from the readings wall

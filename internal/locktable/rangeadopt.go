@@ -44,8 +44,8 @@ func (s *broughtSteps) note(looked, moved int) {
 	s.holds++
 }
 
-// brings reports whether a span of sp's cover covers key: its request must look in the home
-// shard.
+// brings reports whether a span of sp's cover covers key, read without the home shard's mutex:
+// its request must look in the home shard.
 func (sp *rangeSpace) brings(key []byte) bool {
 	cv := sp.cover.Load()
 	if coverRead != nil {
@@ -74,8 +74,8 @@ func (sh *shard) routesHome(sp *rangeSpace, key []byte) bool {
 
 // acquireRouted is Acquire once some column family of the table has had a range request: a key
 // covered by a span of its column family's cover is taken in the home shard (acquireBrought),
-// any other in its own shard, as Acquire does. It is apart from Acquire so that a table that
-// never had a range runs Acquire's path as it was.
+// any other in its own shard, as Acquire does. It is apart from Acquire so that the path of a
+// table that never had a range has nothing of ranges in it.
 func (h *Claim) acquireRouted(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
 	if h.flags()&flagRange != 0 {
 		return h.acquireRange(ctx, lease, timeout, wait, ctxBounds)
@@ -94,7 +94,7 @@ func (h *Claim) acquireRouted(ctx context.Context, lease, timeout time.Duration,
 		return h.acquireBrought(ctx, sh, sp, hash, false, wall, mono, lease, timeout, wait, ctxBounds)
 	}
 	h.hash = hash
-	if sp != nil && sh.lookup(h) == nil { // the uncontended case, here as in Acquire: a call costs it more
+	if sp != nil && sh.lookup(h) == nil { // the uncontended case, written out as in Acquire: no call
 		e := sh.newEntry(hash)
 		sh.grant(e, h, wall, mono, lease, false)
 		sh.index.insert(e)
@@ -105,10 +105,11 @@ func (h *Claim) acquireRouted(ctx context.Context, lease, timeout time.Duration,
 	return sh.takeHere(ctx, sp, h, wall, mono, lease, timeout, wait, ctxBounds)
 }
 
-// takeHere ends acquireRouted in h's own shard sh, whose mutex is held, as Acquire does; but an
-// owner's request that must wait, in a column family with a range space sp, waits in the home
-// shard, key and all: an owner's request there passes a request that waits for it (rangepass.go),
-// also through the waits of other owners, and those it must see.
+// takeHere ends acquireRouted in h's own shard sh as Acquire does, entered with sh's mutex held and
+// returning with every mutex released; but an owner's request that must wait, in a column family
+// with a range space sp, waits in the home shard, key and all: an owner's request there passes a
+// request that waits for it (rangepass.go), also through the waits of other owners, and those it
+// must see.
 func (sh *shard) takeHere(ctx context.Context, sp *rangeSpace, h *Claim, wall int64, mono, lease, timeout time.Duration,
 	wait, ctxBounds bool) (time.Duration, error) {
 	e := sh.lookup(h)
@@ -132,7 +133,8 @@ func (sh *shard) takeHere(ctx context.Context, sp *rangeSpace, h *Claim, wall in
 }
 
 // acquireBrought is acquireRouted of a key a span of sp's cover covers, or with owned of an
-// owner's request that must wait for a key, with the mutex of its own shard sh held. With both
+// owner's request that must wait for a key, entered with the mutex of the key's own shard sh held
+// and returning with every mutex released. With both
 // mutexes held it reads the cover again: a live span (or owned) brings the key's entry into the
 // home shard now if a range request has not yet; a retiring one only means the entry may still be
 // there.
@@ -161,8 +163,9 @@ func (h *Claim) acquireBrought(ctx context.Context, sh *shard, sp *rangeSpace, h
 	return home.takeInRanges(ctx, sp, h, wall, mono, lease, timeout, wait, ctxBounds)
 }
 
-// takeInRanges ends acquireBrought in the home shard sh, whose mutex is held: h's key waits for
-// the ranges over it as well as for its holders (rangegrant.go).
+// takeInRanges ends acquireBrought in the home shard sh, entered with sh's mutex held and
+// returning with every mutex released: h's key waits for the ranges over it as well as for its
+// holders (rangegrant.go).
 func (sh *shard) takeInRanges(ctx context.Context, sp *rangeSpace, h *Claim, wall int64, mono, lease, timeout time.Duration,
 	wait, ctxBounds bool) (time.Duration, error) {
 	c := h.ten
@@ -189,7 +192,7 @@ func (sh *shard) takeInRanges(ctx context.Context, sp *rangeSpace, h *Claim, wal
 		if e == nil {
 			e = sh.newRangedEntry(sp, h)
 		}
-		return mono, sh.waitBefore(ctx, e, h, before, lease, boundingDeadline(ctx, mono, timeout, ctxBounds), mono)
+		return mono, sh.waitBefore(ctx, e, h, before, lease, waitDeadline(ctx, mono, timeout, ctxBounds), mono)
 	case e != nil:
 		sh.grantKey(e, h, wall, mono, lease, e.head != nil || e.rangeWaitsOver())
 	default:
@@ -208,13 +211,13 @@ func lockPair(sh, home *shard) {
 	home.mu.Lock()
 }
 
-// bringIn brings into sp's home shard the entries of column family cf in [start, end) (end nil:
-// no bound) that are still in their key shards, found in each shard's order (keyorder.go), a
-// shard at a time. One hold of a shard's mutex sorts sortBatch pending items at most, then reads
-// broughtBatch entries inside the span at most and brings them in, so that the other keys of the
-// shard wait for one batch at most, however many keys it holds. The span is in sp's live cover
-// already, so no entry in it is made outside the home shard meanwhile; a shard not noted is
-// passed without its mutex, which routesHome makes safe.
+// bringIn brings into sp's home shard the entries of column family cf in [start, end) (end nil: no
+// bound) that are still in their key shards, found in each shard's order (keyorder.go), a shard at
+// a time, taking the mutexes itself: it is entered with none held. One hold of a shard's mutex
+// sorts sortBatch pending items at most, then reads broughtBatch entries inside the span at most
+// and brings them in, so that the other keys of the shard wait for one batch at most, however many
+// keys it holds. The span is in sp's live cover already, so no entry in it is made outside the home
+// shard meanwhile; a shard not noted is passed without its mutex, which routesHome makes safe.
 func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 	home := sp.home
 	var batch []*keyEntry
@@ -259,8 +262,9 @@ func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 // a step of its own between two batches.
 var yieldMutexes = runtime.Gosched
 
-// bringOwnerWaits readies sp, just made, in every key shard: it notes the entries of column
-// family cf made before (noteEntry), and brings into the home shard those for which an
+// bringOwnerWaits readies sp, just made, in every key shard, taking the mutexes itself (it is
+// entered with none held): it notes the entries of column family cf made before (noteEntry), and
+// brings into the home shard those for which an
 // owner's request waits, as takeHere does for a request that waits once the space is made. It
 // reads a shard's entries from a copy of its index slots, taken under one hold of its mutex (a
 // copy of the slots, not a look at each entry): between two holds, a removal shifts entries back
@@ -315,7 +319,7 @@ func (sh *shard) holdsEntryOf(e *keyEntry, cf uint32) bool {
 	return ecf == cf && sh.index.find(e.hash, ecf, key) == e
 }
 
-// ownerWaitsIn reports whether an owner's request waits for e.
+// ownerWaitsIn reports whether an owner's request waits for e, with e's shard's mutex held.
 func ownerWaitsIn(e *keyEntry) bool {
 	for w := e.head; w != nil; w = w.next {
 		if w.h.owner != nil {

@@ -25,7 +25,7 @@ func conflicts(a, b *Claim) bool {
 // settled first, as a newcomer settles a key's lapsed holders; without, a lapsed range blocks
 // until its timer settles it, so that serving a key never ends another lease under it.
 func (sp *rangeSpace) keyBlocked(sh *shard, h *Claim, seq uint64, settle bool, c *Tenant, mono time.Duration) bool {
-	if sp.ranges.n == 0 || sh.tab.modes.noConflicts.Load() || !sp.ranges.mayConflict(h.key(), h.flags()&flagShared != 0) {
+	if sp.ranges.n == 0 || sh.tab.ranges.noConflicts.Load() || !sp.ranges.mayConflict(h.key(), h.flags()&flagShared != 0) {
 		return false
 	}
 	if settle {
@@ -40,7 +40,7 @@ func (sp *rangeSpace) keyBlocked(sh *shard, h *Claim, seq uint64, settle bool, c
 // a conflicting holder of a key or range inside or across it, or a conflicting request queued
 // before it. settle is as for keyBlocked.
 func (sp *rangeSpace) rangeBlocked(sh *shard, h *Claim, seq uint64, settle bool, c *Tenant, mono time.Duration) bool {
-	if sh.tab.modes.noConflicts.Load() {
+	if sh.tab.ranges.noConflicts.Load() {
 		return false
 	}
 	start, end := h.key(), h.cold.span.end
@@ -68,7 +68,7 @@ func (sp *rangeSpace) rangeBlocked(sh *shard, h *Claim, seq uint64, settle bool,
 }
 
 // rangesBlock reports whether a range lock or request of sp keeps h, a request placed seq in the
-// order of arrival, waiting (rangeItem.blocks), but for a request h passes (rangepass.go).
+// order of arrival, waiting (rangeItem.blocks); a request that h passes (rangepass.go) does not.
 func (sp *rangeSpace) rangesBlock(h *Claim, seq uint64) bool {
 	blocked := false
 	sp.ranges.heldConflicting(h, func(it *rangeItem) bool {

@@ -55,8 +55,9 @@ func (sp *rangeSpace) requestsAhead(x *waiter, f func(*waiter)) {
 	})
 }
 
-// sameQueue reports whether x and y are queued for one key, whose queue is served from its head:
-// there a request passes others by its place alone (rangepass.go).
+// sameQueue reports whether x and y are queued for one key, with their shard's mutex held: that
+// key's queue is served from its head, so there a request passes others by its place alone
+// (rangepass.go).
 func sameQueue(x, y *waiter) bool { return x.space == nil && y.space == nil && x.h.e == y.h.e }
 
 // passOn adds x's owner through add, or, for a request of no owner, everything it waits for
@@ -106,9 +107,9 @@ func (sp *rangeSpace) rangeHolders(x *Claim, f func(*Claim)) {
 }
 
 // plainExclusive reports whether w is a range request that asks for its range exclusively and
-// passes no request (rangepass.go): of no owner, or of an owner that held nothing when it asked,
-// and so holds nothing while it waits. Such a request conflicts with every request of another
-// owner that meets its range.
+// passes no request (rangepass.go), with the home shard's mutex held: of no owner, or of an owner
+// that held nothing when it asked, and so holds nothing while it waits. Such a request conflicts
+// with every request of another owner that meets its range.
 func plainExclusive(w *waiter) bool {
 	h := w.h
 	return w.space != nil && w.seq != 0 && h.flags()&flagShared == 0 && (h.owner == nil || h.flags()&flagOwnerHolds == 0)
@@ -129,7 +130,7 @@ func sameSpan(a, b *Claim) bool {
 // head itself and the rest of the run, plus those to the key requests queued between the head
 // and x (docs/DESIGN.md §17.3): a path through a request of the run has a path without it. That
 // keeps a check of N Txns queued for one hot range at one edge per holder each, where edges to
-// each request of the run made the N checks cost O(N³) steps.
+// each request of the run would make the N checks cost O(N³) steps.
 //
 // The head found is kept in x and used while it is queued: no range request can queue between
 // two queued ones, so the run behind a queued head stays one.

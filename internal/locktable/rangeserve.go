@@ -145,8 +145,9 @@ func (sh *shard) dropRange(w *waiter, outcome waitState) {
 	sh.countOutcome(outcome)
 }
 
-// giveBackRange is giveBack of a range claim whose flags are f.
-func (sh *shard) giveBackRange(h *Claim, f, set uint32) {
+// giveBackRangeClaim is giveBack of a range claim, a range lock rather than a key's, whose flags
+// are f.
+func (sh *shard) giveBackRangeClaim(h *Claim, f, set uint32) {
 	it := &h.cold.span.item
 	if f&flagHeld == 0 || it.tree == nil || it.w != nil {
 		h.setFlags(set)

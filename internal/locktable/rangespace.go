@@ -14,8 +14,9 @@ import (
 // queued range requests, and the keys they cover, which are brought into the home shard
 // (rangeadopt.go); every other key of the column family stays in its own shard.
 
-// rangeModes is the table's part of its range spaces, but for the map of them (tableHeader).
-type rangeModes struct {
+// tableRanges is what the table keeps of its range spaces apart from the map of them
+// (tableHeader.spaces): the mutex that makes them one at a time, and a switch for tests.
+type tableRanges struct {
 	mu sync.Mutex // serializes making a range space
 	// noConflicts makes ranges conflict with nothing: for tests that show a missing check is
 	// caught.
@@ -70,7 +71,7 @@ func (sp *rangeSpace) nextSeq() uint64 {
 
 // DisableRangeConflicts makes range locks conflict with nothing, for a test that shows that the
 // phantoms the check prevents are caught.
-func (t *Table) DisableRangeConflicts() { t.modes.noConflicts.Store(true) }
+func (t *Table) DisableRangeConflicts() { t.ranges.noConflicts.Store(true) }
 
 // homeOf is the place among the table's shards of column family cf's home shard.
 func homeOf(cf uint32) uint64 { return KeyShards + (uint64(cf)*0x9e3779b97f4a7c15>>32)&(homeShards-1) }
@@ -108,8 +109,8 @@ func (t *Table) spaceFor(cf uint32) *rangeSpace {
 		<-sp.ready
 		return sp
 	}
-	t.modes.mu.Lock()
-	defer t.modes.mu.Unlock()
+	t.ranges.mu.Lock()
+	defer t.ranges.mu.Unlock()
 	if sp := t.spaceOf(cf); sp != nil {
 		<-sp.ready
 		return sp

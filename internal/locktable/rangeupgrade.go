@@ -9,8 +9,9 @@ import (
 // only for the conflicting holders, ahead of every queued request, through a stand-in request
 // over the same range that the wait graph sees.
 
-// upgradeRange is Upgrade of a shared range lock, with the mutex held (it returns with it
-// released); stand is the stand-in its wait goes through, made a request over h's range here.
+// upgradeRange is Upgrade of a shared range lock, entered with sh's mutex held and returning
+// with it released; stand is the stand-in its wait goes through, made a request over h's range
+// here.
 func (sh *shard) upgradeRange(ctx context.Context, h, stand *Claim, mono, deadline time.Duration) error {
 	c := h.ten
 	sp := sh.spaces[h.cf]

@@ -124,18 +124,20 @@ func (sh *shard) queuedRangesOver(h *Claim, xs *spaceIndexes) (x *queuedIndex, c
 	return x, x.countsOver(h)
 }
 
-// heldRange reports whether h, a range claim listed before the mutex was taken, still holds its
-// range.
+// heldRange reports whether h, a range claim listed before its home shard's mutex was taken,
+// still holds its range, with that mutex held.
 func heldRange(h *Claim) bool {
 	it := &h.cold.span.item
 	return it.tree != nil && it.w == nil && h.flags()&flagHeld != 0
 }
 
-// heldOverSpan reports whether x, a range claim listed before the mutex was taken, still holds
-// h's span, h being a range lock: a view visits the two together.
+// heldOverSpan reports whether x, a range claim listed before its home shard's mutex was taken,
+// still holds h's span, h being a range lock, with that mutex held: a view visits the two
+// together.
 func heldOverSpan(h, x *Claim) bool { return heldRange(x) && x.cf == h.cf && sameSpan(h, x) }
 
-// spanRun returns how many claims at the start of hs, the first a range lock, lock its span.
+// spanRun returns how many claims at the start of hs, the first a range lock, lock its span, with
+// their home shard's mutex held.
 func spanRun(hs []*Claim) int {
 	n := 1
 	for n < len(hs) && heldOverSpan(hs[0], hs[n]) {

@@ -135,7 +135,8 @@ func (s *scheduler) disarm() {
 	}
 }
 
-// fire expires every lease and times out every wait of s that has fallen due, then re-arms.
+// fire, the callback of s's timer, takes sh's mutex, expires every lease and times out every
+// wait of s that has fallen due, then re-arms.
 func (sh *shard) fire(s *scheduler, gen uint64) {
 	sh.mu.Lock()
 	if gen != s.gen || s.timer == nil {

@@ -70,12 +70,13 @@ func (sh *shard) lookup(h *Claim) *keyEntry { return sh.index.find(h.hash, h.cf,
 // Acquire takes h's key for a lease of lease (at most MaxAskedLease, recorded as the lease asked
 // for), or with wait queues for it until it is granted, timeout passes on the tenant's clock, ctx
 // is done or the tenant closes. With ctxBounds (the caller gave no timeout of its own), a deadline
-// of ctx replaces timeout (boundingDeadline). It returns the Mono reading the attempt started at,
-// from which the lease and the wait are measured. On failure it returns ErrClosed, ErrLocked (the
-// key is busy and !wait), ErrTimeout, ctx's error or a *DeadlockError, and h holds nothing, waits
-// for nothing and has given back its room in its tenant's bound (AskCounted); a grant that raced
-// with the tenant's close is given back and fails with ErrClosed. A range claim takes its range the same way: its column family has a range space from
-// prepareRange on, so its request goes the way of acquireRouted (rangeadopt.go).
+// of ctx replaces timeout (waitDeadline). It returns the Mono reading the attempt started at, from
+// which the lease and the wait are measured. On failure it returns ErrClosed, ErrLocked (the key is
+// busy and !wait), ErrTimeout, ctx's error or a *DeadlockError, and h holds nothing, waits for
+// nothing and has given back its room in its tenant's bound (AskCounted); a grant that raced with
+// the tenant's close is given back and fails with ErrClosed. A range claim takes its range through
+// Acquire too: its column family has a range space from prepareRange on, so its request is taken by
+// acquireRouted (rangeadopt.go).
 func (h *Claim) Acquire(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
 	h.setAskedLease(lease)
 	c := h.ten
@@ -127,10 +128,10 @@ func (h *Claim) closedAfter(start time.Duration, err error) (time.Duration, erro
 	return start, err
 }
 
-// takeBusy ends Acquire and acquireRouted, with the mutex held, for h's key when it is in the
-// table (e): granted at once if e admits h, else ErrLocked or the wait. A key not in the table is
-// granted by each caller itself: on the uncontended path, the call and its arguments would cost
-// Acquire instructions.
+// takeBusy ends Acquire and acquireRouted for h's key when it is in the table (e), entered with
+// sh's mutex held and returning with it released: granted at once if e admits h, else ErrLocked
+// or the wait. A key not in the table is granted by each caller itself, so that the uncontended
+// path makes no call.
 func (sh *shard) takeBusy(ctx context.Context, e *keyEntry, h *Claim, wall int64, mono, lease, timeout time.Duration,
 	wait, ctxBounds bool) (time.Duration, error) {
 	switch {
@@ -140,7 +141,7 @@ func (sh *shard) takeBusy(ctx context.Context, e *keyEntry, h *Claim, wall int64
 		sh.unlockAndRunDeferred()
 		return 0, ErrLocked
 	default:
-		return mono, sh.wait(ctx, e, h, lease, boundingDeadline(ctx, mono, timeout, ctxBounds), mono)
+		return mono, sh.wait(ctx, e, h, lease, waitDeadline(ctx, mono, timeout, ctxBounds), mono)
 	}
 	sh.unlockAndRunDeferred()
 	return mono, nil
@@ -186,9 +187,10 @@ func (sh *shard) grant(e *keyEntry, h *Claim, wall int64, mono, lease time.Durat
 	}
 }
 
-// grantKey is grant anywhere but Acquire's grant of a key not in the table: a holder of a key in
-// a home shard is marked so (flagInHomeShard), so that giving it back serves the ranges its key may hold
-// up.
+// grantKey is grant that also marks a holder of a key in a home shard (flagInHomeShard), so that
+// giving the key back serves the ranges it may hold up. Every grant of a key goes through it but
+// that of a key not yet in the table, which its caller makes in the key's own shard, never a home
+// shard, and grants with grant alone.
 func (sh *shard) grantKey(e *keyEntry, h *Claim, wall int64, mono, lease time.Duration, watch bool) {
 	sh.grant(e, h, wall, mono, lease, watch)
 	if e.ranged() != nil {
@@ -233,11 +235,11 @@ func (sh *shard) giveBack(h *Claim, set uint32) {
 		case f&flagCounted != 0:
 			sh.giveBackCounted(h, set)
 		case f&flagRange != 0:
-			sh.giveBackRange(h, f, set)
+			sh.giveBackRangeClaim(h, f, set)
 		case f&flagShared != 0:
 			sh.giveBackShare(h, e, f, set)
 		default:
-			sh.giveBackRanged(h, e, f, set)
+			sh.giveBackInHomeShard(h, e, f, set)
 		}
 		return
 	}
@@ -250,30 +252,36 @@ func (sh *shard) giveBack(h *Claim, set uint32) {
 		sh.tab.logFault(h.ten, "a handle gave back a key it did not hold")
 		return
 	}
-	h.state.Store(f&^flagHeld | set)
-	h.e = nil // the entry may be reused once the key leaves the table
-	e.holder = nil
-	sh.held--
-	if f&flagCounted != 0 { // spelled out: a call here would cost every Release
+	sh.dropHolder(h, e, f&^flagHeld, set)
+	if f&flagCounted != 0 { // written out: every Release runs this, and a call would cost it
 		h.clearFlags(flagCounted)
 		h.ten.bound.used.Add(-1)
 	}
 	sh.serveKey(e) // not serve: the key is not in a home shard (flagInHomeShard)
 }
 
-// giveBackRanged is giveBack of the exclusive holder of a key in a home shard, whose flags are f.
-func (sh *shard) giveBackRanged(h *Claim, e *keyEntry, f, set uint32) {
+// giveBackInHomeShard is giveBack of h, whose flags are f, as the exclusive holder of a key in a
+// range space's home shard: serving the key there also serves the range requests it held up
+// (serve, not serveKey), and the waits that passed a request because of h's owner are checked
+// again (ownerLetGo).
+func (sh *shard) giveBackInHomeShard(h *Claim, e *keyEntry, f, set uint32) {
 	if e == nil || e.holder != h {
 		h.setFlags(set)
 		sh.tab.logFault(h.ten, "a handle gave back a key it did not hold")
 		return
 	}
-	h.state.Store(f&^flagHeld | set)
-	h.e = nil
-	e.holder = nil
-	sh.held--
+	sh.dropHolder(h, e, f&^flagHeld, set)
 	sh.ownerLetGo(h)
 	sh.serve(e)
+}
+
+// dropHolder ends h's exclusive holding of e: h's flags become kept (its flags without flagHeld)
+// with the flags in set added, in one store. Serving e's queue is the caller's.
+func (sh *shard) dropHolder(h *Claim, e *keyEntry, kept, set uint32) {
+	h.state.Store(kept | set)
+	h.e = nil // the entry may be reused once the key leaves the table
+	e.holder = nil
+	sh.held--
 }
 
 // giveBackShare is giveBack of a sharer, whose flags are f. An upgrade waiting on the share
@@ -361,12 +369,12 @@ func (sh *shard) evict(c *Tenant, held []*Claim) []*Claim {
 // years), and its sum with any Mono reading still fits a time.Duration.
 const Unbounded = time.Duration(1 << 62)
 
-// boundingDeadline is the deadline, on the tenant's clock, of a wait for a busy key that starts
-// at mono: timeout after mono, or with ctxBounds (the caller gave no timeout of its own) and a
-// ctx deadline, Unbounded after it, since that deadline, on the real clock, ends the wait through
+// waitDeadline is the deadline, on the tenant's clock, of a wait for a busy key that starts at
+// mono: timeout after mono, or with ctxBounds (the caller gave no timeout of its own) and a ctx
+// deadline, Unbounded after it, since that deadline, on the real clock, ends the wait through
 // ctx, with ctx's error. Every wait's deadline, and every bound the API keeps on its clock
-// (BoundingDeadline), is worked out here.
-func boundingDeadline(ctx context.Context, mono, timeout time.Duration, ctxBounds bool) time.Duration {
+// (ClockDeadline), is worked out here.
+func waitDeadline(ctx context.Context, mono, timeout time.Duration, ctxBounds bool) time.Duration {
 	if ctxBounds {
 		if _, ok := ctx.Deadline(); ok {
 			return MonoAfter(mono, Unbounded)
@@ -375,12 +383,13 @@ func boundingDeadline(ctx context.Context, mono, timeout time.Duration, ctxBound
 	return MonoAfter(mono, timeout)
 }
 
-// BoundingDeadline is the deadline on the tenant's clock, from mono, of a bound the API keeps on
+// ClockDeadline is the deadline on the tenant's clock, from mono, of a bound the API keeps on
 // that clock rather than leaving it to ctx, because it spans several waits (LockAll's Timeout)
-// or goes to a coordinator (a round's Timeout): boundingDeadline, except that a ctx deadline is
-// carried over as the time left until it, measured on the real clock (ctx deadlines are readings
-// of it, whatever the tenant's clock). It returns context.DeadlineExceeded when none is left.
-func BoundingDeadline(ctx context.Context, mono, timeout time.Duration, ctxBounds bool) (time.Duration, error) {
+// or goes to a coordinator (a round's Timeout): waitDeadline, except that a ctx deadline is
+// carried over onto the tenant's clock as the time left until it, measured on the real clock (ctx
+// deadlines are readings of it, whatever the tenant's clock). It returns context.DeadlineExceeded
+// when none is left.
+func ClockDeadline(ctx context.Context, mono, timeout time.Duration, ctxBounds bool) (time.Duration, error) {
 	if ctxBounds {
 		if d, ok := ctx.Deadline(); ok {
 			left := time.Until(d)
@@ -390,5 +399,5 @@ func BoundingDeadline(ctx context.Context, mono, timeout time.Duration, ctxBound
 			timeout = left
 		}
 	}
-	return boundingDeadline(ctx, mono, timeout, false), nil
+	return waitDeadline(ctx, mono, timeout, false), nil
 }

@@ -52,7 +52,8 @@ func runDeferred(hs []deferredCall) {
 	}
 }
 
-// unlockAndRunDeferred releases mu and then runs the calls deferred while it was held. Most
+// unlockAndRunDeferred, entered with sh's mutex held, releases it and then runs the calls
+// deferred while it was held. Most
 // critical sections defer none, and then it makes no call.
 func (sh *shard) unlockAndRunDeferred() {
 	hs := sh.drainDeferred()

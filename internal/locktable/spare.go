@@ -42,8 +42,8 @@ func (sh *shard) owns(e *keyEntry) bool {
 func (sh *shard) remove(e *keyEntry) {
 	sh.index.remove(e)
 	sh.unnote(e)
-	// e has no holder and no waiters, so its pointers are nil already but for the link, which the
-	// spare list takes over.
+	// e has no holder and no waiters, so every pointer of it is nil already except the link,
+	// which the spare list takes over.
 	e.wakePending = false
 	switch {
 	case sh.owns(e):

@@ -117,7 +117,7 @@ type keyRef struct {
 // find returns the entry of the key, if it is still in the shard, with the mutex held.
 func (k keyRef) find(sh *shard) *keyEntry { return sh.index.find(k.hash, k.h.cf, k.h.key()) }
 
-// listKeys lists, under the shard mutex, the keys whose entries want accepts and the range claims
+// listKeys takes sh's mutex and lists the keys whose entries want accepts and the range claims
 // and requests of the shard's spaces.
 func (sh *shard) listKeys(want func(*keyEntry) bool) (keys []keyRef, ranges []*Claim) {
 	sh.mu.Lock()

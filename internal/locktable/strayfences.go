@@ -49,7 +49,7 @@ func (s *strayFences) leave() {
 	s.ended.Broadcast() // a Cond's Broadcast needs no L: closeAndWait sets it before it waits
 }
 
-// closeAndWait refuses later fences and waits for the running ones to return, but for those of
+// closeAndWait refuses later fences and waits for the running ones to return, except those of
 // the calling goroutine.
 func (s *strayFences) closeAndWait() {
 	g := goid.Get()

@@ -8,6 +8,14 @@
 // locks as claims (claim.go); the owners that wait for each other are found by the wait-for graph
 // (waitgraph.go).
 //
+// Locking. A shard's mutex guards the shard's entries and all they lead to (waiters, schedulers,
+// the range spaces the shard is home to), and the fields of a Claim whose comment says so. The
+// methods of shard and of those types run with that mutex held and return with it held, unless
+// the first sentence of their comment says otherwise; any other function that needs a mutex held,
+// and any function entered with a mutex held that returns with it released, says so in the first
+// sentence of its comment. Of two shards' mutexes, a key shard's is taken first (lockPair); the
+// wait-for graph's mutex is taken before any shard's, never under one.
+//
 // It needs neither cgo nor RocksDB: the API (package recordlock) keeps the database, and the
 // table knows it only by its path, for log records, and by its timestamps (stamps.go).
 package locktable
@@ -46,8 +54,8 @@ type Table struct {
 	_      [2*falseSharingRange - unsafe.Sizeof(tableHeader{})%falseSharingRange]byte
 	shards [ShardCount]shard
 	clocks clockSlots
-	graph  waitGraph // the wait-for graph of the database's owners
-	modes  rangeModes
+	graph  waitGraph   // the wait-for graph of the database's owners
+	ranges tableRanges // the range spaces' mutex and test switch; their map is in the header
 
 	hookFailures atomic.Uint64 // hooks fail rarely, so one shared counter is cheap
 	faultOnce    sync.Once     // a table fault is logged once per database

@@ -41,7 +41,7 @@ func (h *Claim) upgrade(ctx context.Context, timeout time.Duration, ctxBounds bo
 	}
 	stand := &Claim{ten: h.ten, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, cf: h.cf, owner: h.owner}
 	stand.hash = h.hash
-	deadline := boundingDeadline(ctx, mono, timeout, ctxBounds)
+	deadline := waitDeadline(ctx, mono, timeout, ctxBounds)
 	var err error
 	if h.flags()&flagRange != 0 {
 		err = sh.upgradeRange(ctx, h, stand, mono, deadline)
@@ -54,7 +54,8 @@ func (h *Claim) upgrade(ctx context.Context, timeout time.Duration, ctxBounds bo
 	return true, err
 }
 
-// upgradeKey is Upgrade of a key's share, with the mutex held (it returns with it released);
+// upgradeKey is Upgrade of a key's share, entered with sh's mutex held and returning with it
+// released;
 // stand is the stand-in its wait would go through, until deadline.
 func (sh *shard) upgradeKey(ctx context.Context, h, stand *Claim, mono, deadline time.Duration) error {
 	c, e := h.ten, h.e

@@ -111,13 +111,13 @@ func (g *waitGraph) recheckOwner(o Owner) {
 	sh.mu.Unlock()
 }
 
-// blockers appends to out the Txns that t, waiting with h, waits for now, and returns it
-// (docs/DESIGN.md §15.5): the Txns holding h's record in a mode that conflicts with h's request
-// (every other holder for an exclusive request or an upgrade, an exclusive holder for a shared
-// one) and, for a shared request, the Txn of the nearest exclusive request of a Txn queued ahead
-// of it and, when the nearest exclusive request ahead has no owner, every holder: requests are
-// served in order, so h passes neither. That is at most one edge per holder plus one. It appends
-// nothing once h no longer waits.
+// blockers appends to out the Txns that t, waiting with h, waits for now, and returns it, with g.mu
+// held (docs/DESIGN.md §15.5): the Txns holding h's record in a mode that conflicts with h's
+// request (every other holder for an exclusive request or an upgrade, an exclusive holder for a
+// shared one) and, for a shared request, the Txn of the nearest exclusive request of a Txn queued
+// ahead of it and, when the nearest exclusive request ahead has no owner, every holder: requests
+// are served in order, so h passes neither. That is at most one edge per holder plus one. It
+// appends nothing once h no longer waits.
 //
 // There is no other edge to the requests queued ahead of h: an exclusive request waits for the
 // same holders as those ahead of it, so a cycle through one of them also runs through a holder,
@@ -227,7 +227,8 @@ func (b *edgeList) addRangeEdges(h *Claim, w *waiter) (steps uint64) {
 	return sp.ranges.steps() - before
 }
 
-// cycleThrough returns the cycle of waits from start back to start, or nil. It searches depth
+// cycleThrough returns the cycle of waits from start back to start, or nil, with g.mu held. It
+// searches depth
 // first from start over the Txns that are waiting; every step reads one shard under its mutex.
 func (g *waitGraph) cycleThrough(start Owner) []Wait {
 	if g.parent == nil {
@@ -262,8 +263,8 @@ func (g *waitGraph) cycleThrough(start Owner) []Wait {
 	return nil
 }
 
-// resetSearch empties the search's scratch space for the next search, dropping what a large
-// search grew so that clearing it stays cheap.
+// resetSearch empties the search's scratch space for the next search, with g.mu held, dropping
+// what a large search grew so that clearing it stays cheap.
 func (g *waitGraph) resetSearch() {
 	const keep = 64
 	if len(g.parent) > keep {
@@ -282,7 +283,7 @@ func (g *waitGraph) resetSearch() {
 }
 
 // describe lists the cycle that ends with last waiting for the start of the search, from the
-// start.
+// start, with g.mu held.
 func (g *waitGraph) describe(parent map[ownerKey]Owner, last Owner) []Wait {
 	var path []Owner
 	for t := last; t != nil; t = parent[keyOf(t)] {

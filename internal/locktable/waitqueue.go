@@ -207,8 +207,8 @@ func (e *keyEntry) upgradeOf(h *Claim) *waiter {
 	return nil
 }
 
-// unlink takes w out of e's list of waiters, and nothing else: dequeue and moveAhead keep the
-// counts.
+// unlink takes w out of e's list of waiters, with e's shard's mutex held, and nothing else:
+// dequeue and moveAhead keep the counts.
 func unlink(e *keyEntry, w *waiter) {
 	if w.prev != nil {
 		w.prev.next = w.next

@@ -8,14 +8,16 @@ import (
 // A request's wait for a busy key or range: it queues, arms its timeout, enters the wait-for
 // graph and sleeps until its outcome is decided under the shard mutex (waitqueue.go).
 
-// wait queues h for e's key and blocks until it is granted, the timeout passes at deadline, ctx is
-// done or the Locker closes (ErrGrantedAfterClose when a grant raced with that). A Txn's wait is
-// first checked for a deadlock. It is called with mu held and returns with it released.
+// wait, entered with sh's mutex held and returning with it released, queues h for e's key and
+// blocks until it is granted, the timeout passes at deadline, ctx is done or the Locker closes
+// (ErrGrantedAfterClose when a grant raced with that). A Txn's wait is first checked for a
+// deadlock.
 func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Claim, lease, deadline, mono time.Duration) error {
 	return sh.waitBefore(ctx, e, h, nil, lease, deadline, mono)
 }
 
-// waitBefore is wait with h queued ahead of before, a request queued for e's key that h passes
+// waitBefore is wait (entered with sh's mutex held, returning with it released) with h queued
+// ahead of before, a request queued for e's key that h passes
 // (rangepass.go), or at the tail when before is nil.
 func (sh *shard) waitBefore(ctx context.Context, e *keyEntry, h *Claim, before *waiter, lease, deadline, mono time.Duration) error {
 	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&flagShared != 0}
@@ -30,10 +32,10 @@ func (sh *shard) waitBefore(ctx context.Context, e *keyEntry, h *Claim, before *
 	return sh.sleep(ctx, e, w, deadline)
 }
 
-// sleep arms the timeout of w, queued for e's key (for a range request, e is nil), at deadline and
-// blocks until w is granted, the timeout passes, ctx is done, the Locker closes or, for an
-// upgrade, its share ends. A Txn's wait is first checked for a deadlock. It is called with mu
-// held and returns with it released. The record may move to another shard meanwhile
+// sleep, entered with sh's mutex held and returning with it released, arms the timeout of w,
+// queued for e's key (for a range request, e is nil), at deadline and blocks until w is granted,
+// the timeout passes, ctx is done, the Locker closes or, for an upgrade, its share ends. A Txn's
+// wait is first checked for a deadlock. The record may move to another shard meanwhile
 // (rangeadopt.go), so the shard and entry are looked up again whenever the mutex is taken again.
 func (sh *shard) sleep(ctx context.Context, e *keyEntry, w *waiter, deadline time.Duration) error {
 	h := w.h
