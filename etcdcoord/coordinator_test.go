@@ -440,7 +440,8 @@ func TestMintedBeforeRequest(t *testing.T) {
 }
 
 // A delegation nobody has used for the linger period is handed back, so a node that locks many
-// distinct keys does not keep them all in etcd; one in use is kept.
+// distinct keys does not keep them all in etcd; one in use is kept, and so is one whose last
+// lease ended less than the linger period ago.
 func TestIdleDelegationsAreHandedBack(t *testing.T) {
 	e := startEtcd(t)
 	clk := recordlock.NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
@@ -461,12 +462,15 @@ func TestIdleDelegationsAreHandedBack(t *testing.T) {
 	idle := lock("idle", time.Second)
 	first := idle.Token()
 	require.True(t, idle.Release())
+	recent := lock("recent", 1500*time.Millisecond)
+	require.True(t, recent.Release())
 	held := lock("held", 5*time.Second)
 
 	clk.Advance(2 * time.Second)        // "idle" ended at 1 s: a second of linger has passed
 	other := lock("other", time.Second) // this Acquire looks for idle delegations
 	waitForDelete(t, n.cli, exclusiveKey("idle"))
 	assert.True(t, exists("held"), "a delegation in use is kept")
+	assert.True(t, exists("recent"), "a delegation whose last lease ended 0.5 s ago, less than the linger period, is kept")
 	assert.False(t, held.IsExpired())
 	require.True(t, held.Release())
 	require.True(t, other.Release())
