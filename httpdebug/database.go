@@ -18,6 +18,11 @@ type database struct {
 	waits        []recordlock.WaitInfo // sorted by record, in queue order
 	locksOmitted int
 	waitsOmitted int
+	// families names, by ID, the column families of the holders read, and 0 "default". A
+	// WaitInfo has only the ID, so a wait's family is named from them, or not at all when no
+	// holder of that family was read (its key is being handed over, or past the limit the
+	// holders were left out).
+	families map[uint32]string
 }
 
 // record identifies a lock: a key in a column family, or a range of one (key is its start, and
@@ -54,8 +59,11 @@ func kindOf(w recordlock.WaitInfo) waitKind { return waitKind{waitRecord(w), w.S
 // full, having copied no more than the shards it visited. Stats is read last, and the holders
 // left out are Stats.Held less those shown: under churn, an estimate.
 func read(name string, l *recordlock.Locker, limit int) database {
-	d := database{name: name}
+	d := database{name: name, families: map[uint32]string{0: "default"}}
 	waits, holders := l.WaitsAndHolders(debugview.Pass{}) // see debugview
+	for _, h := range holders {
+		d.families[h.ColumnFamilyID] = h.ColumnFamily
+	}
 	if len(waits) > limit {
 		d.waitsOmitted = len(waits) - limit
 		longest := make([]int, len(waits))
@@ -110,6 +118,7 @@ func read(name string, l *recordlock.Locker, limit int) database {
 	}
 	if complete {
 		for info := range l.Locks() {
+			d.families[info.ColumnFamilyID] = info.ColumnFamily
 			if listed[lockRecord(info)] {
 				continue // read with its waits
 			}

@@ -62,8 +62,9 @@ const (
 	parallelGap = 14 // spacing of edges that join the same two nodes
 )
 
-// buildGraph draws the wait-for graph of the holders and waits shown for a database.
-func buildGraph(locks []recordlock.LockInfo, waits []recordlock.WaitInfo) graph {
+// buildGraph draws the wait-for graph of the holders and waits shown for a database; families
+// names the column families of the waits (database.families).
+func buildGraph(locks []recordlock.LockInfo, waits []recordlock.WaitInfo, families map[uint32]string) graph {
 	g := graph{NodeWidth: nodeWidth, NodeHeight: nodeHeight}
 	ids := map[string]int{}
 	node := func(id string, n graphNode) int {
@@ -93,7 +94,7 @@ func buildGraph(locks []recordlock.LockInfo, waits []recordlock.WaitInfo) graph 
 	exclusiveAhead := map[record]int{}
 	for i, w := range waits {
 		r, key := waitRecord(w), lockText(w.Key, w.IsRange, w.RangeEnd)
-		described := describeKey(w.ColumnFamilyID, key, w.IsRange)
+		described := describeKey(w.ColumnFamilyID, families[w.ColumnFamilyID], key, w.IsRange)
 		from := 0
 		if w.Owner != "" {
 			from = txn(w.Owner)
@@ -129,7 +130,7 @@ func buildGraph(locks []recordlock.LockInfo, waits []recordlock.WaitInfo) graph 
 				hl := locks[first]
 				held := lockText(hl.Key, hl.IsRange, hl.RangeEnd) // a range over the key waited for, or the key
 				to = node("holder\x00"+strconv.Itoa(first), graphNode{Label: held, Kind: "holder", Sub: "holding, outside any Txn",
-					Title: "a lock outside any Txn, holding " + describeKey(hl.ColumnFamilyID, held, hl.IsRange), name: "a lock outside any Txn"})
+					Title: "a lock outside any Txn, holding " + describeKey(hl.ColumnFamilyID, hl.ColumnFamily, held, hl.IsRange), name: "a lock outside any Txn"})
 			}
 			edges = append(edges, pending{from, to, key, described, others})
 		}
@@ -259,9 +260,9 @@ func edgeBetween(a, b graphNode, k int, key, described string, others int) graph
 	}
 }
 
-// describeKey names a key, or a range, as lockText gives it, and its column family unless it is
-// the default one.
-func describeKey(cf uint32, key string, isRange bool) string {
+// describeKey names a key, or a range, as lockText gives it, and its column family, whose ID is
+// cf and name name, as familyText does, unless it is the default one.
+func describeKey(cf uint32, name, key string, isRange bool) string {
 	kind := "key"
 	if isRange {
 		kind = "range"
@@ -269,7 +270,7 @@ func describeKey(cf uint32, key string, isRange bool) string {
 	if cf == 0 {
 		return kind + " " + key
 	}
-	return fmt.Sprintf("%s %s in column family %d", kind, key, cf)
+	return kind + " " + key + " in column family " + familyText(cf, name)
 }
 
 // shorten cuts s to at most n runes, marking a cut with an ellipsis.

@@ -32,6 +32,7 @@ func TestGraphNodes(t *testing.T) {
 	g := buildGraph(
 		[]recordlock.LockInfo{lock("a", ""), lock("b", ""), lock("c", "T"), lock("d", "T"), lock("idle", "")},
 		[]recordlock.WaitInfo{wait("a", ""), wait("a", ""), wait("b", ""), wait("c", "U"), wait("d", "")},
+		nil,
 	)
 	assert.Equal(t, map[string]int{"holder": 2, "waiter": 4, "txn": 2}, kinds(g), "idle has no waiter and is not drawn")
 	require.Len(t, g.Edges, 5, "an edge per wait")
@@ -49,6 +50,7 @@ func TestGraphUnlistedHolderAndOwnShare(t *testing.T) {
 	g := buildGraph(
 		[]recordlock.LockInfo{{Key: []byte("s"), Owner: "T", Shared: true}, {Key: []byte("s"), Owner: "V", Shared: true}},
 		[]recordlock.WaitInfo{wait("gone", "U"), {Key: []byte("s"), Owner: "T", Upgrade: true}},
+		nil,
 	)
 	assert.Equal(t, map[string]int{"txn": 3, "key": 1}, kinds(g))
 	require.Len(t, g.Edges, 2)
@@ -70,6 +72,7 @@ func TestGraphSharedWaitsForExclusiveAhead(t *testing.T) {
 			wait("k", "W"), shared("k", "R"), shared("k", ""), wait("k", "X"), shared("k", "R2"),
 			{Key: []byte("s"), Owner: "T", Upgrade: true}, shared("s", "S"),
 		},
+		nil,
 	)
 	var titles []string
 	for _, e := range g.Edges {
@@ -95,6 +98,7 @@ func TestGraphLayout(t *testing.T) {
 	g := buildGraph(
 		[]recordlock.LockInfo{lock("a", "A"), lock("b", "B"), lock("c", "C"), lock("x", "X"), lock("y", "Y")},
 		[]recordlock.WaitInfo{wait("a", "B"), wait("b", "C"), wait("x", "Y"), wait("y", "X")},
+		nil,
 	)
 	a, b, c := g.Nodes[indexOf(t, g, "txn", "A")], g.Nodes[indexOf(t, g, "txn", "B")], g.Nodes[indexOf(t, g, "txn", "C")]
 	assert.Less(t, c.X, b.X, "C waits for B")
@@ -108,7 +112,7 @@ func TestGraphLayout(t *testing.T) {
 		assert.LessOrEqual(t, n.Y+nodeHeight, g.Height)
 	}
 	assert.Len(t, g.Edges, 4)
-	empty := buildGraph([]recordlock.LockInfo{lock("a", "A")}, nil)
+	empty := buildGraph([]recordlock.LockInfo{lock("a", "A")}, nil, nil)
 	assert.Empty(t, empty.Nodes, "nothing waits: no graph")
 	assert.Zero(t, empty.Width)
 }
@@ -143,9 +147,17 @@ func TestGraphOneEdgePerWait(t *testing.T) {
 	for i := range waits {
 		ws = append(ws, wait("hot", fmt.Sprintf("writer%d", i)))
 	}
-	g := buildGraph(locks, ws)
+	g := buildGraph(locks, ws, nil)
 	require.Len(t, g.Edges, waits)
 	assert.Equal(t, "hot +999", g.Edges[0].Label)
 	assert.Equal(t, "Txn writer0 waits for Txn reader0 and 999 other holders on key hot", g.Edges[0].Title)
 	assert.Equal(t, map[string]int{"txn": waits + 1}, kinds(g), "only the sharer drawn is a node")
+}
+
+// The graph names a column family other than the default one by its name and ID, and by its ID
+// alone when the page read no name for it.
+func TestDescribeKeyNamesTheFamily(t *testing.T) {
+	assert.Equal(t, "key k", describeKey(0, "default", "k", false))
+	assert.Equal(t, "range [a, b) in column family index (2)", describeKey(2, "index", "[a, b)", true))
+	assert.Equal(t, "key k in column family 2 (name unknown)", describeKey(2, "", "k", false))
 }

@@ -1,7 +1,8 @@
 // Package httpdebug serves a read-only page about the locks of one or more databases, to mount
-// under /debug/ as net/http/pprof is. For each database it shows the figures of Locker.Stats,
-// the keys held (Locker.Locks), the requests waiting for them (Locker.Waits) and the wait-for
-// graph of their owners, and reloads itself every 2 seconds. With ?format=json it serves the same
+// under /debug/ as net/http/pprof is. It shows when it was taken and, for each database, the
+// figures of Locker.Stats, the keys held (Locker.Locks) and for how long, the requests waiting
+// for them (Locker.Waits) and the wait-for graph of their owners, naming each record's column
+// family by its name and ID, and reloads itself every 2 seconds. With ?format=json it serves the same
 // figures as JSON; ?format=html, like no format, serves the page.
 //
 //	http.Handle("/debug/recordlock/", httpdebug.Handler(map[string]*recordlock.Locker{"orders": locker}))
@@ -14,12 +15,21 @@
 // a database takes each of its table's shards' mutexes only to copy rows, as Locks and Waits do,
 // and does not copy every holder of a database that holds millions.
 //
-// The JSON is {"databases":[{"name","stats","locks","waits","locksOmitted","waitsOmitted"}]},
-// databases sorted by name. The fields of stats, of each lock and of each wait are those of
-// recordlock.Stats, LockInfo and WaitInfo in lower camel case, initialisms kept
-// (columnFamilyID); durations are integer nanoseconds, times RFC 3339 in UTC, a scope "node" or
-// "cluster", and a key is its text when it is valid UTF-8 without control characters, else 0x
-// and its bytes in hex (so a text key that starts with 0x reads like a binary one).
+// The JSON is {"takenAt","databases":[{"name","stats","locks","waits","locksOmitted",
+// "waitsOmitted"}]}, databases sorted by name. The fields of stats, of each lock and of each wait
+// are those of recordlock.Stats, LockInfo and WaitInfo in lower camel case, initialisms kept
+// (columnFamilyID), and two more: a lock's heldFor, takenAt less its acquiredAt (0 if that is
+// later: a cluster round's TsR minted on another clock), and a wait's columnFamily, the name of
+// its family as the holders read give it ("" when none of that family was read: its key is being
+// handed over, or past the limit its holders were left out). Durations are integer nanoseconds,
+// times RFC 3339 in UTC, a scope "node" or "cluster", and a key is its text when it is valid
+// UTF-8 without control characters, else 0x and its bytes in hex (so a text key that starts with
+// 0x reads like a binary one).
+//
+// takenAt, on the page and in the JSON, is a recordlock.Timestamp minted on the first database's
+// Locker (by name) once every database was read: the server's wall clock unless WithClock gave
+// the Locker another. On one database it is later than the acquiredAt of every node lock read,
+// as that database's timestamps strictly increase.
 //
 // In the graph a Txn is one node, named by its TxnOptions.Name: two Txns with the same name are
 // drawn as one, and a Txn without a name is drawn as a lock outside any Txn, which is a node of
@@ -37,6 +47,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/recordlock/recordlock"
 )
@@ -102,12 +113,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for i, d := range h.dbs {
 		dbs[i] = read(d.name, d.l, limit)
 	}
+	taken := h.takenAt()
 	var body bytes.Buffer
 	if asJSON {
-		err = writeJSON(&body, dbs)
+		err = writeJSON(&body, taken, dbs)
 		w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	} else {
-		err = writePage(&body, dbs, limit)
+		err = writePage(&body, taken, dbs, limit)
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Content-Security-Policy", contentSecurityPolicy)
 	}
@@ -121,6 +133,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, _ = body.WriteTo(w) // a client that went away is no error of ours
+}
+
+// takenAt is when the page is taken, read once its databases were (see the package doc): with
+// no database, on the system clock.
+func (h *handler) takenAt() time.Time {
+	if len(h.dbs) == 0 {
+		return recordlock.SystemClock().Now()
+	}
+	return h.dbs[0].l.Timestamp().Time()
 }
 
 // parseQuery reads the format and limit parameters; other parameters are ignored.

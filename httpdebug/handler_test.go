@@ -23,6 +23,7 @@ import (
 // The JSON document as the package doc gives it; decoding it with DisallowUnknownFields fails on any
 // field the schema does not name.
 type document struct {
+	TakenAt   string `json:"takenAt"`
 	Databases []struct {
 		Name         string         `json:"name"`
 		Stats        map[string]int `json:"stats"`
@@ -43,6 +44,7 @@ type lockDoc struct {
 	AcquiredAt     string  `json:"acquiredAt"`
 	ExpiresAt      string  `json:"expiresAt"`
 	Remaining      int64   `json:"remaining"`
+	HeldFor        int64   `json:"heldFor"`
 	Waiters        int     `json:"waiters"`
 	Token          uint64  `json:"token"`
 	Shared         bool    `json:"shared"`
@@ -52,6 +54,7 @@ type lockDoc struct {
 
 type waitDoc struct {
 	Key            string  `json:"key"`
+	ColumnFamily   string  `json:"columnFamily"`
 	ColumnFamilyID uint32  `json:"columnFamilyID"`
 	Owner          string  `json:"owner"`
 	Shared         bool    `json:"shared"`
@@ -77,8 +80,14 @@ func fieldNames(v any) []string {
 
 func keysOf(m map[string]any) []string { return slices.Sorted(maps.Keys(m)) }
 
-// The JSON names every field of Stats, LockInfo and WaitInfo and nothing else, with durations in
-// integer nanoseconds, times in RFC 3339, scopes by name and exact values for a known table.
+// sortedWith returns names with more added, sorted.
+func sortedWith(names []string, more ...string) []string {
+	return slices.Sorted(slices.Values(append(slices.Clone(names), more...)))
+}
+
+// The JSON names every field of Stats, LockInfo and WaitInfo, a lock's heldFor, a wait's
+// columnFamily and when it was taken, and nothing else, with durations in integer nanoseconds,
+// times in RFC 3339, scopes by name and exact values for a known table.
 func TestJSONSchemaAndValues(t *testing.T) {
 	db, cf := openDB(t)
 	clk, l := manual(t, db)
@@ -107,17 +116,18 @@ func TestJSONSchemaAndValues(t *testing.T) {
 
 	// The field names, from the raw document.
 	_, _, body := get(t, h, http.MethodGet, "/?format=json")
-	var raw map[string][]map[string]any
+	var raw map[string]any
 	require.NoError(t, json.Unmarshal([]byte(body), &raw))
+	assert.Equal(t, []string{"databases", "takenAt"}, keysOf(raw))
 	require.Len(t, raw["databases"], 1)
-	rawDB := raw["databases"][0]
+	rawDB := raw["databases"].([]any)[0].(map[string]any)
 	assert.Equal(t, []string{"locks", "locksOmitted", "name", "stats", "waits", "waitsOmitted"}, keysOf(rawDB))
 	assert.Equal(t, fieldNames(recordlock.Stats{}), keysOf(rawDB["stats"].(map[string]any)))
 	for _, lock := range rawDB["locks"].([]any) {
-		assert.Equal(t, fieldNames(recordlock.LockInfo{}), keysOf(lock.(map[string]any)))
+		assert.Equal(t, sortedWith(fieldNames(recordlock.LockInfo{}), "heldFor"), keysOf(lock.(map[string]any)))
 	}
 	for _, wait := range rawDB["waits"].([]any) {
-		assert.Equal(t, fieldNames(recordlock.WaitInfo{}), keysOf(wait.(map[string]any)))
+		assert.Equal(t, sortedWith(fieldNames(recordlock.WaitInfo{}), "columnFamily"), keysOf(wait.(map[string]any)))
 	}
 	assert.Contains(t, body, `"columnFamilyID": `)
 
@@ -138,19 +148,23 @@ func TestJSONSchemaAndValues(t *testing.T) {
 	assert.Equal(t, s.Held, d.Stats["held"])
 
 	rfc := func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+	taken, err := time.Parse(time.RFC3339Nano, doc.TakenAt)
+	require.NoError(t, err)
+	assert.False(t, taken.Before(clk.Now()), "taken at %s, on the Locker's clock", doc.TakenAt)
+	since := func(h *recordlock.Handle) int64 { return int64(taken.Sub(h.AcquiredAt().Time())) }
 	assert.Equal(t, []lockDoc{
-		{Key: "cluster", ColumnFamily: "default", Scope: "cluster", AcquiredAt: rfc(cluster.AcquiredAt().Time()), ExpiresAt: rfc(cluster.ExpiresAt()), Remaining: int64(7 * time.Second)},
-		{Key: "plain", ColumnFamily: "default", Scope: "node", AcquiredAt: rfc(plain.AcquiredAt().Time()), ExpiresAt: rfc(plain.ExpiresAt()), Remaining: int64(7 * time.Second), Waiters: 1},
-		{Key: "row", ColumnFamily: "default", Scope: "node", Owner: "alpha", AcquiredAt: rfc(row.AcquiredAt().Time()), ExpiresAt: rfc(row.ExpiresAt()), Remaining: int64(7 * time.Second), Waiters: 1},
-		{Key: "idx", ColumnFamily: "index", ColumnFamilyID: cf.ID(), Scope: "node", Hold: true, AcquiredAt: rfc(held.AcquiredAt().Time()), ExpiresAt: rfc(held.ExpiresAt()), Remaining: int64(7 * time.Second)},
+		{Key: "cluster", ColumnFamily: "default", Scope: "cluster", AcquiredAt: rfc(cluster.AcquiredAt().Time()), ExpiresAt: rfc(cluster.ExpiresAt()), Remaining: int64(7 * time.Second), HeldFor: since(cluster)},
+		{Key: "plain", ColumnFamily: "default", Scope: "node", AcquiredAt: rfc(plain.AcquiredAt().Time()), ExpiresAt: rfc(plain.ExpiresAt()), Remaining: int64(7 * time.Second), HeldFor: since(plain), Waiters: 1},
+		{Key: "row", ColumnFamily: "default", Scope: "node", Owner: "alpha", AcquiredAt: rfc(row.AcquiredAt().Time()), ExpiresAt: rfc(row.ExpiresAt()), Remaining: int64(7 * time.Second), HeldFor: since(row), Waiters: 1},
+		{Key: "idx", ColumnFamily: "index", ColumnFamilyID: cf.ID(), Scope: "node", Hold: true, AcquiredAt: rfc(held.AcquiredAt().Time()), ExpiresAt: rfc(held.ExpiresAt()), Remaining: int64(7 * time.Second), HeldFor: since(held)},
 	}, d.Locks, "sorted by column family and key")
 	for _, lock := range d.Locks {
 		_, err := time.Parse(time.RFC3339, lock.AcquiredAt)
 		assert.NoError(t, err, "RFC 3339")
 	}
 	assert.Equal(t, []waitDoc{
-		{Key: "plain", Waited: int64(3 * time.Second)},
-		{Key: "row", Owner: "beta", Waited: int64(3 * time.Second)},
+		{Key: "plain", ColumnFamily: "default", Waited: int64(3 * time.Second)},
+		{Key: "row", ColumnFamily: "default", Owner: "beta", Waited: int64(3 * time.Second)},
 	}, d.Waits)
 
 	require.True(t, plain.Release())

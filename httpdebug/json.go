@@ -13,10 +13,12 @@ import (
 )
 
 // The JSON document: the Go field names of Stats, LockInfo and WaitInfo in lower camel case,
-// initialisms kept; durations in integer nanoseconds, times in RFC 3339 (UTC, to the
-// nanosecond), a scope as "node" or "cluster", a key as keyText gives it.
+// initialisms kept, a lock's heldFor and a wait's columnFamily besides; durations in integer
+// nanoseconds, times in RFC 3339 (UTC, to the nanosecond), a scope as "node" or "cluster", a key
+// as keyText gives it.
 
 type jsonDocument struct {
+	TakenAt   string         `json:"takenAt"`
 	Databases []jsonDatabase `json:"databases"`
 }
 
@@ -54,6 +56,7 @@ type jsonLock struct {
 	AcquiredAt     string  `json:"acquiredAt"`
 	ExpiresAt      string  `json:"expiresAt"`
 	Remaining      int64   `json:"remaining"`
+	HeldFor        int64   `json:"heldFor"`
 	Waiters        int     `json:"waiters"`
 	Token          uint64  `json:"token"`
 	Shared         bool    `json:"shared"`
@@ -63,6 +66,7 @@ type jsonLock struct {
 
 type jsonWait struct {
 	Key            string  `json:"key"`
+	ColumnFamily   string  `json:"columnFamily"`
 	ColumnFamilyID uint32  `json:"columnFamilyID"`
 	Owner          string  `json:"owner"`
 	Shared         bool    `json:"shared"`
@@ -72,8 +76,8 @@ type jsonWait struct {
 	RangeEnd       *string `json:"rangeEnd"`
 }
 
-func writeJSON(w io.Writer, dbs []database) error {
-	doc := jsonDocument{Databases: make([]jsonDatabase, len(dbs))}
+func writeJSON(w io.Writer, taken time.Time, dbs []database) error {
+	doc := jsonDocument{TakenAt: timeText(taken), Databases: make([]jsonDatabase, len(dbs))}
 	for i, d := range dbs {
 		s := d.stats
 		jd := jsonDatabase{
@@ -100,6 +104,7 @@ func writeJSON(w io.Writer, dbs []database) error {
 				AcquiredAt:     timeText(l.AcquiredAt.Time()),
 				ExpiresAt:      timeText(l.ExpiresAt),
 				Remaining:      int64(l.Remaining),
+				HeldFor:        int64(heldFor(taken, l.AcquiredAt)),
 				Waiters:        l.Waiters,
 				Token:          l.Token,
 				Shared:         l.Shared,
@@ -110,6 +115,7 @@ func writeJSON(w io.Writer, dbs []database) error {
 		for j, wt := range d.waits {
 			jd.Waits[j] = jsonWait{
 				Key:            keyText(wt.Key),
+				ColumnFamily:   d.families[wt.ColumnFamilyID],
 				ColumnFamilyID: wt.ColumnFamilyID,
 				Owner:          wt.Owner,
 				Shared:         wt.Shared,
@@ -164,6 +170,12 @@ func scopeText(s recordlock.Scope) string {
 		return "cluster"
 	}
 	return "node"
+}
+
+// heldFor is how long a holder acquired at acquired has held its lock when the page is taken:
+// 0 for an acquired later, a cluster round's TsR minted on a clock ahead of this one.
+func heldFor(taken time.Time, acquired recordlock.Timestamp) time.Duration {
+	return max(0, taken.Sub(acquired.Time()))
 }
 
 func timeText(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

@@ -15,6 +15,7 @@ import (
 // alike, so a key or Txn name that looks like markup is shown as text.
 
 type pageView struct {
+	TakenAt   string // as pageTime gives it
 	Refresh   int
 	Limit     int
 	Databases []databaseView
@@ -35,10 +36,11 @@ type statView struct{ Name, Value string }
 
 type lockRow struct {
 	Key       keyView
-	CF        uint32
+	CF        string // as familyText gives it
 	Mode      string
 	Owner     string
 	Hold      bool
+	HeldFor   string
 	LeaseLeft string
 	Waiters   int
 	Token     uint64
@@ -46,7 +48,7 @@ type lockRow struct {
 
 type waitRow struct {
 	Key      keyView
-	CF       uint32
+	CF       string // as familyText gives it
 	Mode     string
 	Owner    string
 	Waited   string
@@ -66,15 +68,21 @@ const (
 // name).
 const noOwner = "—"
 
-func writePage(w io.Writer, dbs []database, limit int) error {
-	v := pageView{Refresh: refreshSeconds, Limit: limit, Databases: make([]databaseView, len(dbs))}
+// pageTime is how the page shows when it was taken: RFC 3339 in UTC, to the millisecond.
+const pageTime = "2006-01-02T15:04:05.000Z07:00"
+
+func writePage(w io.Writer, taken time.Time, dbs []database, limit int) error {
+	v := pageView{
+		TakenAt: taken.UTC().Format(pageTime),
+		Refresh: refreshSeconds, Limit: limit, Databases: make([]databaseView, len(dbs)),
+	}
 	for i, d := range dbs {
-		v.Databases[i] = viewDatabase(i, d)
+		v.Databases[i] = viewDatabase(i, taken, d)
 	}
 	return page.Execute(w, v)
 }
 
-func viewDatabase(i int, d database) databaseView {
+func viewDatabase(i int, taken time.Time, d database) databaseView {
 	s := d.stats
 	dv := databaseView{
 		Index: i,
@@ -95,7 +103,7 @@ func viewDatabase(i int, d database) databaseView {
 		},
 		LocksOmitted: d.locksOmitted,
 		WaitsOmitted: d.waitsOmitted,
-		Graph:        buildGraph(d.locks, d.waits),
+		Graph:        buildGraph(d.locks, d.waits, d.families),
 	}
 	for _, l := range d.locks {
 		mode := "exclusive"
@@ -106,7 +114,8 @@ func viewDatabase(i int, d database) databaseView {
 			mode += ", cluster"
 		}
 		dv.Locks = append(dv.Locks, lockRow{
-			Key: viewKey(lockText(l.Key, l.IsRange, l.RangeEnd)), CF: l.ColumnFamilyID, Mode: mode, Owner: ownerText(l.Owner), Hold: l.Hold,
+			Key: viewKey(lockText(l.Key, l.IsRange, l.RangeEnd)), CF: familyText(l.ColumnFamilyID, l.ColumnFamily), Mode: mode,
+			Owner: ownerText(l.Owner), Hold: l.Hold, HeldFor: fmtHeldFor(heldFor(taken, l.AcquiredAt)),
 			LeaseLeft: fmtDuration(l.Remaining), Waiters: l.Waiters, Token: l.Token,
 		})
 	}
@@ -144,7 +153,8 @@ func viewDatabase(i int, d database) databaseView {
 			waitsForText[kind] = waitsFor
 		}
 		dv.Waits = append(dv.Waits, waitRow{
-			Key: viewKey(lockText(w.Key, w.IsRange, w.RangeEnd)), CF: w.ColumnFamilyID, Mode: mode, Owner: ownerText(w.Owner),
+			Key: viewKey(lockText(w.Key, w.IsRange, w.RangeEnd)), CF: familyText(w.ColumnFamilyID, d.families[w.ColumnFamilyID]),
+			Mode: mode, Owner: ownerText(w.Owner),
 			Waited: fmtDuration(w.Waited), WaitsFor: waitsFor,
 		})
 	}
@@ -190,6 +200,15 @@ func ownerText(owner string) string {
 	return owner
 }
 
+// familyText names the column family with ID id and name name: "orders (2)", or "2 (name
+// unknown)" when the page read no name for it (database.families).
+func familyText(id uint32, name string) string {
+	if name == "" {
+		return fmt.Sprintf("%d (name unknown)", id)
+	}
+	return fmt.Sprintf("%s (%d)", name, id)
+}
+
 func fmtUint(n uint64) string { return strconv.FormatUint(n, 10) }
 
 // fmtDuration rounds d to a millisecond, or to a microsecond below one.
@@ -198,6 +217,15 @@ func fmtDuration(d time.Duration) string {
 		return d.Round(time.Microsecond).String()
 	}
 	return d.Round(time.Millisecond).String()
+}
+
+// fmtHeldFor shows how long a lock has been held as fmtDuration does, and from a minute on to
+// the second: 3m4s.
+func fmtHeldFor(d time.Duration) string {
+	if d < time.Minute {
+		return fmtDuration(d)
+	}
+	return d.Round(time.Second).String()
 }
 
 var page = template.Must(template.New("page").Parse(pageTemplate))
@@ -238,7 +266,7 @@ svg text { font: 12px system-ui, sans-serif; }
 </head>
 <body>
 <h1>recordlock: locks and waits</h1>
-<p class="note">Reloads every {{.Refresh}} s. At most {{.Limit}} holders and {{.Limit}} waits per database.
+<p class="note">Taken at <time datetime="{{.TakenAt}}">{{.TakenAt}}</time>. Reloads every {{.Refresh}} s. At most {{.Limit}} holders and {{.Limit}} waits per database.
 <a href="?format=json&amp;limit={{.Limit}}">JSON</a></p>
 {{range $db := .Databases}}
 <section class="database" id="database-{{$db.Index}}">
@@ -256,9 +284,9 @@ svg text { font: 12px system-ui, sans-serif; }
 
 <h3>Holders</h3>
 {{if $db.Locks}}<table class="locks">
-<thead><tr><th>key</th><th>column family</th><th>mode</th><th>owner</th><th>hold</th><th>lease left</th><th>waiters</th><th>token</th></tr></thead>
+<thead><tr><th>key</th><th>column family</th><th>mode</th><th>owner</th><th>hold</th><th>held for</th><th>lease left</th><th>waiters</th><th>token</th></tr></thead>
 <tbody>
-{{range $db.Locks}}<tr><td class="key"{{with .Key.Title}} title="{{.}}"{{end}}>{{.Key.Text}}</td><td class="num">{{.CF}}</td><td>{{.Mode}}</td><td class="owner">{{.Owner}}</td><td>{{if .Hold}}yes{{else}}no{{end}}</td><td class="num">{{.LeaseLeft}}</td><td class="num">{{.Waiters}}</td><td class="num">{{.Token}}</td></tr>
+{{range $db.Locks}}<tr><td class="key"{{with .Key.Title}} title="{{.}}"{{end}}>{{.Key.Text}}</td><td>{{.CF}}</td><td>{{.Mode}}</td><td class="owner">{{.Owner}}</td><td>{{if .Hold}}yes{{else}}no{{end}}</td><td class="num">{{.HeldFor}}</td><td class="num">{{.LeaseLeft}}</td><td class="num">{{.Waiters}}</td><td class="num">{{.Token}}</td></tr>
 {{end}}</tbody>
 </table>{{else}}<p class="empty">Nothing is held.</p>{{end}}
 {{with $db.LocksOmitted}}<p class="omitted">{{.}} more holders not listed.</p>{{end}}
@@ -267,7 +295,7 @@ svg text { font: 12px system-ui, sans-serif; }
 {{if $db.Waits}}<table class="waits">
 <thead><tr><th>key</th><th>column family</th><th>mode</th><th>owner</th><th>waited</th><th>waits for</th></tr></thead>
 <tbody>
-{{range $db.Waits}}<tr><td class="key"{{with .Key.Title}} title="{{.}}"{{end}}>{{.Key.Text}}</td><td class="num">{{.CF}}</td><td>{{.Mode}}</td><td class="owner">{{.Owner}}</td><td class="num">{{.Waited}}</td><td>{{.WaitsFor}}</td></tr>
+{{range $db.Waits}}<tr><td class="key"{{with .Key.Title}} title="{{.}}"{{end}}>{{.Key.Text}}</td><td>{{.CF}}</td><td>{{.Mode}}</td><td class="owner">{{.Owner}}</td><td class="num">{{.Waited}}</td><td>{{.WaitsFor}}</td></tr>
 {{end}}</tbody>
 </table>{{else}}<p class="empty">Nobody waits.</p>{{end}}
 {{with $db.WaitsOmitted}}<p class="omitted">{{.}} more waits not listed.</p>{{end}}
