@@ -2,8 +2,8 @@
 // under /debug/ as net/http/pprof is. It shows when it was taken and, for each database, the
 // figures of Locker.Stats, the keys held (Locker.Locks) and for how long, the requests waiting
 // for them (Locker.Waits) and the wait-for graph of their owners, naming each record's column
-// family by its name and ID, and reloads itself every 2 seconds. With ?format=json it serves the same
-// figures as JSON; ?format=html, like no format, serves the page.
+// family by its name and ID, and reloads itself every 2 seconds. With ?format=json it serves
+// the same figures as JSON; ?format=html, like no format, serves the page.
 //
 //	http.Handle("/debug/recordlock/", httpdebug.Handler(map[string]*recordlock.Locker{"orders": locker}))
 //
@@ -26,10 +26,10 @@
 // UTF-8 without control characters, else 0x and its bytes in hex (so a text key that starts with
 // 0x reads like a binary one).
 //
-// takenAt, on the page and in the JSON, is a recordlock.Timestamp minted on the first database's
-// Locker (by name) once every database was read: the server's wall clock unless WithClock gave
-// the Locker another. On one database it is later than the acquiredAt of every node lock read,
-// as that database's timestamps strictly increase.
+// takenAt, on the page and in the JSON, is a recordlock.Timestamp minted on the first
+// database's Locker (by name) once every database was read: the server's wall clock unless
+// recordlock.WithClock gave the Locker another. On one database it is later than the acquiredAt
+// of every node lock read, as that database's timestamps strictly increase.
 //
 // In the graph a Txn is one node, named by its TxnOptions.Name: two Txns with the same name are
 // drawn as one, and a Txn without a name is drawn as a lock outside any Txn, which is a node of

@@ -95,3 +95,28 @@ func TestColumnFamilyNamedPastTheLimit(t *testing.T) {
 	require.NoError(t, l.Close()) // fails the waiter, which would wait on the ManualClock forever
 	require.ErrorIs(t, done(t, waits), recordlock.ErrClosed)
 }
+
+// A range request that waits only for holders of keys inside it, which the page reads from
+// Locks rather than with the waits, names its column family too.
+func TestColumnFamilyNamedForARangeWait(t *testing.T) {
+	db, cf := openDB(t)
+	_, l := manual(t, db)
+	_, err := l.TryLockCF(cf, []byte("b"), recordlock.Options{})
+	require.NoError(t, err)
+	waits := waitFor(t, l, 1, func() error {
+		_, err := l.LockRangeCF(context.Background(), cf, recordlock.Range{Start: []byte("a"), End: []byte("c")}, recordlock.Options{})
+		return err
+	})
+	h := httpdebug.Handler(map[string]*recordlock.Locker{"orders": l})
+
+	d := getJSON(t, h, "/?format=json").Databases[0]
+	require.Len(t, d.Waits, 1)
+	assert.True(t, d.Waits[0].IsRange)
+	assert.Equal(t, "index", d.Waits[0].ColumnFamily)
+	_, _, page := get(t, h, http.MethodGet, "/")
+	assert.Contains(t, section(t, page, `<table class="waits">`, "</table>"),
+		fmt.Sprintf(`<td class="key">[a, c)</td><td>index (%d)</td>`, cf.ID()))
+
+	require.NoError(t, l.Close()) // fails the waiter, which would wait on the ManualClock forever
+	require.ErrorIs(t, done(t, waits), recordlock.ErrClosed)
+}

@@ -12,10 +12,10 @@ import (
 	"github.com/recordlock/recordlock/httpdebug"
 )
 
-// The page and the JSON say when they were taken, on the Locker's clock, and how long each holder
-// has held its lock by then: exactly, in nanoseconds, in the JSON; on the page to the
-// millisecond, and from a minute on to the second. A cluster round's TsR ahead of this clock is
-// held for 0, not for a negative time.
+// The page and the JSON say when they were taken, on the clock of the first database's Locker by
+// name, and how long each holder has held its lock by then: exactly, in nanoseconds, in the
+// JSON; on the page to the millisecond, and from a minute on to the second. A cluster round's TsR
+// ahead of this clock is held for 0, not for a negative time.
 func TestTakenAtAndHeldFor(t *testing.T) {
 	db, _ := openDB(t)
 	clk, l := manual(t, db)
@@ -31,11 +31,13 @@ func TestTakenAtAndHeldFor(t *testing.T) {
 	tsR := recordlock.Timestamp(clk.Now().Add(time.Hour).UnixNano())
 	require.True(t, ahead.JoinClusterRound(tsR, time.Minute, clk.Mono(), func() error { return nil }))
 	clk.Advance(1200 * time.Millisecond)
-	h := httpdebug.Handler(map[string]*recordlock.Locker{"orders": l})
+	other, _ := openDB(t)
+	_, behind := manual(t, other) // a clock still at epoch, which the page is not taken on
+	h := httpdebug.Handler(map[string]*recordlock.Locker{"orders": l, "zeta": behind})
 
 	doc := getJSON(t, h, "/?format=json")
 	assert.Equal(t, "2026-01-02T03:07:09.2Z", doc.TakenAt, "3m4.2s after epoch")
-	require.Len(t, doc.Databases, 1)
+	require.Len(t, doc.Databases, 2)
 	held := map[string]int64{}
 	for _, lock := range doc.Databases[0].Locks {
 		held[lock.Key] = lock.HeldFor
