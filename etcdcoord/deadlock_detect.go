@@ -1,12 +1,9 @@
 package etcdcoord
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
-	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -81,10 +78,6 @@ func (c *Coordinator) publishHoldings() bool {
 			}
 		}
 	}
-	// In order, so that one set of holders is always published as one value.
-	slices.SortFunc(exposed, func(a, b exposedHolder) int {
-		return cmp.Or(strings.Compare(a.record, b.record), cmp.Compare(a.txn, b.txn))
-	})
 	cross := map[uint64]*crossWaiter{}
 	for id, cw := range c.crossWaiters {
 		if cw.sent {
@@ -119,12 +112,12 @@ func (c *Coordinator) publishHoldings() bool {
 		next[c.holdingKey(id)] = string(b)
 	}
 	var ops []op
-	for _, k := range slices.Sorted(maps.Keys(next)) {
-		if v := next[k]; c.published[k] != v {
+	for k, v := range next {
+		if c.published[k] != v {
 			ops = append(ops, putOp(k, v, sess.id))
 		}
 	}
-	for _, k := range slices.Sorted(maps.Keys(c.published)) {
+	for k := range c.published {
 		if _, ok := next[k]; !ok {
 			ops = append(ops, deleteOp(k))
 		}
@@ -204,8 +197,7 @@ func (c *Coordinator) failVictims() {
 		return
 	}
 	g := c.buildGraphLocked()
-	for _, txn := range slices.Sorted(maps.Keys(c.crossWaiters)) { // in order: every search alike
-		cw := c.crossWaiters[txn]
+	for _, cw := range c.crossWaiters {
 		self := vertex{c.node, cw.txn}
 		if _, ok := g.waits[self]; !ok || !cw.sent {
 			continue
