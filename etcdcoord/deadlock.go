@@ -39,6 +39,7 @@ type crossWait struct {
 	Shared  bool   `json:"shared"`
 	Recall  string `json:"recall"` // the call's recall value: it is the asker when the recall is
 	revised int64
+	value   string // as published: a node's own wait is its current call's only while it is cw.value
 }
 
 // holding is what a node publishes of the Txns that hold a record another node waits for.
@@ -96,7 +97,7 @@ func (c *Coordinator) applyGraphLocked(typ mvccpb.Event_EventType, kv *mvccpb.Ke
 		} else {
 			var w crossWait
 			if json.Unmarshal(kv.Value, &w) == nil {
-				w.revised = kv.ModRevision
+				w.revised, w.value = kv.ModRevision, string(kv.Value)
 				c.graph.waits[string(kv.Key)] = &w
 			}
 		}

@@ -199,7 +199,10 @@ func (c *Coordinator) failVictims() {
 	g := c.buildGraphLocked()
 	for _, cw := range c.crossWaiters {
 		self := vertex{c.node, cw.txn}
-		if _, ok := g.waits[self]; !ok || !cw.sent {
+		// The Txn's key may still hold the wait of its previous call, granted and not yet
+		// deleted, while this call's put is in flight: a cycle through that one is no cycle of
+		// this call's.
+		if k, ok := g.waits[self]; !ok || !cw.sent || c.graph.waits[k].value != cw.value {
 			continue
 		}
 		cycle := g.cycleThrough(self)
