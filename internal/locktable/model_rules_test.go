@@ -202,9 +202,22 @@ func (m *modelRun) grant(r *mReq) {
 	m.holds = append(m.holds, &mHold{id: r.id, owner: r.owner, target: r.target, shared: r.shared, deadline: m.now + r.lease, h: r.h})
 }
 
-// serve grants every queued request that nothing stops now, oldest first. Where no range is
-// involved, those must be the requests each key's FIFO queue grants from its head.
+// serve grants every queued request that nothing stops now, oldest first, moving first the key
+// requests that pass one queued ahead of them now (repass): a lock or a request that ended, a
+// grant too, can make a request wait for an owner whose request it was ahead of (§17.2).
 func (m *modelRun) serve(rt *rapid.T) {
+	for {
+		m.repass()
+		if !m.serveOnce(rt) {
+			return
+		}
+	}
+}
+
+// serveOnce grants every queued request that nothing stops now, oldest first, and reports
+// whether it granted one. Where no range is involved, those must be the requests each key's FIFO
+// queue grants from its head.
+func (m *modelRun) serveOnce(rt *rapid.T) bool {
 	keysOnly := !m.rangesInvolved()
 	var served []*mReq
 	if keysOnly {
@@ -237,7 +250,9 @@ func (m *modelRun) serve(rt *rapid.T) {
 	if keysOnly && len(m.queue)-len(left) != len(served) {
 		rt.Fatalf("the rules disagree: the keys' FIFO queues grant %v, conflicts only %d of them\n%s", served, len(m.queue)-len(left), m.describe())
 	}
+	servedAny := len(m.queue) > len(left)
 	m.queue = left
+	return servedAny
 }
 
 // rival returns a request that nothing stops now either and that r keeps waiting, or that keeps

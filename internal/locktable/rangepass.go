@@ -226,15 +226,51 @@ func (sp *rangeSpace) placeNewcomer(e *keyEntry, h *Claim, c *Tenant, mono time.
 // ownerLetGo is called as h, a lock in the home shard of a range space, is given back: if h has an
 // owner and some owner waits, the waits that may have passed a request because of h are checked
 // for a cycle again once the mutex is released (recheckWaiting). Such a request no longer passes
-// the ones that waited for h, and the edge to each of those is new.
+// the ones that waited for h, and the edge to each of those is new; and the requests it is then
+// behind may now be passed in turn, so the space's queues are gone over again (markRepass).
 func (sh *shard) ownerLetGo(h *Claim) {
-	if h.owner == nil || sh.tab.graph.count.Load() == 0 {
+	if h.owner == nil {
+		return
+	}
+	sp := sh.spaces[h.cf]
+	marked := sp != nil && sh.markRepass(sp)
+	if sh.tab.graph.count.Load() == 0 {
 		return
 	}
 	sh.deferred = append(sh.deferred, deferredCall{regraph: &sh.tab.graph, owner: h.owner})
-	if sp := sh.spaces[h.cf]; sp != nil {
+	if sp != nil && !marked {
 		sh.recheckWaiting(sp)
 	}
+}
+
+// markRepass has sp's queues gone over again before the home shard's mutex is released
+// (repassDueSpaces), if two owners or more wait there, and reports whether it marked sp: a lock
+// or a request of an owner in sp ended, and a request that passed another because of it now
+// waits behind that one, and so for what it waits for. A request that waits for an owner so is
+// one a request of that owner passes, and it must not stay queued behind it (docs/DESIGN.md
+// §17.2). Marking has the waits of the owners in sp checked again too (recheckWaiting), which
+// gives drainDeferred, where the marked spaces are gone over, a call to run.
+func (sh *shard) markRepass(sp *rangeSpace) bool {
+	if sp.repassDue || len(sp.waiting) < 2 {
+		return false
+	}
+	sp.repassDue = true
+	sh.repassDue = append(sh.repassDue, sp)
+	sh.recheckWaiting(sp)
+	return true
+}
+
+// repassDueSpaces serves the waiting owners of each space marked by markRepass, moving first the
+// requests that pass one queued ahead of them now (serveWaitingOwners). Serving may grant a
+// request and so mark the space again; each round that does grants one at least, so it ends.
+func (sh *shard) repassDueSpaces() {
+	for len(sh.repassDue) > 0 {
+		sp := sh.repassDue[len(sh.repassDue)-1]
+		sh.repassDue = sh.repassDue[:len(sh.repassDue)-1]
+		sp.repassDue = false
+		sh.serveWaitingOwners(sp, nil)
+	}
+	sh.repassDue = nil
 }
 
 // recheckWaiting has the wait of every owner with a request queued in sp checked for a cycle
@@ -276,7 +312,9 @@ func (sh *shard) unlist(sp *rangeSpace, w *waiter) {
 		delete(sp.waiting, w.h.owner)
 	}
 	w.listed = nil
-	sh.recheckWaiting(sp)
+	if !sh.markRepass(sp) {
+		sh.recheckWaiting(sp)
+	}
 }
 
 // serveWaitingOwners serves the queues of the requests of the owners waiting in sp but new, which

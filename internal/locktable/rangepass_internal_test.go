@@ -323,3 +323,43 @@ func TestOwnerDoesNotPassRequestThatPassesTheRangeItself(t *testing.T) {
 	t3.Rollback()
 	assert.True(t, ProbeTableEmpty(l))
 }
+
+// A request that passed a range request because its owner held a key the range waits for stops
+// passing it once its owner lets go of that key, and the requests queued behind it that the range
+// waits for then pass it: t1 holds a shared, t2 holds c shared and t3 holds b shared; an exclusive
+// range over every key queues behind them; t3 then t1 ask c exclusive, both passing the range, t1
+// queued behind t3. Once t3 lets go of b, t3's request waits for the range and the range for t1's
+// a: t1 left behind t3 would close a cycle among owners that lock in key order, which failed one
+// of them with a deadlock. t1 is moved ahead of t3 and takes c once t2 lets go.
+func TestOwnerPassesRequestThatStopsPassingWhenItsOwnerLetsGo(t *testing.T) {
+	l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
+	t1, t2, t3 := &testTxn{l: l, name: "t1"}, &testTxn{l: l, name: "t2"}, &testTxn{l: l, name: "t3"}
+	ctx := context.Background()
+	shared := testOptions{Shared: true}
+	_, err := t1.Lock(ctx, []byte("a"), shared)
+	require.NoError(t, err)
+	b3, err := t3.Lock(ctx, []byte("b"), shared)
+	require.NoError(t, err)
+	c2, err := t2.Lock(ctx, []byte("c"), shared)
+	require.NoError(t, err)
+	gotRange := rangeAsync(l, "", "", testOptions{}, &testTxn{l: l, name: "t4"})
+	waitRangesQueued(t, l, 1)
+	got3 := txnLockResult(t3, []byte("c"), testOptions{})
+	WaitQueued(t, l, []byte("c"), 1)
+	got1 := txnLockResult(t1, []byte("c"), testOptions{})
+	WaitQueued(t, l, []byte("c"), 2)
+
+	require.True(t, b3.Release())
+	require.True(t, c2.Release())
+	res1 := Await(t, got1, "t1's exclusive c, once t2 let go")
+	require.NoError(t, res1.err, "t1 waits behind nobody that waits for it once t3 let go of b")
+	assert.True(t, notReturned(got3), "t3 waits for the range now")
+	t1.Rollback()
+	res := Await(t, gotRange, "the range, once t1 let go")
+	require.NoError(t, res.err)
+	require.True(t, res.h.Release())
+	res3 := Await(t, got3, "t3's exclusive c, once the range let go")
+	require.NoError(t, res3.err)
+	t3.Rollback()
+	assert.True(t, ProbeTableEmpty(l))
+}

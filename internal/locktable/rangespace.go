@@ -47,6 +47,8 @@ type rangeSpace struct {
 	seq uint64
 	// serving is set while serveRanges runs, and again asks it to go over the queue once more.
 	serving, again bool
+	// repassDue is set while the space is listed in its home shard's repassDue.
+	repassDue bool
 }
 
 // rangedKey is an entry of the home shard's keys, as its space's index holds it. The index holds

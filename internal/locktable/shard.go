@@ -50,6 +50,10 @@ type shardState struct {
 	counts     shardCounts    // what only contended and failing calls count
 	// spaces are the range spaces whose home this shard is (rangespace.go).
 	spaces map[uint32]*rangeSpace
+	// repassDue are the range spaces of this home shard where a lock or a request of an owner
+	// ended while others waited: their queues are gone over again before mu is released
+	// (repassDueSpaces).
+	repassDue []*rangeSpace
 	// order is a key shard's ordered view of its entries of column families with a range space
 	// (keyorder.go).
 	order keyOrder

@@ -29,8 +29,20 @@ func (sh *shard) deferHook(h *Claim) {
 func (sh *shard) drainDeferred() []deferredCall {
 	hs := sh.deferred
 	if hs != nil { // most critical sections queue no hook: no store, no write barrier
-		sh.deferred = nil
+		hs = sh.takeDeferred()
 	}
+	return hs
+}
+
+// takeDeferred is drainDeferred where a call was deferred. The range spaces marked for a repass
+// are gone over first, under mu (repassDueSpaces): marking one defers a check of the wait-for
+// graph, so a critical section that deferred nothing marked none.
+func (sh *shard) takeDeferred() []deferredCall {
+	if sh.repassDue != nil {
+		sh.repassDueSpaces()
+	}
+	hs := sh.deferred
+	sh.deferred = nil
 	return hs
 }
 
