@@ -107,17 +107,7 @@ func (sh *shard) enqueueAfter(e *keyEntry, w, after *waiter) {
 		w.ownerHolds = true
 		e.ownersHolding++
 	}
-	w.prev = after
-	if after != nil {
-		w.next, after.next = after.next, w
-	} else {
-		w.next, e.head = e.head, w
-	}
-	if w.next != nil {
-		w.next.prev = w
-	} else {
-		e.tail = w
-	}
+	linkAfter(e, w, after)
 }
 
 // enqueueUpgrade puts w, an upgrade, ahead of every request queued for e's key but the upgrades
@@ -131,11 +121,17 @@ func (sh *shard) enqueueUpgrade(e *keyEntry, w *waiter) {
 	if w.h.owner == nil {
 		w.ownedAhead, _ = e.ownedExclusiveAhead(after)
 	}
+	linkAfter(e, w, after)
+}
+
+// linkAfter links w into e's list of waiters right after after, or at the head for nil: unlink's
+// inverse, with e's shard's mutex held.
+func linkAfter(e *keyEntry, w, after *waiter) {
 	w.prev = after
-	if after == nil {
-		w.next, e.head = e.head, w
-	} else {
+	if after != nil {
 		w.next, after.next = after.next, w
+	} else {
+		w.next, e.head = e.head, w
 	}
 	if w.next != nil {
 		w.next.prev = w
