@@ -63,28 +63,12 @@ func KeyPerShard(l *Locker, prefix string) [][]byte {
 // ProbeTimers counts the timers of c that are armed and have not run.
 func ProbeTimers(c *ManualClock) int { return locktable.PendingTimers(c) }
 
-// ProbeClosed reports whether c is closed, without blocking.
-func ProbeClosed(c <-chan struct{}) bool { return closed(c) }
-
 // WaitQueued blocks until n Lock calls are queued for key in l's table, so that a test can start
 // waiters in a known order. It is the queue wait of both test packages.
 func WaitQueued(t testing.TB, l *Locker, key []byte, n int) {
 	t.Helper()
 	require.Eventually(t, func() bool { return ProbeQueuedWaiters(l, key) == n },
 		10*time.Second, 200*time.Microsecond, "waiting for %d queued waiters", n)
-}
-
-// Await receives from ch, failing the test if nothing arrives within txnTestGuard. It is the
-// receive of both test packages.
-func Await[T any](t testing.TB, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(txnTestGuard):
-		t.Fatalf("%s did not happen within %v", what, txnTestGuard)
-		panic("unreachable")
-	}
 }
 
 // DBGet reads key straight from db's default column family; nil when it does not exist. It is
@@ -148,16 +132,6 @@ func (c *LogCapture) Kinds() []string {
 
 // The white-box tests' own helpers.
 
-// closed is ProbeClosed for the white-box tests.
-func closed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
 // newTestLocker returns a Locker on db running on clk, closed at the end of the test.
 func newTestLocker(t testing.TB, db *grocksdb.DB, clk Clock) *Locker {
 	t.Helper()
@@ -182,9 +156,6 @@ func lockAsync(ctx context.Context, l *Locker, key []byte, opts Options) <-chan 
 	}()
 	return c
 }
-
-// txnTestGuard bounds how long a test waits for something that must happen promptly.
-const txnTestGuard = 10 * time.Second
 
 // WithoutRangeConflicts is an Option that turns off the range conflict check of the key-lock table
 // of the Locker's database (locktable.Table.DisableRangeConflicts): a range lock then conflicts

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -44,7 +46,7 @@ func closeWithin(t *testing.T, l *recordlock.Locker) {
 	t.Helper()
 	closed := make(chan error, 1)
 	go func() { closed <- l.Close() }()
-	require.NoError(t, await(t, closed, "Close after a misused Fence"))
+	require.NoError(t, testutil.Await(t, closed, "Close after a misused Fence"))
 }
 
 // Release or RevokeLease called by a commit on its own handle takes effect when the commit
@@ -74,12 +76,12 @@ func TestFenceCommitReleasingItsOwnHandle(t *testing.T) {
 						inside.ok = call(h)
 						inside.expired = h.IsExpired()
 						inside.leaseExpired = h.IsLeaseExpired()
-						inside.done = recordlock.ProbeClosed(h.Done())
+						inside.done = testutil.Closed(h.Done())
 						_, inside.successor = l.TryLock(target.probe, recordlock.Options{})
 						return nil
 					})
 				}()
-				require.NoError(t, await(t, fenced, "Fence whose commit calls "+name+" on its handle"))
+				require.NoError(t, testutil.Await(t, fenced, "Fence whose commit calls "+name+" on its handle"))
 
 				assert.True(t, inside.ok, "%s inside the commit", name)
 				assert.True(t, inside.expired, "the handle stops authorizing writes at once")
@@ -117,7 +119,7 @@ func TestFenceNestedOnTheSameHandlePanics(t *testing.T) {
 					return h.Fence(func() error { innerRan = true; return nil })
 				})
 			}()
-			p := await(t, recovered, "a Fence nested in a commit on the same handle")
+			p := testutil.Await(t, recovered, "a Fence nested in a commit on the same handle")
 			require.NotNil(t, p, "a Fence in the commit of a Fence on the same handle panics rather than waiting for itself")
 			assert.Contains(t, fmt.Sprint(p), "recordlock: Fence called inside the commit of a Fence on the same handle")
 			assert.False(t, innerRan, "the nested commit never runs")
@@ -168,8 +170,8 @@ func TestFenceCommitReleasingAnotherFencedHandleWaits(t *testing.T) {
 	}()
 	time.Sleep(20 * time.Millisecond) // give a Release that fails to wait the chance to return
 	close(finish)
-	require.NoError(t, await(t, theirCommit, "the other goroutine's commit"))
-	assert.True(t, await(t, released, "Release of a handle fenced elsewhere"), "Release returned before the other commit did")
+	require.NoError(t, testutil.Await(t, theirCommit, "the other goroutine's commit"))
+	assert.True(t, testutil.Await(t, released, "Release of a handle fenced elsewhere"), "Release returned before the other commit did")
 	require.True(t, mine.Release())
 	closeWithin(t, l)
 }
@@ -188,7 +190,7 @@ func TestTxnCommitInsideFenceOfItsHandlePanics(t *testing.T) {
 		defer func() { recovered <- recover() }()
 		_ = h.Fence(txn.Commit)
 	}()
-	p := await(t, recovered, "Txn.Commit inside a Fence of its handle")
+	p := testutil.Await(t, recovered, "Txn.Commit inside a Fence of its handle")
 	require.NotNil(t, p, "Commit panics")
 	assert.Contains(t, fmt.Sprint(p), "recordlock: Txn.Commit called inside the commit of a Fence on one of its handles")
 
@@ -217,7 +219,7 @@ func TestFenceCommitClosingItsLocker(t *testing.T) {
 			go func() {
 				fenced <- h.Fence(func() error { return l.Close() })
 			}()
-			require.NoError(t, await(t, fenced, "a Fence whose commit closes its Locker"))
+			require.NoError(t, testutil.Await(t, fenced, "a Fence whose commit closes its Locker"))
 			other, err := recordlock.New(db)
 			require.NoError(t, err)
 			again, err := other.TryLock([]byte("k"), recordlock.Options{})

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -90,7 +92,7 @@ func TestFenceHoldsKeyUntilCommitReturns(t *testing.T) {
 
 			if lapse {
 				clk.Advance(time.Second)
-				assert.True(t, recordlock.ProbeClosed(h.Done()), "Done closes at once")
+				assert.True(t, testutil.Closed(h.Done()), "Done closes at once")
 				assert.True(t, h.IsLeaseExpired())
 			}
 			_, err = l.TryLock(key, recordlock.Options{})
@@ -163,7 +165,7 @@ func TestFenceReleaseHookRunsAfterFenceLetsGo(t *testing.T) {
 			return nil
 		})
 	}()
-	require.NoError(t, await(t, fenceDone, "Fence running a release hook that uses the handle"))
+	require.NoError(t, testutil.Await(t, fenceDone, "Fence running a release hook that uses the handle"))
 	require.ErrorIs(t, <-hookFence, recordlock.ErrLeaseExpired)
 }
 
@@ -197,7 +199,7 @@ func TestReleaseHookFiredByFenceMayCallFence(t *testing.T) {
 				}
 				done <- h.Fence(func() error { clk.Advance(time.Second); return nil })
 			}()
-			err = await(t, done, "Fence firing a release hook that calls Fence")
+			err = testutil.Await(t, done, "Fence firing a release hook that calls Fence")
 			if lazy {
 				require.ErrorIs(t, err, recordlock.ErrLeaseExpired)
 			} else {

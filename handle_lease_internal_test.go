@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -30,7 +32,7 @@ func TestLeaseStateUndoEndsAPassedLease(t *testing.T) {
 	assert.True(t, h.status().Expired(), "undo ended the lease at once")
 	assert.False(t, h.Hold())
 	// No clock moved: only the undo can have passed the key on.
-	next := Await(t, granted, "the waiter's grant")
+	next := testutil.Await(t, granted, "the waiter's grant")
 	require.NoError(t, next.err)
 	assert.True(t, next.h.Release())
 	assert.True(t, h.IsLeaseExpired())

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -22,12 +24,12 @@ func TestStalledHolderLosesKeyAtDeadline(t *testing.T) {
 
 	clk.Advance(time.Second - time.Nanosecond)
 	assert.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key))
-	assert.False(t, recordlock.ProbeClosed(done))
+	assert.False(t, testutil.Closed(done))
 
 	clk.Advance(time.Nanosecond) // the holder calls nothing: the lease timer gives the key on
-	r := await(t, got, "Lock")
+	r := testutil.Await(t, got, "Lock")
 	require.NoError(t, r.err)
-	assert.True(t, recordlock.ProbeClosed(done))
+	assert.True(t, testutil.Closed(done))
 	assert.False(t, h.Release())
 	assert.True(t, h.IsExpired())
 	assert.True(t, h.IsLeaseExpired())
@@ -64,7 +66,7 @@ func TestWallClockStepMovesNoDeadline(t *testing.T) {
 			clk.Advance(time.Second - time.Nanosecond)
 			assert.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, []byte("other")))
 			clk.Advance(time.Nanosecond)
-			require.ErrorIs(t, await(t, timeout, "Lock").err, recordlock.ErrTimeout)
+			require.ErrorIs(t, testutil.Await(t, timeout, "Lock").err, recordlock.ErrTimeout)
 			require.True(t, other.Release())
 		})
 	}
@@ -234,7 +236,7 @@ func TestJoinClusterRound(t *testing.T) {
 	assert.False(t, h.IsLeaseExpired())
 	assert.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key))
 	clk.Advance(time.Nanosecond)
-	r := await(t, waiting, "Lock")
+	r := testutil.Await(t, waiting, "Lock")
 	require.NoError(t, r.err)
 	assert.Equal(t, 1, hooks.count(), "the round's release hook fired at the deadline")
 	assert.True(t, h.IsLeaseExpired())
@@ -254,9 +256,9 @@ func TestJoinClusterRoundAheadOfWallClock(t *testing.T) {
 	done := h.Done()
 
 	clk.Advance(200*time.Millisecond - time.Nanosecond)
-	assert.False(t, recordlock.ProbeClosed(done))
+	assert.False(t, testutil.Closed(done))
 	clk.Advance(time.Nanosecond)
-	assert.True(t, recordlock.ProbeClosed(done), "the timer ended the lease")
+	assert.True(t, testutil.Closed(done), "the timer ended the lease")
 	assert.Equal(t, 1, hooks.count())
 	assert.True(t, h.IsLeaseExpired())
 }

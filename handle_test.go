@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -26,7 +28,7 @@ func TestHandleAccessors(t *testing.T) {
 	_, ok := h.ClusterTsR()
 	assert.False(t, ok)
 	assert.Zero(t, h.Token())
-	assert.False(t, recordlock.ProbeClosed(h.Done()))
+	assert.False(t, testutil.Closed(h.Done()))
 	require.True(t, h.Release())
 
 	h, err = l.TryLock([]byte("k"), recordlock.Options{})
@@ -51,7 +53,7 @@ func TestLazyExpiryWithoutTimers(t *testing.T) {
 			assert.True(t, h.IsLeaseExpired(), "IsLeaseExpired is true once Mono() >= deadline, whether or not a timer ran")
 		},
 		"Release": func(h *recordlock.Handle) { assert.False(t, h.Release()) },
-		"Done":    func(h *recordlock.Handle) { assert.True(t, recordlock.ProbeClosed(h.Done())) },
+		"Done":    func(h *recordlock.Handle) { assert.True(t, testutil.Closed(h.Done())) },
 	}
 	for name, check := range checks {
 		t.Run(name, func(t *testing.T) {
@@ -103,7 +105,7 @@ func TestReleaseThenLeasePredicates(t *testing.T) {
 	done := h.Done()
 	require.True(t, h.Release())
 	assert.False(t, h.Release(), "only the first Release is true")
-	assert.True(t, recordlock.ProbeClosed(done))
+	assert.True(t, testutil.Closed(done))
 	assert.True(t, h.IsExpired(), "a released handle authorizes no new write")
 	assert.False(t, h.IsLeaseExpired(), "a write staged before Release stays valid until the deadline")
 
@@ -130,8 +132,8 @@ func TestRevokeLeaseOnHeldHandle(t *testing.T) {
 	assert.Equal(t, 1, hooks.count())
 	assert.True(t, h.IsLeaseExpired())
 	assert.True(t, h.IsExpired())
-	assert.True(t, recordlock.ProbeClosed(h.Done()))
-	r := await(t, got, "Lock")
+	assert.True(t, testutil.Closed(h.Done()))
+	r := testutil.Await(t, got, "Lock")
 	require.NoError(t, r.err, "the revoked key went to the waiter")
 
 	h.RevokeLease()

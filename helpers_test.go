@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/linxGnu/grocksdb"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -152,56 +154,13 @@ func lockAllAsync(ctx context.Context, txn *recordlock.Txn, opts recordlock.Opti
 	return c
 }
 
-// await receives from ch, failing the test if nothing arrives within a guard (the receive of
-// both test packages, in export_test.go).
-func await[T any](t testing.TB, ch <-chan T, what string) T {
-	t.Helper()
-	return recordlock.Await(t, ch, what)
-}
-
 // granted awaits a Lock started with lockAsync or txnLockAsync, requires that it succeeded, and
 // returns its handle.
 func granted(t testing.TB, c <-chan lockResult, what string) *recordlock.Handle {
 	t.Helper()
-	r := await(t, c, what)
+	r := testutil.Await(t, c, what)
 	require.NoError(t, r.err, what)
 	return r.h
-}
-
-// notReturned reports whether nothing has arrived on c within a short grace period: long enough
-// for a goroutine that is free to finish to do so, and a check of blocking, not of speed.
-func notReturned[T any](c <-chan T) bool {
-	select {
-	case <-c:
-		return false
-	case <-time.After(50 * time.Millisecond):
-		return true
-	}
-}
-
-// waitUntil blocks until cond holds. It synchronizes with goroutines the test started (a Lock
-// that has queued, a goroutine that has exited); the bound only turns a hang into a failure.
-func waitUntil(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for i := 0; !cond(); i++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		if i < 100 {
-			runtime.Gosched()
-		} else {
-			time.Sleep(50 * time.Microsecond)
-		}
-	}
-}
-
-// settleGoroutines waits until the goroutine count is back to base: nothing the test started is
-// still running.
-func settleGoroutines(t testing.TB, base int) {
-	t.Helper()
-	waitUntil(t, fmt.Sprintf("the goroutine count is back to %d (now %d)", base, runtime.NumGoroutine()),
-		func() bool { return runtime.NumGoroutine() <= base })
 }
 
 // Release hooks and coordinators.

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -116,7 +118,7 @@ func TestDefaultTimeoutApplies(t *testing.T) {
 	clk.Advance(recordlock.DefaultTimeout - time.Nanosecond)
 	assert.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key))
 	clk.Advance(time.Nanosecond)
-	require.ErrorIs(t, await(t, got, "Lock").err, recordlock.ErrTimeout)
+	require.ErrorIs(t, testutil.Await(t, got, "Lock").err, recordlock.ErrTimeout)
 	require.True(t, h.Release())
 }
 

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -30,7 +32,7 @@ func fenceUntil(t *testing.T, h *recordlock.Handle) (proceed chan struct{}, fenc
 			return nil
 		})
 	}()
-	await(t, entered, "the fence")
+	testutil.Await(t, entered, "the fence")
 	return proceed, done
 }
 
@@ -43,9 +45,9 @@ func TestCloseCallsOffClusterRequest(t *testing.T) {
 	l.SetCoordinator(coord)
 
 	got := lockAsync(context.Background(), l, []byte("k"), recordlock.Options{Timeout: time.Minute})
-	await(t, coord.entered, "Acquire")
+	testutil.Await(t, coord.entered, "Acquire")
 	require.NoError(t, l.Close())
-	r := await(t, got, "Lock")
+	r := testutil.Await(t, got, "Lock")
 	require.ErrorIs(t, r.err, recordlock.ErrClosed)
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
@@ -62,10 +64,10 @@ func TestCloseWaitsForFenceBegunAfterRelease(t *testing.T) {
 	proceed, fenced := fenceUntil(t, h)
 	closed := make(chan error, 1)
 	go func() { closed <- l.Close() }()
-	assert.True(t, notReturned(closed), "Close returned while a fenced write of its handle ran")
+	assert.True(t, testutil.NotReturned(closed), "Close returned while a fenced write of its handle ran")
 	close(proceed)
-	require.NoError(t, await(t, fenced, "Fence"))
-	require.NoError(t, await(t, closed, "Close"))
+	require.NoError(t, testutil.Await(t, fenced, "Fence"))
+	require.NoError(t, testutil.Await(t, closed, "Close"))
 
 	ran := false
 	err = h.Fence(func() error { ran = true; return nil })
@@ -85,12 +87,12 @@ func TestConcurrentCloseWaitsForTheFirst(t *testing.T) {
 	first, second := make(chan error, 1), make(chan error, 1)
 	go func() { first <- l.Close() }()
 	go func() { second <- l.Close() }()
-	assert.True(t, notReturned(second), "a second Close returned before the first finished")
-	assert.True(t, notReturned(first))
+	assert.True(t, testutil.NotReturned(second), "a second Close returned before the first finished")
+	assert.True(t, testutil.NotReturned(first))
 	close(proceed)
-	require.NoError(t, await(t, fenced, "Fence"))
-	require.NoError(t, await(t, first, "the first Close"))
-	require.NoError(t, await(t, second, "the second Close"))
+	require.NoError(t, testutil.Await(t, fenced, "Fence"))
+	require.NoError(t, testutil.Await(t, first, "the first Close"))
+	require.NoError(t, testutil.Await(t, second, "the second Close"))
 	assert.False(t, h.Release(), "Close released the handle")
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }
@@ -128,7 +130,7 @@ func TestCloseWhileWaitTimersFire(t *testing.T) {
 			close(advanced)
 		}()
 		require.NoError(t, waiting.Close())
-		await(t, advanced, "Advance")
+		testutil.Await(t, advanced, "Advance")
 		wg.Wait()
 		require.NoError(t, holding.Close())
 		assert.True(t, recordlock.ProbeTableEmpty(holding))
@@ -155,10 +157,10 @@ func TestCloseReleasesHandlesAndFailsWaiters(t *testing.T) {
 
 	require.NoError(t, a.Close())
 	assert.Equal(t, 1, hooks.count(), "Close fires the release hook")
-	assert.True(t, recordlock.ProbeClosed(done))
+	assert.True(t, testutil.Closed(done))
 	assert.True(t, held.IsExpired())
 	assert.False(t, held.Release())
-	r := await(t, waiting, "Lock")
+	r := testutil.Await(t, waiting, "Lock")
 	require.ErrorIs(t, r.err, recordlock.ErrClosed)
 	assert.Nil(t, r.h)
 
@@ -210,14 +212,14 @@ func TestCloseWhileThousandWait(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitUntil(t, "1,000 waiters queued", func() bool { return recordlock.ProbeQueuedWaiters(l, key) == waiters })
+	testutil.WaitUntil(t, "1,000 waiters queued", func() bool { return recordlock.ProbeQueuedWaiters(l, key) == waiters })
 	survivor := make(chan *recordlock.Handle, 1)
 	go func() {
 		h, err := other.Lock(ctx, key, wait)
 		assert.NoError(t, err)
 		survivor <- h
 	}()
-	waitUntil(t, "the other Locker's waiter queued", func() bool { return recordlock.ProbeQueuedWaiters(l, key) == waiters+1 })
+	testutil.WaitUntil(t, "the other Locker's waiter queued", func() bool { return recordlock.ProbeQueuedWaiters(l, key) == waiters+1 })
 
 	start := time.Now()
 	require.NoError(t, l.Close())
@@ -244,5 +246,5 @@ func TestCloseWhileThousandWait(t *testing.T) {
 	assert.True(t, recordlock.ProbeTableEmpty(other))
 	assert.Zero(t, recordlock.ProbeDeadlines(other))
 	require.NoError(t, other.Close())
-	settleGoroutines(t, base)
+	testutil.SettleGoroutines(t, base)
 }

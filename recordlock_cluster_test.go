@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/linxGnu/grocksdb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -32,7 +34,7 @@ func TestClusterRoundBoundedByCtxDeadline(t *testing.T) {
 	clk.Advance(recordlock.DefaultTimeout + time.Second)
 	require.NoError(t, actx.Err(), "the round is still asked for past DefaultTimeout")
 	clk.Advance(15 * time.Second) // 46 s: past the ctx deadline's 45 s, on the Locker's clock
-	r := await(t, got, "Lock")
+	r := testutil.Await(t, got, "Lock")
 	require.ErrorIs(t, r.err, recordlock.ErrTimeout)
 	assert.Nil(t, r.h)
 	requireFree(t, l, "k")
@@ -136,7 +138,7 @@ func TestClusterLockPassesRemainingWait(t *testing.T) {
 	require.True(t, h0.Release())
 	ctx := <-c.entered
 	for got := time.Duration(0); got != 6*time.Second; { // the budget, after timers re-armed by the handoff
-		got = await(t, clk.armed, "the 6s budget armed for Acquire's remaining wait")
+		got = testutil.Await(t, clk.armed, "the 6s budget armed for Acquire's remaining wait")
 	}
 
 	clk.Advance(6*time.Second - time.Nanosecond)

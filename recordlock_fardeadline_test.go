@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/recordlock/recordlock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -150,7 +152,7 @@ func waitBehindHolders(t *testing.T, s farSetup, shared bool, lock func(k []byte
 	return func() {
 		s.cancel()
 		for range s.keys {
-			require.ErrorIs(t, await(t, results, "a far-deadline wait"), context.Canceled)
+			require.ErrorIs(t, testutil.Await(t, results, "a far-deadline wait"), context.Canceled)
 		}
 		for _, h := range holders {
 			h.Release()
@@ -192,7 +194,7 @@ func roundsInFlight(t *testing.T, s farSetup, lock func(k []byte) (*recordlock.H
 			h, err := lock(k)
 			results <- lockResult{h, err}
 		}()
-		await(t, s.c.entered, "a round requested")
+		testutil.Await(t, s.c.entered, "a round requested")
 	}
 	for _, k := range s.keys {
 		_, err := s.l.TryLock(k, recordlock.Options{Scope: recordlock.ScopeNode})
@@ -200,7 +202,7 @@ func roundsInFlight(t *testing.T, s farSetup, lock func(k []byte) (*recordlock.H
 	}
 	return func() {
 		for range s.keys {
-			r := await(t, results, "a far-deadline cluster lock")
+			r := testutil.Await(t, results, "a far-deadline cluster lock")
 			require.NoError(t, r.err)
 			r.h.Release()
 		}
@@ -231,13 +233,13 @@ func requireShardsOnTime(t *testing.T, clk *recordlock.ManualClock, l *recordloc
 	}
 	clk.Advance(recordlock.MinLease)
 	for i, c := range granted {
-		r := await(t, c, "the waiter of a lease that ended in shard "+string(leaseKeys[i]))
+		r := testutil.Await(t, c, "the waiter of a lease that ended in shard "+string(leaseKeys[i]))
 		require.NoError(t, r.err)
 		r.h.Release()
 	}
 	clk.Advance(200 * time.Millisecond)
 	for _, c := range timedOut {
-		require.ErrorIs(t, await(t, c, "a wait that timed out").err, recordlock.ErrTimeout)
+		require.ErrorIs(t, testutil.Await(t, c, "a wait that timed out").err, recordlock.ErrTimeout)
 	}
 	for _, h := range holders {
 		h.Release()

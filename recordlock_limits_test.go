@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -100,7 +102,7 @@ func TestMaxLocksRefusesEveryKindOfLock(t *testing.T) {
 				got, err := c.call()
 				done <- result{got, err}
 			}()
-			r := await(t, done, c.name) // a call that queued would wait here: no clock moves
+			r := testutil.Await(t, done, c.name) // a call that queued would wait here: no clock moves
 			requireTooMany(t, r.err, 2)
 			assert.Nil(t, r.got)
 			assert.Equal(t, held, heldKeys(l))
@@ -170,7 +172,7 @@ func TestMaxLocksLockAllGivesBackItsRooms(t *testing.T) {
 	requireTooMany(t, err, 3) // a's request and the rooms of b and c
 
 	cancel()
-	r := await(t, res, "the cancelled LockAll")
+	r := testutil.Await(t, res, "the cancelled LockAll")
 	require.ErrorIs(t, r.err, context.Canceled)
 	for _, k := range []string{"x", "y", "z"} {
 		_, err := l.TryLock([]byte(k), node)
@@ -316,10 +318,10 @@ func TestMaxLocksQueuedRequestTakesRoom(t *testing.T) {
 				clk.Advance(2 * time.Second)
 				b, err = l.TryLock([]byte("b"), node) // the timed-out call may not have returned yet
 				require.NoError(t, err)
-				require.ErrorIs(t, await(t, res, "the timed-out Lock").err, recordlock.ErrTimeout)
+				require.ErrorIs(t, testutil.Await(t, res, "the timed-out Lock").err, recordlock.ErrTimeout)
 			} else {
 				cancel()
-				require.ErrorIs(t, await(t, res, "the cancelled Lock").err, context.Canceled)
+				require.ErrorIs(t, testutil.Await(t, res, "the cancelled Lock").err, context.Canceled)
 				b, err = l.TryLock([]byte("b"), node)
 				require.NoError(t, err)
 			}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -236,14 +238,14 @@ func TestLockRangeTimeoutCancelLease(t *testing.T) {
 	res := lockRangeAsync(ctx, l, rng("a", "c"), recordlock.Options{Scope: recordlock.ScopeNode, Timeout: 50 * time.Millisecond})
 	waitingCount(t, l, 1)
 	clk.Advance(50 * time.Millisecond)
-	r := await(t, res, "the timed-out range")
+	r := testutil.Await(t, res, "the timed-out range")
 	require.ErrorIs(t, r.err, recordlock.ErrTimeout)
 
 	cctx, cancel := context.WithCancel(ctx)
 	res = lockRangeAsync(cctx, l, rng("a", "c"), wait)
 	waitingCount(t, l, 1)
 	cancel()
-	r = await(t, res, "the cancelled range")
+	r = testutil.Await(t, res, "the cancelled range")
 	require.ErrorIs(t, r.err, context.Canceled)
 	waitingCount(t, l, 0)
 
@@ -334,4 +336,4 @@ func TestRangeHandleLeaseOperations(t *testing.T) {
 }
 
 // doneClosed reports whether h's Done channel is closed.
-func doneClosed(h *recordlock.Handle) bool { return recordlock.ProbeClosed(h.Done()) }
+func doneClosed(h *recordlock.Handle) bool { return testutil.Closed(h.Done()) }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -132,7 +134,7 @@ func TestReleaseHookCallingBackIntoLocker(t *testing.T) {
 				defer close(done)
 				tr.fire(clk, l, h)
 			}()
-			await(t, done, tr.name+" with a hook that calls back into the Locker")
+			testutil.Await(t, done, tr.name+" with a hook that calls back into the Locker")
 			assert.Equal(t, int32(1), calls.Load(), "the hook fired once")
 			assert.NoError(t, reentered)
 			assert.True(t, h.IsExpired())
@@ -173,7 +175,7 @@ func TestBlockingReleaseHookStallsOnlyItsCaller(t *testing.T) {
 				assert.NoError(t, err)
 				waiter <- h
 			}()
-			waitUntil(t, "the neighbour's waiter queued", func() bool { return recordlock.ProbeQueuedWaiters(l, neighbour) == 1 })
+			testutil.WaitUntil(t, "the neighbour's waiter queued", func() bool { return recordlock.ProbeQueuedWaiters(l, neighbour) == 1 })
 
 			stalled := make(chan struct{})
 			go func() {
@@ -221,7 +223,7 @@ func TestBlockingReleaseHookStallsOnlyItsCaller(t *testing.T) {
 			require.NoError(t, l.Close())
 			assert.True(t, recordlock.ProbeTableEmpty(other))
 			require.NoError(t, other.Close())
-			settleGoroutines(t, base)
+			testutil.SettleGoroutines(t, base)
 		})
 	}
 }

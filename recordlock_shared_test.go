@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -97,12 +99,12 @@ func TestSharedRequestQueuesBehindWriter(t *testing.T) {
 
 	clk.Advance(time.Millisecond) // the writer has waited 1 ms: the release hands it the key
 	require.True(t, r1.Release())
-	wr := await(t, w, "the lock")
+	wr := testutil.Await(t, w, "the lock")
 	require.NoError(t, wr.err)
 	assert.False(t, wr.h.Shared())
 	assert.True(t, pendingLock(r2), "the reader waits for the writer")
 	require.True(t, wr.h.Release())
-	rr := await(t, r2, "the lock")
+	rr := testutil.Await(t, r2, "the lock")
 	require.NoError(t, rr.err)
 	assert.True(t, rr.h.Shared())
 	require.True(t, rr.h.Release())
@@ -131,7 +133,7 @@ func TestReleaseGrantsSharedRunTogether(t *testing.T) {
 	assert.Equal(t, 0, recordlock.ProbeWokenWaiters(l, key), "the writer behind them was not woken")
 	_, err = l.TryLock(key, recordlock.Options{})
 	require.ErrorIs(t, err, recordlock.ErrLocked)
-	g1, g2 := await(t, s1, "the lock"), await(t, s2, "the lock")
+	g1, g2 := testutil.Await(t, s1, "the lock"), testutil.Await(t, s2, "the lock")
 	require.NoError(t, g1.err)
 	require.NoError(t, g2.err)
 	assert.Equal(t, 2, l.Stats().Held)
@@ -143,7 +145,7 @@ func TestReleaseGrantsSharedRunTogether(t *testing.T) {
 	assert.Equal(t, 2, recordlock.ProbeQueuedWaiters(l, key), "one share is left: the writer still waits")
 	assert.Equal(t, 0, recordlock.ProbeWokenWaiters(l, key), "a release wakes only what it grants")
 	require.True(t, g2.h.Release())
-	xr := await(t, x, "the lock")
+	xr := testutil.Await(t, x, "the lock")
 	require.NoError(t, xr.err)
 	assert.True(t, pendingLock(s3))
 	require.True(t, xr.h.Release())
@@ -187,7 +189,7 @@ func TestReadersBehindWriterThatGivesUpAreGranted(t *testing.T) {
 	waitQueued(t, l, key, 3)
 
 	clk.Advance(time.Second)
-	require.ErrorIs(t, await(t, x, "the lock").err, recordlock.ErrTimeout)
+	require.ErrorIs(t, testutil.Await(t, x, "the lock").err, recordlock.ErrTimeout)
 	for _, c := range []<-chan lockResult{r1, r2} {
 		require.True(t, granted(t, c, "the lock").Release())
 	}
@@ -214,17 +216,17 @@ func TestSharerLeasesLapseIndependently(t *testing.T) {
 	waitQueued(t, l, key, 1)
 
 	clk.Advance(time.Second)
-	assert.True(t, recordlock.ProbeClosed(done0))
-	assert.False(t, recordlock.ProbeClosed(done1), "one sharer's lapse ends only its own authority")
+	assert.True(t, testutil.Closed(done0))
+	assert.False(t, testutil.Closed(done1), "one sharer's lapse ends only its own authority")
 	assert.Equal(t, 1, hooks[0].count())
 	assert.Equal(t, 0, hooks[1].count())
 	assert.False(t, hs[1].IsExpired())
 	assert.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key), "one share is left")
 
 	clk.Advance(time.Second)
-	xr := await(t, x, "the lock")
+	xr := testutil.Await(t, x, "the lock")
 	require.NoError(t, xr.err, "the writer gets the key at the last sharer's deadline")
-	assert.True(t, recordlock.ProbeClosed(done1))
+	assert.True(t, testutil.Closed(done1))
 	assert.Equal(t, 1, hooks[1].count())
 	assert.Equal(t, uint64(2), l.Stats().Lapsed)
 	require.True(t, xr.h.Release())
@@ -302,7 +304,7 @@ func TestFenceOnSharedHandleHoldsOffWriters(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.Equal(t, "v1", string(read))
-	xr := await(t, x, "the lock")
+	xr := testutil.Await(t, x, "the lock")
 	require.NoError(t, xr.err, "the writer gets the key once the fence returns")
 	require.ErrorIs(t, r.Fence(func() error { return nil }), recordlock.ErrLeaseExpired)
 	require.True(t, xr.h.Release())
@@ -480,7 +482,7 @@ func TestWriterGetsKeyAtLastSharersDeadline(t *testing.T) {
 		assert.True(t, pendingLock(x))
 		assert.Equal(t, 1, l.Stats().Held, "the timers settled the first two sharers")
 		clk.Advance(time.Second)
-		xr := await(t, x, "the lock")
+		xr := testutil.Await(t, x, "the lock")
 		require.NoError(t, xr.err)
 		require.True(t, xr.h.Release())
 		assert.True(t, recordlock.ProbeTableEmpty(l))
@@ -497,8 +499,8 @@ func TestWriterGetsKeyAtLastSharersDeadline(t *testing.T) {
 		x := lockAsync(context.Background(), l, key, wait)
 		waitQueued(t, l, key, 3)
 		require.True(t, holder.Release())
-		require.NoError(t, await(t, s1, "the lock").err)
-		require.NoError(t, await(t, s2, "the lock").err)
+		require.NoError(t, testutil.Await(t, s1, "the lock").err)
+		require.NoError(t, testutil.Await(t, s2, "the lock").err)
 		clk.Advance(time.Second)
 		assert.True(t, pendingLock(x))
 		clk.Advance(time.Second)
@@ -542,12 +544,12 @@ func TestClusterSharersEachJoinARound(t *testing.T) {
 	opts := recordlock.Options{Shared: true, Scope: recordlock.ScopeCluster, Timeout: time.Minute}
 	first := lockAsync(context.Background(), l, key, opts)
 	second := lockAsync(context.Background(), l, key, opts)
-	await(t, coord.entered, "the first sharer's request")
-	await(t, coord.entered, "the second sharer's request")
+	testutil.Await(t, coord.entered, "the first sharer's request")
+	testutil.Await(t, coord.entered, "the second sharer's request")
 	close(coord.gate)
 	var hs []*recordlock.Handle
 	for _, c := range []<-chan lockResult{first, second} {
-		r := await(t, c, "the lock")
+		r := testutil.Await(t, c, "the lock")
 		require.NoError(t, r.err)
 		assert.True(t, r.h.Shared())
 		assert.Equal(t, recordlock.ScopeCluster, r.h.Scope())

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -32,7 +34,7 @@ func TestLockersOfOneDatabaseExcludeEachOther(t *testing.T) {
 	got := lockAsync(context.Background(), b, key, wait)
 	waitQueued(t, b, key, 1)
 	require.True(t, ha.Release())
-	r := await(t, got, "Lock")
+	r := testutil.Await(t, got, "Lock")
 	require.NoError(t, r.err)
 	_, err = a.TryLock(key, recordlock.Options{})
 	require.ErrorIs(t, err, recordlock.ErrLocked, "b's handle excludes a")
@@ -70,7 +72,7 @@ func TestLockReturnsOnceHolderReleases(t *testing.T) {
 	default:
 	}
 	require.True(t, h.Release())
-	r := await(t, got, "Lock")
+	r := testutil.Await(t, got, "Lock")
 	require.NoError(t, r.err)
 	assert.Equal(t, key, r.h.Key())
 	require.True(t, r.h.Release())
@@ -86,7 +88,7 @@ func TestLockTimesOut(t *testing.T) {
 	clk.Advance(2*time.Second - time.Nanosecond)
 	require.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key), "the waiter gave up before its timeout")
 	clk.Advance(time.Nanosecond)
-	r := await(t, got, "Lock")
+	r := testutil.Await(t, got, "Lock")
 	require.ErrorIs(t, r.err, recordlock.ErrTimeout)
 	assert.Nil(t, r.h)
 	assert.False(t, h.IsExpired(), "a waiter timing out leaves the holder alone")
@@ -125,7 +127,7 @@ func TestLockZeroTimeoutLeavesCtxDeadlineAlone(t *testing.T) {
 				require.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key), "the Lock still waits")
 				tc.end(h, cancel)
 			}
-			r := await(t, got, "Lock")
+			r := testutil.Await(t, got, "Lock")
 			if tc.wantErr != nil {
 				require.ErrorIs(t, r.err, tc.wantErr)
 				assert.Nil(t, r.h)
@@ -149,7 +151,7 @@ func TestLockCancelled(t *testing.T) {
 	got := lockAsync(ctx, l, key, wait)
 	waitQueued(t, l, key, 1)
 	cancel()
-	r := await(t, got, "Lock")
+	r := testutil.Await(t, got, "Lock")
 	require.ErrorIs(t, r.err, context.Canceled)
 	assert.Nil(t, r.h)
 	assert.Equal(t, 0, recordlock.ProbeQueuedWaiters(l, key))
@@ -240,7 +242,7 @@ func TestLeaseRunsOnIssuingLockersClock(t *testing.T) {
 	got := lockAsync(context.Background(), b, key, recordlock.Options{Timeout: 2 * time.Second})
 	waitQueued(t, b, key, 1)
 	clkA.Advance(time.Second)
-	r := await(t, got, "Lock")
+	r := testutil.Await(t, got, "Lock")
 	require.NoError(t, r.err, "a's lease timer handed the key to b's waiter")
 	assert.True(t, h.IsLeaseExpired())
 

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -74,7 +76,7 @@ func TestLocksAndWaitsCostSharersPlusQueue(t *testing.T) {
 		h.Release()
 	}
 	for range queued {
-		require.NoError(t, Await(t, results, "a queued Lock"))
+		require.NoError(t, testutil.Await(t, results, "a queued Lock"))
 	}
 }
 

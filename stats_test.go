@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -46,7 +48,7 @@ func TestStatsCountEachEvent(t *testing.T) {
 	timedOut := lockAsync(ctx, l, []byte("a"), recordlock.Options{Timeout: 10 * time.Millisecond})
 	waitQueued(t, l, []byte("a"), 1)
 	clk.Advance(10 * time.Millisecond)
-	require.ErrorIs(t, await(t, timedOut, "Lock").err, recordlock.ErrTimeout)
+	require.ErrorIs(t, testutil.Await(t, timedOut, "Lock").err, recordlock.ErrTimeout)
 	want.Timeouts = 1
 	check("a timeout")
 
@@ -54,7 +56,7 @@ func TestStatsCountEachEvent(t *testing.T) {
 	canceled := lockAsync(cctx, l, []byte("a"), recordlock.Options{})
 	waitQueued(t, l, []byte("a"), 1)
 	cancel()
-	require.ErrorIs(t, await(t, canceled, "Lock").err, context.Canceled)
+	require.ErrorIs(t, testutil.Await(t, canceled, "Lock").err, context.Canceled)
 	want.Canceled = 1
 	check("a cancellation")
 
@@ -72,7 +74,7 @@ func TestStatsCountEachEvent(t *testing.T) {
 	want.Deadlocks = 1
 	check("a deadlock")
 	t2.Rollback()
-	require.NoError(t, await(t, t1Waits, "Lock").err)
+	require.NoError(t, testutil.Await(t, t1Waits, "Lock").err)
 	t1.Rollback()
 	want.Acquired, want.Contended, want.Waiting, want.Held = 5, 2, 0, 1
 	check("the survivor of the deadlock")
@@ -174,7 +176,7 @@ func TestLocksListsHolders(t *testing.T) {
 	require.ErrorIs(t, err, recordlock.ErrLocked, "the table's key is untouched")
 
 	require.True(t, plain.Release())
-	require.NoError(t, await(t, waiter, "Lock").err)
+	require.NoError(t, testutil.Await(t, waiter, "Lock").err)
 	clk.Advance(time.Minute)
 	txn.Rollback()
 	assert.Empty(t, collectLocks(l), "every lease has lapsed or been released")

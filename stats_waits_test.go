@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -74,13 +76,13 @@ func TestWaitsListsQueuedRequests(t *testing.T) {
 	h := granted(t, first, "Lock")
 	require.NotNil(t, h)
 	require.True(t, h.Release())
-	require.NoError(t, await(t, second, "Lock").err)
+	require.NoError(t, testutil.Await(t, second, "Lock").err)
 	waiter.Rollback()
 	holder.Rollback()
-	require.NoError(t, await(t, third, "Lock").err)
+	require.NoError(t, testutil.Await(t, third, "Lock").err)
 	onRow.Rollback()
 	require.True(t, inCF.Release())
-	require.NoError(t, await(t, inCFWaits, "LockCF"))
+	require.NoError(t, testutil.Await(t, inCFWaits, "LockCF"))
 	assert.Empty(t, collectWaits(l))
 }
 

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/recordlock/recordlock"
@@ -154,11 +156,11 @@ func (o *fenceOracle) enter(x *fencedLock) {
 		y.shared = h.Shared() // a Txn may have upgraded it since
 		if x.conflicts(y) {
 			rule := x.rule(y)
-			if recordlock.ProbeClosed(h.Done()) && !h.IsExpired() {
+			if testutil.Closed(h.Done()) && !h.IsExpired() {
 				rule = "Done closes as soon as a handle stops authorizing writes, and IsExpired is then true for good; of two conflicting locks"
 			}
 			o.fail("%s\n\tinside the fence of %s\n\t%s authorizes writes (IsExpired is false; Done closed: %v)\n\tLocks() lists:%s",
-				rule, x, y, recordlock.ProbeClosed(h.Done()), o.table())
+				rule, x, y, testutil.Closed(h.Done()), o.table())
 		}
 	}
 }

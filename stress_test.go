@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -268,5 +270,5 @@ func TestMillionRandomOps(t *testing.T) {
 	assert.LessOrEqual(t, recordlock.ProbeTimers(clk), keys, "at most one idle timer per shard in use")
 	clk.Advance(recordlock.MaxLease)
 	assert.Zero(t, recordlock.ProbeTimers(clk), "a timer was re-armed on an idle table")
-	settleGoroutines(t, base)
+	testutil.SettleGoroutines(t, base)
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/linxGnu/grocksdb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -37,7 +39,7 @@ func TestTxnCommitHoldsOffSuccessor(t *testing.T) {
 	}
 	committed := make(chan error, 1)
 	go func() { committed <- txn.Commit() }()
-	Await(t, entered, "Commit reaching its write")
+	testutil.Await(t, entered, "Commit reaching its write")
 
 	successor := lockAsync(ctx, other, key, Options{Timeout: time.Minute})
 	WaitQueued(t, l, key, 1)
@@ -58,8 +60,8 @@ func TestTxnCommitHoldsOffSuccessor(t *testing.T) {
 	}
 
 	close(proceed)
-	require.NoError(t, Await(t, committed, "Commit"), "a commit that entered its fences in time lands")
-	got := Await(t, successor, "the successor's grant after the commit")
+	require.NoError(t, testutil.Await(t, committed, "Commit"), "a commit that entered its fences in time lands")
+	got := testutil.Await(t, successor, "the successor's grant after the commit")
 	require.NoError(t, got.err)
 	assert.Equal(t, []byte("first"), DBGet(t, db, "k"), "the successor reads the commit's result")
 	assert.True(t, got.h.Release())

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/linxGnu/grocksdb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -224,7 +226,7 @@ func TestTxnLeaseLapseBeforeCommitReleasesSiblings(t *testing.T) {
 
 	require.ErrorIs(t, txn.Commit(), recordlock.ErrLeaseExpired)
 	// The clock does not move again, so the waiter's only way out is the sibling's release.
-	res := await(t, waiter, "the sibling waiter's grant")
+	res := testutil.Await(t, waiter, "the sibling waiter's grant")
 	require.NoError(t, res.err)
 	assert.True(t, sibling.IsExpired())
 	assert.False(t, held.IsExpired(), "a held lock survives a fenced Commit")
@@ -416,7 +418,7 @@ func TestColumnFamiliesCommitAtomically(t *testing.T) {
 			assert.True(t, hs[0].IsExpired())
 		}
 		close(stop)
-		await(t, done, "the reader")
+		testutil.Await(t, done, "the reader")
 		assert.Equal(t, []byte{rounds - 1}, cfGet(t, db, one, "k"))
 		assert.Equal(t, []byte{rounds - 1}, cfGet(t, db, two, "k"))
 	})

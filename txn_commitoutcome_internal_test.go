@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/linxGnu/grocksdb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -65,14 +67,14 @@ func TestDroppedFamilyBatchFailsAloneInItsGroup(t *testing.T) {
 			doomedDone := make(chan error, 1)
 			go func() { doomedDone <- doomed.Commit() }()
 			queued++
-			require.Eventually(t, func() bool { return g.queued() == queued }, txnTestGuard, 200*time.Microsecond)
+			require.Eventually(t, func() bool { return g.queued() == queued }, testutil.Guard, 200*time.Microsecond)
 			done[innocents] = doomedDone
 		}
 	}
 	g.release()
 	errs := make([]error, innocents+1)
 	for i := range errs {
-		errs[i] = Await(t, done[i], "Commit")
+		errs[i] = testutil.Await(t, done[i], "Commit")
 	}
 
 	check := func(when string, db *grocksdb.DB) {
@@ -118,14 +120,14 @@ func TestForeignFamilyBatchWritesAlone(t *testing.T) {
 	require.NoError(t, bad.PutCF(foreign[2], []byte("bad"), []byte("v")))
 	badDone := make(chan error, 1)
 	go func() { badDone <- bad.Commit() }()
-	require.Eventually(t, func() bool { return g.queued() == 2 }, txnTestGuard, 200*time.Microsecond)
+	require.Eventually(t, func() bool { return g.queued() == 2 }, testutil.Guard, 200*time.Microsecond)
 	good2 := g.queue(t, TxnOptions{}, "good2", "v2", 3)
 
 	g.release()
-	require.NoError(t, Await(t, first, "Commit"))
-	require.NoError(t, Await(t, good1, "Commit"), "good1 reads its write back")
-	require.NoError(t, Await(t, good2, "Commit"), "good2 reads its write back")
-	err = Await(t, badDone, "Commit")
+	require.NoError(t, testutil.Await(t, first, "Commit"))
+	require.NoError(t, testutil.Await(t, good1, "Commit"), "good1 reads its write back")
+	require.NoError(t, testutil.Await(t, good2, "Commit"), "good2 reads its write back")
+	err = testutil.Await(t, badDone, "Commit")
 	require.ErrorIs(t, err, ErrCommitAmbiguous)
 	assert.Contains(t, err.Error(), "Invalid argument")
 	assert.Equal(t, []int{1, 2, 1}, g.writes())
@@ -142,8 +144,8 @@ func TestPanickingWriteHandsTheQueueOn(t *testing.T) {
 		first := g.holdFirst(t, "first", "v")
 		queued := g.queue(t, TxnOptions{}, "queued", "v", 1)
 		g.release()
-		require.ErrorIs(t, Await(t, first, "Commit"), errCommitPanicked)
-		require.NoError(t, Await(t, queued, "the queued Commit"), "the queued commit leads the next write")
+		require.ErrorIs(t, testutil.Await(t, first, "Commit"), errCommitPanicked)
+		require.NoError(t, testutil.Await(t, queued, "the queued Commit"), "the queued commit leads the next write")
 		assert.True(t, g.l.tab.Empty(), "every lock was released")
 	})
 	t.Run("a group write", func(t *testing.T) {
@@ -153,13 +155,13 @@ func TestPanickingWriteHandsTheQueueOn(t *testing.T) {
 		lead := g.queue(t, TxnOptions{}, "lead", "v", 1)
 		members := []<-chan error{g.queue(t, TxnOptions{}, "m1", "v", 2), g.queue(t, TxnOptions{}, "m2", "v", 3)}
 		g.release()
-		require.NoError(t, Await(t, first, "Commit"))
-		require.ErrorIs(t, Await(t, lead, "the leader's Commit"), errCommitPanicked)
+		require.NoError(t, testutil.Await(t, first, "Commit"))
+		require.ErrorIs(t, testutil.Await(t, lead, "the leader's Commit"), errCommitPanicked)
 		for _, m := range members {
-			require.ErrorIs(t, Await(t, m, "a member's Commit"), ErrCommitAmbiguous,
+			require.ErrorIs(t, testutil.Await(t, m, "a member's Commit"), ErrCommitAmbiguous,
 				"each Txn of a group write is told its own outcome: a write that panicked may have landed")
 		}
-		require.NoError(t, Await(t, g.commit(t, TxnOptions{}, "later", "v"), "a later Commit"))
+		require.NoError(t, testutil.Await(t, g.commit(t, TxnOptions{}, "later", "v"), "a later Commit"))
 		assert.Equal(t, []int{1, 3, 1}, g.writes())
 		assert.True(t, g.l.tab.Empty(), "every lock was released")
 	})
@@ -180,7 +182,7 @@ func TestCloseWaitsForUnlockedCommit(t *testing.T) {
 	require.NoError(t, txn.Put([]byte("k"), []byte("v")))
 	committed := make(chan error, 1)
 	go func() { committed <- txn.Commit() }()
-	Await(t, entered, "the commit inside its write")
+	testutil.Await(t, entered, "the commit inside its write")
 
 	closed := make(chan []byte, 1) // what k reads as the moment Close returns
 	go func() {
@@ -194,13 +196,13 @@ func TestCloseWaitsForUnlockedCommit(t *testing.T) {
 	select {
 	case got := <-closed:
 		close(proceed)
-		require.NoError(t, Await(t, committed, "Commit"))
+		require.NoError(t, testutil.Await(t, committed, "Commit"))
 		t.Fatalf("Close returned while a commit was about to write (k read %q)", got)
 	case <-time.After(50 * time.Millisecond):
 	}
 	close(proceed)
-	require.NoError(t, Await(t, committed, "Commit"))
-	assert.Equal(t, "v", string(Await(t, closed, "Close")), "the write landed before Close returned")
+	require.NoError(t, testutil.Await(t, committed, "Commit"))
+	assert.Equal(t, "v", string(testutil.Await(t, closed, "Close")), "the write landed before Close returned")
 
 	late, err := l.BeginTx(TxnOptions{AllowUnlockedWrites: true})
 	require.NoError(t, err)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/linxGnu/grocksdb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -106,7 +108,7 @@ var errCommitPanicked = errors.New("Commit panicked")
 func (g *groupWrites) holdFirst(t *testing.T, key, value string) <-chan error {
 	t.Helper()
 	done := g.commit(t, TxnOptions{}, key, value)
-	Await(t, g.held, "the first commit's write")
+	testutil.Await(t, g.held, "the first commit's write")
 	return done
 }
 
@@ -115,7 +117,7 @@ func (g *groupWrites) holdFirst(t *testing.T, key, value string) <-chan error {
 func (g *groupWrites) queue(t *testing.T, opts TxnOptions, key, value string, n int) <-chan error {
 	t.Helper()
 	done := g.commit(t, opts, key, value)
-	require.Eventually(t, func() bool { return g.queued() == n }, txnTestGuard, 200*time.Microsecond,
+	require.Eventually(t, func() bool { return g.queued() == n }, testutil.Guard, 200*time.Microsecond,
 		"waiting for %d queued commits", n)
 	return done
 }
@@ -146,9 +148,9 @@ func TestConcurrentCommitsShareOneWrite(t *testing.T) {
 		queued = append(queued, g.queue(t, TxnOptions{}, fmt.Sprint("k", i), fmt.Sprint("v", i), i+1))
 	}
 	g.release()
-	require.NoError(t, Await(t, first, "Commit"))
+	require.NoError(t, testutil.Await(t, first, "Commit"))
 	for _, done := range queued {
-		require.NoError(t, Await(t, done, "Commit"))
+		require.NoError(t, testutil.Await(t, done, "Commit"))
 	}
 	assert.Equal(t, []int{1, 5}, g.writes(), "the five queued commits share one write")
 	for i := range 5 {
@@ -169,9 +171,9 @@ func TestGroupWriteTakesOnlyItsWriteOptions(t *testing.T) {
 		queued = append(queued, g.queue(t, opts, fmt.Sprint("k", i), "v", i+1))
 	}
 	g.release()
-	require.NoError(t, Await(t, first, "Commit"))
+	require.NoError(t, testutil.Await(t, first, "Commit"))
 	for _, done := range queued {
-		require.NoError(t, Await(t, done, "Commit"))
+		require.NoError(t, testutil.Await(t, done, "Commit"))
 	}
 	// Sync leads and takes the other Sync; then the two plain ones; then DisableWAL alone.
 	assert.Equal(t, []int{1, 2, 2, 1}, g.writes(),
@@ -193,9 +195,9 @@ func TestGroupWriteBoundedInBytes(t *testing.T) {
 		queued = append(queued, g.queue(t, TxnOptions{}, fmt.Sprint("k", i), big, i+1))
 	}
 	g.release()
-	require.NoError(t, Await(t, first, "Commit"))
+	require.NoError(t, testutil.Await(t, first, "Commit"))
 	for _, done := range queued {
-		require.NoError(t, Await(t, done, "Commit"))
+		require.NoError(t, testutil.Await(t, done, "Commit"))
 	}
 	// Each group: its leader, then two more, after which the bound is passed.
 	assert.Equal(t, []int{1, 3, 2}, g.writes())
@@ -222,7 +224,7 @@ func TestQueuedCommitStaysFenced(t *testing.T) {
 	require.NoError(t, txn.Put([]byte("k"), []byte("queued")))
 	done := make(chan error, 1)
 	go func() { done <- txn.Commit() }()
-	require.Eventually(t, func() bool { return g.queued() == 1 }, txnTestGuard, 200*time.Microsecond)
+	require.Eventually(t, func() bool { return g.queued() == 1 }, testutil.Guard, 200*time.Microsecond)
 
 	g.clk.Advance(2 * time.Second) // the lease lapses while the commit waits for its write
 	assert.True(t, h.IsLeaseExpired())
@@ -235,13 +237,13 @@ func TestQueuedCommitStaysFenced(t *testing.T) {
 	}
 
 	successor := lockAsync(ctx, other, []byte("k"), Options{Timeout: time.Minute})
-	require.NoError(t, Await(t, done, "Commit"), "a commit that entered its fences in time lands")
-	got := Await(t, successor, "the successor's grant after the commit")
+	require.NoError(t, testutil.Await(t, done, "Commit"), "a commit that entered its fences in time lands")
+	got := testutil.Await(t, successor, "the successor's grant after the commit")
 	require.NoError(t, got.err)
 	assert.Equal(t, "queued", string(DBGet(t, db, "k")), "the successor reads the queued commit's write")
 	assert.True(t, got.h.Release())
 	g.release()
-	require.NoError(t, Await(t, first, "Commit"))
+	require.NoError(t, testutil.Await(t, first, "Commit"))
 }
 
 // A Txn that holds a key another request waits for does not park behind the write in flight:
@@ -260,16 +262,16 @@ func TestWaitedOnCommitWritesAtOnce(t *testing.T) {
 	WaitQueued(t, g.l, []byte("hot"), 1)
 	done := make(chan error, 1)
 	go func() { done <- holder.Commit() }()
-	require.NoError(t, Await(t, done, "the waited-on Commit, while the first write is held"))
+	require.NoError(t, testutil.Await(t, done, "the waited-on Commit, while the first write is held"))
 	assert.Equal(t, "v", string(DBGet(t, db, "hot")))
-	got := Await(t, successor, "the successor's grant")
+	got := testutil.Await(t, successor, "the successor's grant")
 	require.NoError(t, got.err)
 	assert.True(t, got.h.Release())
 
 	parked := g.queue(t, TxnOptions{}, "cold", "v", 1) // nobody waits for it: it parks
 	g.release()
-	require.NoError(t, Await(t, first, "Commit"))
-	require.NoError(t, Await(t, parked, "the parked Commit"))
+	require.NoError(t, testutil.Await(t, first, "Commit"))
+	require.NoError(t, testutil.Await(t, parked, "the parked Commit"))
 	assert.Equal(t, []int{1, 1, 1}, g.writes())
 }
 
@@ -283,15 +285,15 @@ func TestParkedCommitHurriesWhenWaitedOn(t *testing.T) {
 	parked := g.queue(t, TxnOptions{}, "hot", "v", 1) // nobody waits for "hot" yet: it parks
 
 	successor := lockAsync(context.Background(), g.l, []byte("hot"), Options{Timeout: time.Minute})
-	require.NoError(t, Await(t, parked, "the parked Commit, waited on, with the first write held"))
-	got := Await(t, successor, "the successor's grant")
+	require.NoError(t, testutil.Await(t, parked, "the parked Commit, waited on, with the first write held"))
+	got := testutil.Await(t, successor, "the successor's grant")
 	require.NoError(t, got.err)
 	assert.Equal(t, "v", string(DBGet(t, db, "hot")))
 	assert.True(t, got.h.Release())
 	assert.Equal(t, 0, g.queued())
 
 	g.release()
-	require.NoError(t, Await(t, first, "Commit"))
+	require.NoError(t, testutil.Await(t, first, "Commit"))
 	assert.Equal(t, []int{1, 1}, g.writes(), "the held write, and the hurried one beside it")
 }
 
@@ -338,31 +340,31 @@ func TestUnmergeableBatchWaitsForBypasses(t *testing.T) {
 	}
 
 	first := g.commit(t, TxnOptions{}, "first", "v")
-	require.Equal(t, 1, Await(t, held, "the queue's write"))
+	require.Equal(t, 1, testutil.Await(t, held, "the queue's write"))
 	bypasser, succ1 := waitedOn("hot1")
 	bypass := commitAsync(bypasser)
-	require.Equal(t, 2, Await(t, held, "the bypass, beside the queue's write"))
+	require.Equal(t, 2, testutil.Await(t, held, "the bypass, beside the queue's write"))
 	open(0)
-	require.NoError(t, Await(t, first, "the queue's write"))
+	require.NoError(t, testutil.Await(t, first, "the queue's write"))
 
 	other := l.Begin()
 	_, err = other.LockCF(ctx, cfs[0], []byte("k"), Options{Lease: time.Minute})
 	require.NoError(t, err)
 	require.NoError(t, other.PutCF(cfs[0], []byte("k"), []byte("v")))
 	unmergeable := commitAsync(other)
-	require.Eventually(t, func() bool { return g.queued() == 1 }, txnTestGuard, 200*time.Microsecond,
+	require.Eventually(t, func() bool { return g.queued() == 1 }, testutil.Guard, 200*time.Microsecond,
 		"the unmergeable batch parks while a bypass is in flight")
 	late, succ2 := waitedOn("hot2")
 	lateDone := commitAsync(late)
-	require.Eventually(t, func() bool { return g.queued() == 2 }, txnTestGuard, 200*time.Microsecond,
+	require.Eventually(t, func() bool { return g.queued() == 2 }, testutil.Guard, 200*time.Microsecond,
 		"a waited-on commit parks behind the unmergeable batch")
 
 	open(1)
 	for _, done := range []<-chan error{bypass, unmergeable, lateDone} {
-		require.NoError(t, Await(t, done, "Commit"))
+		require.NoError(t, testutil.Await(t, done, "Commit"))
 	}
 	for _, succ := range []<-chan lockResult{succ1, succ2} {
-		got := Await(t, succ, "the successor's grant")
+		got := testutil.Await(t, succ, "the successor's grant")
 		require.NoError(t, got.err)
 		assert.True(t, got.h.Release())
 	}

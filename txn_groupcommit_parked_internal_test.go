@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -29,7 +31,7 @@ func TestParkedMarkFollowsTheWaitingList(t *testing.T) {
 		require.NoError(t, txn.Put([]byte(key), []byte("v")))
 		done := make(chan error, 1)
 		go func() { done <- txn.Commit() }()
-		require.Eventually(t, func() bool { return g.queued() == i+1 }, txnTestGuard, 200*time.Microsecond,
+		require.Eventually(t, func() bool { return g.queued() == i+1 }, testutil.Guard, 200*time.Microsecond,
 			"waiting for the commit of %s to park", key)
 		txns[i], dones[i] = txn, done
 	}
@@ -42,16 +44,16 @@ func TestParkedMarkFollowsTheWaitingList(t *testing.T) {
 	assert.Equal(t, []bool{true, true, true}, parked(), "all three wait in the queue")
 
 	successor := lockAsync(ctx, g.l, []byte("b"), Options{Timeout: time.Minute})
-	require.NoError(t, Await(t, dones[1], "b's Commit, hurried by the request for its key"))
+	require.NoError(t, testutil.Await(t, dones[1], "b's Commit, hurried by the request for its key"))
 	assert.Equal(t, []bool{true, false, true}, parked(), "b left the list to write beside the queue")
-	got := Await(t, successor, "the grant of b")
+	got := testutil.Await(t, successor, "the grant of b")
 	require.NoError(t, got.err)
 	assert.True(t, got.h.Release())
 
 	g.release()
-	require.NoError(t, Await(t, first, "the first Commit"))
-	require.NoError(t, Await(t, dones[0], "a's Commit, which leads"))
-	require.NoError(t, Await(t, dones[2], "c's Commit, in a's group"))
+	require.NoError(t, testutil.Await(t, first, "the first Commit"))
+	require.NoError(t, testutil.Await(t, dones[0], "a's Commit, which leads"))
+	require.NoError(t, testutil.Await(t, dones[2], "c's Commit, in a's group"))
 	assert.Equal(t, []bool{false, false, false}, parked())
 	assert.Equal(t, []int{1, 1, 2}, g.writes(), "the held write, b's beside it, then a and c as one")
 }

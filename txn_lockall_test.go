@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -31,7 +33,7 @@ func TestTxnLockAllOrderAndHandles(t *testing.T) {
 	require.True(t, c.Release())
 	require.True(t, b.Release())
 
-	r := await(t, res, "LockAll")
+	r := testutil.Await(t, res, "LockAll")
 	require.NoError(t, r.err)
 	require.Len(t, r.hs, len(keys))
 	for i, k := range keys {
@@ -124,7 +126,7 @@ func TestTxnLockAllOneTimeout(t *testing.T) {
 			waitQueued(t, l, k2, 1) // the call holds k1 now and waits for k2
 			clk.Advance(tc.secondFree)
 			h2.Release() // past the budget the call already gave up
-			r := await(t, res, "LockAll")
+			r := testutil.Await(t, res, "LockAll")
 			if tc.wantErr == nil {
 				require.NoError(t, r.err)
 				require.Len(t, r.hs, 2)
@@ -161,7 +163,7 @@ func TestTxnLockAllBudgetFromCtxDeadline(t *testing.T) {
 	clk.Advance(recordlock.DefaultTimeout + time.Second)
 	require.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, []byte("b")), "LockAll still waits past DefaultTimeout")
 	clk.Advance(15 * time.Second) // 46 s: past the ctx deadline's 45 s, on the Locker's clock
-	r := await(t, res, "LockAll")
+	r := testutil.Await(t, res, "LockAll")
 	require.ErrorIs(t, r.err, recordlock.ErrTimeout)
 	assert.Nil(t, r.hs)
 	a, err := other.TryLock([]byte("a"), recordlock.Options{})
@@ -187,7 +189,7 @@ func TestTxnLockAllAllOrNothing(t *testing.T) {
 		res := lockAllAsync(cctx, txn, recordlock.Options{}, []byte("z"), []byte("m"), []byte("a"), []byte("pre"))
 		waitQueued(t, l, []byte("m"), 1)
 		cancel()
-		require.ErrorIs(t, await(t, res, "LockAll").err, context.Canceled)
+		require.ErrorIs(t, testutil.Await(t, res, "LockAll").err, context.Canceled)
 		for _, k := range []string{"a", "z"} {
 			h, err := other.TryLock([]byte(k), recordlock.Options{})
 			require.NoError(t, err, "%s is free", k)
@@ -259,7 +261,7 @@ func TestTxnLockAllHoldFailureLeavesEarlierLocksUnchanged(t *testing.T) {
 	clk.Advance(200 * time.Millisecond)
 	require.True(t, b.IsLeaseExpired())
 	require.True(t, c.Release())
-	r := await(t, res, "LockAll")
+	r := testutil.Await(t, res, "LockAll")
 	require.ErrorIs(t, r.err, recordlock.ErrLeaseExpired)
 	assert.Nil(t, r.hs)
 
@@ -325,7 +327,7 @@ func TestTxnLockAllFailsOnLockEndedDuringWait(t *testing.T) {
 			rival, err := other.TryLock([]byte("a"), recordlock.Options{})
 			require.NoError(t, err, "a passed on while the call waited")
 			require.True(t, b.Release())
-			r := await(t, res, "LockAll")
+			r := testutil.Await(t, res, "LockAll")
 			require.ErrorIs(t, r.err, tc.wantErr)
 			assert.Nil(t, r.hs)
 
@@ -405,7 +407,7 @@ func TestLockAllReleasesItsKeysOnDeadlock(t *testing.T) {
 	assert.False(t, pre.IsExpired(), "the Txn's earlier lock is kept")
 
 	t2.Rollback()
-	require.NoError(t, await(t, t1Waits, "Lock").err)
+	require.NoError(t, testutil.Await(t, t1Waits, "Lock").err)
 	t1.Rollback()
 	assert.True(t, recordlock.ProbeTableEmpty(l))
 }

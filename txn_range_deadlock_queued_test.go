@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -67,13 +69,13 @@ func TestTxnDeadlockThroughExclusiveRangeQueuedAhead(t *testing.T) {
 				var dl *recordlock.DeadlockError
 				require.ErrorAs(t, err, &dl)
 				assert.Len(t, dl.Cycle, 3)
-				assert.True(t, notReturned(r2), "t2's shared request stays behind t3's exclusive range")
+				assert.True(t, testutil.NotReturned(r2), "t2's shared request stays behind t3's exclusive range")
 				t1.Rollback()
-				require.NoError(t, await(t, r3, "t3's range once t1 rolled back").err,
+				require.NoError(t, testutil.Await(t, r3, "t3's range once t1 rolled back").err,
 					"t3's range is served before t2's request queued behind it")
-				assert.True(t, notReturned(r2), "t2's shared request stays behind t3's exclusive range")
+				assert.True(t, testutil.NotReturned(r2), "t2's shared request stays behind t3's exclusive range")
 				t3.Rollback()
-				require.NoError(t, await(t, r2, "t2's request once t3 rolled back").err)
+				require.NoError(t, testutil.Await(t, r2, "t2's request once t3 rolled back").err)
 			})
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -45,7 +47,7 @@ func TestTxnRangeHoldsOffPhantoms(t *testing.T) {
 
 			writer := txnNamed(t, l, "writer")
 			locked := txnLockAsync(writer, []byte(tc.key), wait)
-			waitUntil(t, "the writer's lock queues behind the range", func() bool { return waitsOf(l, "writer") == 1 || len(locked) > 0 })
+			testutil.WaitUntil(t, "the writer's lock queues behind the range", func() bool { return waitsOf(l, "writer") == 1 || len(locked) > 0 })
 			select {
 			case res := <-locked:
 				t.Fatalf("the writer locked %q inside a range another Txn holds (err %v): a phantom can land", tc.key, res.err)
@@ -90,7 +92,7 @@ func TestTxnRangeWaitsForAnInsertInside(t *testing.T) {
 		_, err := counter.LockRange(ctx, r, recordlock.Options{Shared: true, Timeout: wait.Timeout})
 		locked <- err
 	}()
-	waitUntil(t, "the range queues behind the key", func() bool { return waitsOf(l, "counter") == 1 || len(locked) > 0 })
+	testutil.WaitUntil(t, "the range queues behind the key", func() bool { return waitsOf(l, "counter") == 1 || len(locked) > 0 })
 	select {
 	case err := <-locked:
 		t.Fatalf("the counter locked the range over a key another Txn holds (err %v)", err)
@@ -98,7 +100,7 @@ func TestTxnRangeWaitsForAnInsertInside(t *testing.T) {
 	}
 
 	require.NoError(t, writer.Commit())
-	require.NoError(t, await(t, locked, "the counter's range once the writer committed"))
+	require.NoError(t, testutil.Await(t, locked, "the counter's range once the writer committed"))
 	assert.Equal(t, 2, scanCount(t, counter, r), "the count sees the insert it waited for")
 	commitCount(t, counter, "count", 2)
 	assert.Equal(t, "2", string(dbGet(t, db, "count")))

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -116,7 +118,7 @@ func portTimesOut(t *testing.T, clk *recordlock.ManualClock, l *recordlock.Locke
 	done := make(chan error, 1)
 	go func() { done <- lock() }()
 	// A request that returns at once, as it must not, ends the wait as well, and fails below.
-	waitUntil(t, what+" queues", func() bool { return waitsOf(l, owner) == 1 || len(done) > 0 })
+	testutil.WaitUntil(t, what+" queues", func() bool { return waitsOf(l, owner) == 1 || len(done) > 0 })
 	clk.Advance(portTimeout)
-	require.ErrorIs(t, await(t, done, what+" timing out"), recordlock.ErrTimeout, what)
+	require.ErrorIs(t, testutil.Await(t, done, what+" timing out"), recordlock.ErrTimeout, what)
 }

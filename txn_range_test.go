@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -329,10 +331,10 @@ func TestTxnRangeDeadlock(t *testing.T) {
 	select {
 	case results[0] = <-first:
 		t1.Rollback()
-		results[1] = await(t, second, "t2's range")
+		results[1] = testutil.Await(t, second, "t2's range")
 	case results[1] = <-second:
 		t2.Rollback()
-		results[0] = await(t, first, "t1's key")
+		results[0] = testutil.Await(t, first, "t1's key")
 	case <-time.After(guard):
 		t.Fatal("neither request returned: a missed deadlock")
 	}

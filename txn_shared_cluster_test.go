@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -218,9 +220,9 @@ func TestTxnClusterUpgradeCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	up := txnLockCtxAsync(ctx, txn, key, recordlock.Options{Timeout: time.Minute})
-	await(t, c.entered, "the exclusive request")
+	testutil.Await(t, c.entered, "the exclusive request")
 	cancel()
-	require.ErrorIs(t, await(t, up, "the upgrade").err, context.Canceled)
+	require.ErrorIs(t, testutil.Await(t, up, "the upgrade").err, context.Canceled)
 	assert.True(t, h.Shared())
 	assert.Equal(t, sharedTok, h.Token())
 	assert.Equal(t, []liveRound{{node: "a", shared: true, token: sharedTok}}, c.liveOf("default", "k"))
@@ -244,7 +246,7 @@ func TestClusterUpgradeFailsWhenShareEnds(t *testing.T) {
 			sharedTok := h.Token()
 			c.gate, c.entered = make(chan struct{}), make(chan context.Context, 1)
 			up := txnLockAsync(txn, key, recordlock.Options{Timeout: time.Minute})
-			await(t, c.entered, "the exclusive request")
+			testutil.Await(t, c.entered, "the exclusive request")
 			if how == "lapse" {
 				clk.Advance(2 * time.Second)
 			} else {
@@ -252,7 +254,7 @@ func TestClusterUpgradeFailsWhenShareEnds(t *testing.T) {
 			}
 			require.True(t, h.IsLeaseExpired())
 			close(c.gate)
-			require.ErrorIs(t, await(t, up, "the upgrade").err, recordlock.ErrLeaseExpired)
+			require.ErrorIs(t, testutil.Await(t, up, "the upgrade").err, recordlock.ErrLeaseExpired)
 			assert.Equal(t, 1, c.releasesOf("k", sharedTok), "the shared round")
 			assert.Equal(t, 1, c.releasesOf("k", sharedTok+1), "the exclusive round")
 			assert.Empty(t, c.liveOf("default", "k"))
@@ -366,7 +368,7 @@ func TestTxnLockAllClusterUpgrade(t *testing.T) {
 		require.True(t, ha.IsLeaseExpired())
 		assert.Equal(t, 1, c.releasesOf("a", tokA+1), "the lapse gave the exclusive round back")
 		require.True(t, hb.Release())
-		require.ErrorIs(t, await(t, res, "LockAll").err, recordlock.ErrLeaseExpired)
+		require.ErrorIs(t, testutil.Await(t, res, "LockAll").err, recordlock.ErrLeaseExpired)
 		assert.Equal(t, 1, c.releasesOf("a", tokA), "the undo gave the shared round back")
 		assert.Equal(t, 1, c.releasesOf("a", tokA+1))
 		assert.Empty(t, c.liveOf("default", "a"))

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -153,7 +155,7 @@ func TestTxnUpgradeWaitsForOtherSharers(t *testing.T) {
 	require.True(t, o2.Release())
 	assert.False(t, h.Shared(), "the last other share's release granted the upgrade")
 	assert.Equal(t, 1, recordlock.ProbeQueuedWaiters(l, key), "the writer queued first still waits")
-	r := await(t, up, "the lock")
+	r := testutil.Await(t, up, "the lock")
 	require.NoError(t, r.err)
 	assert.Same(t, h, r.h)
 	infos := collectLocks(l)
@@ -192,16 +194,16 @@ func TestTxnFailedUpgradeLeavesShareUnchanged(t *testing.T) {
 			waitQueued(t, l, key, 2)
 			if how == "timeout" {
 				clk.Advance(time.Second)
-				require.ErrorIs(t, await(t, up, "the lock").err, recordlock.ErrTimeout)
+				require.ErrorIs(t, testutil.Await(t, up, "the lock").err, recordlock.ErrTimeout)
 			} else {
 				cancel()
-				require.ErrorIs(t, await(t, up, "the lock").err, context.Canceled)
+				require.ErrorIs(t, testutil.Await(t, up, "the lock").err, context.Canceled)
 			}
 			assert.True(t, h.Shared())
 			assert.False(t, h.IsExpired())
 			assert.Equal(t, acquired, h.AcquiredAt())
 			assert.Equal(t, expires, h.ExpiresAt())
-			rr := await(t, reader, "the lock")
+			rr := testutil.Await(t, reader, "the lock")
 			require.NoError(t, rr.err, "the reader behind the failed upgrade joins the sharers")
 			assert.Equal(t, 3, l.Stats().Held)
 			require.ErrorIs(t, txn.Put(key, []byte("v")), recordlock.ErrNotLocked)
@@ -248,7 +250,7 @@ func TestTxnUpgradeFailsWhenShareEnds(t *testing.T) {
 				require.NoError(t, l.Close())
 				want = recordlock.ErrClosed
 			}
-			require.ErrorIs(t, await(t, up, "the lock").err, want)
+			require.ErrorIs(t, testutil.Await(t, up, "the lock").err, want)
 			assert.Equal(t, 0, recordlock.ProbeQueuedWaiters(other, key))
 			assert.Equal(t, 1, other.Stats().Held, "the other sharer keeps its share")
 			assert.True(t, h.IsExpired())
@@ -344,7 +346,7 @@ func TestTxnLockAllUpgradesAndUndoes(t *testing.T) {
 		reader := lockAsync(ctx, other, []byte("a"), sharedWait)
 		waitQueued(t, l, []byte("a"), 1)
 		clk.Advance(time.Second)
-		require.ErrorIs(t, await(t, res, "LockAll").err, recordlock.ErrTimeout)
+		require.ErrorIs(t, testutil.Await(t, res, "LockAll").err, recordlock.ErrTimeout)
 
 		assert.True(t, a.Shared(), "a's upgrade was undone")
 		assert.False(t, a.IsExpired())
@@ -447,7 +449,7 @@ func TestWaitsReportModes(t *testing.T) {
 	assert.Equal(t, []string{"upgrader shared=false upgrade=true", " shared=false upgrade=false", " shared=true upgrade=false"}, got)
 
 	require.True(t, other.Release())
-	require.NoError(t, await(t, u, "the lock").err)
+	require.NoError(t, testutil.Await(t, u, "the lock").err)
 	assert.False(t, h.Shared())
 	up.Rollback()
 	require.True(t, granted(t, x, "the lock").Release())

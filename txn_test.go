@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -56,7 +58,7 @@ func TestTxnReentrantLock(t *testing.T) {
 	_, err = other.TryLock(key, recordlock.Options{})
 	require.ErrorIs(t, err, recordlock.ErrLocked)
 	require.True(t, h.Release())
-	res := await(t, waiter, "the waiter's grant")
+	res := testutil.Await(t, waiter, "the waiter's grant")
 	require.NoError(t, res.err)
 	assert.True(t, res.h.Release())
 }
@@ -426,7 +428,7 @@ func TestDeadlockVictimRetryQueuesBehindWinner(t *testing.T) {
 			_, err = l.TryLock(y, recordlock.Options{})
 			require.ErrorIs(t, err, recordlock.ErrLocked, "the victim's key went to the winner")
 
-			require.NoError(t, await(t, won, "the winner's Lock"))
+			require.NoError(t, testutil.Await(t, won, "the winner's Lock"))
 			require.NoError(t, winner.Put(x, []byte("1")))
 			require.NoError(t, winner.Put(y, []byte("1")))
 			require.NoError(t, winner.Commit())

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -30,7 +32,7 @@ func TestTxnPlainWritesNotBlockedByLocks(t *testing.T) {
 
 	committed := make(chan error, 1)
 	go func() { committed <- txn.Commit() }()
-	require.NoError(t, await(t, committed, "Commit"))
+	require.NoError(t, testutil.Await(t, committed, "Commit"))
 
 	assert.Equal(t, []byte("plain"), dbGet(t, db, "a"))
 	assert.Equal(t, []byte("free"), dbGet(t, db, "b"))

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -61,10 +63,10 @@ func TestNowThatSawTheOldDeadlineAgreesWithARenewRacingTheLapse(t *testing.T) {
 	clk.Advance(time.Second)
 	saw := make(chan Status, 1)
 	go func() { saw <- h.Now() }()
-	waitUntil(t, "Now read the old deadline and waits for the shard mutex", blockedInNow)
+	testutil.WaitUntil(t, "Now read the old deadline and waits for the shard mutex", blockedInNow)
 	close(resume)
-	require.NoError(t, Await(t, renewed, "the Renew"), "the Renew found the lease live before the deadline passed")
-	st := Await(t, saw, "Now")
+	require.NoError(t, testutil.Await(t, renewed, "the Renew"), "the Renew found the lease live before the deadline passed")
+	st := testutil.Await(t, saw, "Now")
 
 	ran := false
 	err = fence(h, func() error { ran = true; return nil })

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -35,7 +37,7 @@ func TestClosedLockersClockStaysDropped(t *testing.T) {
 	deadClock.Advance(bargeWindow) // the waiters behind the woken one are past the window
 	require.NoError(t, l.Close())
 	for _, c := range res {
-		require.ErrorIs(t, Await(t, c, "the closed Locker's waiter's return").err, ErrClosed)
+		require.ErrorIs(t, testutil.Await(t, c, "the closed Locker's waiter's return").err, ErrClosed)
 	}
 	sh := tab.shard(tab.hash(0, key))
 	sh.mu.Lock()
@@ -51,7 +53,7 @@ func TestClosedLockersClockStaysDropped(t *testing.T) {
 	got := lockAsync(context.Background(), next, key, testOptions{Timeout: time.Second})
 	WaitQueued(t, keep, key, 1)
 	clk.Advance(2 * time.Second)
-	require.ErrorIs(t, Await(t, got, "the timeout on the Locker's own clock").err, ErrTimeout)
+	require.ErrorIs(t, testutil.Await(t, got, "the timeout on the Locker's own clock").err, ErrTimeout)
 	require.True(t, blocker.Release())
 }
 

@@ -4,13 +4,13 @@ import (
 	"cmp"
 	"context"
 	"flag"
-	"fmt"
 	"log/slog"
-	"runtime"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/recordlock/recordlock/internal/testutil"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -41,9 +41,6 @@ const (
 	defaultLease   = 30 * time.Second
 	defaultTimeout = 30 * time.Second
 )
-
-// txnTestGuard bounds how long a test waits for something that must happen promptly.
-const txnTestGuard = 10 * time.Second
 
 // newTestTable returns a table of its own for the test. When the test ends, after its tenants
 // have closed (cleanups run last first), the table must hold, queue and schedule nothing.
@@ -191,69 +188,12 @@ func WaitQueued(t testing.TB, l *testLocker, key []byte, n int) {
 		10*time.Second, 200*time.Microsecond, "waiting for %d queued waiters", n)
 }
 
-// Await receives from ch, failing the test if nothing arrives within txnTestGuard.
-func Await[T any](t testing.TB, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(txnTestGuard):
-		t.Fatalf("%s did not arrive within %v", what, txnTestGuard)
-		panic("unreachable")
-	}
-}
-
 // granted receives a lock call's result from c and fails the test unless it succeeded.
 func granted(t testing.TB, c <-chan lockResult, what string) *Claim {
 	t.Helper()
-	r := Await(t, c, what)
+	r := testutil.Await(t, c, what)
 	require.NoError(t, r.err, what)
 	return r.h
-}
-
-// notReturned reports whether nothing has arrived on c within a short grace period: long enough
-// for a goroutine that is free to finish to do so, and a check of blocking, not of speed.
-func notReturned[T any](c <-chan T) bool {
-	select {
-	case <-c:
-		return false
-	case <-time.After(50 * time.Millisecond):
-		return true
-	}
-}
-
-// waitUntil polls cond until it holds, failing the test after 30s.
-func waitUntil(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for i := 0; !cond(); i++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		if i < 100 {
-			runtime.Gosched()
-		} else {
-			time.Sleep(50 * time.Microsecond)
-		}
-	}
-}
-
-// settleGoroutines waits until no more goroutines run than base, the count before the test
-// started its own: every goroutine a wait started has ended.
-func settleGoroutines(t testing.TB, base int) {
-	t.Helper()
-	waitUntil(t, fmt.Sprintf("the goroutine count is back to %d (now %d)", base, runtime.NumGoroutine()),
-		func() bool { return runtime.NumGoroutine() <= base })
-}
-
-// closed reports whether c is closed, without blocking.
-func closed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
 }
 
 // sched is the scheduler of l's clock in the shard.

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -74,7 +76,7 @@ func TestQueuedIndexCountsAsAWalkOfTheQueue(t *testing.T) {
 					})()
 				}
 			}
-			waitUntil(t, "every request returned or queued", func() bool {
+			testutil.WaitUntil(t, "every request returned or queued", func() bool {
 				return l.tab.Counts().Waiting+int(returned.Load()) == launched
 			})
 
@@ -112,7 +114,7 @@ func TestQueuedIndexCountsAsAWalkOfTheQueue(t *testing.T) {
 			for _, h := range held {
 				h.Release()
 			}
-			waitUntil(t, "every request returned", func() bool { return int(returned.Load()) == launched })
+			testutil.WaitUntil(t, "every request returned", func() bool { return int(returned.Load()) == launched })
 		})
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -93,13 +95,13 @@ func TestKeyWaitsForRangeAndRangeForKey(t *testing.T) {
 	got := lockAsync(context.Background(), l, []byte("b"), testOptions{})
 	WaitQueued(t, l, []byte("b"), 1)
 	require.True(t, r.Release())
-	b := Await(t, got, "the key, once the range is released")
+	b := testutil.Await(t, got, "the key, once the range is released")
 	require.NoError(t, b.err)
 
 	gotRange := rangeAsync(l, "a", "", testOptions{}, nil)
 	waitRangesQueued(t, l, 1)
 	require.True(t, b.h.Release())
-	res := Await(t, gotRange, "the range, once the key inside it is released")
+	res := testutil.Await(t, gotRange, "the range, once the key inside it is released")
 	require.NoError(t, res.err)
 	require.True(t, res.h.Release())
 	assert.True(t, ProbeTableEmpty(l))
@@ -121,7 +123,7 @@ func TestQueuedRangeDelaysOnlyWhatItConflictsWith(t *testing.T) {
 	require.ErrorIs(t, err, ErrLocked, "nor does a range that meets it")
 
 	require.True(t, b.Release())
-	res := Await(t, gotRange, "the range")
+	res := testutil.Await(t, gotRange, "the range")
 	require.NoError(t, res.err)
 	require.True(t, res.h.Release())
 	require.True(t, x.Release())
@@ -160,7 +162,7 @@ func TestFirstRangeMovesTheKeysAlreadyThere(t *testing.T) {
 		require.True(t, h.Release())
 	}
 	for _, ch := range waiting {
-		res := Await(t, ch, "a waiter queued before the move")
+		res := testutil.Await(t, ch, "a waiter queued before the move")
 		require.NoError(t, res.err)
 		require.True(t, res.h.Release())
 	}
@@ -176,7 +178,7 @@ func TestRangeLeaseLapsesAndPassesItsKeysOn(t *testing.T) {
 	got := lockAsync(context.Background(), l, []byte("b"), testOptions{Timeout: time.Minute})
 	WaitQueued(t, l, []byte("b"), 1)
 	clk.Advance(time.Second)
-	res := Await(t, got, "the key, at the range's deadline")
+	res := testutil.Await(t, got, "the key, at the range's deadline")
 	require.NoError(t, res.err)
 	assert.True(t, r.Now().Expired())
 	assert.False(t, r.Release())
@@ -225,7 +227,7 @@ func TestDeadlockThroughRangeAndKey(t *testing.T) {
 	require.ErrorAs(t, err, &dl, "b's wait for k closes b → a → b")
 	assert.Len(t, dl.Cycle, 2)
 	b.Rollback()
-	res := Await(t, aWaits, "a's range once b rolled back")
+	res := testutil.Await(t, aWaits, "a's range once b rolled back")
 	require.NoError(t, res.err)
 	a.claims = append(a.claims, res.h)
 	a.Rollback()
@@ -256,12 +258,12 @@ func TestRangeUpgradeWaitsForOtherSharers(t *testing.T) {
 	}
 	assert.NotZero(t, r.flags()&flagShared, "still shared while b's other sharer holds it")
 	require.True(t, other.Release())
-	require.NoError(t, Await(t, done, "the upgrade"))
+	require.NoError(t, testutil.Await(t, done, "the upgrade"))
 	assert.Zero(t, r.flags()&flagShared, "the same handle is exclusive now")
 	_, err = l.TryLock([]byte("b"), testOptions{Shared: true})
 	assert.ErrorIs(t, err, ErrLocked)
 	txn.Rollback()
-	res := Await(t, queued, "the range queued before the upgrade, after it")
+	res := testutil.Await(t, queued, "the range queued before the upgrade, after it")
 	require.NoError(t, res.err)
 	require.True(t, res.h.Release())
 	assert.True(t, ProbeTableEmpty(l))
@@ -277,9 +279,9 @@ func TestRangeWaitTimesOutAndChangesNothing(t *testing.T) {
 	behind := lockAsync(context.Background(), l, []byte("a"), testOptions{Timeout: time.Hour})
 	WaitQueued(t, l, []byte("a"), 1)
 	clk.Advance(time.Second)
-	res := Await(t, got, "the range's timeout")
+	res := testutil.Await(t, got, "the range's timeout")
 	assert.True(t, errors.Is(res.err, ErrTimeout), "%v", res.err)
-	a := Await(t, behind, "the key the timed-out range held up")
+	a := testutil.Await(t, behind, "the key the timed-out range held up")
 	require.NoError(t, a.err)
 	require.True(t, a.h.Release())
 	require.True(t, k.Release())
@@ -297,7 +299,7 @@ func TestRangeWaitsForAKeyRequestQueuedBeforeIt(t *testing.T) {
 	reader, err := l.TryLock([]byte("b"), testOptions{Shared: true})
 	require.NoError(t, err)
 	writer := lockAsync(context.Background(), l, []byte("b"), testOptions{})
-	waitUntil(t, "the writer queues for b", func() bool { return l.tab.Counts().Waiting == 1 })
+	testutil.WaitUntil(t, "the writer queues for b", func() bool { return l.tab.Counts().Waiting == 1 })
 	_, err = l.TryLockRange("a", "c", testOptions{Shared: true})
 	require.ErrorIs(t, err, ErrLocked, "a request is served after every conflicting request "+
 		"queued before it; a shared range over b passed the writer queued for b")

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -91,7 +93,7 @@ func TestFirstRangeStopsNoShardButTheOneItVisits(t *testing.T) {
 	default:
 	}
 	tab.shards[busy].mu.Unlock()
-	require.NoError(t, Await(t, done, "the range request"))
+	require.NoError(t, testutil.Await(t, done, "the range request"))
 	assert.True(t, ProbeTableEmpty(l))
 }
 
@@ -172,7 +174,7 @@ func TestOwnersWaitInTheHomeShard(t *testing.T) {
 	WaitQueued(t, l, k, 1)
 	assert.Equal(t, int(homeOf(0)), tab.ShardOf(0, k), "the owner's wait brought the key into the home shard")
 	require.True(t, h.Release())
-	require.NoError(t, Await(t, ch, "the owner's request"))
+	require.NoError(t, testutil.Await(t, ch, "the owner's request"))
 	txn.Rollback()
 	require.True(t, r.Release())
 	assert.True(t, tab.spaceOf(0).cover.Load().retiring.Empty())
@@ -222,7 +224,7 @@ func TestKeyRequestBehindARangesVisitGoesToTheHomeShard(t *testing.T) {
 	require.NoError(t, err, "the range request is not placed yet")
 	assert.Equal(t, int(homeOf(0)), tab.ShardOf(0, k), "the cover sent the key to the home shard")
 	last.mu.Unlock()
-	assert.ErrorIs(t, Await(t, ranged, "the range request"), ErrLocked, "the range request sees the key")
+	assert.ErrorIs(t, testutil.Await(t, ranged, "the range request"), ErrLocked, "the range request sees the key")
 	require.True(t, h.Release())
 	assert.True(t, ProbeTableEmpty(l))
 }
@@ -275,8 +277,8 @@ func TestRangeInsideARangeStillBringingInBringsItsOwnKeys(t *testing.T) {
 	if early != nil {
 		t.Fatal(early)
 	}
-	assert.ErrorIs(t, Await(t, inner, "the inner range request"), ErrLocked, "the inner range sees the key held inside it")
-	assert.ErrorIs(t, Await(t, outer, "the outer range request"), ErrLocked)
+	assert.ErrorIs(t, testutil.Await(t, inner, "the inner range request"), ErrLocked, "the inner range sees the key held inside it")
+	assert.ErrorIs(t, testutil.Await(t, outer, "the outer range request"), ErrLocked)
 	require.True(t, h.Release())
 	assert.True(t, ProbeTableEmpty(l))
 }
@@ -359,14 +361,14 @@ func TestRangeRequestWaitsForAKeyRequestThatReadTheCover(t *testing.T) {
 		}
 		ranged <- err
 	}()
-	if !notReturned(ranged) {
+	if !testutil.NotReturned(ranged) {
 		sh.mu.Unlock()
 		t.Fatal("the range request passed the shard of a key request that had read the cover: the key it makes is missed")
 	}
 	h.hash = hash
 	_, err = sh.takeHere(context.Background(), sp, h, wall, mono, defaultLease, defaultTimeout, false, false)
 	require.NoError(t, err, "the key request, granted once the cover was read")
-	require.ErrorIs(t, Await(t, ranged, "the range request"), ErrLocked, "the range over a key held exclusively")
+	require.ErrorIs(t, testutil.Await(t, ranged, "the range request"), ErrLocked, "the range over a key held exclusively")
 	require.True(t, h.Release())
 	assert.True(t, ProbeTableEmpty(l))
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -54,7 +56,7 @@ func TestKeyRequestBetweenCoverReadAndEntryHoldsOffARange(t *testing.T) {
 			}
 			ranged <- err
 		}()
-		passed = !notReturned(ranged)
+		passed = !testutil.NotReturned(ranged)
 	}
 	t.Cleanup(func() { coverRead = nil })
 	h, err := l.TryLock(key, testOptions{})
@@ -63,7 +65,7 @@ func TestKeyRequestBetweenCoverReadAndEntryHoldsOffARange(t *testing.T) {
 		t.Fatal("DESIGN §17.1 (routesHome): a range request passed the shard of a key request that had read the cover " +
 			"without the shard noted, and was granted over the key the request then held exclusively")
 	}
-	require.ErrorIs(t, Await(t, ranged, "the range request"), ErrLocked,
+	require.ErrorIs(t, testutil.Await(t, ranged, "the range request"), ErrLocked,
 		"a shared range over a key held exclusively")
 	require.True(t, h.Release())
 	assert.True(t, ProbeTableEmpty(l))
@@ -142,7 +144,7 @@ func TestRangeRequestWaitsUntilItsSpaceIsReady(t *testing.T) {
 		}
 		first <- err
 	}()
-	waitUntil(t, "the first range request makes the range space", func() bool { return tab.spaceOf(0) != nil })
+	testutil.WaitUntil(t, "the first range request makes the range space", func() bool { return tab.spaceOf(0) != nil })
 	second := make(chan error, 1)
 	go func() {
 		r, err := l.TryLockRange(string(key), string(key)+"\x00", testOptions{})
@@ -151,14 +153,14 @@ func TestRangeRequestWaitsUntilItsSpaceIsReady(t *testing.T) {
 		}
 		second <- err
 	}()
-	early := !notReturned(second)
+	early := !testutil.NotReturned(second)
 	last.mu.Unlock()
 	if early {
 		t.Fatal("DESIGN §17.1 (spaceFor): a range request went on before its range space had noted the entries made before it, " +
 			"and was granted over a key held there")
 	}
-	require.NoError(t, Await(t, first, "the first range request"))
-	require.ErrorIs(t, Await(t, second, "the second range request"), ErrLocked, "an exclusive range over a held key")
+	require.NoError(t, testutil.Await(t, first, "the first range request"))
+	require.ErrorIs(t, testutil.Await(t, second, "the second range request"), ErrLocked, "an exclusive range over a held key")
 	require.True(t, h.Release())
 	assert.True(t, ProbeTableEmpty(l))
 }

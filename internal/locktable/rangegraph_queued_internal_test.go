@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -84,11 +86,11 @@ func TestSharedKeyRequestWaitsForTheExclusiveRangeQueuedAhead(t *testing.T) {
 				"for t3's exclusive range queued ahead of it), and t1's wait, which closes it, must fail with ErrDeadlock")
 			assert.Equal(t, []string{"t1:k", "t2:b", "t3:" + string(tc.start)}, cycleOf(t, err))
 			t1.Rollback()
-			res := Await(t, r3, "t3's range once t1 rolled back")
+			res := testutil.Await(t, r3, "t3's range once t1 rolled back")
 			require.NoError(t, res.err, "t3's range is served before t2's request queued behind it")
-			assert.True(t, notReturned(r2), "t2's shared request stays behind t3's exclusive range")
+			assert.True(t, testutil.NotReturned(r2), "t2's shared request stays behind t3's exclusive range")
 			t3.Rollback()
-			res = Await(t, r2, "t2's request once t3 rolled back")
+			res = testutil.Await(t, r2, "t2's request once t3 rolled back")
 			require.NoError(t, res.err)
 		})
 	}

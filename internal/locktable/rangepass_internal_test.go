@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -39,7 +41,7 @@ func TestOwnerPassesRangeRequestWaitingForIt(t *testing.T) {
 	}
 	require.True(t, a.Release())
 	require.True(t, b.Release())
-	res := Await(t, gotRange, "the reader's range, once the writer let go")
+	res := testutil.Await(t, gotRange, "the reader's range, once the writer let go")
 	require.NoError(t, res.err)
 	require.True(t, res.h.Release())
 	writer.Rollback()
@@ -63,7 +65,7 @@ func TestOwnerDoesNotPassRangeRequestNotWaitingForIt(t *testing.T) {
 	_, err = l.acquire(ctx, []byte("p/b"), testOptions{OwnerHolds: true}, writer, false)
 	assert.ErrorIs(t, err, ErrLocked, "the range waits for another owner's key, not the writer's")
 	require.True(t, a.Release())
-	res := Await(t, gotRange, "the range, once p/a is released")
+	res := testutil.Await(t, gotRange, "the range, once p/a is released")
 	require.NoError(t, res.err)
 	require.True(t, res.h.Release())
 	require.True(t, x.Release())
@@ -85,7 +87,7 @@ func TestOwnerKeyRequestPassesWaiterOfItsRange(t *testing.T) {
 	require.NoError(t, err, "the owner's request passes the one that waits for its range")
 	require.True(t, r.Release())
 	require.True(t, h.Release())
-	res := Await(t, got, "the other's shared k0, once the owner let go")
+	res := testutil.Await(t, got, "the other's shared k0, once the owner let go")
 	require.NoError(t, res.err)
 	require.True(t, res.h.Release())
 	assert.True(t, ProbeTableEmpty(l))
@@ -107,7 +109,7 @@ func TestOwnerKeyRequestQueuesAheadOfWaiterOfItsRange(t *testing.T) {
 	gotA := ownerLockAsync(ctx, l, []byte("k0"), testOptions{OwnerHolds: true}, a)
 	WaitQueued(t, l, []byte("k0"), 2)
 	require.True(t, c.Release())
-	resA := Await(t, gotA, "the owner's exclusive k0, once the other sharer left")
+	resA := testutil.Await(t, gotA, "the owner's exclusive k0, once the other sharer left")
 	require.NoError(t, resA.err, "not a deadlock: the owner queued ahead of the request waiting for its range")
 	// The other's wait may be checked for a cycle again as the owner is granted; once settled, it
 	// still waits, for the owner.
@@ -119,7 +121,7 @@ func TestOwnerKeyRequestQueuesAheadOfWaiterOfItsRange(t *testing.T) {
 	}
 	require.True(t, resA.h.Release())
 	require.True(t, r.Release())
-	resB := Await(t, gotB, "the other's exclusive k0")
+	resB := testutil.Await(t, gotB, "the other's exclusive k0")
 	require.NoError(t, resB.err)
 	require.True(t, resB.h.Release())
 	assert.True(t, ProbeTableEmpty(l))
@@ -149,7 +151,7 @@ func TestOwnerRangeRequestPassesWaitersOfItsLocks(t *testing.T) {
 		require.True(t, h.Release())
 	}
 	for _, ch := range []<-chan lockResult{gotKey, gotRange} {
-		res := Await(t, ch, "a request the owner passed, once it let go")
+		res := testutil.Await(t, ch, "a request the owner passed, once it let go")
 		require.NoError(t, res.err)
 		require.True(t, res.h.Release())
 	}
@@ -224,7 +226,7 @@ func repassMoves(t *testing.T, k int) (moved, tried uint64) {
 	// the writers passed.
 	require.True(t, d.Release())
 	for range k + 3 {
-		require.NoError(t, Await(t, errs, "a queued request"))
+		require.NoError(t, testutil.Await(t, errs, "a queued request"))
 	}
 	assert.True(t, ProbeTableEmpty(l))
 	return moved, tried
@@ -272,15 +274,15 @@ func TestOwnerPassesRangeRequestThatWaitsForItThroughAnotherOwner(t *testing.T) 
 			"deadlock beside a Txn that takes one range; W must pass the reader's range, which waits for W through W2's wait")
 		t.Fatalf("W2's request for b, held shared by W, returned: %v", r.err)
 	case res = <-gotD:
-	case <-time.After(txnTestGuard):
+	case <-time.After(testutil.Guard):
 		t.Fatal("W's request for d, which passes the reader's range, was not granted")
 	}
 	require.NoError(t, res.err)
-	assert.True(t, notReturned(gotB), "W2 waits for W's share of b")
+	assert.True(t, testutil.NotReturned(gotB), "W2 waits for W's share of b")
 	w.Rollback()
-	require.NoError(t, Await(t, gotB, "W2's request for b once W rolled back").err)
+	require.NoError(t, testutil.Await(t, gotB, "W2's request for b once W rolled back").err)
 	w2.Rollback()
-	res = Await(t, gotRange, "the reader's range")
+	res = testutil.Await(t, gotRange, "the reader's range")
 	require.NoError(t, res.err)
 	require.True(t, res.h.Release())
 	assert.True(t, ProbeTableEmpty(l))
@@ -312,13 +314,13 @@ func TestOwnerDoesNotPassRequestThatPassesTheRangeItself(t *testing.T) {
 
 	require.True(t, a3.Release())
 	require.True(t, d2.Release())
-	res1 := Await(t, got1, "t1's exclusive d, once t2 let go")
+	res1 := testutil.Await(t, got1, "t1's exclusive d, once t2 let go")
 	require.NoError(t, res1.err, "t1 waited behind nobody that waits for it")
 	t1.Rollback()
-	res := Await(t, gotRange, "the range, once t1 let go")
+	res := testutil.Await(t, gotRange, "the range, once t1 let go")
 	require.NoError(t, res.err)
 	require.True(t, res.h.Release())
-	res3 := Await(t, got3, "t3's exclusive d, once the range let go")
+	res3 := testutil.Await(t, got3, "t3's exclusive d, once the range let go")
 	require.NoError(t, res3.err)
 	t3.Rollback()
 	assert.True(t, ProbeTableEmpty(l))
@@ -351,14 +353,14 @@ func TestOwnerPassesRequestThatStopsPassingWhenItsOwnerLetsGo(t *testing.T) {
 
 	require.True(t, b3.Release())
 	require.True(t, c2.Release())
-	res1 := Await(t, got1, "t1's exclusive c, once t2 let go")
+	res1 := testutil.Await(t, got1, "t1's exclusive c, once t2 let go")
 	require.NoError(t, res1.err, "t1 waits behind nobody that waits for it once t3 let go of b")
-	assert.True(t, notReturned(got3), "t3 waits for the range now")
+	assert.True(t, testutil.NotReturned(got3), "t3 waits for the range now")
 	t1.Rollback()
-	res := Await(t, gotRange, "the range, once t1 let go")
+	res := testutil.Await(t, gotRange, "the range, once t1 let go")
 	require.NoError(t, res.err)
 	require.True(t, res.h.Release())
-	res3 := Await(t, got3, "t3's exclusive c, once the range let go")
+	res3 := testutil.Await(t, got3, "t3's exclusive c, once the range let go")
 	require.NoError(t, res3.err)
 	t3.Rollback()
 	assert.True(t, ProbeTableEmpty(l))

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -86,7 +88,7 @@ func TestKeyLockBesideQueuedRangesCostsLogQ(t *testing.T) {
 			require.True(t, h.Release())
 		}
 		for _, ch := range queued {
-			res := Await(t, ch, "a queued range, once its key is released")
+			res := testutil.Await(t, ch, "a queued range, once its key is released")
 			require.NoError(t, res.err)
 			require.True(t, res.h.Release())
 		}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -58,7 +60,7 @@ func (x *rangeSharersAndQueued) release(t testing.TB, q int) {
 		require.True(t, h.Release())
 	}
 	for range q {
-		require.NoError(t, Await(t, x.results, "a queued range request"))
+		require.NoError(t, testutil.Await(t, x.results, "a queued range request"))
 	}
 	assert.True(t, ProbeTableEmpty(x.l))
 }

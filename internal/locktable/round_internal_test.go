@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -46,7 +48,7 @@ func TestJoinRoundReanchorsTheHold(t *testing.T) {
 	clk.Advance(8 * time.Second) // one second short of the round's deadline
 	assert.Zero(t, fired.Load())
 	clk.Advance(time.Second)
-	res := Await(t, got, "the key, at the round's deadline")
+	res := testutil.Await(t, got, "the key, at the round's deadline")
 	require.NoError(t, res.err)
 	assert.Equal(t, int32(1), fired.Load(), "the round's hook fires once, at its deadline")
 	assert.True(t, h.Now().Expired())
@@ -152,7 +154,7 @@ func TestExtendUndo(t *testing.T) {
 	require.False(t, h.Now().Dead(), "extended, the lease lasts")
 	u.Undo()
 	assert.True(t, h.Status().Expired(), "the deadline put back had passed: the lease ended at once")
-	res := Await(t, got, "the waiter's grant") // no clock moved: only the undo passed the key on
+	res := testutil.Await(t, got, "the waiter's grant") // no clock moved: only the undo passed the key on
 	require.NoError(t, res.err)
 	require.True(t, res.h.Release())
 	Undo{}.Undo() // the zero Undo does nothing
@@ -213,7 +215,7 @@ func TestFenceUnderExpiry(t *testing.T) {
 	err = h.Fence(func() error {
 		clk.Advance(time.Second)
 		assert.True(t, h.Now().Expired(), "lapsed inside the fence")
-		assert.True(t, closed(h.Done()), "Done closes at the lapse")
+		assert.True(t, testutil.Closed(h.Done()), "Done closes at the lapse")
 		select {
 		case res := <-got:
 			t.Errorf("the key passed on inside the fence: %v", res.err)
@@ -222,7 +224,7 @@ func TestFenceUnderExpiry(t *testing.T) {
 		return errCommit
 	}, true, false)
 	assert.ErrorIs(t, err, errCommit, "Fence returns the commit's error")
-	res := Await(t, got, "the key, once the commit returned")
+	res := testutil.Await(t, got, "the key, once the commit returned")
 	require.NoError(t, res.err)
 
 	err = h.Fence(func() error { t.Error("a fence ran its commit on a lapsed lease"); return nil }, true, false)
@@ -304,7 +306,7 @@ func TestUpgradeUndo(t *testing.T) {
 	WaitQueued(t, l, []byte("k"), 1)
 	u.Undo()
 	assert.True(t, h.Status().Shared())
-	res := Await(t, got, "the shared request, once the claim is shared again")
+	res := testutil.Await(t, got, "the shared request, once the claim is shared again")
 	require.NoError(t, res.err)
 	require.True(t, res.h.Release())
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -59,7 +61,7 @@ func TestTimersFireByDeadlineDespiteMutexWait(t *testing.T) {
 		require.NotNil(t, h)
 		done := h.Done()
 		clk.Advance(500 * time.Millisecond) // the deadline: one lease after the Lock's reading
-		assert.True(t, closed(done), "the lease timer fired at the deadline")
+		assert.True(t, testutil.Closed(done), "the lease timer fired at the deadline")
 		assert.True(t, ProbeTableEmpty(l))
 	})
 
@@ -75,7 +77,7 @@ func TestTimersFireByDeadlineDespiteMutexWait(t *testing.T) {
 		})
 		WaitQueued(t, l, key, 1)
 		clk.Advance(500 * time.Millisecond) // the wait's end: one Timeout after the Lock's reading
-		require.ErrorIs(t, Await(t, got, "the wait's timeout"), ErrTimeout)
+		require.ErrorIs(t, testutil.Await(t, got, "the wait's timeout"), ErrTimeout)
 		require.True(t, holder.Release())
 	})
 }
@@ -131,20 +133,20 @@ func TestSchedulerRearmsForEarlierDeadline(t *testing.T) {
 	WaitQueued(t, l, early, 1)
 
 	clk.Advance(time.Second)
-	r2 := Await(t, wEarly, "the grant at the early deadline")
+	r2 := testutil.Await(t, wEarly, "the grant at the early deadline")
 	require.NoError(t, r2.err)
 	h2 := r2.h
 	require.NotNil(t, h2)
-	assert.True(t, closed(earlyDone))
-	assert.False(t, closed(lateDone))
+	assert.True(t, testutil.Closed(earlyDone))
+	assert.False(t, testutil.Closed(lateDone))
 	assert.Equal(t, 10*time.Second, armedAt(), "re-armed for the next deadline after firing")
 
 	clk.Advance(9 * time.Second)
-	r1 := Await(t, wLate, "the grant at the late deadline")
+	r1 := testutil.Await(t, wLate, "the grant at the late deadline")
 	require.NoError(t, r1.err)
 	h1 := r1.h
 	require.NotNil(t, h1)
-	assert.True(t, closed(lateDone))
+	assert.True(t, testutil.Closed(lateDone))
 	assert.False(t, hLate.Release())
 	assert.False(t, hEarly.Release())
 	require.True(t, h1.Release())
@@ -188,7 +190,7 @@ func TestLateWaiterHandedOverAtDeadline(t *testing.T) {
 	waiter := lockAsync(context.Background(), l, key, testOptions{Timeout: time.Minute})
 	WaitQueued(t, l, key, 1)
 	clk.Advance(99 * time.Millisecond)
-	require.True(t, notReturned(waiter), "the waiter got the key before the deadline")
+	require.True(t, testutil.NotReturned(waiter), "the waiter got the key before the deadline")
 	clk.Advance(time.Millisecond) // the deadline
 	got := granted(t, waiter, "the waiter")
 	assert.True(t, h.Now().Expired())
@@ -209,9 +211,9 @@ func TestLateDoneClosesAtDeadline(t *testing.T) {
 	done := h.Done()
 	assert.Equal(t, 1, tab.Deadlines(), "Done armed the deadline")
 	clk.Advance(99 * time.Millisecond)
-	assert.False(t, closed(done))
+	assert.False(t, testutil.Closed(done))
 	clk.Advance(time.Millisecond)
-	assert.True(t, closed(done), "closed at the deadline without another call")
+	assert.True(t, testutil.Closed(done), "closed at the deadline without another call")
 	other := newTestLocker(t, tab, clk)
 	h2, err := other.TryLock(key, testOptions{})
 	require.NoError(t, err, "the timer gave the key back")
@@ -269,7 +271,7 @@ func TestTimersExpireStalledHoldersInDeadlineOrder(t *testing.T) {
 
 	for elapsed := time.Duration(0); elapsed <= minLease+steps*step; elapsed += step {
 		for i := range hs {
-			if x := &hs[i]; !x.released && x.endedAt < 0 && closed(x.done) {
+			if x := &hs[i]; !x.released && x.endedAt < 0 && testutil.Closed(x.done) {
 				x.endedAt = elapsed
 			}
 		}
@@ -279,7 +281,7 @@ func TestTimersExpireStalledHoldersInDeadlineOrder(t *testing.T) {
 		if !x.released {
 			assert.Equal(t, x.lease, x.endedAt, "key %d: its lease ended at the wrong step", i)
 		}
-		assert.True(t, closed(x.done), "key %d", i)
+		assert.True(t, testutil.Closed(x.done), "key %d", i)
 		assert.False(t, x.h.Release(), "key %d: released before, or its lease lapsed", i)
 	}
 	for i := range n {

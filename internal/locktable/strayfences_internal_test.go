@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -40,7 +42,7 @@ func TestStrayFencesWaitForOtherGoroutinesOnly(t *testing.T) {
 	assert.False(t, s.enter(), "a fence after Close is refused")
 	close(leave)
 	<-left
-	Await(t, closed, "closeAndWait, once the other goroutine's fence ended")
+	testutil.Await(t, closed, "closeAndWait, once the other goroutine's fence ended")
 
 	var own strayFences
 	require.True(t, own.enter())

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -61,7 +63,7 @@ func TestKeyWaitEdgesAllocateNothing(t *testing.T) {
 	require.NoError(t, err)
 	res := ownerLockAsync(context.Background(), l, []byte("k"), testOptions{}, b)
 	WaitQueued(t, l, []byte("k"), 1)
-	require.Eventually(t, func() bool { return graphWaiting(l) == 1 }, txnTestGuard, 200*time.Microsecond, "b enters the graph")
+	require.Eventually(t, func() bool { return graphWaiting(l) == 1 }, testutil.Guard, 200*time.Microsecond, "b enters the graph")
 	g := &l.tab.graph
 	g.mu.Lock()
 	hb := g.waiting[keyOf(b)]
@@ -71,7 +73,7 @@ func TestKeyWaitEdgesAllocateNothing(t *testing.T) {
 	assert.Zero(t, allocs, "allocations of one read of b's edges")
 	assert.Equal(t, []Owner{a}, out, "b waits for a")
 	require.True(t, ha.Release())
-	r := Await(t, res, "b's lock")
+	r := testutil.Await(t, res, "b's lock")
 	require.NoError(t, r.err)
 	require.True(t, r.h.Release())
 }

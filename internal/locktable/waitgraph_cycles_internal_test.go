@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -140,7 +142,7 @@ func TestWaitOnNonTxnHolderIsNotADeadlock(t *testing.T) {
 	plainWaits := lockAsync(context.Background(), l, c, testOptions{Timeout: time.Second})
 	WaitQueued(t, l, c, 1)
 	clk.Advance(time.Second)
-	require.ErrorIs(t, Await(t, plainWaits, "the plain wait").err, ErrTimeout)
+	require.ErrorIs(t, testutil.Await(t, plainWaits, "the plain wait").err, ErrTimeout)
 
 	require.True(t, plain.Release())
 	granted(t, t1Waits, "t1's wait")

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -199,8 +201,8 @@ func TestLapsedHolderIsNoWaitForEdge(t *testing.T) {
 	}
 	o2.Rollback()
 	clk.Advance(0) // o3's lapsed share, watched since o1 queued, falls due: o1 gets k1
-	require.NoError(t, Await(t, got, "o1's grant"))
+	require.NoError(t, testutil.Await(t, got, "o1's grant"))
 	o1.Rollback() // o3's upgrade goes through
-	require.NoError(t, Await(t, upgrade, "o3's upgrade"))
+	require.NoError(t, testutil.Await(t, upgrade, "o3's upgrade"))
 	o3.Rollback()
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -56,19 +58,19 @@ func TestDeadlockClosedByMovedSharedEdge(t *testing.T) {
 			r48 := txnLockResult(w48, k19, testOptions{})
 			WaitQueued(t, l, k19, 1)
 			r311 := txnLockResult(w311, k19, shared)
-			names := cycleOf(t, Await(t, r311, "w3-11, whose request closed the cycle").err)
+			names := cycleOf(t, testutil.Await(t, r311, "w3-11, whose request closed the cycle").err)
 			require.NotEmpty(t, names)
 			assert.Equal(t, "w3-11:key019", names[0], "the cycle starts with the Txn whose request failed")
 			assert.Contains(t, names, "w0-9:key016", "the cycle runs through w0-9's shared request")
 			for _, c := range []<-chan lockResult{r512, r09, r48} {
-				require.True(t, notReturned(c), "exactly one Txn of the cycle fails")
+				require.True(t, testutil.NotReturned(c), "exactly one Txn of the cycle fails")
 			}
 
 			leave(clk, cancelOut)
-			require.Error(t, Await(t, out, "the lock outside any Txn").err)
+			require.Error(t, testutil.Await(t, out, "the lock outside any Txn").err)
 			WaitQueued(t, l, k16, 2)
 			for _, c := range []<-chan lockResult{r512, r09, r48} {
-				assert.True(t, notReturned(c), "no cycle is left, so every Txn waits")
+				assert.True(t, testutil.NotReturned(c), "no cycle is left, so every Txn waits")
 			}
 
 			// w3-11 kept its lock; rolling it back lets the rest through.

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -71,7 +73,7 @@ func TestSharedRequestWaitsPastRequestOfNoOwner(t *testing.T) {
 				_, err := t3.Lock(ctx, other, testOptions{})
 				t3Done <- err
 			}()
-			err = Await(t, t3Done, "t3's request, which closes a cycle through t2's shared request")
+			err = testutil.Await(t, t3Done, "t3's request, which closes a cycle through t2's shared request")
 			var dl *DeadlockError
 			require.True(t, errors.As(err, &dl), "t3's request got %v, not a deadlock", err)
 			require.NotEmpty(t, dl.Cycle)
@@ -85,12 +87,12 @@ func TestSharedRequestWaitsPastRequestOfNoOwner(t *testing.T) {
 			// Breaking the cycle lets everything through in queue order.
 			t3.Rollback()
 			if tc.txnExclusive {
-				require.NoError(t, Await(t, t1Done, "t1's request"))
+				require.NoError(t, testutil.Await(t, t1Done, "t1's request"))
 			}
-			r := Await(t, outside, "the request outside any Txn")
+			r := testutil.Await(t, outside, "the request outside any Txn")
 			require.NoError(t, r.err)
 			r.h.Release()
-			require.NoError(t, Await(t, t2Done, "t2's request"))
+			require.NoError(t, testutil.Await(t, t2Done, "t2's request"))
 			assert.True(t, ProbeTableEmpty(l))
 		})
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -58,7 +60,7 @@ func timesOut(t *testing.T, clk *ManualClock, l *testLocker, key []byte, timeout
 	go func() { res <- lock() }()
 	WaitQueued(t, l, key, before+1)
 	clk.Advance(timeout)
-	require.ErrorIs(t, Await(t, res, "the timed-out lock"), ErrTimeout)
+	require.ErrorIs(t, testutil.Await(t, res, "the timed-out lock"), ErrTimeout)
 }
 
 // The scenarios of RocksDB's SharedLocks: three Txns share a key; two sharers hold off a writer
@@ -301,7 +303,7 @@ func TestWriterWaitsForEverySharer(t *testing.T) {
 			r.Rollback()
 		}
 	}
-	assert.True(t, notReturned(wWaits), "the victim's share still holds the writer off")
+	assert.True(t, testutil.NotReturned(wWaits), "the victim's share still holds the writer off")
 	readers[3].Rollback()
 	granted(t, wWaits, "the writer's wait")
 	w.Rollback()
@@ -420,7 +422,7 @@ func TestUpgradeWaitsForTheOtherSharers(t *testing.T) {
 	other, err := l.TryLock(key, testOptions{Shared: true})
 	require.NoError(t, err)
 	up := txnLockResult(txn, key, testOptions{})
-	if !notReturned(up) {
+	if !testutil.NotReturned(up) {
 		t.Fatal("an upgrade waits until the Txn's share is the only one; it returned with another sharer left")
 	}
 	assert.True(t, isShared(h), "the handle stays shared while its upgrade waits")

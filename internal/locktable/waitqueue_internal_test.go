@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -30,9 +32,9 @@ func TestTableEmptyAfterWaitersGiveUp(t *testing.T) {
 	require.Equal(t, 3, heapLen(l, key), "each waiter's timeout, and the holder's lease it watches")
 
 	clk.Advance(time.Second)
-	require.ErrorIs(t, Await(t, timedOut, "the timeout").err, ErrTimeout)
+	require.ErrorIs(t, testutil.Await(t, timedOut, "the timeout").err, ErrTimeout)
 	cancel()
-	require.ErrorIs(t, Await(t, cancelled, "the cancellation").err, context.Canceled)
+	require.ErrorIs(t, testutil.Await(t, cancelled, "the cancellation").err, context.Canceled)
 
 	assert.Equal(t, 0, ProbeQueuedWaiters(l, key))
 	assert.Equal(t, 1, heapLen(l, key), "only the holder's lease is left")
@@ -73,7 +75,7 @@ func TestBargingWindow(t *testing.T) {
 		assert.Equal(t, 0, ProbeQueuedWaiters(l, key), "the barger's release handed the key to the waiter")
 		_, err = l.TryLock(key, testOptions{})
 		require.ErrorIs(t, err, ErrLocked)
-		r := Await(t, got, "the waiter's grant")
+		r := testutil.Await(t, got, "the waiter's grant")
 		require.NoError(t, r.err)
 		require.NotNil(t, r.h)
 		require.True(t, r.h.Release())
@@ -88,7 +90,7 @@ func TestBargingWindow(t *testing.T) {
 		_, err = l.TryLock(key, testOptions{})
 		require.ErrorIs(t, err, ErrLocked, "the woken waiter has waited bargeWindow: no barging")
 		w.signal()
-		r := Await(t, got, "the waiter's grant")
+		r := testutil.Await(t, got, "the waiter's grant")
 		require.NoError(t, r.err)
 		require.NotNil(t, r.h)
 		require.True(t, r.h.Release())
@@ -117,7 +119,7 @@ func TestCloseAbandonsEveryWaiterWhenOneIsHandedTheKey(t *testing.T) {
 
 	require.NoError(t, a.Close())
 	for _, c := range res {
-		require.ErrorIs(t, Await(t, c, "the closed Locker's waiter's return").err, ErrClosed)
+		require.ErrorIs(t, testutil.Await(t, c, "the closed Locker's waiter's return").err, ErrClosed)
 	}
 	assert.True(t, b.tab.Empty())
 	h, err := b.TryLock(key, testOptions{})
@@ -142,7 +144,7 @@ func TestNoBargingWhileAnOwnerThatHoldsWaits(t *testing.T) {
 	}
 	grantedTo := func(c <-chan lockResult) {
 		t.Helper()
-		r := Await(t, c, "the waiter's grant")
+		r := testutil.Await(t, c, "the waiter's grant")
 		require.NoError(t, r.err)
 		require.True(t, r.h.Release())
 	}
@@ -278,7 +280,7 @@ func TestFIFOOrderOfTenThousandWaiters(t *testing.T) {
 					mu.Unlock()
 					assert.True(t, h.Release())
 				})
-				waitUntil(t, fmt.Sprintf("waiter %d queued", i), func() bool { return waitingOn(l, key) == i+1 })
+				testutil.WaitUntil(t, fmt.Sprintf("waiter %d queued", i), func() bool { return waitingOn(l, key) == i+1 })
 			}
 			if handoff {
 				clk.Advance(time.Millisecond) // every waiter has now waited the whole barging window
@@ -293,7 +295,7 @@ func TestFIFOOrderOfTenThousandWaiters(t *testing.T) {
 				}
 			}
 			assert.True(t, ProbeTableEmpty(l))
-			settleGoroutines(t, base)
+			testutil.SettleGoroutines(t, base)
 		})
 	}
 }
@@ -323,7 +325,7 @@ func TestHundredThousandCancelledWaits(t *testing.T) {
 				errs <- err
 			}()
 		}
-		waitUntil(t, "the batch queued", func() bool { return waitingOn(l, key) == batch })
+		testutil.WaitUntil(t, "the batch queued", func() bool { return waitingOn(l, key) == batch })
 		byTimeout := b%10 == 9
 		if byTimeout {
 			clk.Advance(wait.Timeout)
@@ -352,7 +354,7 @@ func TestHundredThousandCancelledWaits(t *testing.T) {
 	assert.LessOrEqual(t, PendingTimers(clk), 1, "no timer per waiter")
 	clk.Advance(time.Hour)
 	assert.Zero(t, PendingTimers(clk), "a timer was re-armed on an idle table")
-	settleGoroutines(t, base)
+	testutil.SettleGoroutines(t, base)
 	t.Logf("%d waits cancelled, %d timed out", cancelled, timedOut)
 }
 
