@@ -24,6 +24,9 @@ FUZZMINIMIZE ?= 10000x
 FUZZCI       ?= 20000x
 FUZZCIMIN    ?= 500x
 BENCHCOUNT  ?= 6
+# `make bench`: how long each benchmark of the cost bounds of range locks runs, each of BENCHCOUNT
+# times.
+BOUNDTIME   ?= 300ms
 # `make cluster-sim`: how many seeds of etcdcoord's protocol simulation to explore (0: as many as
 # SIMTIME allows), from SIMFIRST, SIMSTEPS steps each.
 SEEDS       ?= 0
@@ -95,19 +98,33 @@ fuzz: deps
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) .; \
 	done
 
-# The side-by-side table of BENCHMARKS.md: recordlock and its peers in one run, medians and ratios.
-# Both programs are built before any benchmark runs, so no compiler competes with the timed runs.
-# A second run takes P2 at GOMAXPROCS 1 and 2 for the table by GOMAXPROCS; the `sweep:` line
-# before it tells benchtable to keep its results out of the main table. benchtable also draws P10's
-# chart, docs/p10-hot-record-queue.svg, and the chart of range locks by locks held,
-# docs/ranges-held-locks.svg, which BENCHMARKS.md shows.
+# BENCHMARKS.md's tables, regenerated: recordlock and its peers in one run (bench/), medians and
+# ratios against each target. All test binaries are built before any benchmark runs, so no
+# compiler competes with the timed runs. After bench/'s run come the benchmarks of the cost bounds
+# of range locks in the core module and internal/locktable, then P2 at GOMAXPROCS 1 and 2 for the
+# table by GOMAXPROCS; the `sweep:` line before that run tells benchtable to keep its results out
+# of the main table. A benchmark that fails (P6 does when the host cannot queue its waiters in
+# time) prints FAIL and leaves its target without results; the runs after it still go. All of it
+# goes to bench/bench.out, and benchtable rewrites the regions of BENCHMARKS.md between
+# `<!-- benchtable:NAME -->` and `<!-- end -->` from it, keeping the prose around them, and draws
+# P10's chart, docs/p10-hot-record-queue.svg, and the chart of range locks by locks held,
+# docs/ranges-held-locks.svg. `bin/benchtable -doc BENCHMARKS.md < bench/bench.out` does the same
+# again from a saved run.
 bench: deps
 	cd bench && $(GO) build -o ../bin/benchtable ./cmd/benchtable && $(GO) test -c -o ../bin/bench.test .
+	$(GO) test -c -o bin/core.test . && $(GO) test -c -o bin/locktable.test ./internal/locktable
 	cd bench && { ../bin/bench.test -test.run '^$$' -test.bench . -test.benchmem -test.count $(BENCHCOUNT) \
-		-test.timeout 60m && echo 'sweep: gomaxprocs' && \
+		-test.timeout 60m; \
+		(cd .. && bin/core.test -test.run '^$$' -test.bench '^BenchmarkTxnKeyInsideOneOfManyRanges$$' \
+			-test.benchmem -test.count $(BENCHCOUNT) -test.benchtime $(BOUNDTIME)); \
+		(cd ../internal/locktable && ../../bin/locktable.test -test.run '^$$' -test.benchmem \
+			-test.bench '^Benchmark(SharedKeyUnderSharedRanges|KeyLockBesideQueuedRanges|LocksWithRangeSharersAndQueued|RangeWaitCheck)$$' \
+			-test.count $(BENCHCOUNT) -test.benchtime $(BOUNDTIME)); \
+		echo 'sweep: gomaxprocs'; \
 		../bin/bench.test -test.run '^$$' -test.bench '^BenchmarkParallelDistinctKeys$$' -test.cpu 1,2 \
 		-test.benchmem -test.count $(BENCHCOUNT) -test.timeout 30m; } | tee bench.out | \
-		../bin/benchtable -svg ../docs/p10-hot-record-queue.svg -ranges-svg ../docs/ranges-held-locks.svg
+		../bin/benchtable -svg ../docs/p10-hot-record-queue.svg -ranges-svg ../docs/ranges-held-locks.svg \
+			-doc ../BENCHMARKS.md
 
 # gofmt over the repository, go.work against the modules, then go vet, staticcheck and a
 # go.mod/go.sum check (go mod tidy -diff: a stale go.sum fails here, not on a user's machine) in

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
@@ -22,6 +21,7 @@ import (
 // named bench/param=N/contender.
 type sweep struct {
 	id, bench, param, what string
+	region                 string // the document's region for the table
 	contenders             []string
 	legend                 map[string]string // a contender's name in the chart
 	// vsFirst adds the ratio of the first contender to each other one to the table.
@@ -32,7 +32,7 @@ type sweep struct {
 
 // byQueue is P10: one hot record as the queue for it grows.
 var byQueue = sweep{
-	id: "P10", bench: "HotRecordQueue", param: "goroutines",
+	id: "P10", bench: "HotRecordQueue", param: "goroutines", region: "p10",
 	what:       "one hot record, time per committed increment",
 	contenders: []string{contender, "locker", "rocksdb"},
 	legend: map[string]string{
@@ -46,7 +46,7 @@ var byQueue = sweep{
 
 // byHeld is the cost of a range or key lock as the locks held in its column family grow.
 var byHeld = sweep{
-	id: "Ranges", bench: "RangeLockHeld", param: "held",
+	id: "Ranges", bench: "RangeLockHeld", param: "held", region: "held",
 	what:       "uncontended lock and release among n held locks",
 	contenders: []string{"ranges", "keys", "keyinranges"},
 	legend: map[string]string{
@@ -117,14 +117,13 @@ func pointAt(ps []point, n int) (point, bool) {
 	return point{}, false
 }
 
-// writeTable writes the table of sw: one line per value of its param, each contender's median
-// and, with vsFirst, the first contender's ratio to each other one; nothing when there are no
-// results.
-func (sw *sweep) writeTable(b *strings.Builder, s *samples) error {
+// table returns the table of sw: one line per value of its param, each contender's median and,
+// with vsFirst, the first contender's ratio to each other one; "" when there are no results.
+func (sw *sweep) table(s *samples) (string, error) {
 	series := sw.series(s)
 	ns := params(series)
 	if len(ns) == 0 {
-		return nil
+		return "", nil
 	}
 	runs := 0
 	for _, ps := range series {
@@ -132,9 +131,8 @@ func (sw *sweep) writeTable(b *strings.Builder, s *samples) error {
 			runs = max(runs, p.runs)
 		}
 	}
-	fmt.Fprintf(b, "\n%s by %s (%s), medians of %d runs, the range of the runs in brackets.\n\n", sw.id, sw.param, sw.what, runs)
-	tw := tabwriter.NewWriter(b, 0, 0, 1, ' ', tabwriter.Debug)
-	cells := func(cells ...string) { fmt.Fprintf(tw, "| %s |\n", strings.Join(cells, "\t| ")) }
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s by %s (%s), medians of %d runs, the range of the runs in brackets.\n\n", sw.id, sw.param, sw.what, runs)
 	head, align := []string{sw.param}, []string{"---:"}
 	for _, c := range sw.contenders {
 		head, align = append(head, c), append(align, "---:")
@@ -142,8 +140,7 @@ func (sw *sweep) writeTable(b *strings.Builder, s *samples) error {
 	for _, c := range sw.ratioed() {
 		head, align = append(head, sw.contenders[0]+" / "+c), append(align, "---:")
 	}
-	cells(head...)
-	cells(align...)
+	cells := [][]string{head, align}
 	for _, n := range ns {
 		line := []string{strconv.Itoa(n)}
 		for _, c := range sw.contenders {
@@ -161,9 +158,10 @@ func (sw *sweep) writeTable(b *strings.Builder, s *samples) error {
 			}
 			line = append(line, cell)
 		}
-		cells(line...)
+		cells = append(cells, line)
 	}
-	return tw.Flush()
+	err := markdownTable(&b, cells)
+	return b.String(), err
 }
 
 // ratioed returns the contenders the table gives the first one's ratio to: none without vsFirst.

@@ -1,8 +1,8 @@
-// Command benchtable reads `go test -bench` output of the bench package on stdin and prints a
-// markdown table: for every performance target (P1 … P14), recordlock's median over the -count
+// Command benchtable reads `go test -bench` output of the bench package on stdin and prints
+// markdown tables: for every performance target (P1 … P16), recordlock's median over the -count
 // runs (of the sub-benchmark the target measures: P11 and P12 measure the shared lock), the
-// peer's median, their ratio, the target and whether it is met. The table is at one
-// GOMAXPROCS, the one most benchmarks ran at (the larger on a tie).
+// peer's median, their ratio, the target and whether it is met, then a line naming the targets
+// not met. The table is at one GOMAXPROCS, the one most benchmarks ran at (the larger on a tie).
 //
 //	cd bench && go test -run '^$' -bench . -benchmem -count 6 | tee bench.out | go run ./cmd/benchtable
 //
@@ -16,7 +16,14 @@
 // as a chart into FILE (`make bench` writes docs/p10-hot-record-queue.svg); an input without P10
 // leaves FILE as it was. A fourth, of BenchmarkRangeLockHeld, shows the cost of a range or key
 // lock at each number of locks held, and -ranges-svg FILE draws it (`make bench` writes
-// docs/ranges-held-locks.svg).
+// docs/ranges-held-locks.svg). The last is of the cost bounds of range locks: each bound's
+// benchmark at its sizes, from the core module's and internal/locktable's benchmarks when the
+// input has them (`make bench` runs them after the bench package's).
+//
+// With -doc FILE, benchtable also rewrites the regions of the markdown file FILE in place: the
+// lines between `<!-- benchtable:NAME -->` and `<!-- end -->` become the table NAME (results,
+// procs, p10, held or bounds), and every line outside a region is kept. A table the input has
+// no results for leaves its region as it was. `make bench` rewrites BENCHMARKS.md so.
 //
 // With -check it exits with status 1 when a measured target is not met. A target with no
 // results (a contender not yet written) is reported as pending and never fails the check.
@@ -34,8 +41,9 @@ func main() {
 	check := flag.Bool("check", false, "exit with status 1 when a measured target is not met")
 	svg := flag.String("svg", "", "also draw P10's chart, as SVG, into this file")
 	rangesSVG := flag.String("ranges-svg", "", "also draw the chart of range locks by locks held, as SVG, into this file")
+	doc := flag.String("doc", "", "also rewrite the benchtable regions of this markdown file")
 	flag.Parse()
-	ok, err := run(os.Stdin, os.Stdout, map[*sweep]string{&byQueue: *svg, &byHeld: *rangesSVG})
+	ok, err := run(os.Stdin, os.Stdout, outputs{charts: map[*sweep]string{&byQueue: *svg, &byHeld: *rangesSVG}, doc: *doc})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchtable:", err)
 		os.Exit(2)
@@ -45,22 +53,38 @@ func main() {
 	}
 }
 
-// run reads results from in and writes the table to out, and the chart of each sweep to the file
-// charts names for it, unless that is "". It reports whether every measured target was met.
-func run(in io.Reader, out io.Writer, charts map[*sweep]string) (bool, error) {
+// outputs names the files benchtable writes besides its tables on stdout.
+type outputs struct {
+	charts map[*sweep]string // the chart of each sweep, into this file unless ""
+	doc    string            // the markdown file whose regions to rewrite, unless ""
+}
+
+// run reads results from in and writes the tables to out, the chart of each sweep to its file,
+// and the tables into the regions of the document. It reports whether every measured target
+// was met.
+func run(in io.Reader, out io.Writer, files outputs) (bool, error) {
 	s, err := readSamples(in)
 	if err != nil {
 		return false, err
 	}
 	rows := evaluate(targets, s)
-	if err := writeTable(out, s, rows); err != nil {
+	secs, err := sections(s, rows)
+	if err != nil {
+		return false, err
+	}
+	if err := writeTable(out, secs); err != nil {
 		return false, err
 	}
 	for _, sw := range sweeps {
-		if file := charts[sw]; file != "" {
+		if file := files.charts[sw]; file != "" {
 			if err := writeChart(s, sw, file); err != nil {
 				return false, err
 			}
+		}
+	}
+	if files.doc != "" {
+		if err := rewriteDoc(files.doc, secs); err != nil {
+			return false, err
 		}
 	}
 	for _, r := range rows {

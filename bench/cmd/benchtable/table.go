@@ -3,43 +3,134 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
 
-func writeTable(out io.Writer, s *samples, rows []row) error {
+// section is one part of the output, and the text of the region of the same name in the
+// document that -doc rewrites.
+type section struct {
+	name string
+	text string // "" when the input has no results for it
+}
+
+// sections returns the parts of the output in order: the main table with what it met, P2 by
+// GOMAXPROCS, each sweep's table, and the cost bounds'.
+func sections(s *samples, rows []row) ([]section, error) {
+	results, err := mainTable(s, rows)
+	if err != nil {
+		return nil, err
+	}
+	procs, err := procsTable(s)
+	if err != nil {
+		return nil, err
+	}
+	secs := []section{{"results", results}, {"procs", procs}}
+	for _, sw := range sweeps {
+		text, err := sw.table(s)
+		if err != nil {
+			return nil, err
+		}
+		secs = append(secs, section{sw.region, text})
+	}
+	bounds, err := boundsTable(s)
+	if err != nil {
+		return nil, err
+	}
+	return append(secs, section{"bounds", bounds}), nil
+}
+
+// writeTable writes every section with results to out, a blank line between two.
+func writeTable(out io.Writer, secs []section) error {
+	var parts []string
+	for _, sec := range secs {
+		if sec.text != "" {
+			parts = append(parts, sec.text)
+		}
+	}
+	_, err := io.WriteString(out, strings.Join(parts, "\n"))
+	return err
+}
+
+// markdownTable writes rows, the header and its alignment row first, as a markdown table whose
+// columns line up.
+func markdownTable(b *strings.Builder, rows [][]string) error {
+	var t strings.Builder
+	tw := tabwriter.NewWriter(&t, 0, 0, 1, ' ', tabwriter.Debug)
+	for _, cells := range rows {
+		fmt.Fprintf(tw, "| %s |\n", strings.Join(cells, "\t| "))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// tabwriter.Debug separates cells with '|'; drop the doubled bars it leaves.
+	b.WriteString(strings.ReplaceAll(t.String(), "|| ", "| "))
+	return nil
+}
+
+// mainTable returns the table of the targets, then a line naming those not met.
+func mainTable(s *samples, rows []row) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Medians of %d runs", s.runs())
 	if s.cpu != "" {
 		fmt.Fprintf(&b, "; cpu: %s", s.cpu)
 	}
 	fmt.Fprintf(&b, "; GOMAXPROCS %d.\n\n", s.procs)
-	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.Debug)
-	line := func(cells ...string) { fmt.Fprintf(tw, "| %s |\n", strings.Join(cells, "\t| ")) }
-	line("id", "what", "recordlock", "peer", "ratio", "target", "met", "others")
-	line("---", "---", "---:", "---:", "---:", "---", "---", "---")
+	cells := [][]string{
+		{"id", "what", "recordlock", "peer", "ratio", "target", "met", "others"},
+		{"---", "---", "---:", "---:", "---:", "---", "---", "---"},
+	}
 	for _, r := range rows {
-		line(r.id, r.what, show(r.mine, r.unit, r.status), peerCell(r), ratioCell(r), targetCell(r.target), statusCell(r.status), others(s, r.target))
+		cells = append(cells, []string{r.id, r.what, show(r.mine, r.unit, r.status), peerCell(r), ratioCell(r), targetCell(r.target), statusCell(r.status), others(s, r.target)})
 	}
-	if err := tw.Flush(); err != nil {
-		return err
+	if err := markdownTable(&b, cells); err != nil {
+		return "", err
 	}
-	if err := writeProcsTable(&b, s); err != nil {
-		return err
-	}
-	for _, sw := range sweeps {
-		if err := sw.writeTable(&b, s); err != nil {
-			return err
-		}
-	}
-	// tabwriter.Debug separates cells with '|'; drop the doubled bars it leaves.
-	_, err := io.WriteString(out, strings.ReplaceAll(b.String(), "|| ", "| "))
-	return err
+	b.WriteString("\n" + summary(rows) + "\n")
+	return b.String(), nil
 }
 
-// writeProcsTable writes the table of byProcs, one line per GOMAXPROCS with results, or nothing
-// when there are none.
-func writeProcsTable(b *strings.Builder, s *samples) error {
+// summary says how many rows were met, lists each row not met with its measure and target, and
+// names the targets with a row that has no results.
+func summary(rows []row) string {
+	var met, measured int
+	var notMet, pending []string
+	for _, r := range rows {
+		switch r.status {
+		case statusMet:
+			met++
+			measured++
+		case statusNotMet:
+			measured++
+			notMet = append(notMet, fmt.Sprintf("- %s, %s: %s against %s", r.id, r.what, measureCell(r), targetCell(r.target)))
+		case statusPending:
+			if !slices.Contains(pending, r.id) {
+				pending = append(pending, r.id)
+			}
+		}
+	}
+	text := fmt.Sprintf("Met: %d of the %d rows measured.", met, measured)
+	if len(pending) > 0 {
+		text += " No results for " + strings.Join(pending, ", ") + " (a benchmark that failed or did not run)."
+	}
+	if len(notMet) > 0 {
+		text += " Not met:\n\n" + strings.Join(notMet, "\n")
+	}
+	return text
+}
+
+// measureCell is what a row's target is checked against: the ratio to the peer, or the median.
+func measureCell(r row) string {
+	if r.peer != "" {
+		return ratioCell(r)
+	}
+	return show(r.mine, r.unit, r.status)
+}
+
+// procsTable returns the table of byProcs, one line per GOMAXPROCS with results, or "" when
+// there are none.
+func procsTable(s *samples) (string, error) {
 	type line struct {
 		procs        int
 		mine, theirs float64
@@ -57,21 +148,23 @@ func writeProcsTable(b *strings.Builder, s *samples) error {
 		}
 	}
 	if len(lines) == 0 {
-		return nil
+		return "", nil
 	}
-	fmt.Fprintf(b, "\n%s by GOMAXPROCS (%s), medians of %d runs.\n\n", byProcs.id, byProcs.what, runs)
-	tw := tabwriter.NewWriter(b, 0, 0, 1, ' ', tabwriter.Debug)
-	cells := func(cells ...string) { fmt.Fprintf(tw, "| %s |\n", strings.Join(cells, "\t| ")) }
-	cells("GOMAXPROCS", contender, byProcs.peer, "ratio")
-	cells("---:", "---:", "---:", "---:")
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s by GOMAXPROCS (%s), medians of %d runs.\n\n", byProcs.id, byProcs.what, runs)
+	cells := [][]string{
+		{"GOMAXPROCS", contender, byProcs.peer, "ratio"},
+		{"---:", "---:", "---:", "---:"},
+	}
 	for _, l := range lines {
 		ratio := "–"
 		if l.n > 0 && l.m > 0 {
 			ratio = fmt.Sprintf("%.2f×", l.mine/l.theirs)
 		}
-		cells(fmt.Sprint(l.procs), showOrNone(l.mine, l.n), showOrNone(l.theirs, l.m), ratio)
+		cells = append(cells, []string{fmt.Sprint(l.procs), showOrNone(l.mine, l.n), showOrNone(l.theirs, l.m), ratio})
 	}
-	return tw.Flush()
+	err := markdownTable(&b, cells)
+	return b.String(), err
 }
 
 // showOrNone formats a median of n values in ns/op, "no data" when n is 0.
@@ -154,12 +247,17 @@ func medians(s *samples, bench, unit string, names []string) string {
 	return strings.Join(cells, ", ")
 }
 
-// detailName is how the others column names a detail unit: "us-p99" is "p99".
+// detailName is how the others column names a detail unit, by its part that is not the time
+// unit: "us-p99" is "p99", "p999-µs" is "p999".
 func detailName(unit string) string {
-	if _, after, ok := strings.Cut(unit, "-"); ok {
+	before, after, ok := strings.Cut(unit, "-")
+	switch {
+	case !ok:
+		return unit
+	case before == "us" || before == "ms":
 		return after
 	}
-	return unit
+	return before
 }
 
 // show formats a median in its unit, durations with a readable scale.
@@ -185,6 +283,11 @@ func show(v float64, unit string, st status) string {
 	case "ms-max-delay", "ms-p99-delay":
 		return fmt.Sprintf("%.0f ms", v)
 	case "us-p50", "us-p99":
+		return fmt.Sprintf("%.0f µs", v)
+	case "maxdelay-µs", "p999-µs":
+		if v >= 1e3 {
+			return fmt.Sprintf("%.2f ms", v/1e3)
+		}
 		return fmt.Sprintf("%.0f µs", v)
 	}
 	return fmt.Sprintf("%g %s", v, unit)

@@ -7,7 +7,7 @@ const contender = "recordlock"
 
 // target is one row of the table: one criterion of one target id.
 type target struct {
-	id    string // P1 … P14
+	id    string // P1 … P16
 	bench string // the benchmark function, without "Benchmark"; its sub-benchmarks are the contenders
 	mine  string // the sub-benchmark measured; "" for contender
 	what  string
@@ -31,6 +31,11 @@ var targets = []target{
 	{id: "P4", bench: "TxnReadModifyWrite", what: "Txn read-modify-write vs RocksDB pessimistic txn", unit: "ns/op", peer: "rocksdb", limit: 0.9},
 	{id: "P5", bench: "HeldLockMemory", what: "live heap per held lock, 1,000,000 held", unit: "B/lock", limit: 256, also: []string{"moby"}},
 	{id: "P5", bench: "HeldLockMemory", what: "live heap after releasing all, vs start", unit: "%heap-after", limit: 10, abs: true, also: []string{"moby"}},
+	// Key locks in a column family with a range lock in use stay within P5's bound; a held range
+	// lock has one of its own.
+	{id: "P5", bench: "HeldLockMemoryWithRanges", mine: "keysbeside", what: "live heap per held key lock, beside a range lock, 1,000,000 held", unit: "B/lock", limit: 256},
+	{id: "P5", bench: "HeldLockMemoryWithRanges", mine: "keysinside", what: "live heap per held shared key lock, under a shared range lock over them all", unit: "B/lock", limit: 256},
+	{id: "P5", bench: "HeldLockMemoryWithRanges", mine: "ranges", what: "live heap per held range lock, 1,000,000 held", unit: "B/lock", limit: 384},
 	{id: "P6", bench: "LapsingLeases", what: "100,000 lapsing leases: max deadline-to-waiter delay", unit: "ms-max-delay", limit: 1000},
 	{id: "P6", bench: "LapsingLeases", what: "100,000 lapsing leases: p99 deadline-to-waiter delay", unit: "ms-p99-delay", limit: 1000},
 	// One op is one committed increment: at least 1.0× RocksDB's increments/s is at most 1.0× its
@@ -53,6 +58,11 @@ var targets = []target{
 	// One op is one Txn over 1,000 records; RocksDB locks each as its iterator reaches it.
 	{id: "P13", bench: "SharedRangeScan", what: "Txn: shared lock on 1,000 records, scan, commit, vs RocksDB iterator + GetForUpdate(exclusive=false) each", unit: "ns/op", peer: "rocksdb", limit: 0.25},
 	{id: "P14", bench: "KeyLockAmongRanges", what: "uncontended Lock+Release among 10,000 held ranges, vs no range ever taken", unit: "ns/op", peer: "noranges", limit: 2.0},
+	{id: "P15", bench: "ParallelDistinctKeysBesideRange", what: "parallel, distinct keys, a range lock held beside them, vs no range ever taken", unit: "ns/op", peer: "noranges", limit: 1.15},
+	// The longest delay of a Lock+Release of another goroutine while a column family's first range
+	// lock is taken, 100,000 keys held; none is the same probe with no range lock.
+	{id: "P16", bench: "FirstRangeDelay", mine: "covering", what: "first range lock, over 100,000 held keys: longest delay of another Lock+Release", unit: "maxdelay-µs", limit: 1000, also: []string{"none"}, detail: "p999-µs"},
+	{id: "P16", bench: "FirstRangeDelay", mine: "beside", what: "first range lock, beside 100,000 held keys: longest delay of another Lock+Release", unit: "maxdelay-µs", limit: 1000, also: []string{"none"}, detail: "p999-µs"},
 }
 
 // byProcs is the benchmark shown by GOMAXPROCS in the table after the main one: recordlock
