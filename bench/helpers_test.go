@@ -2,7 +2,7 @@
 // github.com/moby/locker, and RocksDB's own TransactionDB locks, all in one process and one run,
 // so that the ratios in BENCHMARKS.md compare like with like on the same machine.
 //
-// Each performance target (P1 … P14, named in each benchmark's doc comment) is one benchmark
+// Each performance target (P1 … P16, named in each benchmark's doc comment) is one benchmark
 // function named for what it measures (BenchmarkUncontendedLockRelease, …,
 // BenchmarkKeyLockAmongRanges) whose sub-benchmarks are the contenders: recordlock, moby,
 // mutex, rocksdb, plain, and P1's floor (what any leased lock must pay on the system clock);
