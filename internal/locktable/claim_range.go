@@ -23,8 +23,8 @@ type span struct {
 // prepareRange readies h, before it is published, for a request of tenant t for the keys k of
 // column family cf with start <= k < end (end nil: no upper bound), with the initial flags of
 // prepare. It copies start and end; the caller has checked that end is nil or after start. It
-// makes the column family's range space (rangespace.go), if it has none yet, so that Acquire,
-// which takes the range, hands it to acquireRouted.
+// makes the column family's range space (rangespace.go), if it has none yet, so that Acquire, which
+// takes the range, finds the table's map of range spaces set and hands it to acquireRange.
 func (h *Claim) prepareRange(t *Tenant, cf uint32, start, end []byte, flags uint32) {
 	t.tab.spaceFor(cf)
 	h.prepare(t, cf, start, flags|flagRange)

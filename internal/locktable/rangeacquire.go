@@ -1,9 +1,6 @@
 package locktable
 
-import (
-	"context"
-	"time"
-)
+import "time"
 
 // Taking a range (docs/DESIGN.md §17.1): a range request publishes its span, brings in the keys
 // inside it, and is granted or queued by the grant rule (rangegrant.go).
@@ -23,7 +20,7 @@ func (sh *shard) newRangedEntry(sp *rangeSpace, h *Claim) *keyEntry {
 // inside it that are still in their own shards are brought into the home shard (bringIn), unless
 // the span of a range whose keys are all in already holds all of it (rangeSet.holdsSpan); only then is the
 // request placed among the others, in the order of arrival, as a request that arrives then.
-func (h *Claim) acquireRange(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
+func (h *Claim) acquireRange(r *acquireReq) (time.Duration, error) {
 	c := h.ten
 	if c.closed.Load() {
 		return 0, ErrClosed
@@ -51,22 +48,22 @@ func (h *Claim) acquireRange(ctx context.Context, lease, timeout time.Duration, 
 			return 0, ErrClosed
 		}
 	}
-	wall, mono := ReadClock(c.clock)
-	if !sp.rangeBlocked(sh, h, newest, true, c, mono) {
-		sh.grantRange(sp, it, wall, mono, lease)
+	r.wall, r.mono = ReadClock(c.clock)
+	if !sp.rangeBlocked(sh, h, newest, true, c, r.mono) {
+		sh.grantRange(sp, it, r.wall, r.mono, r.lease)
 		sh.unlockAndRunDeferred()
-		return mono, nil
+		return r.mono, nil
 	}
-	if !wait {
+	if !r.wait {
 		sp.spanGone(it)
 		sh.unlockAndRunDeferred()
 		return 0, ErrLocked
 	}
-	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&flagShared != 0, space: sp}
+	w := &waiter{h: h, since: r.mono, lease: r.lease, wake: make(chan struct{}, 1), shared: h.flags()&flagShared != 0, space: sp}
 	it.w, w.seq = w, sp.nextSeq()
 	sp.ranges.insert(it)
 	sp.queue = append(sp.queue, it)
-	return mono, sh.sleep(ctx, nil, w, waitDeadline(ctx, mono, timeout, ctxBounds))
+	return r.mono, sh.sleep(r.ctx, nil, w, r.deadline())
 }
 
 // grantRange makes h's claim a holder of its range, with a lease of lease from the readings wall

@@ -2,10 +2,8 @@ package locktable
 
 import (
 	"bytes"
-	"context"
 	"runtime"
 	"sync/atomic"
-	"time"
 )
 
 // Bringing keys into the home shard (docs/DESIGN.md §17.1). A column family's keys live in their
@@ -13,11 +11,11 @@ import (
 // into the column family's home shard, where the ranges are, so that the grant rule of ranges
 // and keys runs under one mutex. A range request publishes its span in the cover first, then
 // brings in the keys inside it, a shard at a time; a key request reads the cover under its own
-// shard's mutex, and goes to the home shard only when a span covers its key. The shard mutex
-// orders the two: either the range request's visit of the shard came after the key's request
-// registered there, and brings it in, or the key's request read the cover after the span was
-// published, and goes to the home shard itself. Either way no shard is stopped, and the keys no
-// range covers never leave their shards.
+// shard's mutex, and goes to the home shard only when a span covers its key (routesHome,
+// acquire.go). The shard mutex orders the two: either the range request's visit of the shard
+// came after the key's request registered there, and brings it in, or the key's request read the
+// cover after the span was published, and goes to the home shard itself. Either way no shard is
+// stopped, and the keys no range covers never leave their shards.
 
 // broughtBatch bounds the entries a range request brings in under one hold of a shard's mutex,
 // so that a range over many held keys delays the other keys of their shards by one batch at most.
@@ -42,166 +40,6 @@ func (s *broughtSteps) note(looked, moved int) {
 	s.maxLooked = max(s.maxLooked, looked)
 	s.maxMoved = max(s.maxMoved, moved)
 	s.holds++
-}
-
-// brings reports whether a span of sp's cover covers key, read without the home shard's mutex:
-// its request must look in the home shard.
-func (sp *rangeSpace) brings(key []byte) bool {
-	cv := sp.cover.Load()
-	if coverRead != nil {
-		coverRead()
-	}
-	return cv.live.Covers(key) || cv.retiring.Covers(key)
-}
-
-// coverRead, when set, runs as a key request has read the cover, with its shard's mutex held: a
-// test runs a range request between that read and the entry the key request makes.
-var coverRead func()
-
-// routesHome reports whether a request for key, of sp's column family, must look in the home
-// shard, with the mutex of key's own shard sh held. It marks sh noted before it reads the cover:
-// a range request publishes its span and then passes, without its mutex, a shard not noted
-// (bringIn). Marked first, either the range request finds sh noted and waits for its mutex, so
-// its visit comes after this request has made its entry, or this request reads the cover after
-// the span was published. Marked only as the entry is made, after the read, a range request
-// could publish between the two, pass sh, and miss the entry: a key held inside a range granted.
-func (sh *shard) routesHome(sp *rangeSpace, key []byte) bool {
-	if !sh.order.noted.Load() {
-		sh.order.noted.Store(true)
-	}
-	return sp.brings(key)
-}
-
-// acquireRouted is Acquire once some column family of the table has had a range request: a key
-// covered by a span of its column family's cover is taken in the home shard (acquireBrought),
-// any other in its own shard, as Acquire does. It is apart from Acquire so that the path of a
-// table that never had a range has nothing of ranges in it.
-func (h *Claim) acquireRouted(ctx context.Context, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
-	if h.flags()&flagRange != 0 {
-		return h.acquireRange(ctx, lease, timeout, wait, ctxBounds)
-	}
-	c := h.ten
-	hash := c.tab.hash(h.cf, h.key())
-	sh := c.tab.shard(hash)
-	wall, mono := ReadClock(c.clock)
-	sh.mu.Lock()
-	if c.closed.Load() {
-		sh.mu.Unlock()
-		return 0, ErrClosed
-	}
-	sp := c.tab.spaceOf(h.cf)
-	if sp != nil && sh.routesHome(sp, h.key()) {
-		return h.acquireBrought(ctx, sh, sp, hash, false, wall, mono, lease, timeout, wait, ctxBounds)
-	}
-	h.hash = hash
-	if sp != nil && sh.lookup(h) == nil { // the uncontended case, written out as in Acquire: no call
-		e := sh.newEntry(hash)
-		sh.grant(e, h, wall, mono, lease, false)
-		sh.index.insert(e)
-		sh.noteEntry(e)
-		sh.unlockAndRunDeferred()
-		return mono, nil
-	}
-	return sh.takeHere(ctx, sp, h, wall, mono, lease, timeout, wait, ctxBounds)
-}
-
-// takeHere ends acquireRouted in h's own shard sh as Acquire does, entered with sh's mutex held and
-// returning with every mutex released; but an owner's request that must wait, in a column family
-// with a range space sp, waits in the home shard, key and all: an owner's request there passes a
-// request that waits for it (rangepass.go), also through the waits of other owners, and those it
-// must see.
-func (sh *shard) takeHere(ctx context.Context, sp *rangeSpace, h *Claim, wall int64, mono, lease, timeout time.Duration,
-	wait, ctxBounds bool) (time.Duration, error) {
-	e := sh.lookup(h)
-	if e != nil && e.holder != nil && sh.settleHolders(e, h, h.ten, mono) {
-		e = sh.lookup(h)
-	}
-	if e == nil {
-		e = sh.newEntry(h.hash)
-		sh.grant(e, h, wall, mono, lease, false)
-		sh.index.insert(e)
-		if sp != nil {
-			sh.noteEntry(e)
-		}
-		sh.unlockAndRunDeferred()
-		return mono, nil
-	}
-	if sp != nil && h.owner != nil && wait && !e.admits(h, h.ten, mono) {
-		return h.acquireBrought(ctx, sh, sp, h.hash, true, wall, mono, lease, timeout, wait, ctxBounds)
-	}
-	return sh.takeBusy(ctx, e, h, wall, mono, lease, timeout, wait, ctxBounds)
-}
-
-// acquireBrought is acquireRouted of a key a span of sp's cover covers, or with owned of an
-// owner's request that must wait for a key, entered with the mutex of the key's own shard sh held
-// and returning with every mutex released. With both
-// mutexes held it reads the cover again: a live span (or owned) brings the key's entry into the
-// home shard now if a range request has not yet; a retiring one only means the entry may still be
-// there.
-func (h *Claim) acquireBrought(ctx context.Context, sh *shard, sp *rangeSpace, hash uint64, owned bool, wall int64,
-	mono, lease, timeout time.Duration, wait, ctxBounds bool) (time.Duration, error) {
-	home := sp.home
-	sh.mu.Unlock()
-	lockPair(sh, home)
-	at := routed(hash, sp.homeIdx)
-	cv := sp.cover.Load() // changed only under the home shard's mutex
-	live := cv.live.Covers(h.key())
-	switch {
-	case live || owned:
-		if e := sh.index.find(hash, h.cf, h.key()); e != nil {
-			if rk := sh.moveEntry(home, e, sp); !live {
-				sp.orphanBrought(rk)
-			}
-		}
-	case home.index.find(at, h.cf, h.key()) == nil:
-		home.unlockAndRunDeferred()
-		h.hash = hash
-		return sh.takeHere(ctx, sp, h, wall, mono, lease, timeout, wait, ctxBounds)
-	}
-	sh.unlockAndRunDeferred()
-	h.hash = at
-	return home.takeInRanges(ctx, sp, h, wall, mono, lease, timeout, wait, ctxBounds)
-}
-
-// takeInRanges ends acquireBrought in the home shard sh, entered with sh's mutex held and
-// returning with every mutex released: h's key waits for the ranges over it as well as for its
-// holders (rangegrant.go).
-func (sh *shard) takeInRanges(ctx context.Context, sp *rangeSpace, h *Claim, wall int64, mono, lease, timeout time.Duration,
-	wait, ctxBounds bool) (time.Duration, error) {
-	c := h.ten
-	if e := sh.lookup(h); e != nil && e.holder != nil {
-		sh.settleHolders(e, h, c, mono)
-	}
-	blocked := sp.keyBlocked(sh, h, newest, true, c, mono)
-	e := sh.lookup(h) // settling lapsed holders or ranges may have changed or removed the entry
-	if e == nil && !sp.cover.Load().live.Covers(h.key()) {
-		// The key left the home shard, and no live span brings it back: its own shard takes it,
-		// which needs that shard's mutex first.
-		sh.unlockAndRunDeferred()
-		return h.acquireRouted(ctx, lease, timeout, wait, ctxBounds)
-	}
-	admitted, before := true, (*waiter)(nil)
-	if e != nil {
-		admitted, before = sp.placeNewcomer(e, h, c, mono)
-	}
-	switch {
-	case (blocked || !admitted) && !wait:
-		sh.unlockAndRunDeferred()
-		return 0, ErrLocked
-	case blocked || !admitted:
-		if e == nil {
-			e = sh.newRangedEntry(sp, h)
-		}
-		return mono, sh.waitBefore(ctx, e, h, before, lease, waitDeadline(ctx, mono, timeout, ctxBounds), mono)
-	case e != nil:
-		sh.grantKey(e, h, wall, mono, lease, e.head != nil || e.rangeWaitsOver())
-	default:
-		e = sh.newRangedEntry(sp, h)
-		// A range request it passed (rangepass.go) waits for it, and must see its lease end.
-		sh.grantKey(e, h, wall, mono, lease, e.rangeWaitsOver())
-	}
-	sh.unlockAndRunDeferred()
-	return mono, nil
 }
 
 // lockPair takes the mutexes of sh, a key shard, and home, a home shard: a key shard's first,
@@ -264,15 +102,15 @@ var yieldMutexes = runtime.Gosched
 
 // bringOwnerWaits readies sp, just made, in every key shard, taking the mutexes itself (it is
 // entered with none held): it notes the entries of column family cf made before (noteEntry), and
-// brings into the home shard those for which an
-// owner's request waits, as takeHere does for a request that waits once the space is made. It
-// reads a shard's entries from a copy of its index slots, taken under one hold of its mutex (a
-// copy of the slots, not a look at each entry): between two holds, a removal shifts entries back
-// in their probe run and a resize moves every one, so a walk of the live slots in batches could
-// pass an entry by, and a range request would then miss it. An entry made after the copy is noted
-// as it is made, since sp is in the table's map already (noteEntry). One hold of a shard's mutex
-// then looks at broughtScan entries of the copy at most, each checked against the index, and
-// brings in broughtBatch entries at most.
+// brings into the home shard those for which an owner's request waits, as Acquire does for a
+// request that waits once the space is made (takeBusyLocked). It reads a shard's entries from a
+// copy of its index slots, taken under one hold of its mutex (a copy of the slots, not a look at
+// each entry): between two holds, a removal shifts entries back in their probe run and a resize
+// moves every one, so a walk of the live slots in batches could pass an entry by, and a range
+// request would then miss it. An entry made after the copy is noted as it is made, since sp is in
+// the table's map already (noteEntry). One hold of a shard's mutex then looks at broughtScan
+// entries of the copy at most, each checked against the index, and brings in broughtBatch entries
+// at most.
 func (sp *rangeSpace) bringOwnerWaits(t *Table, cf uint32) {
 	home := sp.home
 	var before, batch []*keyEntry

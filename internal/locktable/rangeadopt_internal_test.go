@@ -333,8 +333,9 @@ func TestRangeLockAmongHeldKeysCostsLogN(t *testing.T) {
 // A key request that read the cover before a range request published its span, in a shard where
 // nothing was noted yet, is not passed by that range request: the range request waits for the
 // shard's mutex, finds the key the request made, and does not take its range over it. The key
-// request's steps are those of acquireRouted, taken one at a time with the shard's mutex held
-// between them, so that the range request runs exactly between the read and the entry.
+// request is Acquire, stopped inside its read of the cover (coverRead), with its shard's mutex
+// held, while the range request runs; a shared key under an exclusive range here, the other mode
+// of TestKeyRequestBetweenCoverReadAndEntryHoldsOffARange's.
 func TestRangeRequestWaitsForAKeyRequestThatReadTheCover(t *testing.T) {
 	tab := newTestTable(t)
 	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
@@ -344,31 +345,31 @@ func TestRangeRequestWaitsForAKeyRequestThatReadTheCover(t *testing.T) {
 	sp := tab.spaceOf(0)
 
 	key := []byte("k1")
-	hash := tab.hash(0, key)
-	sh := tab.shard(hash)
+	sh := tab.shard(tab.hash(0, key))
 	require.False(t, sh.order.noted.Load(), "the key's shard has had nothing noted")
-	h := l.newClaim(key, testOptions{}, nil)
-	h.setAskedLease(defaultLease)
-	wall, mono := ReadClock(l.ten.clock)
-	sh.mu.Lock()
-	require.False(t, sh.routesHome(sp, key), "no span covers the key yet")
-
+	h := l.newClaim(key, testOptions{Shared: true}, nil)
 	ranged := make(chan error, 1)
-	go func() {
-		r, err := l.TryLockRange("k", "l", testOptions{Shared: true})
-		if err == nil {
-			r.Release()
-		}
-		ranged <- err
-	}()
-	if !testutil.NotReturned(ranged) {
-		sh.mu.Unlock()
+	covered, passed := true, false
+	coverRead = func() {
+		coverRead = nil
+		covered = sp.cover.Load().live.Covers(key)
+		go func() {
+			r, err := l.TryLockRange("k", "l", testOptions{})
+			if err == nil {
+				r.Release()
+			}
+			ranged <- err
+		}()
+		passed = !testutil.NotReturned(ranged)
+	}
+	t.Cleanup(func() { coverRead = nil })
+	_, err = h.Acquire(context.Background(), defaultLease, defaultTimeout, false, false)
+	require.False(t, covered, "no span covers the key yet")
+	if passed {
 		t.Fatal("the range request passed the shard of a key request that had read the cover: the key it makes is missed")
 	}
-	h.hash = hash
-	_, err = sh.takeHere(context.Background(), sp, h, wall, mono, defaultLease, defaultTimeout, false, false)
 	require.NoError(t, err, "the key request, granted once the cover was read")
-	require.ErrorIs(t, testutil.Await(t, ranged, "the range request"), ErrLocked, "the range over a key held exclusively")
+	require.ErrorIs(t, testutil.Await(t, ranged, "the range request"), ErrLocked, "the exclusive range over a key held shared")
 	require.True(t, h.Release())
 	assert.True(t, ProbeTableEmpty(l))
 }

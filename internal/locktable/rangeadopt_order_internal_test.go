@@ -34,7 +34,7 @@ func keyInShard(tab *Table, prefix string, shard int, in bool) []byte {
 // A key request in a shard where nothing was noted yet, between its read of the cover and the
 // entry it makes, holds off a range request over its key that publishes its span then: the range
 // request finds the shard noted and waits for its mutex. The key request goes through Lock's own
-// path (acquireRouted, routesHome); the range request runs inside its read of the cover.
+// path (Acquire, routesHome); the range request runs inside its read of the cover.
 func TestKeyRequestBetweenCoverReadAndEntryHoldsOffARange(t *testing.T) {
 	tab := newTestTable(t)
 	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
