@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -50,32 +51,28 @@ func (m *modelRun) settle(rt *rapid.T) {
 	clear(m.ended)
 	// Requests the model still queues may have failed only as deadlock victims. A victim need not
 	// be the newest request (a wait checked again can close the cycle, and which of the waits
-	// checked finds it first is up to the goroutines), and its leaving can grant requests behind
-	// it: those are matched once the model has taken the victims out and served them.
+	// checked finds it first is up to the goroutines), its leaving can close another cycle
+	// (takeVictims), and it can grant requests behind it: those are matched once the model has
+	// taken the victims out and served them.
 	m.victims = m.victims[:0]
 	var early []*mReq
 	for _, r := range m.queue {
 		if !r.hasReturned() {
 			continue
 		}
-		var dl *DeadlockError
-		if !errors.As(r.result(), &dl) {
+		if !errors.As(r.result(), new(*DeadlockError)) {
 			early = append(early, r)
 			continue
 		}
-		m.checkNamesCycle(rt, r, dl)
-		modelDeadlocks.Add(1)
-		m.deadlocks++
 		m.victims = append(m.victims, r)
 	}
 	if len(m.victims) == 0 && len(early) > 0 {
 		rt.Fatalf("%v ended with %v while the model queues it: %s", early[0], early[0].result(), m.describe())
 	}
-	for _, r := range m.victims {
-		m.dequeue(rt, r, nil)
-		delete(m.ended, r)
-	}
 	if len(m.victims) > 0 {
+		m.takeVictims(rt)
+		modelDeadlocks.Add(int64(len(m.victims)))
+		m.deadlocks += len(m.victims)
 		m.settle(rt) // serving the victims' locks may grant requests
 		return
 	}
@@ -171,22 +168,84 @@ func (m *modelRun) compare(rt *rapid.T) {
 	m.compareRanges(rt)
 }
 
-// checkNamesCycle requires dl, the error of victim r, to name a cycle of the model's state: it
-// starts with r, each step names a waiting owner and the key or range start it waits for, and
-// each owner waits for the next, the last for the first.
-func (m *modelRun) checkNamesCycle(rt *rapid.T, r *mReq, dl *DeadlockError) {
+// takeVictims takes m.victims out of the model, each named by its DeadlockError, in an order in
+// which each names a cycle of the state that those before it left. One victim's leaving can end
+// the passes of the requests that passed others through its wait, and their new edges can close
+// a cycle that was not there before it left (docs/DESIGN.md §17.3): the table checks those waits
+// again once the victim is gone and fails the next victim then, and the model serves the queue
+// after each victim as the table does. It fails if no order of the victims does so.
+func (m *modelRun) takeVictims(rt *rapid.T) {
+	first := ""
+	var take func(left []*mReq) bool
+	take = func(left []*mReq) bool {
+		if len(left) == 0 {
+			return true
+		}
+		for i, r := range left {
+			var dl *DeadlockError
+			errors.As(r.result(), &dl)
+			if why := m.namesCycle(r, dl); why != "" {
+				if first == "" {
+					first = why
+				}
+				continue
+			}
+			s := m.save()
+			m.dequeue(rt, r, nil)
+			delete(m.ended, r)
+			if take(slices.Delete(slices.Clone(left), i, i+1)) {
+				return true
+			}
+			m.restore(s)
+		}
+		return false
+	}
+	if !take(m.victims) {
+		rt.Fatalf("%s", first)
+	}
+}
+
+// modelState is what serving the queue changes in the model, saved to try another order of
+// taking victims out (takeVictims).
+type modelState struct {
+	holds  []*mHold
+	shared []bool // of each of holds: an upgrade granted makes its claim exclusive
+	queue  []*mReq
+	ended  map[*mReq]error
+}
+
+func (m *modelRun) save() modelState {
+	s := modelState{holds: slices.Clone(m.holds), queue: slices.Clone(m.queue), ended: maps.Clone(m.ended)}
+	for _, h := range m.holds {
+		s.shared = append(s.shared, h.shared)
+	}
+	return s
+}
+
+func (m *modelRun) restore(s modelState) {
+	m.holds, m.queue, m.ended = s.holds, s.queue, s.ended
+	for i, h := range m.holds {
+		h.shared = s.shared[i]
+	}
+}
+
+// namesCycle returns why dl, the error of victim r, does not name a cycle of the model's state,
+// or "": the cycle starts with r, each step names a waiting owner and the key or range start it
+// waits for, and each owner waits for the next, the last for the first.
+func (m *modelRun) namesCycle(r *mReq, dl *DeadlockError) string {
 	if len(dl.Cycle) == 0 || dl.Cycle[0].Owner != Owner(m.owners[r.owner]) {
-		rt.Fatalf("the deadlock of %v names %v", r, dl.Cycle)
+		return fmt.Sprintf("the deadlock of %v names %v", r, dl.Cycle)
 	}
 	for i, w := range dl.Cycle {
 		o := slices.Index(m.owners[:], w.Owner.(*modelOwner))
 		q := m.request(o)
 		if q == nil || !bytes.Equal(spanOf(q.target).start, w.Key) {
-			rt.Fatalf("the deadlock of %v names o%d waiting for %q, which it does not (%s): %s", r, o, w.Key, describeCycle(dl), m.describe())
+			return fmt.Sprintf("the deadlock of %v names o%d waiting for %q, which it does not (%s): %s", r, o, w.Key, describeCycle(dl), m.describe())
 		}
 		next := dl.Cycle[(i+1)%len(dl.Cycle)].Owner.(*modelOwner)
 		if !slices.Contains(m.waits(q), slices.Index(m.owners[:], next)) {
-			rt.Fatalf("the deadlock of %v names o%d waiting for %s, which it does not (%s): %s", r, o, next.name, describeCycle(dl), m.describe())
+			return fmt.Sprintf("the deadlock of %v names o%d waiting for %s, which it does not (%s): %s", r, o, next.name, describeCycle(dl), m.describe())
 		}
 	}
+	return ""
 }

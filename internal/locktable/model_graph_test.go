@@ -18,8 +18,9 @@ import (
 // r that conflicts with it, and, through each such request, everything that request waits on in
 // turn, since it is served before r, but for the requests r passes (model_rules_test.go). A holder
 // of no owner ends a path (its lease or a timeout settles it); a request of no owner passes its
-// waits on. o itself is listed when r waits through
-// another request on one of o's own locks.
+// waits on. o itself is listed when r waits through another request on one of o's own locks, or
+// on r itself, ahead of a request of no owner in its key's queue where a pass that ended placed it
+// (docs/DESIGN.md §17.3).
 func (m *modelRun) waitsOn(r *mReq) []int {
 	var out []int
 	seen := map[*mReq]bool{}

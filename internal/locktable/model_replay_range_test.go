@@ -390,3 +390,28 @@ func TestModelOwnerAsksAtTheStartOfItsRange(t *testing.T) {
 		m.lock(rt, 3, tA, false, true, replayLease, replayTimeout)
 	})
 }
+
+// One victim's leaving can end the passes of another owner's request and so close a cycle that
+// was not there while it waited (docs/DESIGN.md §17.3), which the table finds when it checks that
+// wait again: o3 holds c and o1 holds b; an exclusive c of no owner queues behind o3's, an
+// exclusive [c,∞) of no owner behind it, and o1's shared c behind both. o3's shared range over
+// every key waits for o1's b, below c: o1's request passes both requests of no owner, which wait
+// for o3's c, and is moved ahead of the one for c in c's queue, and o3's request closes
+// o3 → o1 → o3 and fails (o1's wait, checked again as o1's request moves, finds no cycle before
+// o3's request enters the graph, and that one finds it as it enters). Then o1's passes end: its
+// request waits for the range again, which waits for the request for c, now behind o1's own in
+// c's queue, and o1 → o1 fails too, a cycle only once o3's request has left. The model checks
+// each victim's cycle on the state that those before it left.
+func TestModelVictimLeavingClosesAnotherCycle(t *testing.T) {
+	replay(t, 2, func(rt *rapid.T, m *modelRun) {
+		m.lock(rt, 3, tC, false, true, replayLease, replayTimeout)
+		m.lock(rt, 1, tB, false, true, replayLease, replayTimeout)
+		m.lock(rt, 0, tC, false, true, replayLease, replayTimeout)
+		m.lock(rt, 0, tCUp, false, true, replayLease, replayTimeout)
+		m.lock(rt, 1, tC, true, true, replayLease, replayTimeout)
+		m.lock(rt, 3, tAll, true, true, replayLease, replayTimeout)
+		if m.request(1) != nil || m.request(3) != nil {
+			rt.Fatalf("o1 and o3 still wait: %s", m.describe())
+		}
+	})
+}
