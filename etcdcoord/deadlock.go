@@ -3,6 +3,8 @@ package etcdcoord
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -170,7 +172,8 @@ func (c *Coordinator) buildGraphLocked() *graph {
 			g.askers[w.Record] = x
 		}
 	}
-	for k, h := range v.holdings {
+	for _, k := range slices.Sorted(maps.Keys(v.holdings)) { // in order: every search alike
+		h := v.holdings[k]
 		g.holders[h.Record] = append(g.holders[h.Record], k)
 		for _, e := range h.Holders {
 			for _, p := range e.Paths {

@@ -69,6 +69,9 @@ type simWorld struct {
 	leaderless bool
 	// tearingDown: teardown answers every request left and delivers every event at once
 	tearingDown bool
+	txns        []*simTxn // the live Txns (simsteps_test.go), in the order begun
+	begun       int       // how many Txns began: the next one's name
+	deadlocks   simDeadlocks
 
 	ops      sync.WaitGroup // the goroutines of locks and fences
 	activity atomic.Int64
@@ -128,6 +131,7 @@ type simHold struct {
 	// longer holds other nodes off, even if a refresh sent before then answers later.
 	untrusted bool
 	endFence  chan struct{} // not nil while a Fence runs
+	txn       *simTxn       // the Txn that took it, nil for a plain Lock
 }
 
 func newSimWorld(t testing.TB, seed int64) *simWorld {
@@ -281,6 +285,15 @@ func (w *simWorld) teardown() {
 			w.clock.Advance(time.Second) // lock waits run out
 		}
 	}
+	w.mu.Lock()
+	txns := slices.Clone(w.txns) // each idle: every Lock has returned
+	for _, t := range txns {
+		w.endTxnLocked(t)
+	}
+	w.mu.Unlock()
+	for _, t := range txns {
+		t.txn.Rollback()
+	}
 	for _, n := range w.nodes {
 		for _, h := range n.holds {
 			h.h.Release()
@@ -356,17 +369,20 @@ func simLogger() *slog.Logger {
 
 // simMoveSeeds is how many seeds, from the first, TestSimulationMakesEveryMove may run before
 // every move has been made.
-const simMoveSeeds = 40
+const simMoveSeeds = 60
 
 // TestSimulationMakesEveryMove runs seeds from 1, under the oracle, until they have made between
 // them each move of the protocol that involves several nodes' delegations of a record: readers
 // on two nodes at once, an exclusive delegation turned shared for a reader elsewhere, a node's
-// shared delegation turned exclusive, and a writer's recall of several readers' nodes.
+// shared delegation turned exclusive, and a writer's recall of several readers' nodes; and the
+// moves of deadlock detection: a Txn that locked its whole plan, and a Txn's Lock failed with
+// ErrDeadlock as the victim of a cycle across nodes.
 // It fails if simMoveSeeds seeds have not: the mix would leave the rules of that move unchecked.
 func TestSimulationMakesEveryMove(t *testing.T) {
 	var counts simCounts
 	made := func() bool {
-		return counts.crossShared > 0 && counts.downConversions > 0 && counts.upgrades > 0 && counts.writerRecalls > 0
+		return counts.crossShared > 0 && counts.downConversions > 0 && counts.upgrades > 0 && counts.writerRecalls > 0 &&
+			counts.txnsLocked > 0 && counts.victims > 0
 	}
 	seed := int64(1)
 	for ; seed <= simMoveSeeds && !made(); seed++ {

@@ -135,7 +135,9 @@ func describe(ops []op) string {
 			parts = append(parts, "put "+simName(o.key))
 		case opDelete:
 			if strings.HasPrefix(o.key, DefaultPrefix+"h/") {
-				continue // deadlock detection's bookkeeping: no schedule drives it
+				// Every hand-back deletes the node's holders of the record too: left out, so that
+				// the hand-backs read (and the schedules find them) as the protocol's moves.
+				continue
 			}
 			parts = append(parts, "del "+simName(o.key))
 		case opTxn:
@@ -146,10 +148,27 @@ func describe(ops []op) string {
 }
 
 // simName is a coordinator key as "x/default/k0" (exclusive delegation), "s/default/k0/2"
-// (shared delegation on lease 2) or "r/default/k0" (recall), "n/n0" for a name.
+// (shared delegation on lease 2) or "r/default/k0" (recall), "n/n0" for a name, and for
+// deadlock detection "w/n0/3" (a cross wait of n0's Txn 3) or "h/default/k0/n1" (n1's holders).
 func simName(key string) string {
 	rest := strings.TrimPrefix(key, DefaultPrefix)
 	if len(rest) < 2 {
+		return key
+	}
+	switch {
+	case strings.HasPrefix(rest, "w/"):
+		if node, txn, ok := strings.Cut(rest[2:], "/"); ok {
+			if raw, err := base64.RawURLEncoding.DecodeString(node); err == nil {
+				return "w/" + string(raw) + "/" + txn
+			}
+		}
+		return key
+	case strings.HasPrefix(rest, "h/"):
+		i := strings.LastIndexByte(rest, '/')
+		raw, err := base64.RawURLEncoding.DecodeString(rest[i+1:])
+		if cf, k, ok := decodeID(rest[2:i]); ok && err == nil {
+			return "h/" + cf + "/" + k + "/" + string(raw)
+		}
 		return key
 	}
 	id, lease := rest[2:], ""

@@ -151,6 +151,7 @@ func (w *simWorld) check() {
 		}
 		n.c.mu.Unlock()
 	}
+	w.checkDeadlocksLocked()
 	for _, n := range w.nodes { // handles whose lease ended, with no commit running, are done
 		held := n.holds[:0]
 		for _, h := range n.holds {
