@@ -46,10 +46,12 @@ func (c *Coordinator) cold(ctx context.Context, a *ask, cw *crossWaiter, own *de
 	var wait *waitOps // cw's wait: put if the Txn finds the record held, deleted if it creates it
 	if cw != nil {
 		wait = &waitOps{del: deleteOp(cw.key)}
-		if !cw.sent { // published once: its ModRevision says when the wait began
+		// Published once on each lease: its ModRevision says when the wait began. A wait put on
+		// a lease that has ended went with it, and is put again on the new one.
+		if !cw.sent || cw.on != sess {
 			put := putOp(cw.key, value, sess.id)
 			wait.put = &put
-			cw.value = value
+			cw.value, cw.on = value, sess
 		}
 		cw.sent = true // the Txn may publish it
 	}

@@ -311,8 +311,9 @@ type crossWaiter struct {
 	cf     string
 	keyB   []byte
 	name   string
-	sent   bool   // its wait may be in etcd: delete it when the call ends
-	value  string // the value its wait is published with
+	sent   bool     // its wait may be in etcd: delete it when the call ends
+	value  string   // the value its wait is published with
+	on     *session // the lease its wait was put on
 	victim chan struct{}
 	err    error // the DeadlockError, once victim is closed
 }
@@ -369,11 +370,11 @@ func (c *Coordinator) victimErr(cw *crossWaiter) error {
 // publishWait puts cw's wait in etcd, for a wait that no cold Txn published.
 func (c *Coordinator) publishWait(ctx context.Context, cw *crossWaiter, value string, sess *session) {
 	c.mu.Lock()
-	if cw.sent {
+	if cw.sent && cw.on == sess { // a wait put on a lease that has ended went with it
 		c.mu.Unlock()
 		return
 	}
-	cw.sent, cw.value = true, value
+	cw.sent, cw.value, cw.on = true, value, sess
 	c.mu.Unlock()
 	_, _ = c.etcd.Txn(leader(ctx), txnReq{then: []op{putOp(cw.key, value, sess.id)}})
 	c.signalDetector()
