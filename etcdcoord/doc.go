@@ -144,7 +144,8 @@
 // applies alike; its node confirms the cycle in one Txn that compares the ModRevision of every
 // key the cycle was read from, and only then fails that wait. A wait that ends deletes its key
 // first (a wait that ran out, before its Lock returns), so a cycle that went away is never
-// confirmed, and a node that dies leaves nothing once its lease has expired.
+// confirmed, and a node that dies leaves nothing once its lease has expired. A wait whose lease
+// ended while it went on is put again on the node's new lease.
 //
 // Cost: a lock admitted from a delegation makes no request for detection. A Txn's lock that
 // finds the record held elsewhere publishes its wait in the Txn it sends anyway, and deletes it

@@ -26,10 +26,12 @@ import (
 //
 // A Lock past its node's table (the node's local key is its, and it waits in the coordinator)
 // surely waits for every Txn of another node that holds the record in a conflicting mode. It may
-// also wait for a Txn of another node whose Lock of the record asked first (its turn comes
-// first), and for a holder whose lease ended but whose handle is not released yet (the node may
-// not have let the admission go): those are the graph's maybe-edges. The sure edges are a
-// subgraph of the truth, the sure and the maybe edges together a supergraph.
+// also wait for a Txn of another node whose call's recall of the record is pending in etcd (its
+// turn comes first: the detector follows that edge too), and for a holder whose lease lapsed
+// while etcd's h/ key of its node still names it (a lapse changes no key of etcd until the
+// holder's node publishes its holders again, so a confirming Txn that lands just after it
+// cannot tell): those are the graph's maybe-edges. The sure edges are a subgraph of the truth,
+// the sure and the maybe edges together a supergraph.
 //
 // The checks:
 //
@@ -46,14 +48,18 @@ import (
 //	    that was present through such a tick, with no fault injected since (a request failed or
 //	    its reply lost, a watch broken or compacted, the leader lost: each may drop what a
 //	    detector sent, which it resends only at a later look), and that is still there when the
-//	    cluster is next quiet, fails the seed.
+//	    cluster is next quiet, fails the seed. Calm seeds (simMix.calm) inject no fault and
+//	    now and then drain etcd to a quiet cluster and tick there (drain), so that this check
+//	    gets to judge.
 //	(b) No victim without a cycle. A victim is chosen when its node's confirming Txn lands in
 //	    etcd: from that revision on its wait is gone, whatever else changes before the reply
 //	    reaches it. So the graph judged is the one of the last check before the step that
 //	    applied that Txn (the revision that deleted the victim's w/ key); nothing changes the
 //	    truth between that check and the answer. Its Txn must lie on a cycle of sure and maybe
 //	    edges through its Lock's wait. A Txn that its own table fails (a cycle within the node)
-//	    is judged at its Lock's return, with its wait still in the graph.
+//	    is judged at its Lock's return, with its wait still in the graph. A confirming Txn
+//	    that lands in teardown, which answers every request left at once while the clock runs
+//	    every wait out, has no check before it: only (c) judges its victim.
 //	(c) One victim per cycle: the cycle a victim's DeadlockError names never includes a Txn
 //	    that was the victim of an earlier cycle (each victim rolls back, so any later cycle
 //	    through it was read from stale keys).
@@ -401,10 +407,17 @@ func (w *simWorld) lockFailedLocked(t *simTxn, err error) {
 			t, err, simName(t.node.c.waitKey(t.id)))
 		return
 	}
+	snaps := w.deadlocks.snaps
+	if w.tearingDown && len(snaps) > 0 && v.rev > snaps[len(snaps)-1].rev {
+		// Teardown applies every request left at once, while the locks' goroutines run and the
+		// clock runs their waits out: no check saw the truth as this Txn landed.
+		w.checkOneVictimLocked(v, err)
+		return
+	}
 	var snap *simWaitSnap
-	for i := len(w.deadlocks.snaps) - 1; i >= 0 && snap == nil; i-- {
-		if w.deadlocks.snaps[i].rev < v.rev {
-			snap = &w.deadlocks.snaps[i]
+	for i := len(snaps) - 1; i >= 0 && snap == nil; i-- {
+		if snaps[i].rev < v.rev {
+			snap = &snaps[i]
 		}
 	}
 	if snap == nil || !snap.g.onCycle(t) {
