@@ -2,12 +2,15 @@ package etcdcoord
 
 import (
 	"bytes"
+	"cmp"
 	"flag"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"sync"
@@ -75,6 +78,10 @@ type simWorld struct {
 
 	ops      sync.WaitGroup // the goroutines of locks and fences
 	activity atomic.Int64
+	stacks   []byte // settle's, as large as the goroutines' stacks have needed
+	// allocated is how many bytes the process had allocated when the world last collected its
+	// garbage (collect)
+	allocated uint64
 }
 
 // simTokens are the highest tokens each node was admitted to a record with: of any admission,
@@ -124,6 +131,7 @@ type simHold struct {
 	rec      simRecord
 	shared   bool
 	asked    int64 // etcd's revision when its Lock was called
+	step     int   // the step that called its Lock
 	h        *recordlock.Handle
 	released bool // Release was called: a Fence still runs while the lease lasts
 	fencing  bool // inside Fence's commit
@@ -142,6 +150,16 @@ func newSimWorld(t testing.TB, seed int64) *simWorld {
 
 // newSimWorldMix is newSimWorld with the mix of steps given.
 func newSimWorldMix(t testing.TB, seed int64, rng *rand.Rand, mix simMix) *simWorld {
+	// One processor and no collection of garbage but the world's own (collect): the goroutines
+	// a step wakes then run one at a time, in the order they were woken, rather than on several
+	// processors at once in whatever order they meet, or in an order a collection under way
+	// changes (its workers and assists take turns on the processor). With settle's yields and
+	// simClock's timers one set after another, a seed's run replays alike.
+	procs, gc := runtime.GOMAXPROCS(1), debug.SetGCPercent(-1)
+	t.Cleanup(func() {
+		runtime.GOMAXPROCS(procs)
+		debug.SetGCPercent(gc)
+	})
 	w := &simWorld{t: t, seed: seed, rng: rng, mix: mix,
 		clock: recordlock.NewManualClock(time.Unix(1_700_000_000, 0)), tokens: map[simRecord]*simTokens{}}
 	w.etcd = newSimEtcd(w.clock)
@@ -149,7 +167,7 @@ func newSimWorldMix(t testing.TB, seed int64, rng *rand.Rand, mix simMix) *simWo
 	for i := range simNodes {
 		name := fmt.Sprintf("n%d", i)
 		db, cfs := tempdb.NewCF(t, simCF)
-		l, err := recordlock.New(db, recordlock.WithClock(w.clock))
+		l, err := recordlock.New(db, recordlock.WithClock(simClock{w}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,9 +183,9 @@ func newSimWorldMix(t testing.TB, seed int64, rng *rand.Rand, mix simMix) *simWo
 			n.amu.Unlock()
 			return ts
 		}
-		c, err := newCoordinator(w.etcd.client(name), name, WithClock(w.clock), WithTimestamp(stamp),
+		c, err := newCoordinator(w.etcd.client(name), name, WithClock(simClock{w}), WithTimestamp(stamp),
 			WithTTL(simTTL), WithSkew(simSkew), WithLinger(w.mix.linger), WithRequestTimeout(time.Minute),
-			WithLogger(simLogger()), retryClockOption{w.clock})
+			WithLogger(simLogger()), retryClockOption{simClock{w}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,19 +200,40 @@ func newSimWorldMix(t testing.TB, seed int64, rng *rand.Rand, mix simMix) *simWo
 	return w
 }
 
+// simClock is the nodes' clock: the world's ManualClock, except that each timer, as an Advance
+// runs them one after another, lets the nodes' goroutines run until every one is blocked
+// (settle) before the next runs. Timers that fall due in one Advance then wake their goroutines
+// one set after another, in the order the timers fall due, not all at once in whatever order
+// the runtime runs them.
+type simClock struct{ w *simWorld }
+
+func (c simClock) Now() time.Time      { return c.w.clock.Now() }
+func (c simClock) Mono() time.Duration { return c.w.clock.Mono() }
+
+func (c simClock) AfterFunc(d time.Duration, f func()) recordlock.Timer {
+	return c.w.clock.AfterFunc(d, func() {
+		f()
+		c.w.settle()
+	})
+}
+
 func simKey(i int) string { return fmt.Sprintf("k%d", i) }
 
 // settle lets the nodes' goroutines run until every goroutine but this one is blocked, twice in
 // a row with nothing done in between: each waits for the scheduler, a lock's wait or the clock.
+// It yields rather than sleeps: on the one processor the world runs on (newSimWorldMix), a
+// sleep's wake-up would cut into the order the runtime runs the others in.
 func (w *simWorld) settle() {
 	last, still := int64(-1), 0
-	buf := make([]byte, 1<<20)
+	if w.stacks == nil {
+		w.stacks = make([]byte, 1<<20)
+	}
 	for still < 2 {
-		time.Sleep(20 * time.Microsecond)
+		runtime.Gosched()
 		w.etcd.mu.Lock()
 		a := w.etcd.activity + w.activity.Load()
 		w.etcd.mu.Unlock()
-		if a == last && allBlocked(buf) {
+		if a == last && allBlocked(&w.stacks) {
 			still++
 		} else {
 			last, still = a, 0
@@ -202,12 +241,31 @@ func (w *simWorld) settle() {
 	}
 }
 
+// simCollectEvery is how many bytes the process allocates between the world's collections.
+const simCollectEvery = 64 << 20
+
+// collect collects the garbage, once the process has allocated simCollectEvery bytes since the
+// world last did, while every goroutine but this one is blocked (after settle): the world runs
+// with the collector off (newSimWorldMix).
+func (w *simWorld) collect() {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	if a := s[0].Value.Uint64(); a-w.allocated >= simCollectEvery {
+		runtime.GC()
+		w.allocated = a
+	}
+}
+
 // allBlocked reports whether every goroutine but the caller waits: none runs, is runnable or is
 // in a system call (RocksDB's calls are cgo calls).
-func allBlocked(buf []byte) bool {
-	n := runtime.Stack(buf, true)
+func allBlocked(buf *[]byte) bool {
+	n := runtime.Stack(*buf, true)
+	for n == len(*buf) { // cut short: some goroutines are not in it
+		*buf = make([]byte, 2*len(*buf))
+		n = runtime.Stack(*buf, true)
+	}
 	first := true
-	for line := range bytes.Lines(buf[:n]) {
+	for line := range bytes.Lines((*buf)[:n]) {
 		if !bytes.HasPrefix(line, []byte("goroutine ")) {
 			continue
 		}
@@ -249,6 +307,7 @@ func (w *simWorld) run(steps int) []string {
 		w.etcd.tick()
 		w.step()
 		w.settle()
+		w.collect()
 		w.check()
 		if len(w.failures) > 0 {
 			break
@@ -259,32 +318,50 @@ func (w *simWorld) run(steps int) []string {
 }
 
 // teardown ends every commit, answers everything, lets every lock return and closes the nodes.
+// Until every lock has returned it goes in rounds (round), each followed by a second of the
+// clock, so that what the oracle checks as the locks return replays alike; then etcd answers
+// everything at once, as the nodes close.
 func (w *simWorld) teardown() {
 	w.mu.Lock()
 	w.tearingDown = true
-	w.mu.Unlock()
-	w.etcd.setAuto()
-	w.mu.Lock()
 	w.leaderless = false
+	var ends []chan struct{}
 	for _, n := range w.nodes {
-		for _, h := range n.holds {
+		hs := slices.Clone(n.holds)
+		slices.SortStableFunc(hs, func(a, b *simHold) int { return cmp.Compare(a.step, b.step) })
+		for _, h := range hs {
 			if h.endFence != nil {
-				close(h.endFence)
+				ends = append(ends, h.endFence)
 				h.endFence = nil
 			}
 		}
 	}
 	w.mu.Unlock()
+	w.etcd.regainLeader()
+	for _, end := range ends {
+		close(end)
+		w.settle()
+	}
+	for { // the replies held back, in the order held
+		if _, late := w.etcd.pending(); late == 0 {
+			break
+		}
+		w.etcd.deliverLate(0)
+		w.settle()
+	}
 	done := make(chan struct{})
 	go func() { w.ops.Wait(); close(done) }()
-	for waiting := true; waiting; {
+	for returned := false; !returned; {
+		w.round(false)
 		select {
 		case <-done:
-			waiting = false
-		case <-time.After(time.Millisecond):
+			returned = true
+		default:
 			w.clock.Advance(time.Second) // lock waits run out
+			w.settle()
 		}
 	}
+	w.etcd.setAuto()
 	w.mu.Lock()
 	txns := slices.Clone(w.txns) // each idle: every Lock has returned
 	for _, t := range txns {
@@ -305,6 +382,13 @@ func (w *simWorld) teardown() {
 			w.t.Errorf("%s: Locker Close: %v", n.name, err)
 		}
 	}
+	w.mu.Lock()
+	for _, n := range w.nodes { // Lost stays 0 as the locks return and the nodes close too
+		n.c.mu.Lock()
+		n.checkLostLocked(w)
+		n.c.mu.Unlock()
+	}
+	w.mu.Unlock()
 }
 
 func (w *simWorld) report() string {

@@ -58,8 +58,9 @@ import (
 //	    truth between that check and the answer. Its Txn must lie on a cycle of sure and maybe
 //	    edges through its Lock's wait. A Txn that its own table fails (a cycle within the node)
 //	    is judged at its Lock's return, with its wait still in the graph. A confirming Txn
-//	    that lands in teardown, which answers every request left at once while the clock runs
-//	    every wait out, has no check before it: only (c) judges its victim.
+//	    that lands in teardown, which answers every request left and runs the clock until every
+//	    wait has run out with no look of the oracle between, has no check before it: only (c)
+//	    judges its victim.
 //	(c) One victim per cycle: the cycle a victim's DeadlockError names never includes a Txn
 //	    that was the victim of an earlier cycle (each victim rolls back, so any later cycle
 //	    through it was read from stale keys).
@@ -409,8 +410,8 @@ func (w *simWorld) lockFailedLocked(t *simTxn, err error) {
 	}
 	snaps := w.deadlocks.snaps
 	if w.tearingDown && len(snaps) > 0 && v.rev > snaps[len(snaps)-1].rev {
-		// Teardown applies every request left at once, while the locks' goroutines run and the
-		// clock runs their waits out: no check saw the truth as this Txn landed.
+		// Teardown answers every request left and runs the clock until the waits run out, with
+		// no check between: none saw the truth as this Txn landed.
 		w.checkOneVictimLocked(v, err)
 		return
 	}

@@ -46,12 +46,16 @@ func (w *simWorld) answerIfAsked(node, what string, applied, replied, late bool)
 	s := w.etcd
 	s.mu.Lock()
 	i := slices.IndexFunc(s.calls, func(c *simCall) bool { return c.node == node && strings.Contains(c.what, what) })
+	var answered string
+	if i >= 0 {
+		answered = s.answerLocked(s.calls[i], applied, replied, late)
+	}
 	s.mu.Unlock()
 	if i < 0 {
 		w.logf("  (no request of %s for %q)", node, what)
 		return false
 	}
-	w.logf("  etcd answers %s", s.answer(i, applied, replied, late))
+	w.logf("  etcd answers %s", answered)
 	return true
 }
 

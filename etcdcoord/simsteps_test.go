@@ -1,6 +1,7 @@
 package etcdcoord
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -84,6 +85,7 @@ func (w *simWorld) lockFor(n *simNode, rec simRecord, shared bool, lease, timeou
 		return
 	}
 	w.logf("%s locks %v shared %v lease %v timeout %v", n.name, rec, shared, lease, timeout)
+	step := len(w.steps) - 1
 	asked := w.etcd.revision()
 	cf := n.cf
 	if rec.cf == 0 {
@@ -98,12 +100,14 @@ func (w *simWorld) lockFor(n *simNode, rec simRecord, shared bool, lease, timeou
 		defer w.mu.Unlock()
 		n.locking--
 		if err == nil {
-			w.admittedLocked(n, &simHold{rec: rec, shared: shared, asked: asked, h: h}, outage)
+			w.admittedLocked(n, &simHold{rec: rec, shared: shared, asked: asked, step: step, h: h}, outage)
 		}
 	})
 }
 
-// pick returns a hold of n that ok accepts, chosen by the seed, or nil.
+// pick returns a hold of n that ok accepts, chosen by the seed, or nil. The seed's index is
+// into the holds in the order their Locks were asked: Locks a step admits at once hold in
+// whatever order the runtime runs them.
 func (w *simWorld) pick(n *simNode, ok func(h *simHold) bool) *simHold {
 	var hs []*simHold
 	for _, h := range n.holds {
@@ -114,6 +118,7 @@ func (w *simWorld) pick(n *simNode, ok func(h *simHold) bool) *simHold {
 	if len(hs) == 0 {
 		return nil
 	}
+	slices.SortStableFunc(hs, func(a, b *simHold) int { return cmp.Compare(a.step, b.step) })
 	return hs[w.rng.IntN(len(hs))]
 }
 
@@ -300,7 +305,10 @@ func (w *simWorld) loseLeader() {
 	w.outage++
 	w.deadlocks.fault = true
 	w.mu.Unlock()
-	w.etcd.loseLeader()
+	for _, fail := range w.etcd.loseLeader() {
+		fail()
+		w.settle()
+	}
 }
 
 func (w *simWorld) regainLeader() {
@@ -433,6 +441,7 @@ func (w *simWorld) txnLock(t *simTxn) {
 	}
 	w.mu.Unlock()
 	w.logf("%s's Txn %s locks %v lease %v timeout %v", t.node.name, t.name, l, lease, timeout)
+	step := len(w.steps) - 1
 	cf := t.node.cf
 	if l.rec.cf == 0 {
 		cf = nil
@@ -445,7 +454,7 @@ func (w *simWorld) txnLock(t *simTxn) {
 		w.mu.Lock()
 		if err == nil {
 			t.locking = false
-			hold := &simHold{rec: l.rec, shared: l.shared, asked: asked, h: h, txn: t}
+			hold := &simHold{rec: l.rec, shared: l.shared, asked: asked, step: step, h: h, txn: t}
 			t.holds = append(t.holds, hold)
 			if t.next++; t.next == len(t.plan) {
 				w.history.counts.txnsLocked++
@@ -492,10 +501,10 @@ func (w *simWorld) endTxnLocked(t *simTxn) {
 	}
 }
 
-// drain has etcd answer every request as asked, in the order sent, and every watch deliver what
-// it has, again as the nodes send more, until the cluster is quiet (simdeadlock_test.go), or
-// for 50 rounds. Once quiet, the deadlock oracle looks, and the clock ticks by 20 ms: the quiet
-// ticks by which the oracle measures a cycle's life.
+// drain has etcd answer every request as asked and every watch deliver what it has, in rounds
+// (round), until the cluster is quiet (simdeadlock_test.go), or for 50 rounds. Once quiet, the
+// deadlock oracle looks, and the clock ticks by 20 ms: the quiet ticks by which the oracle
+// measures a cycle's life.
 func (w *simWorld) drain() {
 	w.logf("etcd answers everything and every watch catches up")
 	for range 50 {
@@ -512,17 +521,27 @@ func (w *simWorld) drain() {
 			w.etcd.expire()
 			return
 		}
-		for {
-			if n, _ := w.etcd.pending(); n == 0 {
-				break
+		w.round(true)
+	}
+}
+
+// round has etcd answer every request queued as asked, one at a time in callOrderLocked's order,
+// and then every watch deliver what it has, one at a time, the nodes' goroutines settling after
+// each. A request sent during the round waits for the next, so that a node that asks again at
+// once does not keep the others waiting. log: each answer goes in the steps' log.
+func (w *simWorld) round(log bool) {
+	for _, c := range w.etcd.queued() {
+		if what, ok := w.etcd.answerIfQueued(c); ok {
+			if log {
+				w.logf("  etcd answers %s", what)
 			}
-			w.logf("  etcd answers %s", w.etcd.answer(0, true, true, false))
+			w.settle()
 		}
-		for _, st := range w.etcd.openStreams() {
-			w.etcd.hold(st, 0)
-			w.etcd.deliver(st, 1<<20)
-			w.etcd.deliver(st, 1<<20) // a created notice first, then the events
-		}
+	}
+	for _, st := range w.etcd.openStreams() {
+		w.etcd.hold(st, 0)
+		w.etcd.deliver(st, 1<<20)
+		w.etcd.deliver(st, 1<<20) // a created notice first, then the events
 		w.settle()
 	}
 }
