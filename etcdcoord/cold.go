@@ -36,6 +36,12 @@ func (c *Coordinator) cold(ctx context.Context, a *ask, cw *crossWaiter, own *de
 	}
 	asked := c.recallValue(a, sess)
 	c.mu.Lock()
+	if own != nil && (c.delegs[a.k] != own || !own.shared) {
+		// The watch ended own, or switched it to the exclusive key an earlier Txn of this node
+		// put, while the call refreshed the lease: look again rather than turn a key into itself.
+		c.mu.Unlock()
+		return coldResult{}, nil
+	}
 	c.liveAsks[asked] = true
 	ownKey, ownToken := "", uint64(0)
 	if own != nil {
@@ -62,9 +68,6 @@ func (c *Coordinator) cold(ctx context.Context, a *ask, cw *crossWaiter, own *de
 	defer c.createdOrNotLocked(a.k)
 	if cw != nil && err == nil && resp.Succeeded {
 		cw.sent = false // it created the record, and deleted its wait
-	}
-	if own != nil && own.next == target && err == nil && !resp.Succeeded {
-		own.next = "" // the Txn did not land; one whose outcome is unknown may have
 	}
 	return c.coldOutcomeLocked(ctx, a, own, sess, target, resp, err, req, minted)
 }

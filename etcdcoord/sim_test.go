@@ -324,6 +324,7 @@ func (w *simWorld) run(steps int) []string {
 func (w *simWorld) teardown() {
 	w.mu.Lock()
 	w.tearingDown = true
+	failed := len(w.failures) > 0
 	w.leaderless = false
 	var ends []chan struct{}
 	for _, n := range w.nodes {
@@ -384,9 +385,11 @@ func (w *simWorld) teardown() {
 	}
 	w.mu.Lock()
 	for _, n := range w.nodes { // Lost stays 0 as the locks return and the nodes close too
-		n.c.mu.Lock()
-		n.checkLostLocked(w)
-		n.c.mu.Unlock()
+		if !failed {
+			n.c.mu.Lock()
+			n.checkLostLocked(w)
+			n.c.mu.Unlock()
+		}
 	}
 	w.mu.Unlock()
 }

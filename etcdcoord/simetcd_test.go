@@ -332,8 +332,14 @@ func cmpInt(a, b int64) int {
 	return 0
 }
 
-// txn runs a Txn: every put's lease must exist, and all its writes share one revision.
+// txn runs a Txn: no branch may write a key twice, every put's lease must exist, and all its
+// writes share one revision.
 func (s *simEtcd) txn(t txnReq) (*clientv3.TxnResponse, error) {
+	for _, ops := range [][]op{t.then, t.els} {
+		if _, _, dup := duplicateKey(ops); dup {
+			return nil, rpctypes.ErrDuplicateKey
+		}
+	}
 	if err := s.checkLeases(t); err != nil {
 		return nil, err
 	}
@@ -344,6 +350,56 @@ func (s *simEtcd) txn(t txnReq) (*clientv3.TxnResponse, error) {
 	}
 	resp.Header = s.header()
 	return (*clientv3.TxnResponse)(resp), nil
+}
+
+// duplicateKey reports whether ops write a key twice, as etcd checks a Txn's branch before it
+// runs it (checkIntervals in its server): a key put twice, or put and deleted, at this level or
+// by a nested Txn, whose branches may put one key between them. It returns the keys ops put and
+// delete, nested Txns' included.
+func duplicateKey(ops []op) (puts, dels map[string]bool, dup bool) {
+	puts, dels = map[string]bool{}, map[string]bool{}
+	for _, o := range ops {
+		if o.kind == opDelete {
+			dels[o.key] = true
+		}
+	}
+	for _, o := range ops {
+		if o.kind != opTxn {
+			continue
+		}
+		putsThen, delsThen, dup := duplicateKey(o.txn.then)
+		if dup {
+			return nil, nil, true
+		}
+		putsElse, delsElse, dup := duplicateKey(o.txn.els)
+		if dup {
+			return nil, nil, true
+		}
+		for k := range putsThen {
+			if puts[k] || dels[k] {
+				return nil, nil, true
+			}
+			puts[k] = true
+		}
+		for k := range putsElse {
+			if puts[k] && !putsThen[k] || dels[k] {
+				return nil, nil, true
+			}
+			puts[k] = true
+		}
+		maps.Copy(dels, delsThen)
+		maps.Copy(dels, delsElse)
+	}
+	for _, o := range ops {
+		if o.kind != opPut {
+			continue
+		}
+		if puts[o.key] || dels[o.key] {
+			return nil, nil, true
+		}
+		puts[o.key] = true
+	}
+	return puts, dels, false
 }
 
 func (s *simEtcd) checkLeases(t txnReq) error { return s.checkPathLeases(t, s.path(t)) }

@@ -289,6 +289,36 @@ var simSchedules = map[string]func(w *simWorld){
 				w.expectHeld(n0, rec(0, "k0"), false, "a node's writer turns its shared delegation exclusive once the other node's reader has handed back")
 			})
 	},
+	// A writer's Txn that turns its node's shared delegation exclusive lands, its reply lost, and
+	// the next writer's Txn for the same change fails on it, the watch held back: when the watch
+	// reports the first Txn, the node's delegation becomes the exclusive key rather than lost; and
+	// the writer, which was refreshing the lease meanwhile, is admitted from it rather than turn
+	// it exclusive again.
+	"upgrade-landed-with-its-reply-lost": func(w *simWorld) {
+		n0 := w.nodes[0]
+		_ = w.at("n0 locks cf0/k0 shared", func() { w.lockFor(n0, rec(0, "k0"), true, 300*time.Millisecond, 6*time.Second) }) &&
+			w.at("etcd creates n0's shared delegation", func() { w.answerWhere("n0", "put "+s00, true, true, false) }) &&
+			w.at("n0's watch reports it", func() { w.catchUp("n0") }) &&
+			w.at("n0 releases its reader", func() { w.releaseOf(n0, of(rec(0, "k0")), false) }) &&
+			w.at("n0's watch is held back", func() { w.holdWatch("n0") }) &&
+			w.at("n0 locks cf0/k0", func() { w.lockFor(n0, rec(0, "k0"), false, time.Second, 2*time.Second) }) &&
+			w.at("etcd turns n0's delegation exclusive, and the reply is lost: the lock fails", func() {
+				w.answerWhere("n0", "del "+s00+"/1 put "+x00, true, false, false)
+			}) &&
+			w.at("n0 locks cf0/k0 again", func() { w.lockFor(n0, rec(0, "k0"), false, 3500*time.Millisecond, 6*time.Second) }) &&
+			w.at("clock +600ms: the lock's next try must refresh n0's lease first", func() { w.advance(600 * time.Millisecond) }) &&
+			w.at("etcd answers the second Txn: it fails, the first having landed", func() {
+				w.answerWhere("n0", "del "+s00+"/1 put "+x00, true, true, false)
+			}) &&
+			w.at("n0's watch reports the first Txn", func() { w.catchUp("n0") }) &&
+			w.at("etcd refreshes n0's lease", func() { w.answerWhere("n0", "keepalive", true, true, false) }) &&
+			w.at("etcd answers a Txn of n0 that turns its exclusive key into itself, if n0 sends one", func() {
+				w.answerIfAsked("n0", "del "+x00+" put "+x00, true, true, false)
+			}) &&
+			w.at("n0 holds cf0/k0", func() {
+				w.expectHeld(n0, rec(0, "k0"), false, "the writer is admitted from the exclusive key its node's first Txn put")
+			})
+	},
 	// A writer recalls two readers' nodes: neither admits another reader, the first to hand back
 	// deletes its key only, and the last hands the record over.
 	"writer-recalls-two-readers": func(w *simWorld) {
