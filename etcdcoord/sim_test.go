@@ -97,6 +97,7 @@ type simNode struct {
 	cf      *grocksdb.ColumnFamilyHandle // simCF
 	holds   []*simHold                   // every handle until its lease ended and no Fence of it runs
 	locking int                          // Lock calls under way
+	writing map[simRecord]int            // of them, the exclusive ones, by record
 
 	// admits is what the node had seen of etcd at each admission, by its round's TsR: the
 	// coordinator mints the TsR with the node's mutex held as it admits. amu guards it alone.
@@ -171,7 +172,7 @@ func newSimWorldMix(t testing.TB, seed int64, rng *rand.Rand, mix simMix) *simWo
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := &simNode{name: name, l: l, cf: cfs[0], admits: map[recordlock.Timestamp]simAdmit{}}
+		n := &simNode{name: name, l: l, cf: cfs[0], writing: map[simRecord]int{}, admits: map[recordlock.Timestamp]simAdmit{}}
 		stamp := func() recordlock.Timestamp {
 			ts := l.Timestamp()
 			a := simAdmit{seen: n.c.seen, rev: w.etcd.revision()} // admitLocked holds n.c.mu

@@ -24,6 +24,13 @@ import (
 //     table's own ground truth, which its own model check defends; the Txn's ID, which it asks
 //     by, is read from the node's coordinator or from another wait that names it.
 //
+// A Lock whose Txn's ID the oracle has not seen waits in its node's table, holding nothing yet,
+// and so does, still, the Lock its table has just failed; the oracle reads no wait of theirs.
+// Each surely waits for the Txns of its node that hold the record in a conflicting mode; it may
+// wait for those that ask for it in one (queued ahead of it, or not) and, a reader, for the
+// node's other readers of it while a plain writer of it is under way there (a writer queued
+// ahead of a reader passes its waits on, and a plain Lock is no Txn of the graph).
+//
 // A Lock past its node's table (the node's local key is its, and it waits in the coordinator)
 // surely waits for every Txn of another node that holds the record in a conflicting mode. It may
 // also wait for a Txn of another node whose call's recall of the record is pending in etcd (its
@@ -118,9 +125,7 @@ func (g *simWaitGraph) add(edges map[*simTxn][]*simTxn, from, to *simTxn) {
 }
 
 // waitGraphLocked builds the graph of now. A Lock that failed in its own node's table (local)
-// is in it as waiting there still, for every Txn of its node that holds the record's local key:
-// its holders there, and the Txns of the node whose Locks of it went past the table. Called
-// with w.mu held.
+// is in it as waiting there still. Called with w.mu held.
 func (w *simWorld) waitGraphLocked(local *simTxn) *simWaitGraph {
 	g := &simWaitGraph{waits: map[*simTxn]simTxnLock{}, sure: map[*simTxn][]*simTxn{}, maybe: map[*simTxn][]*simTxn{},
 		table: map[*simTxn]bool{}, names: map[string]*simTxn{}, hold: map[*simTxn][]*simHold{}}
@@ -199,27 +204,43 @@ func (w *simWorld) waitGraphLocked(local *simTxn) *simWaitGraph {
 	}
 	for _, t := range g.order {
 		l := g.waits[t]
-		if g.table[t] || t.id == 0 && t != local {
-			continue // in its table, or not there yet: its first Lock, with nothing held
+		if g.table[t] {
+			continue
 		}
+		// A Txn whose ID the oracle has not seen has not reached its coordinator's wait: it waits
+		// in its node's table, for its own node alone, holding nothing yet; local is waiting there
+		// still. For either the oracle reads no wait of the table's.
+		unseen := t.id == 0 && t != local
+		inTable := unseen || t == local
 		for _, u := range g.order {
 			ul := g.waits[u]
-			if u == t || ul.rec != l.rec || g.table[u] {
+			if u == t || ul.rec != l.rec {
 				continue
 			}
-			if u.node != t.node && askers[l.rec] == u.node.name || t == local && u.node == t.node && !(l.shared && ul.shared) {
-				g.add(g.maybe, t, u) // its call may be the asker whose turn comes first, or it holds the local key
+			switch {
+			case inTable && u.node == t.node && !(l.shared && ul.shared):
+				g.add(g.maybe, t, u) // it holds the local key, or is queued for it ahead of t
+			case !unseen && !g.table[u] && u.node != t.node && askers[l.rec] == u.node.name:
+				g.add(g.maybe, t, u) // its call may be the asker whose turn comes first
 			}
 		}
+		// A shared request queued in its table behind an exclusive one waits for what that one
+		// waits for, the record's readers of its node too; a plain Lock is in no graph of the
+		// oracle's, so the readers are the edges.
+		behindWriter := inTable && l.shared && t.node.writing[l.rec] > 0
 		for _, u := range w.txns {
-			if u == t {
+			if u == t || unseen && u.node != t.node {
 				continue
 			}
 			for _, h := range g.hold[u] {
-				if h.rec != l.rec || h.shared && l.shared {
+				if h.rec != l.rec {
 					continue
 				}
 				switch {
+				case h.shared && l.shared:
+					if behindWriter && u.node == t.node && !h.released && !h.h.IsLeaseExpired() {
+						g.add(g.maybe, t, u)
+					}
 				case !h.released && !h.h.IsLeaseExpired():
 					g.add(g.sure, t, u)
 				case w.publishedHolder(u, h.rec):

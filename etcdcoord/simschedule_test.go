@@ -126,6 +126,57 @@ const (
 	r00 = "r/default/k0"
 )
 
+// The writers of localDeadlockThroughAWriter.
+const (
+	simPlainWriter      = iota // a plain Lock
+	simFreshTxnWriter          // a Txn's first Lock
+	simHoldingTxnWriter        // the Lock of a Txn that holds cf1/k0
+)
+
+// localDeadlockThroughAWriter has two Txns of n0 close a cycle in its table through a writer of
+// cf0/k0 queued between them, and checks that the table failed the second Txn as the victim.
+func (w *simWorld) localDeadlockThroughAWriter(writer int) {
+	n0 := w.nodes[0]
+	k0, k1 := simTxnLock{rec: rec(0, "k0"), shared: true}, simTxnLock{rec: rec(0, "k1")}
+	var t0, t1 *simTxn
+	_ = w.at("n0 begins Txn t0 to lock cf0/k0 shared, then cf0/k1; t0 locks cf0/k0", func() {
+		t0 = w.beginTxnPlan(n0, []simTxnLock{k0, k1})
+		w.txnLockFor(t0, 3500*time.Millisecond, 6*time.Second)
+	}) &&
+		w.at("etcd creates n0's shared delegation of cf0/k0", func() { w.answerWhere("n0", "put "+s00, true, true, false) }) &&
+		w.at("n0 begins Txn t1 to lock cf0/k1, then cf0/k0 shared; t1 locks cf0/k1", func() {
+			t1 = w.beginTxnPlan(n0, []simTxnLock{k1, k0})
+			w.txnLockFor(t1, 3500*time.Millisecond, 6*time.Second)
+		}) &&
+		w.at("etcd creates n0's delegation of cf0/k1", func() { w.answerWhere("n0", "put x/default/k1", true, true, false) }) &&
+		w.at("a writer of n0 locks cf0/k0: it queues in n0's table behind t0's read", func() {
+			switch writer {
+			case simPlainWriter:
+				w.lockFor(n0, rec(0, "k0"), false, time.Second, 6*time.Second)
+			case simFreshTxnWriter:
+				w.txnLockFor(w.beginTxnPlan(n0, []simTxnLock{{rec: rec(0, "k0")}}), time.Second, 6*time.Second)
+			case simHoldingTxnWriter:
+				t2 := w.beginTxnPlan(n0, []simTxnLock{{rec: rec(1, "k0")}, {rec: rec(0, "k0")}})
+				w.txnLockFor(t2, 3500*time.Millisecond, 6*time.Second)
+				w.settle()
+				w.answerWhere("n0", "put x/cf1/k0", true, true, false)
+				w.settle()
+				w.txnLockFor(t2, time.Second, 6*time.Second)
+			}
+		}) &&
+		w.at("t0 locks cf0/k1: it queues behind t1", func() { w.txnLockFor(t0, 3500*time.Millisecond, 6*time.Second) }) &&
+		w.at("t1 locks cf0/k0 shared: it queues behind the writer, closing the cycle", func() {
+			w.txnLockFor(t1, 3500*time.Millisecond, 6*time.Second)
+		}) &&
+		w.at("n0's table failed t1", func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if w.history.counts.localVictims != 1 || slices.Contains(w.txns, t1) {
+				w.fail("schedule: n0's table did not fail t1 as a deadlock's victim (%d victims in tables)", w.history.counts.localVictims)
+			}
+		})
+}
+
 // simSchedules are the schedules, by name.
 var simSchedules = map[string]func(w *simWorld){
 	// A cold Txn's reply arrives after the node adopted the delegation it created (from another
@@ -319,6 +370,16 @@ var simSchedules = map[string]func(w *simWorld){
 				w.expectHeld(n0, rec(0, "k0"), false, "the writer is admitted from the exclusive key its node's first Txn put")
 			})
 	},
+	// Two Txns of one node close a cycle in its table through a plain writer queued between them:
+	// the reader the table fails as the victim waits for the other Txn's read of the record
+	// through that writer, which the deadlock oracle's graph of Txns holds as maybe-edges.
+	"local-deadlock-through-a-queued-writer": func(w *simWorld) { w.localDeadlockThroughAWriter(simPlainWriter) },
+	// As local-deadlock-through-a-queued-writer, the writer a third Txn of the node, which holds
+	// nothing yet: the oracle has not seen its ID, so reads none of its waits.
+	"local-deadlock-through-a-queued-txn": func(w *simWorld) { w.localDeadlockThroughAWriter(simFreshTxnWriter) },
+	// As local-deadlock-through-a-queued-txn, the writer a Txn that holds another record: the
+	// oracle reads its wait from the table.
+	"local-deadlock-through-a-queued-txn-that-holds": func(w *simWorld) { w.localDeadlockThroughAWriter(simHoldingTxnWriter) },
 	// A writer recalls two readers' nodes: neither admits another reader, the first to hand back
 	// deletes its key only, and the last hands the record over.
 	"writer-recalls-two-readers": func(w *simWorld) {

@@ -75,6 +75,9 @@ func (w *simWorld) lockFor(n *simNode, rec simRecord, shared bool, lease, timeou
 	busy := n.locking >= 3
 	if !busy {
 		n.locking++
+		if !shared {
+			n.writing[rec]++
+		}
 	}
 	outage := -1 // the outage the lock was asked in, if it was
 	if w.leaderless {
@@ -99,6 +102,9 @@ func (w *simWorld) lockFor(n *simNode, rec simRecord, shared bool, lease, timeou
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		n.locking--
+		if !shared {
+			n.writing[rec]--
+		}
 		if err == nil {
 			w.admittedLocked(n, &simHold{rec: rec, shared: shared, asked: asked, step: step, h: h}, outage)
 		}
@@ -406,11 +412,17 @@ func (w *simWorld) txnStep(n *simNode) {
 // plain locks do, so that Txns meet and wait for each other.
 func (w *simWorld) beginTxn(n *simNode) {
 	recs := 2 + w.rng.IntN(2)
-	t := &simTxn{node: n}
+	var plan []simTxnLock
 	for _, i := range w.rng.Perm(recs)[:2+w.rng.IntN(recs-1)] {
-		t.plan = append(t.plan, simTxnLock{rec: simRecord{cf: i / simKeys, key: simKey(i % simKeys)},
+		plan = append(plan, simTxnLock{rec: simRecord{cf: i / simKeys, key: simKey(i % simKeys)},
 			shared: w.rng.IntN(12) < w.mix.shared})
 	}
+	w.txnLock(w.beginTxnPlan(n, plan))
+}
+
+// beginTxnPlan begins a Txn on n that locks plan, in order, and returns it.
+func (w *simWorld) beginTxnPlan(n *simNode, plan []simTxnLock) *simTxn {
+	t := &simTxn{node: n, plan: plan}
 	w.mu.Lock()
 	t.name = fmt.Sprintf("t%d", w.begun)
 	w.begun++
@@ -424,13 +436,19 @@ func (w *simWorld) beginTxn(n *simNode) {
 	w.txns = append(w.txns, t)
 	w.mu.Unlock()
 	w.logf("%s begins Txn %s to lock %v", n.name, t.name, t.plan)
-	w.txnLock(t)
+	return t
 }
 
-// txnLock starts t's Lock of its next record. A Lock that fails rolls t back.
+// txnLock starts t's Lock of its next record, with a lease and timeout the seed draws.
 func (w *simWorld) txnLock(t *simTxn) {
 	lease := []time.Duration{2 * time.Second, 3500 * time.Millisecond, 3500 * time.Millisecond}[w.rng.IntN(3)]
 	timeout := []time.Duration{2 * time.Second, 6 * time.Second, 12 * time.Second}[w.rng.IntN(3)]
+	w.txnLockFor(t, lease, timeout)
+}
+
+// txnLockFor starts t's Lock of its next record with the lease and timeout given. A Lock that
+// fails rolls t back.
+func (w *simWorld) txnLockFor(t *simTxn, lease, timeout time.Duration) {
 	asked := w.etcd.revision()
 	w.mu.Lock()
 	l := t.plan[t.next]
