@@ -110,6 +110,41 @@ func (w *simWorld) holdWatch(node string) {
 	}
 }
 
+// progress answers every queued request as asked, but those of node whose description begins
+// with except (none if except is empty), and has every watch deliver what it has, again as the
+// nodes send more, until nothing is left to answer or deliver.
+func (w *simWorld) progress(node, except string) {
+	for range 50 {
+		did := false
+		for _, c := range w.etcd.queued() {
+			if except != "" && c.node == node && strings.HasPrefix(c.what, except) {
+				continue
+			}
+			if what, ok := w.etcd.answerIfQueued(c); ok {
+				w.logf("  etcd answers %s", what)
+				w.settle()
+				did = true
+			}
+		}
+		for _, st := range w.etcd.openStreams() {
+			w.etcd.mu.Lock()
+			waiting := !st.created || len(st.queue) > 0
+			w.etcd.mu.Unlock()
+			if waiting {
+				w.etcd.hold(st, 0)
+				w.etcd.deliver(st, 1<<20)
+				w.etcd.deliver(st, 1<<20) // a created notice first, then the events
+				w.settle()
+				did = true
+			}
+		}
+		if !did {
+			return
+		}
+	}
+	w.fail("schedule: the nodes still ask after 50 rounds of answers")
+}
+
 func (w *simWorld) advance(d time.Duration) {
 	w.clock.Advance(d)
 	w.etcd.expire()
@@ -380,6 +415,76 @@ var simSchedules = map[string]func(w *simWorld){
 	// As local-deadlock-through-a-queued-txn, the writer a Txn that holds another record: the
 	// oracle reads its wait from the table.
 	"local-deadlock-through-a-queued-txn-that-holds": func(w *simWorld) { w.localDeadlockThroughAWriter(simHoldingTxnWriter) },
+	// A cycle across nodes that goes away as its victim's node confirms it: the wait of the other
+	// Txn runs out and deletes its key first, so the confirming Txn, which compares every key
+	// the cycle was read from, fails, and nobody is a victim.
+	"cycle-gone-before-its-confirmation": func(w *simWorld) {
+		n0, n1 := w.nodes[0], w.nodes[1]
+		k0, k1 := simTxnLock{rec: rec(0, "k0")}, simTxnLock{rec: rec(0, "k1")}
+		var t0, t1 *simTxn
+		_ = w.at("n0's Txn t0 locks cf0/k0", func() {
+			t0 = w.beginTxnPlan(n0, []simTxnLock{k0, k1})
+			w.txnLockFor(t0, 3500*time.Millisecond, 6*time.Second)
+		}) &&
+			w.at("n1's Txn t1 locks cf0/k1", func() {
+				t1 = w.beginTxnPlan(n1, []simTxnLock{k1, k0})
+				w.txnLockFor(t1, 3500*time.Millisecond, 6*time.Second)
+			}) &&
+			w.at("etcd answers everything", func() { w.progress("", "") }) &&
+			w.at("t0 locks cf0/k1, which t1 holds", func() { w.txnLockFor(t0, 3500*time.Millisecond, 2*time.Second) }) &&
+			w.at("etcd answers everything", func() { w.progress("", "") }) &&
+			w.at("t1 locks cf0/k0, which t0 holds: a cycle", func() { w.txnLockFor(t1, 3500*time.Millisecond, 12*time.Second) }) &&
+			w.at("etcd answers everything but n1's Txn that confirms the cycle, t1's wait its victim", func() {
+				w.progress("n1", "txn{del w/n1/")
+			}) &&
+			w.at("clock +2s: t0's wait runs out", func() { w.advance(2 * time.Second) }) &&
+			w.at("etcd deletes t0's wait", func() { w.answerWhere("n0", "txn{del w/n0/", true, true, false) }) &&
+			w.at("etcd answers n1's Txn that confirms the cycle", func() { w.answerWhere("n1", "txn{del w/n1/", true, true, false) }) &&
+			w.at("t1 still waits", func() {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				if !slices.Contains(w.txns, t1) || !t1.locking || w.history.counts.victims != 0 {
+					w.fail("schedule: t1 no longer waits (%d victims across nodes)", w.history.counts.victims)
+				}
+			})
+	},
+	// A Txn's wait across nodes lives on its node's etcd lease, which ends while the wait goes on:
+	// the node takes a new lease, and the wait is put again on it, so that the cycle the wait
+	// then closes, through another Txn of its node queued behind it, is seen and broken.
+	"wait-put-again-on-a-new-lease": func(w *simWorld) {
+		n0, n1 := w.nodes[0], w.nodes[1]
+		k0, k1 := simTxnLock{rec: rec(0, "k0")}, simTxnLock{rec: rec(0, "k1")}
+		var t0, t1, t2 *simTxn
+		_ = w.at("clock +2s", func() { w.advance(2 * time.Second) }) &&
+			w.at("n1's Txn t0 locks cf0/k1", func() {
+				t0 = w.beginTxnPlan(n1, []simTxnLock{k1, k0})
+				w.txnLockFor(t0, 3500*time.Millisecond, 12*time.Second)
+			}) &&
+			w.at("etcd answers everything", func() { w.progress("", "") }) &&
+			w.at("n0's Txn t1 locks cf0/k1, which t0 holds, for 300ms: n0's lease needs no refresh", func() {
+				t1 = w.beginTxnPlan(n0, []simTxnLock{k1})
+				w.txnLockFor(t1, 300*time.Millisecond, 12*time.Second)
+			}) &&
+			w.at("etcd answers everything: t1's wait is on n0's lease", func() { w.progress("", "") }) &&
+			w.at("clock +3s: n0's lease ends in etcd, t1's wait with it", func() { w.advance(3 * time.Second) }) &&
+			w.at("etcd answers everything: n0 takes a new lease", func() { w.progress("", "") }) &&
+			w.at("n0's Txn t2 locks cf0/k0", func() {
+				t2 = w.beginTxnPlan(n0, []simTxnLock{k0, k1})
+				w.txnLockFor(t2, 3500*time.Millisecond, 12*time.Second)
+			}) &&
+			w.at("etcd answers everything", func() { w.progress("", "") }) &&
+			w.at("t2 locks cf0/k1: it queues in n0's table behind t1", func() { w.txnLockFor(t2, 3500*time.Millisecond, 12*time.Second) }) &&
+			w.at("t0 locks cf0/k0, which t2 holds: a cycle", func() { w.txnLockFor(t0, 3500*time.Millisecond, 12*time.Second) }) &&
+			w.at("etcd answers everything", func() { w.progress("", "") }) &&
+			w.at("the cluster is quiet: the clock ticks", func() { w.drain() }) &&
+			w.at("the cycle has a victim", func() {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				if w.history.counts.victims != 1 {
+					w.fail("schedule: the cycle of t0, t2 and t1 has no victim (%d victims across nodes)", w.history.counts.victims)
+				}
+			})
+	},
 	// A writer recalls two readers' nodes: neither admits another reader, the first to hand back
 	// deletes its key only, and the last hands the record over.
 	"writer-recalls-two-readers": func(w *simWorld) {
