@@ -70,7 +70,8 @@ type simWorld struct {
 	// outage counts the times the cluster lost its leader; leaderless is whether it has none now
 	outage     int
 	leaderless bool
-	// tearingDown: teardown answers every request left and delivers every event at once
+	// tearingDown: teardown runs, which answers every request left and runs the clock until
+	// every lock has returned
 	tearingDown bool
 	txns        []*simTxn // the live Txns (simsteps_test.go), in the order begun
 	begun       int       // how many Txns began: the next one's name
@@ -78,9 +79,11 @@ type simWorld struct {
 
 	ops      sync.WaitGroup // the goroutines of locks and fences
 	activity atomic.Int64
-	stacks   []byte // settle's, as large as the goroutines' stacks have needed
-	// allocated is how many bytes the process had allocated when the world last collected its
-	// garbage (collect)
+
+	// The scheduler's goroutine alone uses these. stacks is settle's buffer, as large as the
+	// goroutines' stacks have needed; allocated is how many bytes the process had allocated when
+	// the world last collected its garbage (collect).
+	stacks    []byte
 	allocated uint64
 }
 
@@ -384,15 +387,15 @@ func (w *simWorld) teardown() {
 			w.t.Errorf("%s: Locker Close: %v", n.name, err)
 		}
 	}
-	w.mu.Lock()
-	for _, n := range w.nodes { // Lost stays 0 as the locks return and the nodes close too
-		if !failed {
+	if !failed { // Lost stays 0 as the locks return and the nodes close too
+		w.mu.Lock()
+		for _, n := range w.nodes {
 			n.c.mu.Lock()
 			n.checkLostLocked(w)
 			n.c.mu.Unlock()
 		}
+		w.mu.Unlock()
 	}
-	w.mu.Unlock()
 }
 
 func (w *simWorld) report() string {
