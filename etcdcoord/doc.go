@@ -262,5 +262,5 @@
 // not retried: its keys lapse with the node's lease.
 // The package's tests start embedded etcd servers on loopback, so they need no external server;
 // they also run the protocol against an in-process simulation of etcd under a seeded scheduler,
-// whose every seed replays step for step.
+// whose seeds replay step for step when the tests are built without -race.
 package etcdcoord

@@ -33,7 +33,8 @@ import (
 // back, or which watch breaks or is compacted, when the cluster loses and regains its leader,
 // and when the clock moves; background retries back off on that clock too. Between steps the
 // nodes' goroutines run until every one of them is blocked (settle), so a replay of a seed makes
-// the same choices and takes the same steps. The oracle runs after every step (simWorld.check)
+// the same choices and takes the same steps (without -race: see newSimWorldMix and simUnderRace).
+// The oracle runs after every step (simWorld.check)
 // and at every admission (admittedLocked), over the nodes' state and etcd's history (simHistory).
 
 var (
@@ -399,8 +400,22 @@ func (w *simWorld) teardown() {
 }
 
 func (w *simWorld) report() string {
-	return fmt.Sprintf("seed %d (replay: go test -run TestSimulationReplay -sim.seed=%d -v)\nfailures:\n  %s\nsteps:\n  %s",
-		w.seed, w.seed, strings.Join(w.failures, "\n  "), strings.Join(w.steps, "\n  "))
+	var race string
+	if simUnderRace() {
+		race = "; this run was under -race, whose scheduler shuffles the goroutines one event wakes, so that a replay may take " +
+			"other steps: without -race a seed takes the same steps every run"
+	}
+	return fmt.Sprintf("seed %d (replay: go test -run TestSimulationReplay -sim.seed=%d -v%s)\nfailures:\n  %s\nsteps:\n  %s",
+		w.seed, w.seed, race, strings.Join(w.failures, "\n  "), strings.Join(w.steps, "\n  "))
+}
+
+// simUnderRace reports whether the test binary was built with -race. To shake out races, its
+// scheduler runs a goroutine it wakes either next or after the others, at random, so the order
+// in which the goroutines one event wakes run differs from run to run, and with it, now and
+// then, a seed's steps.
+func simUnderRace() bool {
+	info, ok := debug.ReadBuildInfo()
+	return ok && slices.ContainsFunc(info.Settings, func(s debug.BuildSetting) bool { return s.Key == "-race" && s.Value == "true" })
 }
 
 // TestSimulation explores seeds for -sim.duration (or -sim.seeds of them) and fails with the
