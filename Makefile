@@ -57,8 +57,9 @@ cluster-demo: deps
 	cd examples/cluster && $(GO) run .
 
 # A longer exploration of etcdcoord's protocol simulation than `make test` runs: nodes on a
-# simulated etcd under a seeded scheduler, with the oracle after every step. A failure prints its
-# seed and steps, and how to replay them.
+# simulated etcd under a seeded scheduler, their Txns waiting for each other across nodes, with
+# the oracle (the deadlock oracle too) after every step. A failure prints its seed and steps, and
+# how to replay them.
 cluster-sim: deps
 	cd etcdcoord && $(GO) test -race -count=1 -timeout 0 -run '^TestSimulation$$' -v . \
 		-sim.seeds=$(SEEDS) -sim.duration=$(SIMTIME) -sim.first=$(SIMFIRST) -sim.steps=$(SIMSTEPS)

@@ -36,6 +36,12 @@ func (c *Coordinator) cold(ctx context.Context, a *ask, cw *crossWaiter, own *de
 	}
 	asked := c.recallValue(a, sess)
 	c.mu.Lock()
+	if own != nil && (c.delegs[a.k] != own || !own.shared) {
+		// The watch ended own, or switched it to the exclusive key an earlier Txn of this node
+		// put, while the call refreshed the lease: look again rather than turn a key into itself.
+		c.mu.Unlock()
+		return coldResult{}, nil
+	}
 	c.liveAsks[asked] = true
 	ownKey, ownToken := "", uint64(0)
 	if own != nil {
@@ -46,10 +52,12 @@ func (c *Coordinator) cold(ctx context.Context, a *ask, cw *crossWaiter, own *de
 	var wait *waitOps // cw's wait: put if the Txn finds the record held, deleted if it creates it
 	if cw != nil {
 		wait = &waitOps{del: deleteOp(cw.key)}
-		if !cw.sent { // published once: its ModRevision says when the wait began
+		// Published once on each lease: its ModRevision says when the wait began. A wait put on
+		// a lease that has ended went with it, and is put again on the new one.
+		if !cw.sent || cw.on != sess {
 			put := putOp(cw.key, value, sess.id)
 			wait.put = &put
-			cw.value = value
+			cw.value, cw.on = value, sess
 		}
 		cw.sent = true // the Txn may publish it
 	}
@@ -60,9 +68,6 @@ func (c *Coordinator) cold(ctx context.Context, a *ask, cw *crossWaiter, own *de
 	defer c.createdOrNotLocked(a.k)
 	if cw != nil && err == nil && resp.Succeeded {
 		cw.sent = false // it created the record, and deleted its wait
-	}
-	if own != nil && own.next == target && err == nil && !resp.Succeeded {
-		own.next = "" // the Txn did not land; one whose outcome is unknown may have
 	}
 	return c.coldOutcomeLocked(ctx, a, own, sess, target, resp, err, req, minted)
 }

@@ -3,6 +3,8 @@ package etcdcoord
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -170,7 +172,8 @@ func (c *Coordinator) buildGraphLocked() *graph {
 			g.askers[w.Record] = x
 		}
 	}
-	for k, h := range v.holdings {
+	for _, k := range slices.Sorted(maps.Keys(v.holdings)) { // in order: every search alike
+		h := v.holdings[k]
 		g.holders[h.Record] = append(g.holders[h.Record], k)
 		for _, e := range h.Holders {
 			for _, p := range e.Paths {
@@ -308,8 +311,9 @@ type crossWaiter struct {
 	cf     string
 	keyB   []byte
 	name   string
-	sent   bool   // its wait may be in etcd: delete it when the call ends
-	value  string // the value its wait is published with
+	sent   bool     // its wait may be in etcd: delete it when the call ends
+	value  string   // the value its wait is published with
+	on     *session // the lease its wait was put on
 	victim chan struct{}
 	err    error // the DeadlockError, once victim is closed
 }
@@ -366,11 +370,11 @@ func (c *Coordinator) victimErr(cw *crossWaiter) error {
 // publishWait puts cw's wait in etcd, for a wait that no cold Txn published.
 func (c *Coordinator) publishWait(ctx context.Context, cw *crossWaiter, value string, sess *session) {
 	c.mu.Lock()
-	if cw.sent {
+	if cw.sent && cw.on == sess { // a wait put on a lease that has ended went with it
 		c.mu.Unlock()
 		return
 	}
-	cw.sent, cw.value = true, value
+	cw.sent, cw.value, cw.on = true, value, sess
 	c.mu.Unlock()
 	_, _ = c.etcd.Txn(leader(ctx), txnReq{then: []op{putOp(cw.key, value, sess.id)}})
 	c.signalDetector()

@@ -1,9 +1,12 @@
 package etcdcoord
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -78,6 +81,10 @@ func (c *Coordinator) publishHoldings() bool {
 			}
 		}
 	}
+	// In order, so that one set of holders is always published as one value.
+	slices.SortFunc(exposed, func(a, b exposedHolder) int {
+		return cmp.Or(strings.Compare(a.record, b.record), cmp.Compare(a.txn, b.txn))
+	})
 	cross := map[uint64]*crossWaiter{}
 	for id, cw := range c.crossWaiters {
 		if cw.sent {
@@ -112,12 +119,12 @@ func (c *Coordinator) publishHoldings() bool {
 		next[c.holdingKey(id)] = string(b)
 	}
 	var ops []op
-	for k, v := range next {
-		if c.published[k] != v {
+	for _, k := range slices.Sorted(maps.Keys(next)) {
+		if v := next[k]; c.published[k] != v {
 			ops = append(ops, putOp(k, v, sess.id))
 		}
 	}
-	for k := range c.published {
+	for _, k := range slices.Sorted(maps.Keys(c.published)) {
 		if _, ok := next[k]; !ok {
 			ops = append(ops, deleteOp(k))
 		}
@@ -197,7 +204,8 @@ func (c *Coordinator) failVictims() {
 		return
 	}
 	g := c.buildGraphLocked()
-	for _, cw := range c.crossWaiters {
+	for _, txn := range slices.Sorted(maps.Keys(c.crossWaiters)) { // in order: every search alike
+		cw := c.crossWaiters[txn]
 		self := vertex{c.node, cw.txn}
 		// The Txn's key may still hold the wait of its previous call, granted and not yet
 		// deleted, while this call's put is in flight: a cycle through that one is no cycle of

@@ -33,8 +33,10 @@ type delegation struct {
 	settled chan struct{}
 	// yielding: handOver runs for it (a recall or a down-conversion).
 	yielding bool
-	// next is the key a Txn of this node that turns d into the other mode puts, while that Txn
-	// may land: the watch switches d to it when it reports the put (switchLocked).
+	// next is the key a Txn of this node that turns d into the other mode puts, once one was
+	// sent: the watch switches d to it when it reports the put (switchLocked). It stays set when
+	// such a Txn fails, since an earlier one, its reply lost, may have landed or still land; and
+	// while d's own key lives, nothing else puts that key on this node's lease.
 	next string
 
 	// kept are the admissions a recall may have to revoke, oldest first: every live one, and

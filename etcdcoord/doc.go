@@ -120,8 +120,10 @@
 // recalls it too, and the holding node, once its live holders of the record are all readers,
 // keeps them and turns its delegation shared (the Linux DLM's down-conversion) instead of
 // waiting for them: one Txn deletes its exclusive key and puts its own shared key and the
-// asker's. While it turns, it admits readers only. Within a node, readers and writers queue
-// for the local key as with node scope.
+// asker's. While it turns, it admits readers only. A node's Txn that changes its delegation's
+// mode may land with its reply lost: the node follows the change when its watch reports it, as
+// it follows one whose reply arrived, and never takes the old key's deletion for a loss. Within
+// a node, readers and writers queue for the local key as with node scope.
 //
 // Fairness spans the nodes: while a writer's recall is pending, no node creates a shared
 // delegation of the record and no holding node admits a new holder, so a stream of readers on
@@ -144,7 +146,8 @@
 // applies alike; its node confirms the cycle in one Txn that compares the ModRevision of every
 // key the cycle was read from, and only then fails that wait. A wait that ends deletes its key
 // first (a wait that ran out, before its Lock returns), so a cycle that went away is never
-// confirmed, and a node that dies leaves nothing once its lease has expired.
+// confirmed, and a node that dies leaves nothing once its lease has expired. A wait whose lease
+// ended while it went on is put again on the node's new lease.
 //
 // Cost: a lock admitted from a delegation makes no request for detection. A Txn's lock that
 // finds the record held elsewhere publishes its wait in the Txn it sends anyway, and deletes it
@@ -258,5 +261,6 @@
 // through WithLogger. Once the etcd client is closed, a failed hand-back is logged once and
 // not retried: its keys lapse with the node's lease.
 // The package's tests start embedded etcd servers on loopback, so they need no external server;
-// they also run the protocol against an in-process simulation of etcd under a seeded scheduler.
+// they also run the protocol against an in-process simulation of etcd under a seeded scheduler,
+// whose seeds replay step for step when the tests are built without -race.
 package etcdcoord

@@ -3,6 +3,8 @@ package etcdcoord
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -19,7 +21,9 @@ func (c *Coordinator) sweepLocked(now time.Duration) {
 	var ks []string
 	var ds []*delegation
 	var evicts []func() // revocations the hand-back waits for
-	for k, d := range c.delegs {
+	// In order, so that one set of idle delegations is always handed back as one Txn alike.
+	for _, k := range slices.Sorted(maps.Keys(c.delegs)) {
+		d := c.delegs[k]
 		if d.recalled || d.sharing {
 			continue
 		}

@@ -2,12 +2,15 @@ package etcdcoord
 
 import (
 	"bytes"
+	"cmp"
 	"flag"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"sync"
@@ -30,7 +33,8 @@ import (
 // back, or which watch breaks or is compacted, when the cluster loses and regains its leader,
 // and when the clock moves; background retries back off on that clock too. Between steps the
 // nodes' goroutines run until every one of them is blocked (settle), so a replay of a seed makes
-// the same choices and takes the same steps. The oracle runs after every step (simWorld.check)
+// the same choices and takes the same steps (without -race: see newSimWorldMix and simUnderRace).
+// The oracle runs after every step (simWorld.check)
 // and at every admission (admittedLocked), over the nodes' state and etcd's history (simHistory).
 
 var (
@@ -67,11 +71,21 @@ type simWorld struct {
 	// outage counts the times the cluster lost its leader; leaderless is whether it has none now
 	outage     int
 	leaderless bool
-	// tearingDown: teardown answers every request left and delivers every event at once
+	// tearingDown: teardown runs, which answers every request left and runs the clock until
+	// every lock has returned
 	tearingDown bool
+	txns        []*simTxn // the live Txns (simsteps_test.go), in the order begun
+	begun       int       // how many Txns began: the next one's name
+	deadlocks   simDeadlocks
 
 	ops      sync.WaitGroup // the goroutines of locks and fences
 	activity atomic.Int64
+
+	// The scheduler's goroutine alone uses these. stacks is settle's buffer, as large as the
+	// goroutines' stacks have needed; allocated is how many bytes the process had allocated when
+	// the world last collected its garbage (collect).
+	stacks    []byte
+	allocated uint64
 }
 
 // simTokens are the highest tokens each node was admitted to a record with: of any admission,
@@ -87,6 +101,7 @@ type simNode struct {
 	cf      *grocksdb.ColumnFamilyHandle // simCF
 	holds   []*simHold                   // every handle until its lease ended and no Fence of it runs
 	locking int                          // Lock calls under way
+	writing map[simRecord]int            // of them, the exclusive ones, by record
 
 	// admits is what the node had seen of etcd at each admission, by its round's TsR: the
 	// coordinator mints the TsR with the node's mutex held as it admits. amu guards it alone.
@@ -121,6 +136,7 @@ type simHold struct {
 	rec      simRecord
 	shared   bool
 	asked    int64 // etcd's revision when its Lock was called
+	step     int   // the step that called its Lock
 	h        *recordlock.Handle
 	released bool // Release was called: a Fence still runs while the lease lasts
 	fencing  bool // inside Fence's commit
@@ -128,6 +144,7 @@ type simHold struct {
 	// longer holds other nodes off, even if a refresh sent before then answers later.
 	untrusted bool
 	endFence  chan struct{} // not nil while a Fence runs
+	txn       *simTxn       // the Txn that took it, nil for a plain Lock
 }
 
 func newSimWorld(t testing.TB, seed int64) *simWorld {
@@ -138,6 +155,16 @@ func newSimWorld(t testing.TB, seed int64) *simWorld {
 
 // newSimWorldMix is newSimWorld with the mix of steps given.
 func newSimWorldMix(t testing.TB, seed int64, rng *rand.Rand, mix simMix) *simWorld {
+	// One processor and no collection of garbage but the world's own (collect): the goroutines
+	// a step wakes then run one at a time, in the order they were woken, rather than on several
+	// processors at once in whatever order they meet, or in an order a collection under way
+	// changes (its workers and assists take turns on the processor). With settle's yields and
+	// simClock's timers one set after another, a seed's run replays alike.
+	procs, gc := runtime.GOMAXPROCS(1), debug.SetGCPercent(-1)
+	t.Cleanup(func() {
+		runtime.GOMAXPROCS(procs)
+		debug.SetGCPercent(gc)
+	})
 	w := &simWorld{t: t, seed: seed, rng: rng, mix: mix,
 		clock: recordlock.NewManualClock(time.Unix(1_700_000_000, 0)), tokens: map[simRecord]*simTokens{}}
 	w.etcd = newSimEtcd(w.clock)
@@ -145,11 +172,11 @@ func newSimWorldMix(t testing.TB, seed int64, rng *rand.Rand, mix simMix) *simWo
 	for i := range simNodes {
 		name := fmt.Sprintf("n%d", i)
 		db, cfs := tempdb.NewCF(t, simCF)
-		l, err := recordlock.New(db, recordlock.WithClock(w.clock))
+		l, err := recordlock.New(db, recordlock.WithClock(simClock{w}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := &simNode{name: name, l: l, cf: cfs[0], admits: map[recordlock.Timestamp]simAdmit{}}
+		n := &simNode{name: name, l: l, cf: cfs[0], writing: map[simRecord]int{}, admits: map[recordlock.Timestamp]simAdmit{}}
 		stamp := func() recordlock.Timestamp {
 			ts := l.Timestamp()
 			a := simAdmit{seen: n.c.seen, rev: w.etcd.revision()} // admitLocked holds n.c.mu
@@ -161,9 +188,9 @@ func newSimWorldMix(t testing.TB, seed int64, rng *rand.Rand, mix simMix) *simWo
 			n.amu.Unlock()
 			return ts
 		}
-		c, err := newCoordinator(w.etcd.client(name), name, WithClock(w.clock), WithTimestamp(stamp),
+		c, err := newCoordinator(w.etcd.client(name), name, WithClock(simClock{w}), WithTimestamp(stamp),
 			WithTTL(simTTL), WithSkew(simSkew), WithLinger(w.mix.linger), WithRequestTimeout(time.Minute),
-			WithLogger(simLogger()), retryClockOption{w.clock})
+			WithLogger(simLogger()), retryClockOption{simClock{w}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,19 +205,40 @@ func newSimWorldMix(t testing.TB, seed int64, rng *rand.Rand, mix simMix) *simWo
 	return w
 }
 
+// simClock is the nodes' clock: the world's ManualClock, except that each timer, as an Advance
+// runs them one after another, lets the nodes' goroutines run until every one is blocked
+// (settle) before the next runs. Timers that fall due in one Advance then wake their goroutines
+// one set after another, in the order the timers fall due, not all at once in whatever order
+// the runtime runs them.
+type simClock struct{ w *simWorld }
+
+func (c simClock) Now() time.Time      { return c.w.clock.Now() }
+func (c simClock) Mono() time.Duration { return c.w.clock.Mono() }
+
+func (c simClock) AfterFunc(d time.Duration, f func()) recordlock.Timer {
+	return c.w.clock.AfterFunc(d, func() {
+		f()
+		c.w.settle()
+	})
+}
+
 func simKey(i int) string { return fmt.Sprintf("k%d", i) }
 
 // settle lets the nodes' goroutines run until every goroutine but this one is blocked, twice in
 // a row with nothing done in between: each waits for the scheduler, a lock's wait or the clock.
+// It yields rather than sleeps: on the one processor the world runs on (newSimWorldMix), a
+// sleep's wake-up would cut into the order the runtime runs the others in.
 func (w *simWorld) settle() {
 	last, still := int64(-1), 0
-	buf := make([]byte, 1<<20)
+	if w.stacks == nil {
+		w.stacks = make([]byte, 1<<20)
+	}
 	for still < 2 {
-		time.Sleep(20 * time.Microsecond)
+		runtime.Gosched()
 		w.etcd.mu.Lock()
 		a := w.etcd.activity + w.activity.Load()
 		w.etcd.mu.Unlock()
-		if a == last && allBlocked(buf) {
+		if a == last && allBlocked(&w.stacks) {
 			still++
 		} else {
 			last, still = a, 0
@@ -198,12 +246,31 @@ func (w *simWorld) settle() {
 	}
 }
 
+// simCollectEvery is how many bytes the process allocates between the world's collections.
+const simCollectEvery = 64 << 20
+
+// collect collects the garbage, once the process has allocated simCollectEvery bytes since the
+// world last did, while every goroutine but this one is blocked (after settle): the world runs
+// with the collector off (newSimWorldMix).
+func (w *simWorld) collect() {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	if a := s[0].Value.Uint64(); a-w.allocated >= simCollectEvery {
+		runtime.GC()
+		w.allocated = a
+	}
+}
+
 // allBlocked reports whether every goroutine but the caller waits: none runs, is runnable or is
 // in a system call (RocksDB's calls are cgo calls).
-func allBlocked(buf []byte) bool {
-	n := runtime.Stack(buf, true)
+func allBlocked(buf *[]byte) bool {
+	n := runtime.Stack(*buf, true)
+	for n == len(*buf) { // cut short: some goroutines are not in it
+		*buf = make([]byte, 2*len(*buf))
+		n = runtime.Stack(*buf, true)
+	}
 	first := true
-	for line := range bytes.Lines(buf[:n]) {
+	for line := range bytes.Lines((*buf)[:n]) {
 		if !bytes.HasPrefix(line, []byte("goroutine ")) {
 			continue
 		}
@@ -245,6 +312,7 @@ func (w *simWorld) run(steps int) []string {
 		w.etcd.tick()
 		w.step()
 		w.settle()
+		w.collect()
 		w.check()
 		if len(w.failures) > 0 {
 			break
@@ -255,31 +323,59 @@ func (w *simWorld) run(steps int) []string {
 }
 
 // teardown ends every commit, answers everything, lets every lock return and closes the nodes.
+// Until every lock has returned it goes in rounds (round), each followed by a second of the
+// clock, so that what the oracle checks as the locks return replays alike; then etcd answers
+// everything at once, as the nodes close.
 func (w *simWorld) teardown() {
 	w.mu.Lock()
 	w.tearingDown = true
-	w.mu.Unlock()
-	w.etcd.setAuto()
-	w.mu.Lock()
+	failed := len(w.failures) > 0
 	w.leaderless = false
+	var ends []chan struct{}
 	for _, n := range w.nodes {
-		for _, h := range n.holds {
+		hs := slices.Clone(n.holds)
+		slices.SortStableFunc(hs, func(a, b *simHold) int { return cmp.Compare(a.step, b.step) })
+		for _, h := range hs {
 			if h.endFence != nil {
-				close(h.endFence)
+				ends = append(ends, h.endFence)
 				h.endFence = nil
 			}
 		}
 	}
 	w.mu.Unlock()
+	w.etcd.regainLeader()
+	for _, end := range ends {
+		close(end)
+		w.settle()
+	}
+	for { // the replies held back, in the order held
+		if _, late := w.etcd.pending(); late == 0 {
+			break
+		}
+		w.etcd.deliverLate(0)
+		w.settle()
+	}
 	done := make(chan struct{})
 	go func() { w.ops.Wait(); close(done) }()
-	for waiting := true; waiting; {
+	for returned := false; !returned; {
+		w.round(false)
 		select {
 		case <-done:
-			waiting = false
-		case <-time.After(time.Millisecond):
+			returned = true
+		default:
 			w.clock.Advance(time.Second) // lock waits run out
+			w.settle()
 		}
+	}
+	w.etcd.setAuto()
+	w.mu.Lock()
+	txns := slices.Clone(w.txns) // each idle: every Lock has returned
+	for _, t := range txns {
+		w.endTxnLocked(t)
+	}
+	w.mu.Unlock()
+	for _, t := range txns {
+		t.txn.Rollback()
 	}
 	for _, n := range w.nodes {
 		for _, h := range n.holds {
@@ -292,11 +388,34 @@ func (w *simWorld) teardown() {
 			w.t.Errorf("%s: Locker Close: %v", n.name, err)
 		}
 	}
+	if !failed { // Lost stays 0 as the locks return and the nodes close too
+		w.mu.Lock()
+		for _, n := range w.nodes {
+			n.c.mu.Lock()
+			n.checkLostLocked(w)
+			n.c.mu.Unlock()
+		}
+		w.mu.Unlock()
+	}
 }
 
 func (w *simWorld) report() string {
-	return fmt.Sprintf("seed %d (replay: go test -run TestSimulationReplay -sim.seed=%d -v)\nfailures:\n  %s\nsteps:\n  %s",
-		w.seed, w.seed, strings.Join(w.failures, "\n  "), strings.Join(w.steps, "\n  "))
+	var race string
+	if simUnderRace() {
+		race = "; this run was under -race, whose scheduler shuffles the goroutines one event wakes, so that a replay may take " +
+			"other steps: without -race a seed takes the same steps every run"
+	}
+	return fmt.Sprintf("seed %d (replay: go test -run TestSimulationReplay -sim.seed=%d -v%s)\nfailures:\n  %s\nsteps:\n  %s",
+		w.seed, w.seed, race, strings.Join(w.failures, "\n  "), strings.Join(w.steps, "\n  "))
+}
+
+// simUnderRace reports whether the test binary was built with -race. To shake out races, its
+// scheduler runs a goroutine it wakes either next or after the others, at random, so the order
+// in which the goroutines one event wakes run differs from run to run, and with it, now and
+// then, a seed's steps.
+func simUnderRace() bool {
+	info, ok := debug.ReadBuildInfo()
+	return ok && slices.ContainsFunc(info.Settings, func(s debug.BuildSetting) bool { return s.Key == "-race" && s.Value == "true" })
 }
 
 // TestSimulation explores seeds for -sim.duration (or -sim.seeds of them) and fails with the
@@ -322,10 +441,10 @@ func TestSimulation(t *testing.T) {
 }
 
 // simFound are seeds whose steps broke the oracle on coordinators with a fault of their own:
-// 10 with a coordinator whose requests and watch did not require a leader (it admitted from its
-// delegations while the cluster had none); 2 with one that admitted a writer from its node's
+// 21 with a coordinator whose requests and watch did not require a leader (it admitted from its
+// delegations while the cluster had none); 3 with one that admitted a writer from its node's
 // shared delegation (beside another node's reader).
-var simFound = []int64{10, 2}
+var simFound = []int64{21, 3}
 
 // TestSimulationReplay reruns -sim.seed, printing its steps, or else the seeds in simFound.
 func TestSimulationReplay(t *testing.T) {
@@ -356,17 +475,20 @@ func simLogger() *slog.Logger {
 
 // simMoveSeeds is how many seeds, from the first, TestSimulationMakesEveryMove may run before
 // every move has been made.
-const simMoveSeeds = 40
+const simMoveSeeds = 60
 
 // TestSimulationMakesEveryMove runs seeds from 1, under the oracle, until they have made between
 // them each move of the protocol that involves several nodes' delegations of a record: readers
 // on two nodes at once, an exclusive delegation turned shared for a reader elsewhere, a node's
-// shared delegation turned exclusive, and a writer's recall of several readers' nodes.
+// shared delegation turned exclusive, and a writer's recall of several readers' nodes; and the
+// moves of deadlock detection: a Txn that locked its whole plan, and a Txn's Lock failed with
+// ErrDeadlock as the victim of a cycle across nodes.
 // It fails if simMoveSeeds seeds have not: the mix would leave the rules of that move unchecked.
 func TestSimulationMakesEveryMove(t *testing.T) {
 	var counts simCounts
 	made := func() bool {
-		return counts.crossShared > 0 && counts.downConversions > 0 && counts.upgrades > 0 && counts.writerRecalls > 0
+		return counts.crossShared > 0 && counts.downConversions > 0 && counts.upgrades > 0 && counts.writerRecalls > 0 &&
+			counts.txnsLocked > 0 && counts.victims > 0
 	}
 	seed := int64(1)
 	for ; seed <= simMoveSeeds && !made(); seed++ {

@@ -3,11 +3,14 @@ package etcdcoord
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -20,7 +23,7 @@ type simClient struct {
 }
 
 func (c *simClient) Txn(ctx context.Context, t txnReq) (*clientv3.TxnResponse, error) {
-	resp, err := c.s.call(ctx, c.node, "txn{"+describe(t.then)+"}", func() (any, error) { return c.s.txn(t) })
+	resp, err := c.s.call(ctx, c.node, "txn{"+describe(t.then)+"}", detail(t), func() (any, error) { return c.s.txn(t) })
 	if err != nil {
 		return nil, err
 	}
@@ -28,7 +31,7 @@ func (c *simClient) Txn(ctx context.Context, t txnReq) (*clientv3.TxnResponse, e
 }
 
 func (c *simClient) GetPrefix(ctx context.Context, prefix string) (*clientv3.GetResponse, error) {
-	resp, err := c.s.call(ctx, c.node, "get", func() (any, error) {
+	resp, err := c.s.call(ctx, c.node, "get", prefix, func() (any, error) {
 		r := &clientv3.GetResponse{Header: c.s.header()}
 		for _, k := range slices.Sorted(maps.Keys(c.s.kvs)) {
 			if strings.HasPrefix(k, prefix) {
@@ -45,7 +48,7 @@ func (c *simClient) GetPrefix(ctx context.Context, prefix string) (*clientv3.Get
 }
 
 func (c *simClient) Grant(ctx context.Context, ttl int64) (*clientv3.LeaseGrantResponse, error) {
-	resp, err := c.s.call(ctx, c.node, "grant", func() (any, error) {
+	resp, err := c.s.call(ctx, c.node, "grant", strconv.FormatInt(ttl, 10), func() (any, error) {
 		c.s.nextLease++
 		id := c.s.nextLease
 		c.s.leases[id] = &simLease{ttl: ttl, expires: c.s.clock.Mono() + time.Duration(ttl)*time.Second}
@@ -58,7 +61,7 @@ func (c *simClient) Grant(ctx context.Context, ttl int64) (*clientv3.LeaseGrantR
 }
 
 func (c *simClient) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
-	resp, err := c.s.call(ctx, c.node, "keepalive", func() (any, error) {
+	resp, err := c.s.call(ctx, c.node, "keepalive", strconv.FormatInt(int64(id), 16), func() (any, error) {
 		l := c.s.leases[id]
 		if l == nil {
 			return nil, rpctypes.ErrLeaseNotFound
@@ -73,7 +76,7 @@ func (c *simClient) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*cl
 }
 
 func (c *simClient) Revoke(ctx context.Context, id clientv3.LeaseID) error {
-	_, err := c.s.call(ctx, c.node, "revoke", func() (any, error) {
+	_, err := c.s.call(ctx, c.node, "revoke", strconv.FormatInt(int64(id), 16), func() (any, error) {
 		if c.s.leases[id] == nil {
 			return nil, rpctypes.ErrLeaseNotFound
 		}
@@ -135,7 +138,9 @@ func describe(ops []op) string {
 			parts = append(parts, "put "+simName(o.key))
 		case opDelete:
 			if strings.HasPrefix(o.key, DefaultPrefix+"h/") {
-				continue // deadlock detection's bookkeeping: no schedule drives it
+				// Every hand-back deletes the node's holders of the record too: left out, so that
+				// the hand-backs read (and the schedules find them) as the protocol's moves.
+				continue
 			}
 			parts = append(parts, "del "+simName(o.key))
 		case opTxn:
@@ -145,11 +150,54 @@ func describe(ops []op) string {
 	return strings.Join(parts, " ")
 }
 
+// detail renders every field of a Txn, nested ones too, for callOrderLocked.
+func detail(t txnReq) string {
+	var b strings.Builder
+	detailTo(&b, t)
+	return b.String()
+}
+
+func detailTo(b *strings.Builder, t txnReq) {
+	b.WriteString("if")
+	for _, c := range t.ifs {
+		pc := pb.Compare(c)
+		b.WriteString(" " + pc.String())
+	}
+	for i, ops := range [][]op{t.then, t.els} {
+		b.WriteString([]string{" then", " else"}[i])
+		for _, o := range ops {
+			fmt.Fprintf(b, " %d %q %q %q %x", o.kind, o.key, o.end, o.value, o.lease)
+			if o.txn != nil {
+				b.WriteString(" {")
+				detailTo(b, *o.txn)
+				b.WriteString("}")
+			}
+		}
+	}
+}
+
 // simName is a coordinator key as "x/default/k0" (exclusive delegation), "s/default/k0/2"
-// (shared delegation on lease 2) or "r/default/k0" (recall), "n/n0" for a name.
+// (shared delegation on lease 2) or "r/default/k0" (recall), "n/n0" for a name, and for
+// deadlock detection "w/n0/3" (a cross wait of n0's Txn 3) or "h/default/k0/n1" (n1's holders).
 func simName(key string) string {
 	rest := strings.TrimPrefix(key, DefaultPrefix)
 	if len(rest) < 2 {
+		return key
+	}
+	switch {
+	case strings.HasPrefix(rest, "w/"):
+		if node, txn, ok := strings.Cut(rest[2:], "/"); ok {
+			if raw, err := base64.RawURLEncoding.DecodeString(node); err == nil {
+				return "w/" + string(raw) + "/" + txn
+			}
+		}
+		return key
+	case strings.HasPrefix(rest, "h/"):
+		i := strings.LastIndexByte(rest, '/')
+		raw, err := base64.RawURLEncoding.DecodeString(rest[i+1:])
+		if cf, k, ok := decodeID(rest[2:i]); ok && err == nil {
+			return "h/" + cf + "/" + k + "/" + string(raw)
+		}
 		return key
 	}
 	id, lease := rest[2:], ""

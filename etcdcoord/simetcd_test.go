@@ -2,6 +2,7 @@ package etcdcoord
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,6 +59,7 @@ type simLease struct {
 type simCall struct {
 	node   string
 	what   string
+	detail string              // every other field of the request (callOrderLocked)
 	leader bool                // sent with clientv3.WithRequireLeader
 	apply  func() (any, error) // runs with simEtcd.mu held
 	reply  chan simReply
@@ -82,12 +84,13 @@ func (s *simEtcd) client(node string) *simClient {
 
 // call queues a request and waits for its reply or for ctx. A request whose ctx ended stays
 // queued: the scheduler may still apply it, as etcd may apply a request whose reply never came.
-func (s *simEtcd) call(ctx context.Context, node, what string, apply func() (any, error)) (any, error) {
-	c := &simCall{node: node, what: what, leader: requiresLeader(ctx), apply: apply, reply: make(chan simReply, 1)}
+func (s *simEtcd) call(ctx context.Context, node, what, detail string, apply func() (any, error)) (any, error) {
+	c := &simCall{node: node, what: what, detail: detail, leader: requiresLeader(ctx), apply: apply, reply: make(chan simReply, 1)}
 	s.mu.Lock()
 	s.activity++
 	if s.auto {
 		resp, err := apply()
+		s.flushAllLocked()
 		s.mu.Unlock()
 		return resp, err
 	}
@@ -111,13 +114,49 @@ func requiresLeader(ctx context.Context) bool {
 	return ok && slices.Contains(md.Get(rpctypes.MetadataRequireLeaderKey), rpctypes.MetadataHasLeader)
 }
 
-// answer takes call i off the queue: applied or not, and with its reply or an error, at once
-// or, if late, held back until deliverLate.
+// callOrderLocked returns the queued requests in the order the scheduler's choices index them:
+// by node, by what they ask, by every other field, and only then as they arrived. The goroutines
+// one step wakes send their requests in whatever order the runtime runs them, and a seed's
+// choice must not depend on it. Called with s.mu held.
+func (s *simEtcd) callOrderLocked() []*simCall {
+	calls := slices.Clone(s.calls)
+	slices.SortStableFunc(calls, func(a, b *simCall) int {
+		return cmp.Or(strings.Compare(a.node, b.node), strings.Compare(a.what, b.what), strings.Compare(a.detail, b.detail))
+	})
+	return calls
+}
+
+// answer takes the i-th queued request of callOrderLocked off the queue: applied or not, and
+// with its reply or an error, at once or, if late, held back until deliverLate.
 func (s *simEtcd) answer(i int, applied, replied, late bool) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := s.calls[i]
-	s.calls = slices.Delete(s.calls, i, i+1)
+	return s.answerLocked(s.callOrderLocked()[i], applied, replied, late)
+}
+
+// queued returns the queued requests in callOrderLocked's order: none without a leader.
+func (s *simEtcd) queued() []*simCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leaderless {
+		return nil
+	}
+	return s.callOrderLocked()
+}
+
+// answerIfQueued answers c as asked if it is still queued, reporting whether it was.
+func (s *simEtcd) answerIfQueued(c *simCall) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leaderless || !slices.Contains(s.calls, c) {
+		return "", false
+	}
+	return s.answerLocked(c, true, true, false), true
+}
+
+// answerLocked answers queued request c as answer does. Called with s.mu held.
+func (s *simEtcd) answerLocked(c *simCall, applied, replied, late bool) string {
+	s.calls = slices.DeleteFunc(s.calls, func(x *simCall) bool { return x == c })
 	var r simReply
 	if applied {
 		r.resp, r.err = c.apply()
@@ -155,23 +194,32 @@ func (s *simEtcd) pending() (calls, late int) {
 }
 
 // loseLeader takes the leader away: queued requests that require one fail unapplied, and so do
-// the watches that require one; the rest wait.
-func (s *simEtcd) loseLeader() {
+// the watches that require one; the rest wait. It returns those failures, each to be sent in
+// turn: the scheduler lets what each wakes run before it sends the next.
+func (s *simEtcd) loseLeader() []func() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.leaderless = true
-	s.calls = slices.DeleteFunc(s.calls, func(c *simCall) bool {
+	var fails []func()
+	for _, c := range s.callOrderLocked() {
 		if c.leader {
-			c.reply <- simReply{err: rpctypes.ErrNoLeader}
-		}
-		return c.leader
-	})
-	for _, st := range s.streams {
-		if st.leader && !st.closed {
-			st.ch <- clientv3.WatchResponse{Header: *s.header(), Canceled: true}
-			s.closeLocked(st)
+			fails = append(fails, func() { c.reply <- simReply{err: rpctypes.ErrNoLeader} })
 		}
 	}
+	s.calls = slices.DeleteFunc(s.calls, func(c *simCall) bool { return c.leader })
+	for _, st := range s.streamOrderLocked() {
+		if st.leader && !st.closed {
+			fails = append(fails, func() {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				if !st.closed {
+					st.ch <- clientv3.WatchResponse{Header: *s.header(), Canceled: true}
+					s.closeLocked(st)
+				}
+			})
+		}
+	}
+	return fails
 }
 
 // regainLeader elects a leader, which extends every lease by its TTL.
@@ -284,8 +332,14 @@ func cmpInt(a, b int64) int {
 	return 0
 }
 
-// txn runs a Txn: every put's lease must exist, and all its writes share one revision.
+// txn runs a Txn: no branch may write a key twice, every put's lease must exist, and all its
+// writes share one revision.
 func (s *simEtcd) txn(t txnReq) (*clientv3.TxnResponse, error) {
+	for _, ops := range [][]op{t.then, t.els} {
+		if _, _, dup := duplicateKey(ops); dup {
+			return nil, rpctypes.ErrDuplicateKey
+		}
+	}
 	if err := s.checkLeases(t); err != nil {
 		return nil, err
 	}
@@ -296,6 +350,56 @@ func (s *simEtcd) txn(t txnReq) (*clientv3.TxnResponse, error) {
 	}
 	resp.Header = s.header()
 	return (*clientv3.TxnResponse)(resp), nil
+}
+
+// duplicateKey reports whether ops write a key twice, as etcd checks a Txn's branch before it
+// runs it (checkIntervals in its server): a key put twice, or put and deleted, at this level or
+// by a nested Txn, whose branches may put one key between them. It returns the keys ops put and
+// delete, nested Txns' included.
+func duplicateKey(ops []op) (puts, dels map[string]bool, dup bool) {
+	puts, dels = map[string]bool{}, map[string]bool{}
+	for _, o := range ops {
+		if o.kind == opDelete {
+			dels[o.key] = true
+		}
+	}
+	for _, o := range ops {
+		if o.kind != opTxn {
+			continue
+		}
+		putsThen, delsThen, dup := duplicateKey(o.txn.then)
+		if dup {
+			return nil, nil, true
+		}
+		putsElse, delsElse, dup := duplicateKey(o.txn.els)
+		if dup {
+			return nil, nil, true
+		}
+		for k := range putsThen {
+			if puts[k] || dels[k] {
+				return nil, nil, true
+			}
+			puts[k] = true
+		}
+		for k := range putsElse {
+			if puts[k] && !putsThen[k] || dels[k] {
+				return nil, nil, true
+			}
+			puts[k] = true
+		}
+		maps.Copy(dels, delsThen)
+		maps.Copy(dels, delsElse)
+	}
+	for _, o := range ops {
+		if o.kind != opPut {
+			continue
+		}
+		if puts[o.key] || dels[o.key] {
+			return nil, nil, true
+		}
+		puts[o.key] = true
+	}
+	return puts, dels, false
 }
 
 func (s *simEtcd) checkLeases(t txnReq) error { return s.checkPathLeases(t, s.path(t)) }
@@ -416,16 +520,24 @@ func (s *simEtcd) deleteAt(key string, rev int64) {
 	s.emit(&clientv3.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: rev}})
 }
 
-// emit queues an event on every open stream it falls under.
+// emit queues an event on every open stream it falls under. In auto mode, whatever wrote it
+// flushes the streams once the whole revision is queued (flushAllLocked): etcd never splits a
+// revision's events between two responses.
 func (s *simEtcd) emit(ev *clientv3.Event) {
 	s.history = append(s.history, ev)
 	s.log = append(s.log, ev)
 	for _, st := range s.streams {
 		if !st.closed && strings.HasPrefix(string(ev.Kv.Key), st.prefix) {
 			st.queue = append(st.queue, ev)
-			if s.auto {
-				s.flushLocked(st)
-			}
+		}
+	}
+}
+
+// flushAllLocked delivers every stream's queued events, in auto mode. Called with s.mu held.
+func (s *simEtcd) flushAllLocked() {
+	if s.auto {
+		for _, st := range s.streams {
+			s.flushLocked(st)
 		}
 	}
 }
@@ -461,6 +573,7 @@ func (s *simEtcd) expire() {
 			s.revokeLocked(id)
 		}
 	}
+	s.flushAllLocked()
 }
 
 // since returns the events of the log from the i-th on, and etcd's current revision.

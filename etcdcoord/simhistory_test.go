@@ -79,11 +79,17 @@ type simCounts struct {
 	upgrades        int // shared delegations turned exclusive by their node's writer
 	writerRecalls   int // writers' recalls written while two or more other nodes held the record shared
 	writerGrants    int // those writers granted the record
+	txnsLocked      int // Txns that locked every record of their plan
+	victims         int // Txns' Locks failed with ErrDeadlock by the coordinator: a cycle across nodes
+	localVictims    int // Txns' Locks failed with ErrDeadlock by their node's table
+	cyclesJudged    int // cycles the oracle saw last through a quiet tick of the clock (simdeadlock_test.go)
 }
 
 func (c simCounts) String() string {
-	return fmt.Sprintf("%d cross-node shared holds, %d down-conversions, %d upgrades, %d writer recalls of several readers (%d granted)",
-		c.crossShared, c.downConversions, c.upgrades, c.writerRecalls, c.writerGrants)
+	return fmt.Sprintf("%d cross-node shared holds, %d down-conversions, %d upgrades, %d writer recalls of several readers (%d granted), "+
+		"%d Txns that locked their plan, %d deadlock victims across nodes (%d within a node), %d cycles judged",
+		c.crossShared, c.downConversions, c.upgrades, c.writerRecalls, c.writerGrants,
+		c.txnsLocked, c.victims, c.localVictims, c.cyclesJudged)
 }
 
 func (c *simCounts) add(o simCounts) {
@@ -92,6 +98,10 @@ func (c *simCounts) add(o simCounts) {
 	c.upgrades += o.upgrades
 	c.writerRecalls += o.writerRecalls
 	c.writerGrants += o.writerGrants
+	c.txnsLocked += o.txnsLocked
+	c.victims += o.victims
+	c.localVictims += o.localVictims
+	c.cyclesJudged += o.cyclesJudged
 }
 
 // simKeyInfo is a delegation or recall key the history understands.

@@ -145,12 +145,10 @@ func (w *simWorld) check() {
 				}
 			}
 		}
-		if lost := n.c.stats.Lost; lost != 0 {
-			w.fail("%s counted %d delegations lost with no delegation deleted by anyone but its holder (with no fault injected Lost stays 0)",
-				n.name, lost)
-		}
+		n.checkLostLocked(w)
 		n.c.mu.Unlock()
 	}
+	w.checkDeadlocksLocked()
 	for _, n := range w.nodes { // handles whose lease ended, with no commit running, are done
 		held := n.holds[:0]
 		for _, h := range n.holds {
@@ -165,6 +163,16 @@ func (w *simWorld) check() {
 		}
 		clear(n.holds[len(held):])
 		n.holds = held
+	}
+}
+
+// checkLostLocked checks that n counted no delegation lost: nobody but its holder deletes a
+// delegation, and etcd lets a lease go only after its node stopped trusting it. Called with
+// w.mu and n.c.mu held.
+func (n *simNode) checkLostLocked(w *simWorld) {
+	if lost := n.c.stats.Lost; lost != 0 {
+		w.fail("%s counted %d delegations lost with no delegation deleted by anyone but its holder (with no fault injected Lost stays 0)",
+			n.name, lost)
 	}
 }
 

@@ -46,12 +46,16 @@ func (w *simWorld) answerIfAsked(node, what string, applied, replied, late bool)
 	s := w.etcd
 	s.mu.Lock()
 	i := slices.IndexFunc(s.calls, func(c *simCall) bool { return c.node == node && strings.Contains(c.what, what) })
+	var answered string
+	if i >= 0 {
+		answered = s.answerLocked(s.calls[i], applied, replied, late)
+	}
 	s.mu.Unlock()
 	if i < 0 {
 		w.logf("  (no request of %s for %q)", node, what)
 		return false
 	}
-	w.logf("  etcd answers %s", s.answer(i, applied, replied, late))
+	w.logf("  etcd answers %s", answered)
 	return true
 }
 
@@ -106,6 +110,41 @@ func (w *simWorld) holdWatch(node string) {
 	}
 }
 
+// progress answers every queued request as asked, but those of node whose description begins
+// with except (none if except is empty), and has every watch deliver what it has, again as the
+// nodes send more, until nothing is left to answer or deliver.
+func (w *simWorld) progress(node, except string) {
+	for range 50 {
+		did := false
+		for _, c := range w.etcd.queued() {
+			if except != "" && c.node == node && strings.HasPrefix(c.what, except) {
+				continue
+			}
+			if what, ok := w.etcd.answerIfQueued(c); ok {
+				w.logf("  etcd answers %s", what)
+				w.settle()
+				did = true
+			}
+		}
+		for _, st := range w.etcd.openStreams() {
+			w.etcd.mu.Lock()
+			waiting := !st.created || len(st.queue) > 0
+			w.etcd.mu.Unlock()
+			if waiting {
+				w.etcd.hold(st, 0)
+				w.etcd.deliver(st, 1<<20)
+				w.etcd.deliver(st, 1<<20) // a created notice first, then the events
+				w.settle()
+				did = true
+			}
+		}
+		if !did {
+			return
+		}
+	}
+	w.fail("schedule: the nodes still ask after 50 rounds of answers")
+}
+
 func (w *simWorld) advance(d time.Duration) {
 	w.clock.Advance(d)
 	w.etcd.expire()
@@ -121,6 +160,57 @@ const (
 	s00 = "s/default/k0"
 	r00 = "r/default/k0"
 )
+
+// The writers of localDeadlockThroughAWriter.
+const (
+	simPlainWriter      = iota // a plain Lock
+	simFreshTxnWriter          // a Txn's first Lock
+	simHoldingTxnWriter        // the Lock of a Txn that holds cf1/k0
+)
+
+// localDeadlockThroughAWriter has two Txns of n0 close a cycle in its table through a writer of
+// cf0/k0 queued between them, and checks that the table failed the second Txn as the victim.
+func (w *simWorld) localDeadlockThroughAWriter(writer int) {
+	n0 := w.nodes[0]
+	k0, k1 := simTxnLock{rec: rec(0, "k0"), shared: true}, simTxnLock{rec: rec(0, "k1")}
+	var t0, t1 *simTxn
+	_ = w.at("n0 begins Txn t0 to lock cf0/k0 shared, then cf0/k1; t0 locks cf0/k0", func() {
+		t0 = w.beginTxnPlan(n0, []simTxnLock{k0, k1})
+		w.txnLockFor(t0, 3500*time.Millisecond, 6*time.Second)
+	}) &&
+		w.at("etcd creates n0's shared delegation of cf0/k0", func() { w.answerWhere("n0", "put "+s00, true, true, false) }) &&
+		w.at("n0 begins Txn t1 to lock cf0/k1, then cf0/k0 shared; t1 locks cf0/k1", func() {
+			t1 = w.beginTxnPlan(n0, []simTxnLock{k1, k0})
+			w.txnLockFor(t1, 3500*time.Millisecond, 6*time.Second)
+		}) &&
+		w.at("etcd creates n0's delegation of cf0/k1", func() { w.answerWhere("n0", "put x/default/k1", true, true, false) }) &&
+		w.at("a writer of n0 locks cf0/k0: it queues in n0's table behind t0's read", func() {
+			switch writer {
+			case simPlainWriter:
+				w.lockFor(n0, rec(0, "k0"), false, time.Second, 6*time.Second)
+			case simFreshTxnWriter:
+				w.txnLockFor(w.beginTxnPlan(n0, []simTxnLock{{rec: rec(0, "k0")}}), time.Second, 6*time.Second)
+			case simHoldingTxnWriter:
+				t2 := w.beginTxnPlan(n0, []simTxnLock{{rec: rec(1, "k0")}, {rec: rec(0, "k0")}})
+				w.txnLockFor(t2, 3500*time.Millisecond, 6*time.Second)
+				w.settle()
+				w.answerWhere("n0", "put x/cf1/k0", true, true, false)
+				w.settle()
+				w.txnLockFor(t2, time.Second, 6*time.Second)
+			}
+		}) &&
+		w.at("t0 locks cf0/k1: it queues behind t1", func() { w.txnLockFor(t0, 3500*time.Millisecond, 6*time.Second) }) &&
+		w.at("t1 locks cf0/k0 shared: it queues behind the writer, closing the cycle", func() {
+			w.txnLockFor(t1, 3500*time.Millisecond, 6*time.Second)
+		}) &&
+		w.at("n0's table failed t1", func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if w.history.counts.localVictims != 1 || slices.Contains(w.txns, t1) {
+				w.fail("schedule: n0's table did not fail t1 as a deadlock's victim (%d victims in tables)", w.history.counts.localVictims)
+			}
+		})
+}
 
 // simSchedules are the schedules, by name.
 var simSchedules = map[string]func(w *simWorld){
@@ -283,6 +373,116 @@ var simSchedules = map[string]func(w *simWorld){
 			w.at("the upgrade's reply arrives", func() { w.deliverLateWhere("n0", "del "+s00+"/1 put "+x00) }) &&
 			w.at("n0 holds cf0/k0", func() {
 				w.expectHeld(n0, rec(0, "k0"), false, "a node's writer turns its shared delegation exclusive once the other node's reader has handed back")
+			})
+	},
+	// A writer's Txn that turns its node's shared delegation exclusive lands, its reply lost, and
+	// the next writer's Txn for the same change fails on it, the watch held back: when the watch
+	// reports the first Txn, the node's delegation becomes the exclusive key rather than lost; and
+	// the writer, which was refreshing the lease meanwhile, is admitted from it rather than turn
+	// it exclusive again.
+	"upgrade-landed-with-its-reply-lost": func(w *simWorld) {
+		n0 := w.nodes[0]
+		_ = w.at("n0 locks cf0/k0 shared", func() { w.lockFor(n0, rec(0, "k0"), true, 300*time.Millisecond, 6*time.Second) }) &&
+			w.at("etcd creates n0's shared delegation", func() { w.answerWhere("n0", "put "+s00, true, true, false) }) &&
+			w.at("n0's watch reports it", func() { w.catchUp("n0") }) &&
+			w.at("n0 releases its reader", func() { w.releaseOf(n0, of(rec(0, "k0")), false) }) &&
+			w.at("n0's watch is held back", func() { w.holdWatch("n0") }) &&
+			w.at("n0 locks cf0/k0", func() { w.lockFor(n0, rec(0, "k0"), false, time.Second, 2*time.Second) }) &&
+			w.at("etcd turns n0's delegation exclusive, and the reply is lost: the lock fails", func() {
+				w.answerWhere("n0", "del "+s00+"/1 put "+x00, true, false, false)
+			}) &&
+			w.at("n0 locks cf0/k0 again", func() { w.lockFor(n0, rec(0, "k0"), false, 3500*time.Millisecond, 6*time.Second) }) &&
+			w.at("clock +600ms: the lock's next try must refresh n0's lease first", func() { w.advance(600 * time.Millisecond) }) &&
+			w.at("etcd answers the second Txn: it fails, the first having landed", func() {
+				w.answerWhere("n0", "del "+s00+"/1 put "+x00, true, true, false)
+			}) &&
+			w.at("n0's watch reports the first Txn", func() { w.catchUp("n0") }) &&
+			w.at("etcd refreshes n0's lease", func() { w.answerWhere("n0", "keepalive", true, true, false) }) &&
+			w.at("etcd answers a Txn of n0 that turns its exclusive key into itself, if n0 sends one", func() {
+				w.answerIfAsked("n0", "del "+x00+" put "+x00, true, true, false)
+			}) &&
+			w.at("n0 holds cf0/k0", func() {
+				w.expectHeld(n0, rec(0, "k0"), false, "the writer is admitted from the exclusive key its node's first Txn put")
+			})
+	},
+	// Two Txns of one node close a cycle in its table through a plain writer queued between them:
+	// the reader the table fails as the victim waits for the other Txn's read of the record
+	// through that writer, which the deadlock oracle's graph of Txns holds as maybe-edges.
+	"local-deadlock-through-a-queued-writer": func(w *simWorld) { w.localDeadlockThroughAWriter(simPlainWriter) },
+	// As local-deadlock-through-a-queued-writer, the writer a third Txn of the node, which holds
+	// nothing yet: the oracle has not seen its ID, so reads none of its waits.
+	"local-deadlock-through-a-queued-txn": func(w *simWorld) { w.localDeadlockThroughAWriter(simFreshTxnWriter) },
+	// As local-deadlock-through-a-queued-txn, the writer a Txn that holds another record: the
+	// oracle reads its wait from the table.
+	"local-deadlock-through-a-queued-txn-that-holds": func(w *simWorld) { w.localDeadlockThroughAWriter(simHoldingTxnWriter) },
+	// A cycle across nodes that goes away as its victim's node confirms it: the wait of the other
+	// Txn runs out and deletes its key first, so the confirming Txn, which compares every key
+	// the cycle was read from, fails, and nobody is a victim.
+	"cycle-gone-before-its-confirmation": func(w *simWorld) {
+		n0, n1 := w.nodes[0], w.nodes[1]
+		k0, k1 := simTxnLock{rec: rec(0, "k0")}, simTxnLock{rec: rec(0, "k1")}
+		var t0, t1 *simTxn
+		_ = w.at("n0's Txn t0 locks cf0/k0", func() {
+			t0 = w.beginTxnPlan(n0, []simTxnLock{k0, k1})
+			w.txnLockFor(t0, 3500*time.Millisecond, 6*time.Second)
+		}) &&
+			w.at("n1's Txn t1 locks cf0/k1", func() {
+				t1 = w.beginTxnPlan(n1, []simTxnLock{k1, k0})
+				w.txnLockFor(t1, 3500*time.Millisecond, 6*time.Second)
+			}) &&
+			w.at("etcd answers everything", func() { w.progress("", "") }) &&
+			w.at("t0 locks cf0/k1, which t1 holds", func() { w.txnLockFor(t0, 3500*time.Millisecond, 2*time.Second) }) &&
+			w.at("etcd answers everything", func() { w.progress("", "") }) &&
+			w.at("t1 locks cf0/k0, which t0 holds: a cycle", func() { w.txnLockFor(t1, 3500*time.Millisecond, 12*time.Second) }) &&
+			w.at("etcd answers everything but n1's Txn that confirms the cycle, t1's wait its victim", func() {
+				w.progress("n1", "txn{del w/n1/")
+			}) &&
+			w.at("clock +2s: t0's wait runs out", func() { w.advance(2 * time.Second) }) &&
+			w.at("etcd deletes t0's wait", func() { w.answerWhere("n0", "txn{del w/n0/", true, true, false) }) &&
+			w.at("etcd answers n1's Txn that confirms the cycle", func() { w.answerWhere("n1", "txn{del w/n1/", true, true, false) }) &&
+			w.at("t1 still waits", func() {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				if !slices.Contains(w.txns, t1) || !t1.locking || w.history.counts.victims != 0 {
+					w.fail("schedule: t1 no longer waits (%d victims across nodes)", w.history.counts.victims)
+				}
+			})
+	},
+	// A Txn's wait across nodes lives on its node's etcd lease, which ends while the wait goes on:
+	// the node takes a new lease, and the wait is put again on it, so that the cycle the wait
+	// then closes, through another Txn of its node queued behind it, is seen and broken.
+	"wait-put-again-on-a-new-lease": func(w *simWorld) {
+		n0, n1 := w.nodes[0], w.nodes[1]
+		k0, k1 := simTxnLock{rec: rec(0, "k0")}, simTxnLock{rec: rec(0, "k1")}
+		var t0, t1, t2 *simTxn
+		_ = w.at("clock +2s", func() { w.advance(2 * time.Second) }) &&
+			w.at("n1's Txn t0 locks cf0/k1", func() {
+				t0 = w.beginTxnPlan(n1, []simTxnLock{k1, k0})
+				w.txnLockFor(t0, 3500*time.Millisecond, 12*time.Second)
+			}) &&
+			w.at("etcd answers everything", func() { w.progress("", "") }) &&
+			w.at("n0's Txn t1 locks cf0/k1, which t0 holds, for 300ms: n0's lease needs no refresh", func() {
+				t1 = w.beginTxnPlan(n0, []simTxnLock{k1})
+				w.txnLockFor(t1, 300*time.Millisecond, 12*time.Second)
+			}) &&
+			w.at("etcd answers everything: t1's wait is on n0's lease", func() { w.progress("", "") }) &&
+			w.at("clock +3s: n0's lease ends in etcd, t1's wait with it", func() { w.advance(3 * time.Second) }) &&
+			w.at("etcd answers everything: n0 takes a new lease", func() { w.progress("", "") }) &&
+			w.at("n0's Txn t2 locks cf0/k0", func() {
+				t2 = w.beginTxnPlan(n0, []simTxnLock{k0, k1})
+				w.txnLockFor(t2, 3500*time.Millisecond, 12*time.Second)
+			}) &&
+			w.at("etcd answers everything", func() { w.progress("", "") }) &&
+			w.at("t2 locks cf0/k1: it queues in n0's table behind t1", func() { w.txnLockFor(t2, 3500*time.Millisecond, 12*time.Second) }) &&
+			w.at("t0 locks cf0/k0, which t2 holds: a cycle", func() { w.txnLockFor(t0, 3500*time.Millisecond, 12*time.Second) }) &&
+			w.at("etcd answers everything", func() { w.progress("", "") }) &&
+			w.at("the cluster is quiet: the clock ticks", func() { w.drain() }) &&
+			w.at("the cycle has a victim", func() {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				if w.history.counts.victims != 1 {
+					w.fail("schedule: the cycle of t0, t2 and t1 has no victim (%d victims across nodes)", w.history.counts.victims)
+				}
 			})
 	},
 	// A writer recalls two readers' nodes: neither admits another reader, the first to hand back

@@ -1,6 +1,9 @@
 package etcdcoord
 
 import (
+	"slices"
+	"strings"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -81,17 +84,27 @@ func (s *simEtcd) closeLocked(st *simStream) {
 	}
 }
 
-// openStreams are the streams not yet closed. Each step counts down the holds.
+// openStreams are the streams not yet closed, in streamOrderLocked's order. Each step counts
+// down the holds.
 func (s *simEtcd) openStreams() []*simStream {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*simStream
-	for _, st := range s.streams {
+	for _, st := range s.streamOrderLocked() {
 		if !st.closed {
 			out = append(out, st)
 		}
 	}
 	return out
+}
+
+// streamOrderLocked returns the streams by node, each node's as it opened them: nodes whose
+// watches restart in one step open them in whatever order the runtime runs them. Called with
+// s.mu held.
+func (s *simEtcd) streamOrderLocked() []*simStream {
+	sts := slices.Clone(s.streams)
+	slices.SortStableFunc(sts, func(a, b *simStream) int { return strings.Compare(a.node, b.node) })
+	return sts
 }
 
 // hold keeps a stream's events back for the next steps steps.
