@@ -158,6 +158,9 @@ func (c *Coordinator) acquire(ctx context.Context, reqp *recordlock.Request, id 
 		r, err := c.cold(ctx, a, *cwp, own, sess, &req, minted)
 		if err == nil && r.waitFrom != 0 {
 			err = c.awaitChange(ctx, w, r.waitFrom, *cwp)
+			if err == nil && c.cfg.changeLag != nil {
+				c.cfg.changeLag()
+			}
 		}
 		c.removeWaiter(a.k, w)
 		switch {

@@ -12,6 +12,17 @@ func WithHandBackLag(lag func()) Option { return handBackLagOption(lag) }
 // of its key to end, so that a test can end that delegation only once the Acquire waits for it.
 func WithRecallWaitLag(lag func()) Option { return recallWaitLagOption(lag) }
 
+// WithChangeLag runs lag when an Acquire's wait for a change of its record's keys ends, before
+// it looks again, so that a test can let the watch apply more events first.
+func WithChangeLag(lag func()) Option { return changeLagOption(lag) }
+
+// Seen is the latest etcd revision c's watch has applied.
+func Seen(c *Coordinator) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen
+}
+
 // Closed reports whether Close has begun: a test waits for it to race Close with a release.
 func Closed(c *Coordinator) bool {
 	c.mu.Lock()

@@ -52,6 +52,9 @@ type config struct {
 	// recallWaitLag runs when an Acquire starts to wait for this node's recalled delegation of
 	// its key to end; tests set it
 	recallWaitLag func()
+	// changeLag runs when an Acquire's wait for a change of its record's keys in etcd ends,
+	// before it looks again; tests set it
+	changeLag func()
 }
 
 type prefixOption string
@@ -130,6 +133,10 @@ func (o handBackLagOption) apply(c *config) { c.handBackLag = o }
 type recallWaitLagOption func()
 
 func (o recallWaitLagOption) apply(c *config) { c.recallWaitLag = o }
+
+type changeLagOption func()
+
+func (o changeLagOption) apply(c *config) { c.changeLag = o }
 
 // clockStamps mints timestamps from a clock's wall reading, strictly increasing.
 type clockStamps struct {

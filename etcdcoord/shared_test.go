@@ -271,11 +271,22 @@ func TestHandedOverWriterAdmittedBeforeALaterReader(t *testing.T) {
 	var holding atomic.Bool
 	resume := make(chan struct{})
 	var once sync.Once
-	w := newNode(t, e, "w", nodeConfig{opts: []etcdcoord.Option{etcdcoord.WithWatchLag(func() {
+	// Once W's watch has applied the hand-over, its writer looks again only after the watch has
+	// applied the reader's recall too: the recall must then wait for the writer, whichever of
+	// W's goroutines would have run first.
+	var w *node
+	var recallRev atomic.Int64
+	waitForRecall := func() {
+		rev := recallRev.Load()
+		for deadline := time.Now().Add(10 * time.Second); rev != 0 && etcdcoord.Seen(w.coord) < rev && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	w = newNode(t, e, "w", nodeConfig{opts: []etcdcoord.Option{etcdcoord.WithWatchLag(func() {
 		if holding.Load() {
 			<-resume
 		}
-	})}})
+	}), etcdcoord.WithChangeLag(waitForRecall)}})
 	t.Cleanup(func() { once.Do(func() { close(resume) }) }) // before W closes: Close waits for the watch
 	a := newNode(t, e, "a", nodeConfig{})
 	r := newNode(t, e, "r", nodeConfig{})
@@ -292,7 +303,11 @@ func TestHandedOverWriterAdmittedBeforeALaterReader(t *testing.T) {
 	reader := lockAsync(r, "k", read)
 	require.Eventually(t, func() bool {
 		resp, err := a.cli.Get(ctx, recallKey("k"))
-		return err == nil && len(resp.Kvs) == 1 && strings.HasSuffix(string(resp.Kvs[0].Value), "\x00s")
+		if err != nil || len(resp.Kvs) != 1 || !strings.HasSuffix(string(resp.Kvs[0].Value), "\x00s") {
+			return false
+		}
+		recallRev.Store(resp.Kvs[0].ModRevision)
+		return true
 	}, 10*time.Second, time.Millisecond, "the reader asks for the record")
 	holding.Store(false)
 	once.Do(func() { close(resume) })
