@@ -127,8 +127,8 @@ func (t *Table) settleLapsed(c *Tenant) {
 		})
 		for _, sp := range sh.spaces {
 			sp.ranges.meeting(nil, nil, func(it *rangeItem) bool {
-				if heldRange(it.h) && mine(it.h) {
-					lapsed = append(lapsed, it.h)
+				if heldRange(it.Value) && mine(it.Value) {
+					lapsed = append(lapsed, it.Value)
 				}
 				return true
 			})

@@ -42,8 +42,8 @@ func (m *modelRun) compareRanges(rt *rapid.T) {
 	if sh, sp := m.rangeSpaceLocked(); sh != nil {
 		var hs []string
 		sp.ranges.meeting(nil, nil, func(it *rangeItem) bool {
-			if it.w == nil && it.h.dueAt() > m.now {
-				hs = append(hs, holderName(it.h, it.h.flags()&flagShared != 0))
+			if it.w == nil && it.Value.dueAt() > m.now {
+				hs = append(hs, holderName(it.Value, it.Value.flags()&flagShared != 0))
 			}
 			return true
 		})

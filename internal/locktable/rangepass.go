@@ -115,7 +115,7 @@ func (sp *rangeSpace) conflictsWithLocksOf(x *waiter, p passer, seen *[]*waiter)
 		return u != nil && sp.waitsForOwner(u, through, seen)
 	}
 	sp.ranges.heldConflicting(xh, func(it *rangeItem) bool {
-		found = holds(it.h)
+		found = holds(it.Value)
 		return !found
 	})
 	if found {
@@ -133,7 +133,7 @@ func (sp *rangeSpace) conflictsWithLocksOf(x *waiter, p passer, seen *[]*waiter)
 	}
 	switch {
 	case x.space != nil:
-		sp.keysIn(xh.key(), xh.cold.span.end, held)
+		sp.keysIn(xh.key(), xh.cold.span.End, held)
 	case xh.e != nil:
 		held(xh.e)
 	}
@@ -154,7 +154,7 @@ func (sp *rangeSpace) queuedAhead(x *waiter, f func(*waiter) bool) {
 			}
 		}
 	} else {
-		sp.keysIn(xh.key(), xh.cold.span.end, func(e *keyEntry) bool {
+		sp.keysIn(xh.key(), xh.cold.span.End, func(e *keyEntry) bool {
 			for y := e.head; y != nil && more; y = y.next {
 				if y.seq < x.seq && conflicts(xh, y.h) {
 					more = f(y)
@@ -167,13 +167,13 @@ func (sp *rangeSpace) queuedAhead(x *waiter, f func(*waiter) bool) {
 		return
 	}
 	if x.space != nil {
-		if older := sp.queuedBefore(x); len(older) <= 2*bits.Len(uint(sp.ranges.queued.n)) {
+		if older := sp.queuedBefore(x); len(older) <= 2*bits.Len(uint(sp.ranges.queued.Len())) {
 			// Few were queued before x: reading them is cheaper than finding every request over
 			// its span, the later ones too, in the tree (the head of a hot range's queue).
 			for i := len(older) - 1; i >= 0 && more; i-- {
 				it := older[i]
 				sp.ranges.scanned++
-				if spansMeet(it.start(), it.end(), xh.key(), xh.cold.span.end) && conflicts(xh, it.h) {
+				if spansMeet(it.start(), it.end(), xh.key(), xh.cold.span.End) && conflicts(xh, it.Value) {
 					more = f(it.w)
 				}
 			}
@@ -181,7 +181,7 @@ func (sp *rangeSpace) queuedAhead(x *waiter, f func(*waiter) bool) {
 		}
 	}
 	sp.ranges.queuedOver(xh, func(it *rangeItem) bool {
-		if it.w.seq < x.seq && conflicts(xh, it.h) {
+		if it.w.seq < x.seq && conflicts(xh, it.Value) {
 			more = f(it.w)
 		}
 		return more
@@ -339,7 +339,7 @@ func (sh *shard) serveWaitingOwners(sp *rangeSpace, added *waiter) {
 		switch {
 		case u.left: // served meanwhile
 		case u.space != nil:
-			sh.serveRanges(sp, u.h.key(), u.h.cold.span.end, false)
+			sh.serveRanges(sp, u.h.key(), u.h.cold.span.End, false)
 		default:
 			sh.serve(u.h.e)
 		}
