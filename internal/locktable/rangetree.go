@@ -10,10 +10,11 @@ import "github.com/recordlock/recordlock/internal/spans"
 type rangeTree = spans.Tree[*Claim]
 
 // rangeItem is a range claim's node in its column family's trees, held or queued. It is part of
-// every range lock, so it keeps no copy of a key: its node points at its claim's span, and the
-// node's value is the claim. It and the span fit in a 112-byte size class, and a version of the
-// cover points at the span too, in a 48-byte node: a node of its own there, or a tree pointer
-// more here, would take a range lock past the 384 bytes TestHeldLockMemory allows it.
+// every range lock, so it keeps no copy of a key: its node points at the claim's span, whose start
+// is the claim's key, and the node's value is the claim. The span, this item included, fits the
+// 112-byte size class, and each version of the cover points at the same span from a 48-byte node:
+// a start kept in the nodes, or a tree pointer here beside the claim, would take a range lock past
+// the 384 bytes TestHeldLockMemory allows it.
 type rangeItem struct {
 	// Node is its place in a tree: its value is its claim, and its id a number of nextSeq, unique
 	// in the column family, which orders the items of one start.
