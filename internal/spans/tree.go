@@ -16,7 +16,6 @@ func (t *Tree[V]) Steps() uint64 { return t.steps }
 
 // Insert adds n, made ready by Init and in no tree, to t.
 func (t *Tree[V]) Insert(n *Node[V]) {
-	n.left, n.right = nil, nil
 	t.root = insert(t.root, n, false)
 	t.n++
 }
