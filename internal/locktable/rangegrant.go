@@ -71,14 +71,15 @@ func (sp *rangeSpace) rangeBlocked(sh *shard, h *Claim, seq uint64, settle bool,
 // order of arrival, waiting (rangeItem.blocks); a request that h passes (rangepass.go) does not.
 func (sp *rangeSpace) rangesBlock(h *Claim, seq uint64) bool {
 	blocked := false
-	sp.ranges.heldConflicting(h, func(it *rangeItem) bool {
-		blocked = conflicts(h, it.Value)
+	sp.ranges.heldConflicting(h, func(y *Claim) bool {
+		blocked = conflicts(h, y)
 		return !blocked
 	})
 	if blocked {
 		return true
 	}
-	sp.ranges.queuedOver(h, func(it *rangeItem) bool {
+	sp.ranges.queuedOver(h, func(y *Claim) bool {
+		it := itemOf(y)
 		blocked = it.blocks(h, seq) && !sp.passes(h, it.w)
 		return !blocked
 	})
@@ -96,9 +97,9 @@ func (it *rangeItem) blocks(h *Claim, seq uint64) bool {
 // and whose lease lapsed at mono (a reading of c's clock) but is not ended yet, and returns it.
 // They are collected first: ending one serves what it held up, which can change the tree.
 func (sp *rangeSpace) lapsedRanges(h *Claim, c *Tenant, mono time.Duration, lapsed []*Claim) []*Claim {
-	sp.ranges.heldConflicting(h, func(it *rangeItem) bool {
-		if conflicts(h, it.Value) && it.Value.lapsedFor(c, mono) {
-			lapsed = append(lapsed, it.Value)
+	sp.ranges.heldConflicting(h, func(y *Claim) bool {
+		if conflicts(h, y) && y.lapsedFor(c, mono) {
+			lapsed = append(lapsed, y)
 		}
 		return true
 	})

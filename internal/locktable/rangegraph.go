@@ -98,9 +98,9 @@ func (sp *rangeSpace) holdersBlocking(x *Claim, f func(*Claim)) {
 
 // rangeHolders calls f on the range locks of sp that meet x's key set and conflict with x.
 func (sp *rangeSpace) rangeHolders(x *Claim, f func(*Claim)) {
-	sp.ranges.heldConflicting(x, func(it *rangeItem) bool {
-		if conflicts(x, it.Value) {
-			f(it.Value)
+	sp.ranges.heldConflicting(x, func(y *Claim) bool {
+		if conflicts(x, y) {
+			f(y)
 		}
 		return true
 	})

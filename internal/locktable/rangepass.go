@@ -114,8 +114,8 @@ func (sp *rangeSpace) conflictsWithLocksOf(x *waiter, p passer, seen *[]*waiter)
 		u := sp.waiting[y.owner]
 		return u != nil && sp.waitsForOwner(u, through, seen)
 	}
-	sp.ranges.heldConflicting(xh, func(it *rangeItem) bool {
-		found = holds(it.Value)
+	sp.ranges.heldConflicting(xh, func(y *Claim) bool {
+		found = holds(y)
 		return !found
 	})
 	if found {
@@ -180,9 +180,9 @@ func (sp *rangeSpace) queuedAhead(x *waiter, f func(*waiter) bool) {
 			return
 		}
 	}
-	sp.ranges.queuedOver(xh, func(it *rangeItem) bool {
-		if it.w.seq < x.seq && conflicts(xh, it.Value) {
-			more = f(it.w)
+	sp.ranges.queuedOver(xh, func(y *Claim) bool {
+		if w := itemOf(y).w; w.seq < x.seq && conflicts(xh, y) {
+			more = f(w)
 		}
 		return more
 	})

@@ -92,12 +92,12 @@ func (s *rangeSet) holdsSpan(start, end []byte) bool {
 	return s.shared.Encloses(start, end) || s.exclusive.Encloses(start, end) || s.queued.Encloses(start, end)
 }
 
-// meeting calls f on every item whose span meets [start, end) (end nil: no bound), until f
-// returns false: the range locks held, then the queued requests, each in order of start.
-func (s *rangeSet) meeting(start, end []byte, f func(*rangeItem) bool) {
+// meeting calls f on the claim of every item whose span meets [start, end) (end nil: no bound),
+// until f returns false: the range locks held, then the queued requests, each in order of start.
+func (s *rangeSet) meeting(start, end []byte, f func(*Claim) bool) {
 	stop := false
 	more := func(y *Claim) bool {
-		stop = !f(itemOf(y))
+		stop = !f(y)
 		return !stop
 	}
 	for _, t := range []*rangeTree{&s.shared, &s.exclusive, &s.queued} {
@@ -110,10 +110,10 @@ func (s *rangeSet) meeting(start, end []byte, f func(*rangeItem) bool) {
 // heldConflicting calls f, until it returns false, on the range locks that meet h's key set (its
 // key, or a range claim's span) in a mode that can conflict with h's: only the exclusive ones for
 // a shared request. f decides the owner.
-func (s *rangeSet) heldConflicting(h *Claim, f func(*rangeItem) bool) {
+func (s *rangeSet) heldConflicting(h *Claim, f func(*Claim) bool) {
 	stop := false
 	more := func(y *Claim) bool {
-		stop = !f(itemOf(y))
+		stop = !f(y)
 		return !stop
 	}
 	trees := []*rangeTree{&s.exclusive, &s.shared}
@@ -132,14 +132,14 @@ func (s *rangeSet) heldConflicting(h *Claim, f func(*rangeItem) bool) {
 	}
 }
 
-// queuedOver calls f, until it returns false, on the queued range requests that meet h's key set.
-func (s *rangeSet) queuedOver(h *Claim, f func(*rangeItem) bool) {
-	more := func(y *Claim) bool { return f(itemOf(y)) }
+// queuedOver calls f, until it returns false, on the claims of the queued range requests that
+// meet h's key set.
+func (s *rangeSet) queuedOver(h *Claim, f func(*Claim) bool) {
 	if h.isRange() {
-		s.queued.Meeting(h.key(), h.cold.span.End, more)
+		s.queued.Meeting(h.key(), h.cold.span.End, f)
 		return
 	}
-	s.queued.Containing(h.key(), more)
+	s.queued.Containing(h.key(), f)
 }
 
 // mayConflict reports whether some range lock or queued request holds key in a mode that can

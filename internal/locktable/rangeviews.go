@@ -13,13 +13,13 @@ import (
 func (sh *shard) evictRanges(c *Tenant, held []*Claim) []*Claim {
 	for _, sp := range sh.spaces {
 		var mine []*waiter
-		sp.ranges.meeting(nil, nil, func(it *rangeItem) bool {
-			switch {
-			case it.Value.ten != c:
-			case it.w == nil:
-				held = append(held, it.Value)
+		sp.ranges.meeting(nil, nil, func(y *Claim) bool {
+			switch w := itemOf(y).w; {
+			case y.ten != c:
+			case w == nil:
+				held = append(held, y)
 			default:
-				mine = append(mine, it.w)
+				mine = append(mine, w)
 			}
 			return true
 		})
@@ -58,8 +58,8 @@ func (sp *rangeSpace) requestsOver(h *Claim, f func(*Claim)) {
 			return true
 		})
 	}
-	sp.ranges.queuedOver(h, func(it *rangeItem) bool {
-		f(it.Value)
+	sp.ranges.queuedOver(h, func(y *Claim) bool {
+		f(y)
 		return true
 	})
 }
