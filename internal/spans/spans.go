@@ -25,10 +25,10 @@ type Span struct {
 	Start, End []byte
 }
 
-// Node is a span's place in a tree: a value, the span, which the caller must not change while
-// the node is in a tree, the number that orders it among the spans of one start, and the tree's
-// links. It may be part of a larger struct (a range lock's node is); the trees hand the value to
-// their callers' callbacks. Its zero value is in no tree.
+// Node is a span's place in a tree: a value, which the tree's searches hand to their callbacks,
+// the span, whose bounds must not change while the node is in a tree, the number that orders it
+// among the spans of one start, and the tree's links. It may be part of a larger struct (a range
+// lock's node is). Its zero value is in no tree.
 type Node[V any] struct {
 	Value       V
 	span        *Span
