@@ -126,41 +126,38 @@ func (h *Handle) RevokeLease() { h.claim.Revoke() }
 // Done closes) but the key passes on only when commit returns, and a nested Fence panics.
 // Fence after Release still runs while the lease lasts, but then a successor may hold the key;
 // once the Locker is closed it returns ErrClosed without calling commit.
-func (h *Handle) Fence(commit func() error) error { return h.fence(commit, fenceUser) }
-
-// fenceThenRelease is Fence followed, unless the lock is held (Hold), by Release in the critical
-// section that ends the fence: one mutex round trip and two clock reads fewer than the two calls,
-// for Txn.Commit, whose locks without Hold end with it.
-func (h *Handle) fenceThenRelease(commit func() error) error {
-	return h.fence(commit, fenceTxn|fenceRelease)
+func (h *Handle) Fence(commit func() error) error {
+	return panicInOwnFence(h.claim.Fence(commit), fenceInOwnFence)
 }
 
-// fenceTxn is Fence for Txn.Commit, whose commit runs no user code.
-func (h *Handle) fenceTxn(commit func() error) error { return h.fence(commit, fenceTxn) }
+// fenceTxn is Fence for Txn.Commit, whose commit is the Txn's write: it runs no user code.
+func (h *Handle) fenceTxn(commit func() error) error {
+	return panicInOwnFence(h.claim.FenceTrusted(commit), txnCommitInOwnFence)
+}
 
-// How fence runs its commit: fenceUser, for Fence, or a combination of the others.
-const fenceUser = 0
+// fenceThenRelease is fenceTxn followed, unless the lock is held (Hold), by Release in the
+// critical section that ends the fence: one mutex round trip and two clock reads fewer than the
+// two calls, for Txn.Commit, whose locks without Hold end with it.
+func (h *Handle) fenceThenRelease(commit func() error) error {
+	return panicInOwnFence(h.claim.FenceTrustedThenRelease(commit), txnCommitInOwnFence)
+}
 
+// The panics of a fence called by the commit of a Fence on the same handle, which it would wait
+// for: a nested Fence, and a Txn.Commit that would fence one of its handles again.
 const (
-	fenceTxn     = 1 << iota // the commit is Txn.Commit's write, which never calls back into h
-	fenceRelease             // release the lock as the fence ends, unless it is held (Hold)
+	fenceInOwnFence     = "recordlock: Fence called inside the commit of a Fence on the same handle"
+	txnCommitInOwnFence = "recordlock: Txn.Commit called inside the commit of a Fence on one of its handles"
 )
 
-// fence is Fence, fenceTxn and fenceThenRelease, as mode says (docs/DESIGN.md §5).
-func (h *Handle) fence(commit func() error, mode int) error {
-	err := h.claim.Fence(commit, mode&fenceTxn == 0, mode&fenceRelease != 0)
-	switch err {
-	case locktable.ErrClosed:
-		return ErrClosed
-	case locktable.ErrLeaseExpired:
-		return ErrLeaseExpired
-	case locktable.ErrFenceInOwnFence:
-		if mode&fenceTxn != 0 {
-			panic("recordlock: Txn.Commit called inside the commit of a Fence on one of its handles")
-		}
-		panic("recordlock: Fence called inside the commit of a Fence on the same handle")
+// panicInOwnFence returns err, a fence's outcome (commit's own error, or the table's ErrClosed or
+// ErrLeaseExpired, which are the API's), and panics with misuse instead when the table refused a
+// fence whose caller is the commit of a fence on the same handle, rather than wait for itself
+// (docs/DESIGN.md §5.1).
+func panicInOwnFence(err error, misuse string) error {
+	if err == locktable.ErrFenceInOwnFence {
+		panic(misuse)
 	}
-	return err // commit's own
+	return err
 }
 
 // disown ends the handle's ownership by its Txn, when the Txn ends: a lock without Hold is
@@ -169,25 +166,25 @@ func (h *Handle) disown(release bool) { h.claim.Disown(release) }
 
 // Lock-ordered version stamps of a holder's writes (docs/DESIGN.md §9), for databases that
 // version their records: see Version stamps in the package documentation. The table keeps them
-// (locktable.Claim.Stamp).
+// (locktable.Claim.VersionCandidate, NextVersion, RaiseVersionFloor, NoteVersion).
 
 // HolderVersionCandidate returns the version the next holder write would get, at least floor,
 // without recording it: max(last issued + 1, or AcquiredAt if none; AcquiredAt; the candidate
 // floor; floor). See Version stamps in the package documentation.
 func (h *Handle) HolderVersionCandidate(floor Timestamp) Timestamp {
-	return Timestamp(h.claim.Stamp(locktable.StampPeek, int64(floor)))
+	return Timestamp(h.claim.VersionCandidate(int64(floor)))
 }
 
 // NextHolderVersion returns the candidate version and records it as issued. See Version stamps in
 // the package documentation.
 func (h *Handle) NextHolderVersion() Timestamp {
-	return Timestamp(h.claim.Stamp(locktable.StampNext, 0))
+	return Timestamp(h.claim.NextVersion())
 }
 
 // NoteCandidateFloor raises the floor of later candidates without counting as a write. See
 // Version stamps in the package documentation.
-func (h *Handle) NoteCandidateFloor(v Timestamp) { h.claim.Stamp(locktable.StampFloor, int64(v)) }
+func (h *Handle) NoteCandidateFloor(v Timestamp) { h.claim.RaiseVersionFloor(int64(v)) }
 
 // NoteHolderVersion records v as issued if it is above the last issued version; it never lowers
 // it. See Version stamps in the package documentation.
-func (h *Handle) NoteHolderVersion(v Timestamp) { h.claim.Stamp(locktable.StampNote, int64(v)) }
+func (h *Handle) NoteHolderVersion(v Timestamp) { h.claim.NoteVersion(int64(v)) }

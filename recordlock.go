@@ -279,7 +279,7 @@ func (l *Locker) lock(ctx context.Context, req lockRequest, opts *Options) (*Han
 
 // newHandle returns a handle for the request, asking for ask (Hold, Shared), and marked as asked
 // by a Txn that holds other keys when it does (locktable.AskOwnerHolds). The request is passed
-// by pointer: copied, it took ten instructions of every Lock.
+// by pointer, so that the hot path does not copy it.
 func (l *Locker) newHandle(req *lockRequest, ask locktable.Ask) *Handle {
 	var owner locktable.Owner
 	if req.owner != nil {

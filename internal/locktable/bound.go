@@ -126,9 +126,9 @@ func (t *Table) settleLapsed(c *Tenant) {
 			}
 		})
 		for _, sp := range sh.spaces {
-			sp.ranges.meeting(nil, nil, func(it *rangeItem) bool {
-				if heldRange(it.h) && mine(it.h) {
-					lapsed = append(lapsed, it.h)
+			sp.ranges.meeting(nil, nil, func(y *Claim) bool {
+				if heldRange(y) && mine(y) {
+					lapsed = append(lapsed, y)
 				}
 				return true
 			})

@@ -145,7 +145,7 @@ func (h *Claim) dead() bool { return h.flags()&(flagReleased|flagExpired) != 0 }
 // them. Set before the claim is published, they are read without a lock.
 func (h *Claim) Record() (cf uint32, key, end []byte) {
 	if h.flags()&flagRange != 0 {
-		end = h.cold.span.end
+		end = h.cold.span.End
 	}
 	return h.cf, h.key(), end
 }

@@ -3,11 +3,12 @@ package locktable
 import "github.com/petermattis/goid"
 
 // Fencing: a commit runs only while the lease is live, and the key stays with the claim until the
-// commit returns (docs/DESIGN.md §5). Fence runs the commit between beginFence and endFence.
+// commit returns (docs/DESIGN.md §5). Fence, FenceTrusted and FenceTrustedThenRelease run the
+// commit through fence, between beginFence and endFence.
 //
 // A commit that calls Release, Revoke or a Fence on its own claim would wait for itself. The
-// fence of a commit that runs user code records its goroutine (Go has no other handle on "the
-// caller"), so that such a call, alone among the calls that find the fence running, does not
+// fence of a commit that runs user code (Fence) records its goroutine (Go has no other handle on
+// "the caller"), so that such a call, alone among the calls that find the fence running, does not
 // wait: a Release or Revoke takes effect at once and the key passes on when the commit returns,
 // as when the lease lapses inside the fence; a nested Fence fails with ErrFenceInOwnFence.
 
@@ -56,12 +57,26 @@ func (h *Claim) awaitFenceEnd(sh *shard) *shard {
 }
 
 // Fence runs commit only while h's lease is live, and keeps the key from passing to another
-// holder until commit returns; with releaseUnlessHold, a lock without flagHold is released as the
-// fence ends, in the same critical section. It returns commit's error, or without calling commit
+// holder until commit returns. commit may call back into h, so the fence records the caller's
+// goroutine (see fencedByCaller). It returns commit's error, or without calling commit
 // ErrLeaseExpired when the lease has ended, ErrClosed when h was released and its tenant is
-// closed, and ErrFenceInOwnFence when the caller is the commit of h's running fence. userCommit
-// says that commit runs user code, which may call back into h (see fencedByCaller).
-func (h *Claim) Fence(commit func() error, userCommit, releaseUnlessHold bool) error {
+// closed, and ErrFenceInOwnFence when the caller is the commit of h's running fence.
+func (h *Claim) Fence(commit func() error) error { return h.fence(commit, true, false) }
+
+// FenceTrusted is Fence for a commit that never calls back into h (it runs no user code), so it
+// records no goroutine.
+func (h *Claim) FenceTrusted(commit func() error) error { return h.fence(commit, false, false) }
+
+// FenceTrustedThenRelease is FenceTrusted, and then, unless h holds with flagHold, Release in the
+// critical section that ends the fence.
+func (h *Claim) FenceTrustedThenRelease(commit func() error) error {
+	return h.fence(commit, false, true)
+}
+
+// fence runs commit between beginFence and endFence: userCommit says that commit runs user code,
+// which may call back into h (see fencedByCaller); with releaseUnlessHold, a lock without
+// flagHold is released as the fence ends.
+func (h *Claim) fence(commit func() error, userCommit, releaseUnlessHold bool) error {
 	stray, err := h.beginFence(userCommit)
 	if err != nil {
 		return err

@@ -1,6 +1,10 @@
 package locktable
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/recordlock/recordlock/internal/spans"
+)
 
 // Range claims: a lock of every key k of a column family with start <= k < end (docs/DESIGN.md
 // §17). A range claim is a Claim in every respect but its key set; its start is its key, and the
@@ -14,9 +18,10 @@ const (
 	flagInHomeShard
 )
 
-// span is the key set of a range claim: start is the claim's key, end nil means no upper bound.
+// span is the key set of a range claim: Start is the claim's key (the same bytes), End nil means
+// no upper bound. The trees of the claim's range space and the versions of its cover point at it.
 type span struct {
-	end  []byte
+	spans.Span
 	item rangeItem // the claim's place among the ranges of its column family
 }
 
@@ -28,11 +33,11 @@ type span struct {
 func (h *Claim) prepareRange(t *Tenant, cf uint32, start, end []byte, flags uint32) {
 	t.tab.spaceFor(cf)
 	h.prepare(t, cf, start, flags|flagRange)
-	s := &span{}
+	s := &span{Span: spans.Span{Start: h.key()}}
 	if end != nil {
-		s.end = bytes.Clone(end)
+		s.End = bytes.Clone(end)
 	}
-	s.item.h = h
+	s.item.Value = h
 	h.cold = &Cold{span: s}
 }
 

@@ -321,5 +321,5 @@ func (t *testTxn) Rollback() {
 
 // fence runs commit inside a fence of h, as the API's Fence does.
 func fence(h *Claim, commit func() error) error {
-	return h.Fence(commit, true, false)
+	return h.Fence(commit)
 }

@@ -41,9 +41,9 @@ func (m *modelRun) compareRanges(rt *rapid.T) {
 	var got, want []string
 	if sh, sp := m.rangeSpaceLocked(); sh != nil {
 		var hs []string
-		sp.ranges.meeting(nil, nil, func(it *rangeItem) bool {
-			if it.w == nil && it.h.dueAt() > m.now {
-				hs = append(hs, holderName(it.h, it.h.flags()&flagShared != 0))
+		sp.ranges.meeting(nil, nil, func(y *Claim) bool {
+			if itemOf(y).w == nil && y.dueAt() > m.now {
+				hs = append(hs, holderName(y, y.flags()&flagShared != 0))
 			}
 			return true
 		})

@@ -59,15 +59,16 @@ func (sp *rangeSpace) indexQueued(visited *uint64) *queuedIndex {
 		}
 		x.owned[h.owner] = append(x.owned[h.owner], s)
 	}
-	sp.ranges.queued.meeting(nil, nil, func(it *rangeItem) bool {
-		exclusive := it.h.flags()&flagShared == 0
+	sp.ranges.queued.Meeting(nil, nil, func(y *Claim) bool {
+		exclusive := y.flags()&flagShared == 0
+		start, end := y.key(), y.cold.span.End
 		for m := range 2 {
 			if m == 0 || exclusive {
-				x.ranges[m].starts = append(x.ranges[m].starts, it.start())
-				x.ranges[m].ends = append(x.ranges[m].ends, it.end())
+				x.ranges[m].starts = append(x.ranges[m].starts, start)
+				x.ranges[m].ends = append(x.ranges[m].ends, end)
 			}
 		}
-		own(it.h, queuedSpan{start: it.start(), end: it.end(), isRange: true, exclusive: exclusive})
+		own(y, queuedSpan{start: start, end: end, isRange: true, exclusive: exclusive})
 		*x.visited++
 		return true
 	})
@@ -135,7 +136,7 @@ func (x *queuedIndex) countsOver(h *Claim) spanCounts {
 	c := spanCounts{start: h.key(), isRange: h.isRange()}
 	for m := range 2 {
 		if c.isRange {
-			c.end = h.cold.span.end
+			c.end = h.cold.span.End
 			c.n[m] = x.rangesMeeting(&x.ranges[m], c.start, c.end, false) + x.before(x.keys[m], c.end) - x.before(x.keys[m], c.start)
 		} else {
 			c.n[m] = x.rangesMeeting(&x.ranges[m], c.start, nil, true)

@@ -98,7 +98,7 @@ func TestQueuedIndexCountsAsAWalkOfTheQueue(t *testing.T) {
 			}
 			checked := 0
 			for _, tr := range []*rangeTree{&sp.ranges.shared, &sp.ranges.exclusive} {
-				tr.meeting(nil, nil, func(it *rangeItem) bool { check(it.h); checked++; return true })
+				tr.Meeting(nil, nil, func(y *Claim) bool { check(y); checked++; return true })
 			}
 			sp.keys.Ascend(func(rk *rangedKey) bool {
 				for _, h := range rk.e.appendHolders(nil) {

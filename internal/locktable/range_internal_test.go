@@ -182,7 +182,7 @@ func TestRangeLeaseLapsesAndPassesItsKeysOn(t *testing.T) {
 	require.NoError(t, res.err)
 	assert.True(t, r.Now().Expired())
 	assert.False(t, r.Release())
-	assert.ErrorIs(t, r.Fence(func() error { panic("a fence ran its commit on a lapsed range") }, true, false), ErrLeaseExpired)
+	assert.ErrorIs(t, r.Fence(func() error { panic("a fence ran its commit on a lapsed range") }), ErrLeaseExpired)
 	require.True(t, res.h.Release())
 
 	// A lapse nobody settled yet gives way to a newcomer, as a key's does.

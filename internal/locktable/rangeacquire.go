@@ -34,8 +34,8 @@ func (h *Claim) acquireRange(r *acquireReq) (time.Duration, error) {
 		return 0, ErrClosed
 	}
 	it := &h.cold.span.item
-	it.id = sp.nextSeq()
-	start, end := h.key(), h.cold.span.end
+	it.ready(sp.nextSeq())
+	start, end := h.key(), h.cold.span.End
 	inside := sp.ranges.holdsSpan(start, end)
 	sp.coverAdd(it)
 	if !inside {
@@ -70,9 +70,9 @@ func (h *Claim) acquireRange(r *acquireReq) (time.Duration, error) {
 // and mono of its clock. A range's deadline is always on a timer: requests for keys inside it
 // can queue without looking at it again.
 func (sh *shard) grantRange(sp *rangeSpace, it *rangeItem, wall int64, mono, lease time.Duration) {
-	h := it.h
+	h := it.Value
 	it.w = nil
-	if it.tree != nil {
+	if it.in != inNone {
 		sp.ranges.refile(it) // from the queued requests to the locks held
 	} else {
 		sp.ranges.insert(it)
@@ -91,14 +91,14 @@ func (sh *shard) grantRange(sp *rangeSpace, it *rangeItem, wall int64, mono, lea
 // (range locks are always watched), and tells them and the range locks it meets that a request
 // waits for them (tellHolders).
 func (sh *shard) watchSpan(sp *rangeSpace, h *Claim) {
-	sp.keysIn(h.key(), h.cold.span.end, func(e *keyEntry) bool {
+	sp.keysIn(h.key(), h.cold.span.End, func(e *keyEntry) bool {
 		sh.watchHolders(e)
 		sh.tellHolders(e)
 		return true
 	})
 	for _, t := range []*rangeTree{&sp.ranges.shared, &sp.ranges.exclusive} {
-		t.meeting(h.key(), h.cold.span.end, func(it *rangeItem) bool {
-			sh.tellHolder(it.h)
+		t.Meeting(h.key(), h.cold.span.End, func(y *Claim) bool {
+			sh.tellHolder(y)
 			return true
 		})
 	}

@@ -12,7 +12,7 @@ import (
 // span covers (retiredSpan). It is replaced, never changed, under the home shard's mutex; its
 // versions of the spans are never changed either (spans.Version), so a key request reads them
 // under its own shard's mutex, without the home shard's, while a range request publishes the next.
-// Their nodes share each end with the range or retired span that has it, which never changes it.
+// Their nodes point at the span of the range or retired span that has it, which never changes it.
 type rangeCover struct {
 	live, retiring spans.Version
 }
@@ -21,9 +21,9 @@ type rangeCover struct {
 // had brought into the home shard were still there, or of one key brought in for an owner's wait
 // (orphanBrought). It stays for as long as one of its orphans does.
 type retiredSpan struct {
-	start, end []byte
-	id         uint64
-	orphans    int
+	spans.Span
+	id      uint64
+	orphans int
 }
 
 // keyAfter is the first key after key, the end of the span that holds key alone.
@@ -31,7 +31,7 @@ func keyAfter(key []byte) []byte { return append(bytes.Clone(key), 0) }
 
 // retire adds r, which has orphans, to next, the cover to be published.
 func (sp *rangeSpace) retire(r *retiredSpan, next *rangeCover) {
-	next.retiring = next.retiring.With(r.start, &r.end, r.id)
+	next.retiring = next.retiring.With(&r.Span, r.id)
 }
 
 // unorphan takes rk off its retired span's orphans, and the span out of next once it has none: a
@@ -43,14 +43,14 @@ func (rk *rangedKey) unorphan(next *rangeCover) bool {
 	if r.orphans > 0 {
 		return false
 	}
-	next.retiring = next.retiring.Without(r.start, r.id)
+	next.retiring = next.retiring.Without(&r.Span, r.id)
 	return true
 }
 
 // coverAdd puts it's span in sp's live cover; the orphans inside it are covered again.
 func (sp *rangeSpace) coverAdd(it *rangeItem) {
 	cv := sp.cover.Load()
-	next := &rangeCover{live: cv.live.With(it.start(), it.endRef(), it.id), retiring: cv.retiring}
+	next := &rangeCover{live: cv.live.With(it.span(), it.ID()), retiring: cv.retiring}
 	it.covering = true
 	if !next.retiring.Empty() {
 		sp.keysIn(it.start(), it.end(), func(e *keyEntry) bool {
@@ -72,8 +72,8 @@ func (sp *rangeSpace) spanGone(it *rangeItem) {
 	}
 	it.covering = false
 	cv := sp.cover.Load()
-	next := &rangeCover{live: cv.live.Without(it.start(), it.id), retiring: cv.retiring}
-	r := &retiredSpan{start: it.start(), end: it.end(), id: it.id}
+	next := &rangeCover{live: cv.live.Without(it.span(), it.ID()), retiring: cv.retiring}
+	r := &retiredSpan{Span: *it.span(), id: it.ID()}
 	sp.keysIn(it.start(), it.end(), func(e *keyEntry) bool {
 		if rk := e.ranged(); rk.retired == nil && !next.live.Covers(rk.key) {
 			rk.retired = r
@@ -110,7 +110,7 @@ func (sp *rangeSpace) orphanBrought(rk *rangedKey) {
 	if cv.live.Covers(rk.key) {
 		return
 	}
-	r := &retiredSpan{start: rk.key, end: keyAfter(rk.key), id: sp.nextSeq(), orphans: 1}
+	r := &retiredSpan{Span: spans.Span{Start: rk.key, End: keyAfter(rk.key)}, id: sp.nextSeq(), orphans: 1}
 	rk.retired = r
 	next := &rangeCover{live: cv.live, retiring: cv.retiring}
 	sp.retire(r, next)

@@ -25,7 +25,7 @@ func TestCoverAgreesWithAScan(t *testing.T) {
 		check := func(v version, key []byte) {
 			want := false
 			for _, r := range v.all {
-				want = want || spanContains(r.start, r.end, key)
+				want = want || spanContains(r.Start, r.End, key)
 			}
 			if got := v.spans.Covers(key); got != want {
 				rt.Fatalf("Covers(%q) = %v, but a scan of %d spans says %v", key, got, len(v.all), want)
@@ -34,7 +34,7 @@ func TestCoverAgreesWithAScan(t *testing.T) {
 		for range rapid.IntRange(1, 40).Draw(rt, "steps") {
 			if len(cur.all) > 0 && rapid.Bool().Draw(rt, "remove") {
 				i := rapid.IntRange(0, len(cur.all)-1).Draw(rt, "which")
-				cur.spans = cur.spans.Without(cur.all[i].start, cur.all[i].id)
+				cur.spans = cur.spans.Without(&cur.all[i].Span, cur.all[i].id)
 				cur.all = slices.Delete(slices.Clone(cur.all), i, i+1)
 			} else {
 				start := []byte(keyGen.Draw(rt, "start"))
@@ -43,8 +43,8 @@ func TestCoverAgreesWithAScan(t *testing.T) {
 					end = []byte(e)
 				}
 				ids++
-				r := &retiredSpan{start: start, end: end, id: ids}
-				cur.spans = cur.spans.With(r.start, &r.end, r.id)
+				r := &retiredSpan{Span: spans.Span{Start: start, End: end}, id: ids}
+				cur.spans = cur.spans.With(&r.Span, r.id)
 				cur.all = append(slices.Clone(cur.all), r)
 			}
 			versions = append(versions, cur)

@@ -43,7 +43,7 @@ func (sp *rangeSpace) rangeBlocked(sh *shard, h *Claim, seq uint64, settle bool,
 	if sh.tab.ranges.noConflicts.Load() {
 		return false
 	}
-	start, end := h.key(), h.cold.span.end
+	start, end := h.key(), h.cold.span.End
 	if settle {
 		var lapsed, holders []*Claim
 		sp.keysIn(start, end, func(e *keyEntry) bool {
@@ -71,14 +71,15 @@ func (sp *rangeSpace) rangeBlocked(sh *shard, h *Claim, seq uint64, settle bool,
 // order of arrival, waiting (rangeItem.blocks); a request that h passes (rangepass.go) does not.
 func (sp *rangeSpace) rangesBlock(h *Claim, seq uint64) bool {
 	blocked := false
-	sp.ranges.heldConflicting(h, func(it *rangeItem) bool {
-		blocked = conflicts(h, it.h)
+	sp.ranges.heldConflicting(h, func(y *Claim) bool {
+		blocked = conflicts(h, y)
 		return !blocked
 	})
 	if blocked {
 		return true
 	}
-	sp.ranges.queuedOver(h, func(it *rangeItem) bool {
+	sp.ranges.queuedOver(h, func(y *Claim) bool {
+		it := itemOf(y)
 		blocked = it.blocks(h, seq) && !sp.passes(h, it.w)
 		return !blocked
 	})
@@ -89,16 +90,16 @@ func (sp *rangeSpace) rangesBlock(h *Claim, seq uint64) bool {
 // placed seq in the order of arrival, keeps h waiting: it conflicts with h, and is a lock or a
 // request queued before h.
 func (it *rangeItem) blocks(h *Claim, seq uint64) bool {
-	return (it.w == nil || it.w.seq < seq) && conflicts(h, it.h)
+	return (it.w == nil || it.w.seq < seq) && conflicts(h, it.Value)
 }
 
 // lapsedRanges appends to lapsed the range locks of sp that meet h's key set, conflict with it,
 // and whose lease lapsed at mono (a reading of c's clock) but is not ended yet, and returns it.
 // They are collected first: ending one serves what it held up, which can change the tree.
 func (sp *rangeSpace) lapsedRanges(h *Claim, c *Tenant, mono time.Duration, lapsed []*Claim) []*Claim {
-	sp.ranges.heldConflicting(h, func(it *rangeItem) bool {
-		if conflicts(h, it.h) && it.h.lapsedFor(c, mono) {
-			lapsed = append(lapsed, it.h)
+	sp.ranges.heldConflicting(h, func(y *Claim) bool {
+		if conflicts(h, y) && y.lapsedFor(c, mono) {
+			lapsed = append(lapsed, y)
 		}
 		return true
 	})

@@ -89,7 +89,7 @@ func (sp *rangeSpace) holdersBlocking(x *Claim, f func(*Claim)) {
 		return true
 	}
 	if x.isRange() {
-		sp.keysIn(x.key(), x.cold.span.end, each)
+		sp.keysIn(x.key(), x.cold.span.End, each)
 	} else if x.e != nil {
 		each(x.e)
 	}
@@ -98,9 +98,9 @@ func (sp *rangeSpace) holdersBlocking(x *Claim, f func(*Claim)) {
 
 // rangeHolders calls f on the range locks of sp that meet x's key set and conflict with x.
 func (sp *rangeSpace) rangeHolders(x *Claim, f func(*Claim)) {
-	sp.ranges.heldConflicting(x, func(it *rangeItem) bool {
-		if conflicts(x, it.h) {
-			f(it.h)
+	sp.ranges.heldConflicting(x, func(y *Claim) bool {
+		if conflicts(x, y) {
+			f(y)
 		}
 		return true
 	})
@@ -117,7 +117,7 @@ func plainExclusive(w *waiter) bool {
 
 // sameSpan reports whether the range claims a and b cover the same keys.
 func sameSpan(a, b *Claim) bool {
-	ae, be := a.cold.span.end, b.cold.span.end
+	ae, be := a.cold.span.End, b.cold.span.End
 	return spans.Compare(a.key(), b.key()) == 0 && (ae == nil) == (be == nil) && spans.Compare(ae, be) == 0
 }
 
@@ -160,11 +160,11 @@ func (sp *rangeSpace) runHead(x *waiter) *waiter {
 // first request over its span.
 func (sp *rangeSpace) nearestRangeAhead(x *waiter) *waiter {
 	older := sp.queuedBefore(x)
-	start, end := x.h.key(), x.h.cold.span.end
+	start, end := x.h.key(), x.h.cold.span.End
 	for i := len(older) - 1; i >= 0; i-- {
 		y := older[i]
 		sp.ranges.scanned++
-		if spansMeet(y.start(), y.end(), start, end) && conflicts(x.h, y.h) {
+		if spansMeet(y.start(), y.end(), start, end) && conflicts(x.h, y.Value) {
 			return y.w
 		}
 	}
@@ -176,7 +176,7 @@ func (sp *rangeSpace) nearestRangeAhead(x *waiter) *waiter {
 // order of arrival and before x.
 func (sp *rangeSpace) keyRequestsAfter(x *waiter, seq uint64, f func(*waiter)) {
 	xh := x.h
-	sp.keysIn(xh.key(), xh.cold.span.end, func(e *keyEntry) bool {
+	sp.keysIn(xh.key(), xh.cold.span.End, func(e *keyEntry) bool {
 		for y := e.head; y != nil; y = y.next {
 			if y.seq > seq && y.seq < x.seq && conflicts(xh, y.h) {
 				f(y)

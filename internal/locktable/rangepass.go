@@ -114,8 +114,8 @@ func (sp *rangeSpace) conflictsWithLocksOf(x *waiter, p passer, seen *[]*waiter)
 		u := sp.waiting[y.owner]
 		return u != nil && sp.waitsForOwner(u, through, seen)
 	}
-	sp.ranges.heldConflicting(xh, func(it *rangeItem) bool {
-		found = holds(it.h)
+	sp.ranges.heldConflicting(xh, func(y *Claim) bool {
+		found = holds(y)
 		return !found
 	})
 	if found {
@@ -133,7 +133,7 @@ func (sp *rangeSpace) conflictsWithLocksOf(x *waiter, p passer, seen *[]*waiter)
 	}
 	switch {
 	case x.space != nil:
-		sp.keysIn(xh.key(), xh.cold.span.end, held)
+		sp.keysIn(xh.key(), xh.cold.span.End, held)
 	case xh.e != nil:
 		held(xh.e)
 	}
@@ -154,7 +154,7 @@ func (sp *rangeSpace) queuedAhead(x *waiter, f func(*waiter) bool) {
 			}
 		}
 	} else {
-		sp.keysIn(xh.key(), xh.cold.span.end, func(e *keyEntry) bool {
+		sp.keysIn(xh.key(), xh.cold.span.End, func(e *keyEntry) bool {
 			for y := e.head; y != nil && more; y = y.next {
 				if y.seq < x.seq && conflicts(xh, y.h) {
 					more = f(y)
@@ -167,22 +167,22 @@ func (sp *rangeSpace) queuedAhead(x *waiter, f func(*waiter) bool) {
 		return
 	}
 	if x.space != nil {
-		if older := sp.queuedBefore(x); len(older) <= 2*bits.Len(uint(sp.ranges.queued.n)) {
+		if older := sp.queuedBefore(x); len(older) <= 2*bits.Len(uint(sp.ranges.queued.Len())) {
 			// Few were queued before x: reading them is cheaper than finding every request over
 			// its span, the later ones too, in the tree (the head of a hot range's queue).
 			for i := len(older) - 1; i >= 0 && more; i-- {
 				it := older[i]
 				sp.ranges.scanned++
-				if spansMeet(it.start(), it.end(), xh.key(), xh.cold.span.end) && conflicts(xh, it.h) {
+				if spansMeet(it.start(), it.end(), xh.key(), xh.cold.span.End) && conflicts(xh, it.Value) {
 					more = f(it.w)
 				}
 			}
 			return
 		}
 	}
-	sp.ranges.queuedOver(xh, func(it *rangeItem) bool {
-		if it.w.seq < x.seq && conflicts(xh, it.h) {
-			more = f(it.w)
+	sp.ranges.queuedOver(xh, func(y *Claim) bool {
+		if w := itemOf(y).w; w.seq < x.seq && conflicts(xh, y) {
+			more = f(w)
 		}
 		return more
 	})

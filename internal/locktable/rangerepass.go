@@ -126,7 +126,7 @@ func (sh *shard) serveWaitingOwners(sp *rangeSpace, added *waiter) {
 		switch {
 		case u.left: // served meanwhile
 		case u.space != nil:
-			sh.serveRanges(sp, u.h.key(), u.h.cold.span.end, false)
+			sh.serveRanges(sp, u.h.key(), u.h.cold.span.End, false)
 		default:
 			sh.serve(u.h.e)
 		}

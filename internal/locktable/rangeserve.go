@@ -24,14 +24,14 @@ func (sh *shard) serveRanges(sp *rangeSpace, start, end []byte, point bool) {
 	}
 	sp.serving = true
 	var batch []*rangeItem
-	collect := func(it *rangeItem) bool {
-		batch = append(batch, it)
+	collect := func(y *Claim) bool {
+		batch = append(batch, itemOf(y))
 		return true
 	}
 	if point {
-		sp.ranges.queued.containing(start, collect)
+		sp.ranges.queued.Containing(start, collect)
 	} else {
-		sp.ranges.queued.meeting(start, end, collect)
+		sp.ranges.queued.Meeting(start, end, collect)
 	}
 	slices.SortFunc(batch, func(a, b *rangeItem) int { return cmp.Compare(a.w.seq, b.w.seq) })
 	sh.serveQueuedRanges(sp, batch)
@@ -94,7 +94,7 @@ func (sp *rangeSpace) queuedOver(key []byte) bool {
 	if len(sp.queue) == 0 {
 		return false
 	}
-	return sp.ranges.queued.containsAny(key)
+	return sp.ranges.queued.Covers(key)
 }
 
 // unlinkQueued takes it out of sp's queue of range requests; it stays in the tree.
@@ -149,7 +149,7 @@ func (sh *shard) dropRange(w *waiter, outcome waitState) {
 // are f.
 func (sh *shard) giveBackRangeClaim(h *Claim, f, set uint32) {
 	it := &h.cold.span.item
-	if f&flagHeld == 0 || it.tree == nil || it.w != nil {
+	if f&flagHeld == 0 || it.in == inNone || it.w != nil {
 		h.setFlags(set)
 		sh.tab.logFault(h.ten, "a handle gave back a range it did not hold")
 		return
@@ -166,7 +166,7 @@ func (sh *shard) giveBackRangeClaim(h *Claim, f, set uint32) {
 	}
 	sh.held--
 	sh.ownerLetGo(h)
-	sh.serveAfterRange(sp, h.key(), h.cold.span.end)
+	sh.serveAfterRange(sp, h.key(), h.cold.span.End)
 }
 
 // serveAfterRange serves what a range lock or request over [start, end) that left may have held

@@ -20,39 +20,64 @@ type rangeSet struct {
 // steps counts the steps of the set's searches and serves so far: the nodes they visited, the
 // queued requests tried and those scanned.
 func (s *rangeSet) steps() uint64 {
-	return s.shared.steps + s.exclusive.steps + s.queued.steps + s.tried + s.scanned
+	return s.shared.Steps() + s.exclusive.Steps() + s.queued.Steps() + s.tried + s.scanned
+}
+
+// inTree is which tree of its rangeSet an item is in.
+type inTree uint8
+
+const (
+	inNone inTree = iota
+	inShared
+	inExclusive
+	inQueued
+)
+
+// tree is the tree of s that in names; nil for inNone.
+func (s *rangeSet) tree(in inTree) *rangeTree {
+	switch in {
+	case inShared:
+		return &s.shared
+	case inExclusive:
+		return &s.exclusive
+	case inQueued:
+		return &s.queued
+	}
+	return nil
 }
 
 // treeFor is the tree it belongs in now: by whether it is queued, and by its claim's mode.
-func (s *rangeSet) treeFor(it *rangeItem) *rangeTree {
+func (s *rangeSet) treeFor(it *rangeItem) inTree {
 	switch {
 	case it.w != nil:
-		return &s.queued
-	case it.h.flags()&flagShared != 0:
-		return &s.shared
+		return inQueued
+	case it.Value.flags()&flagShared != 0:
+		return inShared
 	}
-	return &s.exclusive
+	return inExclusive
 }
 
-// insert puts it in the tree it belongs in.
+// insert puts it, which is in no tree, in the tree it belongs in.
 func (s *rangeSet) insert(it *rangeItem) {
-	s.treeFor(it).insert(it)
+	it.in = s.treeFor(it)
+	s.tree(it.in).Insert(&it.Node)
 	s.n++
 }
 
 // remove takes it out of its tree; a no-op for an item in none.
 func (s *rangeSet) remove(it *rangeItem) {
-	if it.tree == nil {
+	if it.in == inNone {
 		return
 	}
-	it.tree.remove(it)
+	s.tree(it.in).Remove(&it.Node)
+	it.in = inNone
 	s.n--
 }
 
 // refile moves it, if it is in a tree, to the one it belongs in now: after it was granted, or
 // its claim's mode changed.
 func (s *rangeSet) refile(it *rangeItem) {
-	if it.tree != nil && it.tree != s.treeFor(it) {
+	if it.in != inNone && it.in != s.treeFor(it) {
 		s.remove(it)
 		s.insert(it)
 	}
@@ -64,19 +89,19 @@ func (s *rangeSet) refile(it *rangeItem) {
 // span leaves the cover (spanGone), and every key made inside a live span since was made there.
 // A range request inside one brings in nothing.
 func (s *rangeSet) holdsSpan(start, end []byte) bool {
-	return s.shared.holdsSpan(start, end) || s.exclusive.holdsSpan(start, end) || s.queued.holdsSpan(start, end)
+	return s.shared.Encloses(start, end) || s.exclusive.Encloses(start, end) || s.queued.Encloses(start, end)
 }
 
-// meeting calls f on every item whose span meets [start, end) (end nil: no bound), until f
-// returns false: the range locks held, then the queued requests, each in order of start.
-func (s *rangeSet) meeting(start, end []byte, f func(*rangeItem) bool) {
+// meeting calls f on the claim of every item whose span meets [start, end) (end nil: no bound),
+// until f returns false: the range locks held, then the queued requests, each in order of start.
+func (s *rangeSet) meeting(start, end []byte, f func(*Claim) bool) {
 	stop := false
-	more := func(it *rangeItem) bool {
-		stop = !f(it)
+	more := func(y *Claim) bool {
+		stop = !f(y)
 		return !stop
 	}
 	for _, t := range []*rangeTree{&s.shared, &s.exclusive, &s.queued} {
-		if t.meeting(start, end, more); stop {
+		if t.Meeting(start, end, more); stop {
 			return
 		}
 	}
@@ -85,10 +110,10 @@ func (s *rangeSet) meeting(start, end []byte, f func(*rangeItem) bool) {
 // heldConflicting calls f, until it returns false, on the range locks that meet h's key set (its
 // key, or a range claim's span) in a mode that can conflict with h's: only the exclusive ones for
 // a shared request. f decides the owner.
-func (s *rangeSet) heldConflicting(h *Claim, f func(*rangeItem) bool) {
+func (s *rangeSet) heldConflicting(h *Claim, f func(*Claim) bool) {
 	stop := false
-	more := func(it *rangeItem) bool {
-		stop = !f(it)
+	more := func(y *Claim) bool {
+		stop = !f(y)
 		return !stop
 	}
 	trees := []*rangeTree{&s.exclusive, &s.shared}
@@ -97,9 +122,9 @@ func (s *rangeSet) heldConflicting(h *Claim, f func(*rangeItem) bool) {
 	}
 	for _, t := range trees {
 		if h.isRange() {
-			t.meeting(h.key(), h.cold.span.end, more)
+			t.Meeting(h.key(), h.cold.span.End, more)
 		} else {
-			t.containing(h.key(), more)
+			t.Containing(h.key(), more)
 		}
 		if stop {
 			return
@@ -107,17 +132,18 @@ func (s *rangeSet) heldConflicting(h *Claim, f func(*rangeItem) bool) {
 	}
 }
 
-// queuedOver calls f, until it returns false, on the queued range requests that meet h's key set.
-func (s *rangeSet) queuedOver(h *Claim, f func(*rangeItem) bool) {
+// queuedOver calls f, until it returns false, on the claims of the queued range requests that
+// meet h's key set.
+func (s *rangeSet) queuedOver(h *Claim, f func(*Claim) bool) {
 	if h.isRange() {
-		s.queued.meeting(h.key(), h.cold.span.end, f)
+		s.queued.Meeting(h.key(), h.cold.span.End, f)
 		return
 	}
-	s.queued.containing(h.key(), f)
+	s.queued.Containing(h.key(), f)
 }
 
 // mayConflict reports whether some range lock or queued request holds key in a mode that can
 // conflict with a request for it, shared when shared: one path down each tree asked.
 func (s *rangeSet) mayConflict(key []byte, shared bool) bool {
-	return s.exclusive.containsAny(key) || s.queued.containsAny(key) || !shared && s.shared.containsAny(key)
+	return s.exclusive.Covers(key) || s.queued.Covers(key) || !shared && s.shared.Covers(key)
 }

@@ -6,10 +6,11 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/recordlock/recordlock/internal/spans"
 	"pgregory.net/rapid"
 )
 
-// The tree of ranges answers containsAny, containing, meeting and holdsSpan as a scan of every item does,
+// The tree of ranges answers Covers, Containing, Meeting and Encloses as a scan of every item does,
 // whatever ranges come and go: items over a small key space, so that they overlap, share starts
 // and ends, and some have no end.
 func TestRangeTreeAgreesWithAScan(t *testing.T) {
@@ -26,24 +27,25 @@ func TestRangeTreeAgreesWithAScan(t *testing.T) {
 			}
 			h := &Claim{}
 			h.setKey([]byte(start))
-			h.cold = &Cold{span: &span{end: end}}
+			h.cold = &Cold{span: &span{Span: spans.Span{Start: h.key(), End: end}}}
 			it := &h.cold.span.item
 			ids++
-			it.h, it.id = h, ids
+			it.Value = h
+			it.ready(ids)
 			return it
 		}
 		for range rapid.IntRange(1, 60).Draw(rt, "steps") {
 			if len(items) > 0 && rapid.Bool().Draw(rt, "remove") {
 				i := rapid.IntRange(0, len(items)-1).Draw(rt, "which")
-				tree.remove(items[i])
+				tree.Remove(&items[i].Node)
 				items = slices.Delete(items, i, i+1)
 			} else {
 				it := newItem()
-				tree.insert(it)
+				tree.Insert(&it.Node)
 				items = append(items, it)
 			}
-			if tree.n != len(items) {
-				rt.Fatalf("tree holds %d items, not %d", tree.n, len(items))
+			if tree.Len() != len(items) {
+				rt.Fatalf("tree holds %d items, not %d", tree.Len(), len(items))
 			}
 			key := []byte(keyGen.Draw(rt, "key"))
 			var want []*rangeItem
@@ -52,11 +54,11 @@ func TestRangeTreeAgreesWithAScan(t *testing.T) {
 					want = append(want, it)
 				}
 			}
-			if got := tree.containsAny(key); got != (len(want) > 0) {
-				rt.Fatalf("containsAny(%q) = %v, but %d items hold it", key, got, len(want))
+			if got := tree.Covers(key); got != (len(want) > 0) {
+				rt.Fatalf("Covers(%q) = %v, but %d items hold it", key, got, len(want))
 			}
 			var got []*rangeItem
-			tree.containing(key, func(it *rangeItem) bool { got = append(got, it); return true })
+			tree.Containing(key, func(y *Claim) bool { got = append(got, itemOf(y)); return true })
 			sameItems(rt, fmt.Sprintf("containing(%q)", key), got, want)
 
 			start, end := key, []byte(nil)
@@ -70,7 +72,7 @@ func TestRangeTreeAgreesWithAScan(t *testing.T) {
 				}
 			}
 			got = got[:0]
-			tree.meeting(start, end, func(it *rangeItem) bool { got = append(got, it); return true })
+			tree.Meeting(start, end, func(y *Claim) bool { got = append(got, itemOf(y)); return true })
 			sameItems(rt, fmt.Sprintf("meeting(%q, %q)", start, end), got, want)
 
 			holds := false
@@ -78,15 +80,15 @@ func TestRangeTreeAgreesWithAScan(t *testing.T) {
 				inside := it.end() == nil || end != nil && bytes.Compare(end, it.end()) <= 0
 				holds = holds || bytes.Compare(it.start(), start) <= 0 && inside
 			}
-			if got := tree.holdsSpan(start, end); got != holds {
-				rt.Fatalf("holdsSpan(%q, %q) = %v, but a scan says %v", start, end, got, holds)
+			if got := tree.Encloses(start, end); got != holds {
+				rt.Fatalf("Encloses(%q, %q) = %v, but a scan says %v", start, end, got, holds)
 			}
 		}
 	})
 }
 
 func sameItems(rt *rapid.T, what string, got, want []*rangeItem) {
-	byID := func(a, b *rangeItem) int { return int(a.id) - int(b.id) }
+	byID := func(a, b *rangeItem) int { return int(a.ID()) - int(b.ID()) }
 	slices.SortFunc(got, byID)
 	slices.SortFunc(want, byID)
 	if !slices.Equal(got, want) {

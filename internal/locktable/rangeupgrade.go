@@ -16,10 +16,10 @@ func (sh *shard) upgradeRange(ctx context.Context, h, stand *Claim, mono, deadli
 	c := h.ten
 	sp := sh.spaces[h.cf]
 	stand.state.Store(flagRange)
-	stand.cold = &Cold{span: &span{end: h.cold.span.end}}
+	stand.cold = &Cold{span: &span{Span: h.cold.span.Span}}
 	it := &stand.cold.span.item
-	it.h = stand
-	it.id = sp.nextSeq()
+	it.Value = stand
+	it.ready(sp.nextSeq())
 	if !sp.rangeBlocked(sh, stand, 0, true, c, mono) {
 		h.clearFlags(flagShared)
 		sp.ranges.refile(&h.cold.span.item)

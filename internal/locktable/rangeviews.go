@@ -13,13 +13,13 @@ import (
 func (sh *shard) evictRanges(c *Tenant, held []*Claim) []*Claim {
 	for _, sp := range sh.spaces {
 		var mine []*waiter
-		sp.ranges.meeting(nil, nil, func(it *rangeItem) bool {
-			switch {
-			case it.h.ten != c:
-			case it.w == nil:
-				held = append(held, it.h)
+		sp.ranges.meeting(nil, nil, func(y *Claim) bool {
+			switch w := itemOf(y).w; {
+			case y.ten != c:
+			case w == nil:
+				held = append(held, y)
 			default:
-				mine = append(mine, it.w)
+				mine = append(mine, w)
 			}
 			return true
 		})
@@ -51,15 +51,15 @@ func (sp *rangeSpace) rangeWaiters(h *Claim) int {
 // requests over it (its own queue is the key's).
 func (sp *rangeSpace) requestsOver(h *Claim, f func(*Claim)) {
 	if h.isRange() {
-		sp.keysIn(h.key(), h.cold.span.end, func(e *keyEntry) bool {
+		sp.keysIn(h.key(), h.cold.span.End, func(e *keyEntry) bool {
 			for w := e.head; w != nil; w = w.next {
 				f(w.h)
 			}
 			return true
 		})
 	}
-	sp.ranges.queuedOver(h, func(it *rangeItem) bool {
-		f(it.h)
+	sp.ranges.queuedOver(h, func(y *Claim) bool {
+		f(y)
 		return true
 	})
 }
@@ -71,14 +71,14 @@ func (sp *rangeSpace) requestsOver(h *Claim, f func(*Claim)) {
 func (sp *rangeSpace) appendRanges(hs []*Claim) []*Claim {
 	for _, t := range []*rangeTree{&sp.ranges.shared, &sp.ranges.exclusive} {
 		from := len(hs)
-		t.meeting(nil, nil, func(it *rangeItem) bool {
-			hs = append(hs, it.h)
+		t.Meeting(nil, nil, func(y *Claim) bool {
+			hs = append(hs, y)
 			return true
 		})
 		sortRunsByEnd(hs[from:])
 	}
 	for _, it := range sp.queue {
-		hs = append(hs, it.h)
+		hs = append(hs, it.Value)
 	}
 	return hs
 }
@@ -92,7 +92,7 @@ func sortRunsByEnd(hs []*Claim) {
 			j++
 		}
 		if j-i > 1 {
-			slices.SortStableFunc(hs[i:j], func(a, b *Claim) int { return compareEnds(a.cold.span.end, b.cold.span.end) })
+			slices.SortStableFunc(hs[i:j], func(a, b *Claim) int { return compareEnds(a.cold.span.End, b.cold.span.End) })
 		}
 		i = j
 	}
@@ -128,7 +128,7 @@ func (sh *shard) queuedRangesOver(h *Claim, xs *spaceIndexes) (x *queuedIndex, c
 // still holds its range, with that mutex held.
 func heldRange(h *Claim) bool {
 	it := &h.cold.span.item
-	return it.tree != nil && it.w == nil && h.flags()&flagHeld != 0
+	return it.in != inNone && it.w == nil && h.flags()&flagHeld != 0
 }
 
 // heldOverSpan reports whether x, a range claim listed before its home shard's mutex was taken,
@@ -184,7 +184,7 @@ func (sh *shard) visitRangeWaits(hs []*Claim, xs *spaceIndexes, wait func(Queued
 	h := hs[0]
 	it := &h.cold.span.item
 	switch {
-	case it.tree == nil:
+	case it.in == inNone:
 	case it.w != nil:
 		sh.counts.visited++
 		wait(it.w.request())

@@ -63,7 +63,7 @@ func (h *Claim) AwaitRound(deadline time.Duration) bool {
 // Extend sets h's lease to run lease (at most MaxAskedLease) from now, which may shorten it, and
 // records lease as the lease asked for. Under a joined round the deadline is clamped to the
 // round's, and ExpiresAt with it. With outlive, h also outlives its owner from now on (flagHold)
-// and issues one version (Stamp with StampNext). It returns ErrReleased or ErrLeaseExpired for a
+// and issues one version (as NextVersion does). It returns ErrReleased or ErrLeaseExpired for a
 // dead claim, changing nothing; else an Undo that puts back what it changed.
 func (h *Claim) Extend(lease time.Duration, outlive bool) (Undo, error) {
 	sh := h.lockShard()

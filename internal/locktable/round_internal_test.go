@@ -25,7 +25,7 @@ func TestJoinRoundReanchorsTheHold(t *testing.T) {
 	l := newTestLocker(t, newTestTable(t), clk)
 	h, err := l.TryLock([]byte("k"), testOptions{Lease: time.Minute})
 	require.NoError(t, err)
-	h.Stamp(StampNext, 0)
+	h.NextVersion()
 	minted := clk.Mono()
 	clk.Advance(time.Second)
 	var fired atomic.Int32
@@ -41,7 +41,7 @@ func TestJoinRoundReanchorsTheHold(t *testing.T) {
 	assert.Equal(t, uint64(7), s.Token)
 	assert.Equal(t, minted+10*time.Second, s.Deadline, "the deadline is MintedMono+Lease")
 	assert.Equal(t, tsR+int64(10*time.Second), s.ExpiresAt, "ExpiresAt is TsR+Lease")
-	assert.Equal(t, tsR, h.Stamp(StampPeek, 0), "joining restarts the version counter")
+	assert.Equal(t, tsR, h.VersionCandidate(0), "joining restarts the version counter")
 
 	got := lockAsync(context.Background(), l, []byte("k"), testOptions{Timeout: time.Minute})
 	WaitQueued(t, l, []byte("k"), 1)
@@ -134,17 +134,17 @@ func TestExtendUndo(t *testing.T) {
 	h, err := l.TryLock([]byte("k"), testOptions{Lease: time.Second})
 	require.NoError(t, err)
 	before := h.Snapshot()
-	candidate := h.Stamp(StampPeek, 0)
+	candidate := h.VersionCandidate(0)
 
 	u, err := h.Extend(time.Minute, true)
 	require.NoError(t, err)
 	s := h.Snapshot()
 	assert.True(t, s.Hold())
 	assert.Equal(t, time.Minute, s.AskedLease)
-	assert.Equal(t, candidate+1, h.Stamp(StampPeek, 0), "outliving issued one version")
+	assert.Equal(t, candidate+1, h.VersionCandidate(0), "outliving issued one version")
 	u.Undo()
 	assert.Equal(t, before, h.Snapshot(), "the undo puts back lease, ExpiresAt, lease asked for and Hold")
-	assert.Equal(t, candidate, h.Stamp(StampPeek, 0), "and the version counter")
+	assert.Equal(t, candidate, h.VersionCandidate(0), "and the version counter")
 
 	u, err = h.Extend(time.Minute, true)
 	require.NoError(t, err)
@@ -185,20 +185,20 @@ func TestStampVersions(t *testing.T) {
 	at := h.Snapshot().AcquiredAt
 	require.NotZero(t, at)
 
-	assert.Equal(t, at, h.Stamp(StampPeek, 0), "none issued: AcquiredAt")
-	assert.Equal(t, at+5, h.Stamp(StampPeek, at+5), "at least the caller's floor")
-	assert.Equal(t, at, h.Stamp(StampPeek, 0), "peeking records nothing")
-	assert.Equal(t, at, h.Stamp(StampNext, 0))
-	assert.Equal(t, at+1, h.Stamp(StampNext, 0))
-	h.Stamp(StampFloor, at+10)
-	assert.Equal(t, at+10, h.Stamp(StampPeek, 0), "the candidate floor")
-	h.Stamp(StampFloor, at+3)
-	assert.Equal(t, at+10, h.Stamp(StampPeek, 0), "a floor is never lowered")
-	h.Stamp(StampNote, at+20)
-	assert.Equal(t, at+21, h.Stamp(StampPeek, 0))
-	h.Stamp(StampNote, at+2)
-	assert.Equal(t, at+21, h.Stamp(StampPeek, 0), "noting never lowers the last issued")
-	assert.Equal(t, at+21, h.Stamp(StampNext, 0))
+	assert.Equal(t, at, h.VersionCandidate(0), "none issued: AcquiredAt")
+	assert.Equal(t, at+5, h.VersionCandidate(at+5), "at least the caller's floor")
+	assert.Equal(t, at, h.VersionCandidate(0), "peeking records nothing")
+	assert.Equal(t, at, h.NextVersion())
+	assert.Equal(t, at+1, h.NextVersion())
+	h.RaiseVersionFloor(at + 10)
+	assert.Equal(t, at+10, h.VersionCandidate(0), "the candidate floor")
+	h.RaiseVersionFloor(at + 3)
+	assert.Equal(t, at+10, h.VersionCandidate(0), "a floor is never lowered")
+	h.NoteVersion(at + 20)
+	assert.Equal(t, at+21, h.VersionCandidate(0))
+	h.NoteVersion(at + 2)
+	assert.Equal(t, at+21, h.VersionCandidate(0), "noting never lowers the last issued")
+	assert.Equal(t, at+21, h.NextVersion())
 	require.True(t, h.Release())
 }
 
@@ -222,17 +222,17 @@ func TestFenceUnderExpiry(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 		return errCommit
-	}, true, false)
+	})
 	assert.ErrorIs(t, err, errCommit, "Fence returns the commit's error")
 	res := testutil.Await(t, got, "the key, once the commit returned")
 	require.NoError(t, res.err)
 
-	err = h.Fence(func() error { t.Error("a fence ran its commit on a lapsed lease"); return nil }, true, false)
+	err = h.Fence(func() error { t.Error("a fence ran its commit on a lapsed lease"); return nil })
 	assert.ErrorIs(t, err, ErrLeaseExpired)
 	require.True(t, res.h.Release())
 }
 
-// Fence with releaseUnlessHold releases a lock that does not outlive its owner as it ends, and
+// FenceTrustedThenRelease releases a lock that does not outlive its owner as it ends, and
 // keeps one that does.
 func TestFenceReleasesUnlessHold(t *testing.T) {
 	l := newTestLocker(t, newTestTable(t), NewManualClock(roundStart))
@@ -242,8 +242,8 @@ func TestFenceReleasesUnlessHold(t *testing.T) {
 	require.NoError(t, err)
 	ran := 0
 	commit := func() error { ran++; return nil }
-	require.NoError(t, plain.Fence(commit, false, true))
-	require.NoError(t, held.Fence(commit, false, true))
+	require.NoError(t, plain.FenceTrustedThenRelease(commit))
+	require.NoError(t, held.FenceTrustedThenRelease(commit))
 	assert.Equal(t, 2, ran)
 	assert.True(t, plain.Status().Released())
 	assert.False(t, held.Status().Dead())

@@ -278,7 +278,7 @@ func (sh *shard) countWaiting(w *waiter) {
 func (sh *shard) abandon(w *waiter, outcome waitState) {
 	if sp := w.space; sp != nil {
 		sh.dropRange(w, outcome)
-		sh.serveAfterRange(sp, w.h.key(), w.h.cold.span.end)
+		sh.serveAfterRange(sp, w.h.key(), w.h.cold.span.End)
 		return
 	}
 	e := w.h.e

@@ -3,38 +3,33 @@ package spans
 // Index is a set of spans, each with a value, changed in place. It only grows; the zero value is
 // empty and ready to use. It is not safe for concurrent use.
 type Index[V any] struct {
-	root  *node[V]
-	n     int
-	steps uint64 // the nodes its searches visited
+	tree Tree[V]
 }
 
-// indexNode is an Index's node, with the end it points at.
+// indexNode is an Index's node, with the span it points at.
 type indexNode[V any] struct {
-	node[V]
-	spanEnd []byte
+	Node[V]
+	span Span
 }
 
 // Len is the number of spans in x.
-func (x *Index[V]) Len() int { return x.n }
+func (x *Index[V]) Len() int { return x.tree.Len() }
 
 // Steps counts the nodes x's searches have visited, for tests that bound their cost.
-func (x *Index[V]) Steps() uint64 { return x.steps }
+func (x *Index[V]) Steps() uint64 { return x.tree.Steps() }
 
 // Insert adds the span [start, end) with value v. It keeps start and end, which the caller must
 // not change. Spans of one start are found in the order they were inserted.
 func (x *Index[V]) Insert(start, end []byte, v V) {
-	x.n++
-	n := &indexNode[V]{spanEnd: end}
-	n.node = node[V]{value: v, start: start, end: &n.spanEnd, id: uint64(x.n)}
-	x.root = insert(x.root, &n.node, false)
+	n := &indexNode[V]{span: Span{Start: start, End: end}}
+	n.Init(v, &n.span, uint64(x.tree.Len()+1))
+	x.tree.Insert(&n.Node)
 }
 
 // Containing calls f on the value of every span that holds key, in order of start, until f
 // returns false.
-func (x *Index[V]) Containing(key []byte, f func(V) bool) { containing(x.root, key, f, &x.steps) }
+func (x *Index[V]) Containing(key []byte, f func(V) bool) { x.tree.Containing(key, f) }
 
 // Meeting calls f on the value of every span that shares a key with [start, end) (end nil: no
 // bound), in order of start, until f returns false.
-func (x *Index[V]) Meeting(start, end []byte, f func(V) bool) {
-	meeting(x.root, start, end, f, &x.steps)
-}
+func (x *Index[V]) Meeting(start, end []byte, f func(V) bool) { x.tree.Meeting(start, end, f) }

@@ -27,7 +27,7 @@ func TestIndexAgainstScan(t *testing.T) {
 			x.Insert(s.start, s.end, i)
 		}
 		assert.Equal(rt, len(all), x.Len())
-		checkShape(rt, x.root, inOrder(all))
+		checkShape(rt, x.tree.root, inOrder(all))
 		k := key.Draw(rt, "key")
 		q := modelSpan{start: k, end: append(bytes.Clone(k), 'c')}
 		var holds, meets []int

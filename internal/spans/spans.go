@@ -2,12 +2,15 @@
 // no upper bound, so that the spans holding a key or meeting a span are found in O(log n + k) for
 // k found. A Txn keeps its range locks in an Index, so that finding the range that covers a key
 // among its m ranges costs O(log m), not a scan of them; a column family's range space publishes
-// the spans that route key requests (its cover) as Versions, which goroutines read without a lock.
+// the spans that route key requests (its cover) as Versions, which goroutines read without a lock,
+// and keeps its range locks and queued range requests in Trees whose nodes are part of them.
 //
-// Both are treaps ordered by start, then by a number unique among their spans, whose every node
-// knows the largest end in its subtree: a tree ordered by start alone would step over every span
-// that starts before the key and ends before it too. A node's priority is a hash of its number,
-// so that the tree's shape depends only on its spans, not on the order they came and went.
+// All three are one treap (this file), ordered by start, then by a number unique among its spans,
+// whose every node knows the largest end in its subtree: a tree ordered by start alone would step
+// over every span that starts before the key and ends before it too. A node's priority is a hash
+// of its number, so that the tree's shape depends only on its spans, not on the order they came
+// and went. A Tree and an Index change their nodes in place; a Version copies the nodes on the
+// path of a change, so that its earlier versions never change.
 package spans
 
 import (
@@ -15,27 +18,43 @@ import (
 	"encoding/binary"
 )
 
-// node is a span's place in a tree: the span, the number that orders it among the spans of one
-// start, and a value.
-type node[V any] struct {
-	value       V
-	start       []byte
-	end         *[]byte // the caller's, never changed; a nil end has no bound
-	id          uint64
-	left, right *node[V]
-	maxEnd      *[]byte // the largest end in the subtree: the end of the node that has it
+// Span is the span [Start, End) of keys; a nil End has no bound. A node points at its span rather
+// than keep a copy of it, so that a range lock and each version of its column family's cover
+// share the lock's span.
+type Span struct {
+	Start, End []byte
 }
 
+// Node is a span's place in a tree: a value, which the tree's searches hand to their callbacks,
+// the span, whose bounds must not change while the node is in a tree, the number that orders it
+// among the spans of one start, and the tree's links. It may be part of a larger struct (a range
+// lock's node is). Its zero value is in no tree.
+type Node[V any] struct {
+	Value       V
+	span        *Span
+	id          uint64
+	left, right *Node[V]
+	maxEnd      *[]byte // the largest end in the subtree: the End of the span that has it
+}
+
+// Init readies n, which is in no tree, to go in one with the value v, as the span s numbered id.
+// It keeps s; id must be unique among the spans of the tree n goes in.
+func (n *Node[V]) Init(v V, s *Span, id uint64) {
+	*n = Node[V]{Value: v, span: s, id: id}
+}
+
+// ID is the number n was given.
+func (n *Node[V]) ID() uint64 { return n.id }
+
 // before reports whether n comes before the span of start numbered id: by start, then number.
-func (n *node[V]) before(start []byte, id uint64) bool {
-	c := Compare(n.start, start)
+func (n *Node[V]) before(start []byte, id uint64) bool {
+	c := Compare(n.span.Start, start)
 	return c < 0 || c == 0 && n.id < id
 }
 
-// Priority is the treap priority of the span numbered id: a hash of the number, so that a treap's
-// shape does not depend on the order its spans come and go. The range set of internal/locktable,
-// whose nodes are part of its range locks, orders its own treaps by it too.
-func Priority(id uint64) uint64 {
+// priority is the treap priority of the span numbered id: a hash of the number, so that a treap's
+// shape does not depend on the order its spans come and go.
+func priority(id uint64) uint64 {
 	id ^= id >> 33
 	id *= 0xff51afd7ed558ccd
 	id ^= id >> 33
@@ -44,18 +63,18 @@ func Priority(id uint64) uint64 {
 }
 
 // fix recomputes n's largest end from its own and its children's.
-func (n *node[V]) fix() {
-	n.maxEnd = n.end
+func (n *Node[V]) fix() {
+	n.maxEnd = &n.span.End
 	if l := n.left; l != nil {
-		n.maxEnd = LaterEnd(n.maxEnd, l.maxEnd)
+		n.maxEnd = later(n.maxEnd, l.maxEnd)
 	}
 	if r := n.right; r != nil {
-		n.maxEnd = LaterEnd(n.maxEnd, r.maxEnd)
+		n.maxEnd = later(n.maxEnd, r.maxEnd)
 	}
 }
 
-// LaterEnd returns the later of two ends; a nil end has no bound.
-func LaterEnd(a, b *[]byte) *[]byte {
+// later returns the later of two ends; a nil end has no bound.
+func later(a, b *[]byte) *[]byte {
 	switch {
 	case *a == nil:
 		return a
@@ -65,15 +84,15 @@ func LaterEnd(a, b *[]byte) *[]byte {
 	return a
 }
 
-// EndsAfter reports whether the end e lies after key: e has no bound, or key is before it.
-func EndsAfter(e *[]byte, key []byte) bool { return *e == nil || Compare(key, *e) < 0 }
+// endsAfter reports whether the end e lies after key: e has no bound, or key is before it.
+func endsAfter(e *[]byte, key []byte) bool { return *e == nil || Compare(key, *e) < 0 }
 
 // The changes below serve both kinds of tree: with cow false they change the nodes on their path
-// in place (an Index); with cow true they change copies of them (own), so that every earlier root
+// in place (a Tree); with cow true they change copies of them (own), so that every earlier root
 // still has the tree it had (a Version). Either way the treap they make is the one of its spans.
 
 // own returns n to be changed: n itself, or with cow a copy of it.
-func own[V any](n *node[V], cow bool) *node[V] {
+func own[V any](n *Node[V], cow bool) *Node[V] {
 	if cow {
 		c := *n
 		return &c
@@ -82,14 +101,14 @@ func own[V any](n *node[V], cow bool) *node[V] {
 }
 
 // insert returns the tree n with add, which is in none, in it.
-func insert[V any](n, add *node[V], cow bool) *node[V] {
-	if n == nil || Priority(add.id) > Priority(n.id) {
-		add.left, add.right = split(n, add.start, add.id, cow)
+func insert[V any](n, add *Node[V], cow bool) *Node[V] {
+	if n == nil || priority(add.id) > priority(n.id) {
+		add.left, add.right = split(n, add.span.Start, add.id, cow)
 		add.fix()
 		return add
 	}
 	n = own(n, cow)
-	if n.before(add.start, add.id) {
+	if n.before(add.span.Start, add.id) {
 		n.right = insert(n.right, add, cow)
 	} else {
 		n.left = insert(n.left, add, cow)
@@ -99,7 +118,7 @@ func insert[V any](n, add *node[V], cow bool) *node[V] {
 }
 
 // split splits the tree n into its nodes before the span of start numbered id and the rest.
-func split[V any](n *node[V], start []byte, id uint64, cow bool) (before, rest *node[V]) {
+func split[V any](n *Node[V], start []byte, id uint64, cow bool) (before, rest *Node[V]) {
 	if n == nil {
 		return nil, nil
 	}
@@ -115,7 +134,7 @@ func split[V any](n *node[V], start []byte, id uint64, cow bool) (before, rest *
 }
 
 // remove returns the tree n without its node numbered id, which starts at start.
-func remove[V any](n *node[V], start []byte, id uint64, cow bool) *node[V] {
+func remove[V any](n *Node[V], start []byte, id uint64, cow bool) *Node[V] {
 	switch {
 	case n == nil:
 		return nil
@@ -133,13 +152,13 @@ func remove[V any](n *node[V], start []byte, id uint64, cow bool) *node[V] {
 }
 
 // join returns the tree of the nodes of a and b, all of a's before all of b's.
-func join[V any](a, b *node[V], cow bool) *node[V] {
+func join[V any](a, b *Node[V], cow bool) *Node[V] {
 	switch {
 	case a == nil:
 		return b
 	case b == nil:
 		return a
-	case Priority(a.id) > Priority(b.id):
+	case priority(a.id) > priority(b.id):
 		a = own(a, cow)
 		a.right = join(a.right, b, cow)
 		a.fix()
@@ -151,17 +170,19 @@ func join[V any](a, b *node[V], cow bool) *node[V] {
 	return b
 }
 
-// covers reports whether a span of the tree n holds key, and how many nodes it visited. It
-// follows one path down: where a node starts after key, only its left subtree can hold key; where
-// it starts at or before it, so does everything in its left subtree, and one of those holds key
-// exactly when their largest end is after key; otherwise only the right subtree can.
-func covers[V any](n *node[V], key []byte) (found bool, steps int) {
+// The searches below count the nodes they visit (steps), for the tests that bound their cost.
+
+// covers reports whether a span of the tree n holds key. It follows one path down: where a node
+// starts after key, only its left subtree can hold key; where it starts at or before it, so does
+// everything in its left subtree, and one of those holds key exactly when their largest end is
+// after key; otherwise only the right subtree can.
+func covers[V any](n *Node[V], key []byte) (found bool, steps uint64) {
 	for ; n != nil; steps++ {
-		if Compare(n.start, key) > 0 {
+		if Compare(n.span.Start, key) > 0 {
 			n = n.left
 			continue
 		}
-		if EndsAfter(n.end, key) || n.left != nil && EndsAfter(n.left.maxEnd, key) {
+		if endsAfter(&n.span.End, key) || n.left != nil && endsAfter(n.left.maxEnd, key) {
 			return true, steps + 1
 		}
 		n = n.right
@@ -169,40 +190,71 @@ func covers[V any](n *node[V], key []byte) (found bool, steps int) {
 	return false, steps
 }
 
+// encloses reports whether one span of the tree n holds all of [start, end) (end nil: no bound):
+// the largest end among the spans that start at or before start, found on one path down as covers
+// finds it.
+func encloses[V any](n *Node[V], start, end []byte) (found bool, steps uint64) {
+	var best *[]byte
+	for ; n != nil; steps++ {
+		if Compare(n.span.Start, start) > 0 {
+			n = n.left
+			continue
+		}
+		if best == nil {
+			best = &n.span.End
+		} else {
+			best = later(best, &n.span.End)
+		}
+		if n.left != nil {
+			best = later(best, n.left.maxEnd)
+		}
+		n = n.right
+	}
+	switch {
+	case best == nil:
+		return false, steps
+	case *best == nil:
+		return true, steps
+	case end == nil:
+		return false, steps
+	}
+	return Compare(end, *best) <= 0, steps
+}
+
 // containing calls f on the value of every span of the tree n that holds key, in order, until f
-// returns false, counting the nodes it visits in steps; it reports whether f never did.
-func containing[V any](n *node[V], key []byte, f func(V) bool, steps *uint64) bool {
-	if n == nil || !EndsAfter(n.maxEnd, key) {
+// returns false, adding the nodes it visits to steps; it reports whether f never did.
+func containing[V any](n *Node[V], key []byte, f func(V) bool, steps *uint64) bool {
+	if n == nil || !endsAfter(n.maxEnd, key) {
 		return true // nothing below ends after key
 	}
 	*steps++
 	if !containing(n.left, key, f, steps) {
 		return false
 	}
-	if Compare(n.start, key) > 0 {
+	if Compare(n.span.Start, key) > 0 {
 		return true // this and everything to its right start after key
 	}
-	if EndsAfter(n.end, key) && !f(n.value) {
+	if endsAfter(&n.span.End, key) && !f(n.Value) {
 		return false
 	}
 	return containing(n.right, key, f, steps)
 }
 
 // meeting calls f on the value of every span of the tree n that shares a key with [start, end)
-// (end nil: no bound), in order, until f returns false, counting the nodes it visits in steps; it
+// (end nil: no bound), in order, until f returns false, adding the nodes it visits to steps; it
 // reports whether f never did.
-func meeting[V any](n *node[V], start, end []byte, f func(V) bool, steps *uint64) bool {
-	if n == nil || !EndsAfter(n.maxEnd, start) {
+func meeting[V any](n *Node[V], start, end []byte, f func(V) bool, steps *uint64) bool {
+	if n == nil || !endsAfter(n.maxEnd, start) {
 		return true // nothing below ends after start
 	}
 	*steps++
 	if !meeting(n.left, start, end, f, steps) {
 		return false
 	}
-	if end != nil && Compare(n.start, end) >= 0 {
+	if end != nil && Compare(n.span.Start, end) >= 0 {
 		return true // this and everything to its right start at or after end
 	}
-	if EndsAfter(n.end, start) && !f(n.value) {
+	if endsAfter(&n.span.End, start) && !f(n.Value) {
 		return false
 	}
 	return meeting(n.right, start, end, f, steps)

@@ -19,6 +19,9 @@ type modelSpan struct {
 	id         uint64
 }
 
+// span is s as a tree's node points at it.
+func (s modelSpan) span() *Span { return &Span{Start: s.start, End: s.end} }
+
 func (s modelSpan) holds(k []byte) bool {
 	return bytes.Compare(s.start, k) <= 0 && (s.end == nil || bytes.Compare(k, s.end) < 0)
 }
@@ -55,18 +58,18 @@ func drawSpan(rt *rapid.T, id uint64) modelSpan {
 
 // checkShape fails rt unless the tree n is a treap of exactly want (in order) whose every node's
 // largest end is right.
-func checkShape[V any](rt *rapid.T, n *node[V], want []modelSpan) {
+func checkShape[V any](rt *rapid.T, n *Node[V], want []modelSpan) {
 	var got []modelSpan
-	var walk func(n *node[V]) []byte // the largest end in n's subtree
-	walk = func(n *node[V]) []byte {
-		if n.left != nil && Priority(n.left.id) > Priority(n.id) || n.right != nil && Priority(n.right.id) > Priority(n.id) {
+	var walk func(n *Node[V]) []byte // the largest end in n's subtree
+	walk = func(n *Node[V]) []byte {
+		if n.left != nil && priority(n.left.id) > priority(n.id) || n.right != nil && priority(n.right.id) > priority(n.id) {
 			rt.Fatalf("node %d has a child of higher priority", n.id)
 		}
-		maxEnd := *n.end
+		maxEnd := n.span.End
 		if n.left != nil {
 			maxEnd = laterEnd(maxEnd, walk(n.left))
 		}
-		got = append(got, modelSpan{start: n.start, end: *n.end, id: n.id})
+		got = append(got, modelSpan{start: n.span.Start, end: n.span.End, id: n.id})
 		if n.right != nil {
 			maxEnd = laterEnd(maxEnd, walk(n.right))
 		}
@@ -114,24 +117,26 @@ func TestShapeIsTheSpans(t *testing.T) {
 			j := rapid.IntRange(0, i).Draw(rt, "swap")
 			shuffled[i], shuffled[j] = shuffled[j], shuffled[i]
 		}
-		var inPlace *node[struct{}]
+		var inPlace Tree[struct{}]
 		for i := range all {
-			inPlace = insert(inPlace, &node[struct{}]{start: all[i].start, end: &all[i].end, id: all[i].id}, false)
+			n := &Node[struct{}]{}
+			n.Init(struct{}{}, all[i].span(), all[i].id)
+			inPlace.Insert(n)
 		}
 		var v Version
 		for i := range shuffled {
-			v = v.With(shuffled[i].start, &shuffled[i].end, shuffled[i].id)
+			v = v.With(shuffled[i].span(), shuffled[i].id)
 			if i == len(shuffled)/2 {
-				v = v.With(extra.start, &extra.end, extra.id)
+				v = v.With(extra.span(), extra.id)
 			}
 		}
-		v = v.Without(extra.start, extra.id)
-		assert.Equal(rt, shape(inPlace), shape(v.root), "copied in another order, one more came and went")
+		v = v.Without(extra.span(), extra.id)
+		assert.Equal(rt, shape(inPlace.root), shape(v.root), "copied in another order, one more came and went")
 	})
 }
 
 // shape writes the tree n as nested (id left right), "." for no node.
-func shape[V any](n *node[V]) string {
+func shape[V any](n *Node[V]) string {
 	if n == nil {
 		return "."
 	}

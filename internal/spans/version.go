@@ -4,18 +4,18 @@ package spans
 // Without return the next version and copy the O(log n) nodes on their path, so that any number
 // of goroutines may read a version while another makes the next. The zero value is empty.
 type Version struct {
-	root *node[struct{}]
+	root *Node[struct{}]
 }
 
-// With returns v with the span [start, *end) numbered id added. It keeps start and end, which the
-// caller must not change; id must be unique among v's spans.
-func (v Version) With(start []byte, end *[]byte, id uint64) Version {
-	return Version{insert(v.root, &node[struct{}]{start: start, end: end, id: id}, true)}
+// With returns v with the span s numbered id added. It keeps s, which the caller must not change;
+// id must be unique among v's spans.
+func (v Version) With(s *Span, id uint64) Version {
+	return Version{insert(v.root, &Node[struct{}]{span: s, id: id}, true)}
 }
 
-// Without returns v without its span numbered id, which starts at start.
-func (v Version) Without(start []byte, id uint64) Version {
-	return Version{remove(v.root, start, id, true)}
+// Without returns v without its span s numbered id.
+func (v Version) Without(s *Span, id uint64) Version {
+	return Version{remove(v.root, s.Start, id, true)}
 }
 
 // Empty reports whether v has no span.
@@ -26,6 +26,6 @@ func (v Version) Covers(key []byte) bool {
 	if v.root == nil {
 		return false
 	}
-	found, _ := covers(v.root, key)
+	found, _ := covers(v.root, key) // v is read concurrently: its searches count nothing
 	return found
 }

@@ -25,11 +25,11 @@ func TestVersionsStayAsTheyWere(t *testing.T) {
 			next := version{spans: slices.Clone(from.spans)}
 			if len(from.spans) > 0 && rapid.Bool().Draw(rt, "without") {
 				i := rapid.IntRange(0, len(from.spans)-1).Draw(rt, "which")
-				next.v = from.v.Without(from.spans[i].start, from.spans[i].id)
+				next.v = from.v.Without(from.spans[i].span(), from.spans[i].id)
 				next.spans = slices.Delete(next.spans, i, i+1)
 			} else {
 				s := drawSpan(rt, id)
-				next.v = from.v.With(s.start, &s.end, s.id)
+				next.v = from.v.With(s.span(), s.id)
 				next.spans = append(next.spans, s)
 			}
 			versions = append(versions, next)
@@ -52,7 +52,7 @@ func TestCoversCostsLogN(t *testing.T) {
 		for i := range m {
 			k := fmt.Appendf(nil, "r%06d", i)
 			end := append(bytes.Clone(k), 0xff)
-			v = v.With(k, &end, uint64(i))
+			v = v.With(&Span{Start: k, End: end}, uint64(i))
 		}
 		const finds = 1000
 		steps := 0
@@ -62,7 +62,7 @@ func TestCoversCostsLogN(t *testing.T) {
 				found, n := covers(v.root, key)
 				assert.Equal(t, k == "/x", found, "Covers(%q)", key)
 				assert.Equal(t, found, v.Covers(key))
-				steps += n
+				steps += int(n)
 			}
 		}
 		perFind[m] = float64(steps) / (2 * finds)
