@@ -3,8 +3,8 @@ package etcdcoord
 import (
 	"context"
 	"errors"
-	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -18,12 +18,8 @@ import (
 // a node that locks many distinct keys must not keep them all in etcd. Called with c.mu held.
 func (c *Coordinator) sweepLocked(now time.Duration) {
 	c.lastSweep = now
-	var ks []string
-	var ds []*delegation
-	var evicts []func() // revocations the hand-back waits for
-	// In order, so that one set of idle delegations is always handed back as one Txn alike.
-	for _, k := range slices.Sorted(maps.Keys(c.delegs)) {
-		d := c.delegs[k]
+	var back, alone []swept // handed back; revoked on their own
+	for k, d := range c.delegs {
 		if d.recalled || d.sharing {
 			continue
 		}
@@ -31,28 +27,45 @@ func (c *Coordinator) sweepLocked(now time.Duration) {
 		taken := d.prune(now)
 		if !d.live() && len(d.kept) == 0 && d.evicting == 0 && now-d.lastEnd >= c.cfg.linger {
 			d.recalled = true
-			ks, ds = append(ks, k), append(ds, d)
-			if evict := c.evictLocked(d, taken); evict != nil {
-				evicts = append(evicts, evict)
-			}
+			back = append(back, swept{k, d, c.evictLocked(d, taken)})
 		} else if evict := c.evictLocked(d, taken); evict != nil {
-			go evict()
+			alone = append(alone, swept{k, d, evict})
 		}
 	}
-	if len(ks) == 0 {
+	// In order of key, so that one set of delegations is always handed back and revoked alike;
+	// only what the sweep found is sorted, not every delegation.
+	byKey := func(a, b swept) int { return strings.Compare(a.k, b.k) }
+	slices.SortFunc(alone, byKey)
+	for _, s := range alone {
+		go s.evict()
+	}
+	if len(back) == 0 {
 		return
 	}
+	slices.SortFunc(back, byKey)
 	c.backgroundLocked(func() {
-		for _, evict := range evicts {
-			evict()
+		for _, b := range back {
+			if b.evict != nil {
+				b.evict()
+			}
 		}
-		for len(ks) > 0 {
-			n := min(len(ks), handBackBatch)
-			bk, bd := ks[:n], ds[:n]
-			c.background(func() { c.handBack(bk, bd) })
-			ks, ds = ks[n:], ds[n:]
+		for len(back) > 0 {
+			n := min(len(back), handBackBatch)
+			ks, ds := make([]string, n), make([]*delegation, n)
+			for i, s := range back[:n] {
+				ks[i], ds[i] = s.k, s.d
+			}
+			c.background(func() { c.handBack(ks, ds) })
+			back = back[n:]
 		}
 	})
+}
+
+// swept is a delegation the sweep hands back or revokes admissions of, with that revocation.
+type swept struct {
+	k     string
+	d     *delegation
+	evict func()
 }
 
 // handBackBatch is how many delegations one Txn hands back; etcd allows 128 operations.
