@@ -58,7 +58,7 @@ func WaitUntil(t testing.TB, what string, cond func() bool) {
 // started its own: every goroutine it started has ended.
 func SettleGoroutines(t testing.TB, base int) {
 	t.Helper()
-	WaitUntil(t, fmt.Sprintf("the goroutine count is back to %d (now %d)", base, runtime.NumGoroutine()),
+	WaitUntil(t, fmt.Sprintf("the goroutine count is back to %d", base),
 		func() bool { return runtime.NumGoroutine() <= base })
 }
 
