@@ -15,12 +15,28 @@ import (
 // (rangeadopt.go); every other key of the column family stays in its own shard.
 
 // tableRanges is what the table keeps of its range spaces apart from the map of them
-// (tableHeader.spaces): the mutex that makes them one at a time, and a switch for tests.
+// (tableHeader.spaces): the mutex that makes them one at a time, and a switch and hooks for tests.
 type tableRanges struct {
 	mu sync.Mutex // serializes making a range space
 	// noConflicts makes ranges conflict with nothing: for tests that show a missing check is
 	// caught.
 	noConflicts atomic.Bool
+	hooks       rangeHooks
+}
+
+// rangeHooks are steps that a test of the package takes inside the paths of ranges, at points
+// no call reaches, on a table of its own: each is set before the calls it steps into, and nil
+// otherwise. A hook that clears itself does so where it runs, under the mutex it runs under.
+type rangeHooks struct {
+	// betweenBatches runs between two batches of keys brought into a home shard, with no mutex
+	// held, in place of the yield there (yieldMutexes).
+	betweenBatches func()
+	// coverRead runs as a key request has read the cover, with its shard's mutex held: a test
+	// runs a range request between that read and the entry the key request makes.
+	coverRead func()
+	// spanLeft runs as a span has left the live cover, with the home shard's mutex held: a test
+	// takes a key inside the span from its own shard there, as a key request may from then on.
+	spanLeft func()
 }
 
 // rangeSpace is what the home shard of a column family keeps of its ranges, guarded by the home
