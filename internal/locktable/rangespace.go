@@ -41,6 +41,22 @@ type rangeHooks struct {
 
 // rangeSpace is what the home shard of a column family keeps of its ranges, guarded by the home
 // shard's mutex; cover alone is read without it.
+//
+// Invariants, whenever the home shard's mutex is released (a build with the tag invariants checks
+// each there: shard_check.go):
+//   - ranges counts its items, each in the tree of its state and mode; queue is the items of its
+//     tree of queued requests, in the order of arrival, the upgrades (seq 0) first.
+//   - The live cover holds, once each, the span of every range lock and queued request but an
+//     upgrade's stand-in (the lock's span is there), and of every range request still bringing
+//     its keys in (covering, in no tree yet).
+//   - keys are the home shard's entries of the column family, all of them, each routed home by
+//     a live span or else by its own retired span; a retiring span counts those it routes.
+//   - No exclusive range lock meets a range lock of another owner, and no range lock meets a
+//     lock of a key inside it that conflicts with it (unless DisableRangeConflicts).
+//   - waiting holds, for each owner, a request of that owner queued in the space; a queued
+//     range request's runHead, while queued, is an older plain exclusive request of its span.
+//   - serving, again and repassDue are clear: a space is served and gone over again within the
+//     critical section that asked for it.
 type rangeSpace struct {
 	home    *shard
 	homeIdx uint64 // home's place among the table's shards

@@ -25,12 +25,16 @@ func (sh *shard) deferHook(h *Claim) {
 	h.cold.hook = nil
 }
 
-// drainDeferred hands the calls deferred under mu to the caller, to run once mu is released.
+// drainDeferred hands the calls deferred under mu to the caller, to run once mu is released. It
+// is the last step of every critical section that changed the shard (the one path to releasing
+// mu after a change, unlockAndRunDeferred, and the deadlock's in waitGraph.enter): in a build with
+// the tag invariants the shard's invariants are checked here (shard_check.go).
 func (sh *shard) drainDeferred() []deferredCall {
 	hs := sh.deferred
 	if hs != nil { // most critical sections queue no hook: no store, no write barrier
 		hs = sh.takeDeferred()
 	}
+	sh.checkLocked()
 	return hs
 }
 

@@ -24,6 +24,9 @@ type shardCounts struct {
 	// repassed counts the key requests repass moved, and repassTried the requests it asked
 	// whether they could move (passPointOf); tests bound its cost with them.
 	repassed, repassTried invariants.Counter
+	// checks counts the releases of the mutex the checker of a build with the tag has seen
+	// (shard_check.go).
+	checks invariants.Counter
 
 	waiting                                                           int
 	contended, timeouts, canceled, deadlocks, lapsed, revoked, fenced uint64

@@ -24,6 +24,12 @@ import (
 // is checked then; or when a shared request's edge moves past a Txn's exclusive request that left
 // the queue ungranted to the next one ahead, which may be waiting: that request is woken to enter
 // again (recheckBehind), so a move that closes or keeps a cycle is checked as a new wait is.
+//
+// Invariants, whenever mu is released (a build with the tag invariants checks them there:
+// shard_check.go): waiting maps each waiting owner to a claim of its own, and count is its
+// size. The edges are read from the queues, and what the queues remember of them (a shared
+// request's exclusiveAhead, a range request's runHead) is checked with the queues' invariants
+// (keyEntry, rangeSpace).
 type waitGraph struct {
 	mu      sync.Mutex // taken before any shard mutex, never under one
 	waiting map[ownerKey]*Claim
@@ -58,6 +64,7 @@ func (g *waitGraph) enter(h *Claim) error {
 	g.count.Store(int32(len(g.waiting)))
 	cycle := g.cycleThrough(h.owner)
 	if cycle == nil {
+		g.checkLocked()
 		g.mu.Unlock()
 		return nil
 	}
@@ -67,6 +74,7 @@ func (g *waitGraph) enter(h *Claim) error {
 	w := h.w
 	if w == nil { // granted, timed out or closed since: the wait loop reports it
 		sh.mu.Unlock()
+		g.checkLocked()
 		g.mu.Unlock()
 		return nil
 	}
@@ -81,6 +89,7 @@ func (g *waitGraph) enter(h *Claim) error {
 	// The calls deferred run once mu is released too: one may check another wait (recheckOwner).
 	hs := sh.drainDeferred()
 	sh.mu.Unlock()
+	g.checkLocked()
 	g.mu.Unlock()
 	runDeferred(hs)
 	return err
@@ -93,6 +102,7 @@ func (g *waitGraph) leave(h *Claim) {
 		delete(g.waiting, k)
 		g.count.Store(int32(len(g.waiting)))
 	}
+	g.checkLocked()
 	g.mu.Unlock()
 }
 
