@@ -15,17 +15,17 @@ import (
 // The checker of a build with the tag invariants (internal/invariants): as a shard's mutex is
 // about to be released after a change (drainDeferred), it checks what the code assumes of the
 // shard's entries, queues, schedulers and range spaces, the Invariants blocks of keyEntry, Claim
-// and rangeSpace; as the wait-for graph's mutex is, what the graph keeps. Each check is exact and
-// reads only what the mutex held guards; it changes nothing, the counts that tests bound
-// included. A violated invariant panics with a message that names it. shard_check_off.go is the
-// checker of a build without the tag, which does nothing.
+// and rangeSpace; as the wait-for graph's mutex is, what the graph keeps (waitGraph). Each check
+// is exact, reads what the mutex held guards (and what is read atomically anyway), and changes
+// nothing, the counts that tests bound included. A violated invariant panics with a message that
+// names it. shard_check_off.go is the checker of a build without the tag, which does nothing.
 
-// checkWhole is the size of a shard (its entries, requests waiting, order items and range items)
-// below which it is checked whole at every release. One of size n is checked whole at one release
-// in (n/checkWhole)², which costs O(checkWhole²/n) per operation amortized: the tests of small
-// tables, the model check and the stress tests among them, are checked after every operation or
-// nearly, and those that hold 100,000 keys or queue 10,000 requests for one key now and then,
-// which keeps them within seconds under -race.
+// checkWhole sets how often a shard is checked whole. With n items (entries, requests waiting,
+// order items and range items), a shard is checked at every release while n < 2·checkWhole, and
+// else at one release in (n/checkWhole)², which costs O(checkWhole²/n) per operation amortized:
+// the tests of small tables, the model check and the stress tests among them, are checked after
+// every operation or nearly, and those that hold 100,000 keys or queue 10,000 requests for one key
+// now and then, which keeps them within seconds under -race.
 const checkWhole = 32
 
 // violated panics with the name of the invariant that does not hold and what was found. The
