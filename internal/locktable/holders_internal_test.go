@@ -1,7 +1,6 @@
 package locktable
 
 import (
-	"context"
 	"testing"
 	"time"
 	"unsafe"
@@ -9,21 +8,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// joinShared starts txn's shared Lock of key, which must wait, in a goroutine of the convoy that
-// rolls txn back once it returns, and returns once txn is in the wait-for graph, which then holds
-// inGraph Txns.
-func (c *convoy) joinShared(t testing.TB, l *testLocker, txn *testTxn, key []byte, inGraph int) {
-	t.Helper()
-	c.n++
-	go func() {
-		_, err := txn.Lock(context.Background(), key, testOptions{Shared: true})
-		txn.Rollback()
-		c.errs <- err
-	}()
-	require.Eventually(t, func() bool { return graphWaiting(l) == inGraph },
-		10*time.Second, 100*time.Microsecond, "waiting for %d Txns in the graph", inGraph)
-}
 
 // A sharer's place is found from its state word whatever the number of sharers, and from a scan
 // only past the places the word can record; giving back any share keeps every other place right.

@@ -14,6 +14,21 @@ import (
 // Tests of cost bounds, counted in steps that the table counts only in a build with the tag
 // invariants (internal/invariants): they are built with it alone.
 
+// joinShared starts txn's shared Lock of key, which must wait, in a goroutine of the convoy that
+// rolls txn back once it returns, and returns once txn is in the wait-for graph, which then holds
+// inGraph Txns.
+func (c *convoy) joinShared(t testing.TB, l *testLocker, txn *testTxn, key []byte, inGraph int) {
+	t.Helper()
+	c.n++
+	go func() {
+		_, err := txn.Lock(context.Background(), key, testOptions{Shared: true})
+		txn.Rollback()
+		c.errs <- err
+	}()
+	require.Eventually(t, func() bool { return graphWaiting(l) == inGraph },
+		10*time.Second, 100*time.Microsecond, "waiting for %d Txns in the graph", inGraph)
+}
+
 // The check of a shared request's wait reads a constant number of edges however many readers are
 // queued: each reader behind a writer reads its edge to that writer (and to an exclusive holder),
 // and the writer's edges to the holders. Writers that gave up between the readers are skipped

@@ -158,16 +158,6 @@ func TestOwnerRangeRequestPassesWaitersOfItsLocks(t *testing.T) {
 	assert.True(t, ProbeTableEmpty(l))
 }
 
-// txnLockAsync starts txn's Lock of key in a goroutine that rolls txn back as soon as it returns,
-// and sends its error to errs.
-func txnLockAsync(txn *testTxn, key string, o testOptions, errs chan<- error) {
-	go func() {
-		_, err := txn.Lock(context.Background(), []byte(key), o)
-		txn.Rollback()
-		errs <- err
-	}()
-}
-
 // The exception follows waits through other owners' requests (DESIGN §17.2): W2 holds a, W holds
 // b shared, and a reader's shared range over [a, e) queues for a; W asks for d and queues behind
 // the reader's range, which waits for nothing of W's yet. Then W2 asks for b and waits for W's

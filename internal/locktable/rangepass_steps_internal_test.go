@@ -17,6 +17,16 @@ import (
 // Tests of cost bounds, counted in steps that the table counts only in a build with the tag
 // invariants (internal/invariants): they are built with it alone.
 
+// txnLockAsync starts txn's Lock of key in a goroutine that rolls txn back as soon as it returns,
+// and sends its error to errs.
+func txnLockAsync(txn *testTxn, key string, o testOptions, errs chan<- error) {
+	go func() {
+		_, err := txn.Lock(context.Background(), []byte(key), o)
+		txn.Rollback()
+		errs <- err
+	}()
+}
+
 // repassCounts reads, under the home shard's mutex, how many key requests repass has moved in l's
 // table and how many it asked whether they could.
 func repassCounts(l *testLocker) (moved, tried uint64) {
