@@ -26,9 +26,12 @@ func (sh *shard) deferHook(h *Claim) {
 }
 
 // drainDeferred hands the calls deferred under mu to the caller, to run once mu is released. It
-// is the last step of every critical section that changed the shard (the one path to releasing
-// mu after a change, unlockAndRunDeferred, and the deadlock's in waitGraph.enter): in a build with
-// the tag invariants the shard's invariants are checked here (shard_check.go).
+// is the last step before mu is released after a change (unlockAndRunDeferred, and the
+// deadlock's path in waitGraph.enter), where a build with the tag invariants checks the shard's
+// invariants (shard_check.go). The few paths that release mu with a bare Unlock change what the
+// invariants allow as it is (a claim's or a request's own fields, a count, an empty scheduler or
+// range space), or publish a range request's span before it brings its keys in (acquireRange),
+// which they allow for too; the next release through here checks what they left.
 func (sh *shard) drainDeferred() []deferredCall {
 	hs := sh.deferred
 	if hs != nil { // most critical sections queue no hook: no store, no write barrier
