@@ -65,20 +65,30 @@ cluster-sim: deps
 		-sim.seeds=$(SEEDS) -sim.duration=$(SIMTIME) -sim.first=$(SIMFIRST) -sim.steps=$(SIMSTEPS)
 
 # Every test of every module under -race, the stress tests at the counts that prove their
-# invariant, then FUZZCI inputs per fuzz target. README.md says how long it takes.
+# invariant; then the engine's tests (./internal/...) and the root's stress tests again with the
+# tag invariants (internal/invariants): the engine checks its invariants at every release of a
+# shard's mutex, and the tests that bound a cost in the steps the engine counts with the tag alone
+# run (the root's is TestLocksAndWaitsCostSharersPlusQueue); then FUZZCI inputs per fuzz target.
+# README.md says how long it takes.
+INVARIANTS_RUN := Stress|^TestLocksAndWaitsCostSharersPlusQueue$$
 test: deps browser-deps
 	@set -e; for m in $(MODULES); do \
 		echo "== $$m"; \
 		(cd $$m && $(GO) test -race -count=1 ./...); \
 	done
+	@echo "== . and ./internal/... with -tags invariants"
+	$(GO) test -race -count=1 -tags invariants ./internal/...
+	$(GO) test -race -count=1 -tags invariants -run '$(INVARIANTS_RUN)' .
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZCI) FUZZMINIMIZE=$(FUZZCIMIN)
 
 # The packages with stress tests, again, with -long: each stress loop at its full count (the
 # helper stressCount in each package's test helpers), the engine's model check with 3,000
-# sequences, and etcdcoord's fault suite at five cycles with its retention test at 300,000 locks.
+# sequences, and etcdcoord's fault suite at five cycles with its retention test at 300,000 locks;
+# then the engine's once more with the tag invariants, its invariants checked throughout.
 stress: deps
 	$(GO) test -race -count=1 -timeout 60m . ./internal/locktable -args -long
 	cd etcdcoord && $(GO) test -race -count=1 -timeout 60m . -args -long
+	$(GO) test -race -count=1 -timeout 60m -tags invariants ./internal/locktable -args -long
 
 # The guards the tests defend: each mutant of mutants/catalogue/ (one line of a guard removed or
 # inverted) applied to a copy of the tree, with the test that must kill it; fails when one lives,

@@ -1,3 +1,5 @@
+//go:build invariants
+
 package recordlock
 
 import (
@@ -13,6 +15,9 @@ import (
 	"github.com/recordlock/recordlock/internal/debugview"
 	"github.com/recordlock/recordlock/internal/tempdb"
 )
+
+// Built with the tag invariants alone, in which the table counts what its views read
+// (locktable.Table.Visited, internal/invariants).
 
 // Locks() and Waits() cost O(s + q) for a key with s sharers and q queued requests, not
 // O(s × q): each reads the key's queue once, however many sharers report its length. Counted in

@@ -126,18 +126,14 @@ func (h *Claim) closedAfter(start time.Duration, err error) (time.Duration, erro
 }
 
 // brings reports whether a span of sp's cover covers key, read without the home shard's mutex:
-// its request must look in the home shard.
-func (sp *rangeSpace) brings(key []byte) bool {
+// its request must look in the home shard. hooks are its table's.
+func (sp *rangeSpace) brings(key []byte, hooks *rangeHooks) bool {
 	cv := sp.cover.Load()
-	if coverRead != nil {
-		coverRead()
+	if f := hooks.coverRead; f != nil {
+		f()
 	}
 	return cv.live.Covers(key) || cv.retiring.Covers(key)
 }
-
-// coverRead, when set, runs as a key request has read the cover, with its shard's mutex held: a
-// test runs a range request between that read and the entry the key request makes.
-var coverRead func()
 
 // routesHome reports whether a request for key, of sp's column family, must look in the home
 // shard, with the mutex of key's own shard sh held. It marks sh noted before it reads the cover:
@@ -150,7 +146,7 @@ func (sh *shard) routesHome(sp *rangeSpace, key []byte) bool {
 	if !sh.order.noted.Load() {
 		sh.order.noted.Store(true)
 	}
-	return sp.brings(key)
+	return sp.brings(key, &sh.tab.ranges.hooks)
 }
 
 // takeBusyLocked ends Acquire for h's key when it is in sh's table (e), entered with sh's mutex

@@ -11,6 +11,18 @@ import (
 // which keeps an uncontended lock to one allocation. Its exported methods are the whole of what
 // the API asks of a lock; each takes the shard mutex itself when it needs it, and they are safe
 // for concurrent use. Tenant.Prepare readies one for its request.
+//
+// Invariants, whenever its shard's mutex is released (checked from the shard's entries, heaps and
+// range spaces in a build with the tag invariants: shard_check.go):
+//   - A key's holder is one of its entry's holders (e), marked flagHeld, with no request (w); a
+//     range lock is marked flagHeld, in its space's tree of its mode and in the live cover.
+//   - A waiting claim's w is its request, queued for its entry's key, or in its space's queue
+//     and tree of queued requests for a range request.
+//   - heapIdx is its place on the heap of its clock's scheduler in its shard, or -1; a claim on
+//     a heap holds or waits, and its place there is ordered by dueAt.
+//   - No two claims that hold keys or ranges that meet conflict (conflicts): the holders of a key
+//     share it or one holds it alone, and no range lock conflicts with a range lock or a key's
+//     lock it meets, unless the table's range conflicts are off (DisableRangeConflicts).
 type Claim struct {
 	// Set by prepare, never changed: read without a lock. The key is a pointer and a length rather
 	// than a slice, which keeps the API's handle within 128 bytes (see key).

@@ -15,6 +15,7 @@ func (h *Claim) Disown(release bool) {
 		return
 	}
 	sh := h.lockShard()
+	h.ten.tab.checks.disowned(h)
 	h.owner = nil
 	sh.mu.Unlock()
 }

@@ -244,6 +244,7 @@ func releaseWokenNotRun(t *testing.T, h *Claim) *waiter {
 	h.clearFlags(flagHeld)
 	sh.unschedule(h)
 	e.holder = nil
+	sh.held--
 	e.wakePending = true
 	e.head.state = waitWoken
 	return e.head

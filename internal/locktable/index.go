@@ -133,6 +133,26 @@ func (t *entryTable) all(f func(*keyEntry)) {
 // their shard, so that an uncontended Lock allocates only its Handle; nothing refers to an entry
 // once it has left the table (the handles that used it were given back or gave up). The holders
 // are kept as holders.go describes.
+//
+// Invariants, whenever its shard's mutex is released (a build with the tag invariants checks
+// each there: shard_check.go):
+//   - It is held or waited on, and in the index of the shard its hash names, found by its own
+//     hash and record; its link is a ranged key exactly when that shard is a home shard.
+//   - holder is nil exactly while the key is free, and then shares is 0 and sharers empty.
+//     While one exclusive holder holds it, shares is 0 and sharers empty; while it is held
+//     shared, shares counts the holder and the sharers, each shared and at its recorded place.
+//   - Each holder is marked held, its e is the entry, it waits for nothing, and it is marked
+//     flagInHomeShard exactly in a home shard. A dead holder (released or expired) is inside a
+//     fence that passes the key on as it ends.
+//   - While a request is queued, the deadline of every live holder is on a timer.
+//   - The queue is linked both ways from head to tail. Each request in it is its claim's (h.w),
+//     for this entry, asleep or woken, its timeout on a timer; in a key shard the upgrades are
+//     ahead of every other request.
+//   - wakePending is set exactly while one request of the queue is woken; at most one is.
+//   - ownersHolding counts the queued requests whose owner held other keys as it asked.
+//   - In a key shard, the request a shared request's record leads to (exclusiveAhead), the edge
+//     the wait-for graph reads, is the nearest exclusive one queued ahead of it, or, with none
+//     but upgrades ahead, an upgrade, or none.
 type keyEntry struct {
 	hash       uint64
 	holder     *Claim // the exclusive holder or one sharer; nil exactly while the key is free

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/google/btree"
+
+	"github.com/recordlock/recordlock/internal/invariants"
 )
 
 // A key shard's ordered view of its entries of column families that have a range space, so that
@@ -39,7 +41,7 @@ type keyOrder struct {
 	tree    *btree.BTreeG[orderedKey]
 	// read counts the items range requests read, pending and in the tree, for the tests that
 	// bound their cost.
-	read uint64
+	read invariants.Counter
 	// noted is set once anything was noted, or a key request of a column family with a range
 	// space read the cover here (routesHome): a range request passes a shard where neither
 	// happened without taking its mutex.
@@ -156,7 +158,7 @@ func (sh *shard) sortPending(max int) bool {
 		sh.compactTree()
 	}
 	n := min(max, len(o.pending))
-	o.read += uint64(n)
+	o.read.Add(uint64(n))
 	rest := len(o.pending) - n
 	for _, e := range o.pending[rest:] {
 		if k, ok := sh.placeInOrder(e); ok && sh.live(k) {
@@ -176,7 +178,7 @@ func (sh *shard) inSpan(cf uint32, start, end []byte, max int, batch []*keyEntry
 	var stale []orderedKey
 	done := true
 	o.tree.AscendGreaterOrEqual(orderedKey{cf: cf, key: start}, func(k orderedKey) bool {
-		o.read++
+		o.read.Inc()
 		if k.cf != cf || end != nil && bytes.Compare(k.key, end) >= 0 {
 			return false
 		}

@@ -70,15 +70,3 @@ func (sh *shard) schedulers(f func(*scheduler)) {
 		}
 	}
 }
-
-// Visited counts the holders and queued requests VisitHolders and VisitWaits have read.
-func (t *Table) Visited() uint64 {
-	var n uint64
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.Lock()
-		n += sh.counts.visited
-		sh.mu.Unlock()
-	}
-	return n
-}

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/recordlock/recordlock/internal/invariants"
 	"github.com/recordlock/recordlock/internal/spans"
 )
 
@@ -24,7 +25,7 @@ type queuedIndex struct {
 	// visited is the shard's count of what views read (shardCounts.visited): the requests
 	// indexed and the probes of the binary searches go to it, for the tests that bound the
 	// views' cost.
-	visited *uint64
+	visited *invariants.Counter
 }
 
 // queuedSpan is one owner's queued request, as queuedIndex keeps it: a range's span, or a key.
@@ -40,7 +41,7 @@ type spanEnds struct {
 }
 
 // indexQueued reads the requests queued in sp into a queuedIndex, whose steps go to visited.
-func (sp *rangeSpace) indexQueued(visited *uint64) *queuedIndex {
+func (sp *rangeSpace) indexQueued(visited *invariants.Counter) *queuedIndex {
 	x := &queuedIndex{visited: visited}
 	// Room for every range request at once: the view makes an index per call, and growing four
 	// slices a doubling at a time would be most of its allocations.
@@ -69,7 +70,7 @@ func (sp *rangeSpace) indexQueued(visited *uint64) *queuedIndex {
 			}
 		}
 		own(y, queuedSpan{start: start, end: end, isRange: true, exclusive: exclusive})
-		*x.visited++
+		x.visited.Inc()
 		return true
 	})
 	sp.keys.Ascend(func(rk *rangedKey) bool { // in key order: the keys come sorted
@@ -81,9 +82,9 @@ func (sp *rangeSpace) indexQueued(visited *uint64) *queuedIndex {
 				}
 			}
 			own(w.h, queuedSpan{start: rk.key, exclusive: exclusive})
-			*x.visited++
+			x.visited.Inc()
 		}
-		*x.visited++
+		x.visited.Inc()
 		return true
 	})
 	for m := range 2 {
@@ -95,7 +96,7 @@ func (sp *rangeSpace) indexQueued(visited *uint64) *queuedIndex {
 
 // search is sort.Search, its probes counted in x.visited.
 func (x *queuedIndex) search(n int, f func(int) bool) int {
-	return sort.Search(n, func(i int) bool { *x.visited++; return f(i) })
+	return sort.Search(n, func(i int) bool { x.visited.Inc(); return f(i) })
 }
 
 // before counts the keys of sorted that sort before key (nil: no bound, after every key).
@@ -155,7 +156,7 @@ func (x *queuedIndex) conflictingOf(c *spanCounts, h *Claim) int {
 	n := c.n[mode]
 	if h.owner != nil {
 		for _, q := range x.owned[h.owner] {
-			*x.visited++
+			x.visited.Inc()
 			if (mode == 0 || q.exclusive) && q.meets(c.start, c.end, c.isRange) {
 				n--
 			}
@@ -190,7 +191,7 @@ func (q queuedSpan) meets(start, end []byte, isRange bool) bool {
 type spaceIndexes map[*rangeSpace]*queuedIndex
 
 // of returns sp's index, made now if the view has none yet; its steps go to visited.
-func (xs *spaceIndexes) of(sp *rangeSpace, visited *uint64) *queuedIndex {
+func (xs *spaceIndexes) of(sp *rangeSpace, visited *invariants.Counter) *queuedIndex {
 	if x := (*xs)[sp]; x != nil {
 		return x
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/invariants"
 	"github.com/recordlock/recordlock/internal/testutil"
 
 	"github.com/stretchr/testify/require"
@@ -82,7 +83,7 @@ func TestQueuedIndexCountsAsAWalkOfTheQueue(t *testing.T) {
 
 			sp := l.tab.spaceOf(0)
 			sp.home.mu.Lock()
-			x := sp.indexQueued(new(uint64))
+			x := sp.indexQueued(new(invariants.Counter))
 			check := func(h *Claim) {
 				want := 0
 				sp.requestsOver(h, func(r *Claim) {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"runtime"
 	"sync/atomic"
+
+	"github.com/recordlock/recordlock/internal/invariants"
 )
 
 // Bringing keys into the home shard (docs/DESIGN.md §17.1). A column family's keys live in their
@@ -30,16 +32,17 @@ const broughtScan = 1024
 // costs per entry, not what a look at an index slot costs.
 const sortBatch = 128
 
-// broughtSteps counts what bring did under one hold of a shard's mutex at most, for the tests
-// that bound it.
+// broughtSteps counts what bringing keys in did under one hold of a shard's mutex at most, for
+// the tests that bound it (with the tag invariants; without it, it is empty).
 type broughtSteps struct {
-	maxLooked, maxMoved, holds int
+	maxLooked, maxMoved invariants.Max
+	holds               invariants.Counter
 }
 
 func (s *broughtSteps) note(looked, moved int) {
-	s.maxLooked = max(s.maxLooked, looked)
-	s.maxMoved = max(s.maxMoved, moved)
-	s.holds++
+	s.maxLooked.Note(looked)
+	s.maxMoved.Note(moved)
+	s.holds.Inc()
 }
 
 // lockPair takes the mutexes of sh, a key shard, and home, a home shard: a key shard's first,
@@ -88,7 +91,7 @@ func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 			if done {
 				break
 			}
-			yieldMutexes()
+			t.ranges.hooks.yieldMutexes()
 		}
 	}
 }
@@ -96,9 +99,15 @@ func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 // yieldMutexes lets a request that queued for a shard's mutex during a batch take it before the
 // next batch does. A sync.Mutex lets the goroutine that unlocks it lock it again at once, before
 // the waiter it woke has run, and hands it over only once that waiter has waited 1 ms: without
-// this, a key request could wait a whole run of batches. It is a variable so that a test can take
-// a step of its own between two batches.
-var yieldMutexes = runtime.Gosched
+// this, a key request could wait a whole run of batches. A test takes a step of its own there
+// instead (rangeHooks.betweenBatches).
+func (k *rangeHooks) yieldMutexes() {
+	if f := k.betweenBatches; f != nil {
+		f()
+		return
+	}
+	runtime.Gosched()
+}
 
 // bringOwnerWaits readies sp, just made, in every key shard, taking the mutexes itself (it is
 // entered with none held): it notes the entries of column family cf made before (noteEntry), and
@@ -140,7 +149,7 @@ func (sp *rangeSpace) bringOwnerWaits(t *Table, cf uint32) {
 			sh.unlockAndRunDeferred()
 			home.unlockAndRunDeferred()
 			if at < len(before) {
-				yieldMutexes()
+				t.ranges.hooks.yieldMutexes()
 			}
 		}
 		clear(before)

@@ -3,7 +3,6 @@ package locktable
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
 
@@ -95,63 +94,6 @@ func TestFirstRangeStopsNoShardButTheOneItVisits(t *testing.T) {
 	tab.shards[busy].mu.Unlock()
 	require.NoError(t, testutil.Await(t, done, "the range request"))
 	assert.True(t, ProbeTableEmpty(l))
-}
-
-// With 100,000 keys held, a column family's first range lock, over all of them or over none,
-// holds a shard's mutex for one bounded batch at a time: it looks at broughtScan slots of a
-// shard's index and brings in broughtBatch keys at most under one hold, however many are held.
-func TestFirstRangeHoldsEachShardForOneBatch(t *testing.T) {
-	const n = 100_000
-	for _, tc := range []struct {
-		name       string
-		start, end string
-		moved      bool
-	}{
-		{"over none of them", "z", "", false},
-		{"over all of them", "k", "l", true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tab := newTestTable(t)
-			l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
-			held := make([]*Claim, n)
-			for i := range held {
-				h, err := l.TryLock([]byte(fmt.Sprintf("k%06d", i)), testOptions{})
-				require.NoError(t, err)
-				held[i] = h
-			}
-			r, err := l.TryLockRange(tc.start, tc.end, testOptions{Shared: true})
-			if tc.moved {
-				require.ErrorIs(t, err, ErrLocked, "a shared range waits for the keys held exclusive inside it")
-			} else {
-				require.NoError(t, err)
-				require.True(t, r.Release())
-			}
-			sp := tab.spaceOf(0)
-			st := sp.broughtSteps
-			t.Logf("holds of a shard mutex: %d; at most %d slots looked at and %d keys brought in under one", st.holds, st.maxLooked, st.maxMoved)
-			assert.LessOrEqual(t, st.maxLooked, broughtScan)
-			assert.LessOrEqual(t, st.maxMoved, broughtBatch)
-			home := int(sp.homeIdx)
-			inHome := 0
-			for i := 0; i < n; i += 997 {
-				if tab.ShardOf(0, held[i].key()) == home {
-					inHome++
-				}
-			}
-			if tc.moved {
-				assert.Equal(t, (n+996)/997, inHome, "every key inside the range was brought into the home shard")
-				assert.GreaterOrEqual(t, st.holds, n/broughtBatch)
-			} else {
-				assert.Less(t, inHome, (n+996)/997/8, "the keys stay in their own shards")
-			}
-			assert.Equal(t, n, tab.Counts().Held)
-			for _, h := range held {
-				require.True(t, h.Release())
-			}
-			assert.True(t, sp.cover.Load().retiring.Empty())
-			assert.True(t, ProbeTableEmpty(l))
-		})
-	}
 }
 
 // An owner's request that waits, in a column family with a range space, waits in the home shard,
@@ -283,59 +225,12 @@ func TestRangeInsideARangeStillBringingInBringsItsOwnKeys(t *testing.T) {
 	assert.True(t, ProbeTableEmpty(l))
 }
 
-// orderReads is the items that range requests read so far in the orders of tab's key shards.
-func orderReads(tab *Table) uint64 {
-	var n uint64
-	for i := range KeyShards {
-		sh := &tab.shards[i]
-		sh.mu.Lock()
-		n += sh.order.read
-		sh.mu.Unlock()
-	}
-	return n
-}
-
-// A range lock among n held keys of its column family reads, in the key shards' orders, the keys
-// inside it and a bounded number more per shard, not the n: with 100 times the keys held, a range
-// between two of them reads as many items. (The first range lock sorts in the keys held before.)
-func TestRangeLockAmongHeldKeysCostsLogN(t *testing.T) {
-	perOp := map[int]float64{}
-	for _, n := range []int{1_000, 100_000} {
-		tab := newTestTable(t)
-		l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
-		held := make([]*Claim, n)
-		for i := range held {
-			h, err := l.TryLock([]byte(fmt.Sprintf("k%07d", 2*i)), testOptions{})
-			require.NoError(t, err)
-			held[i] = h
-		}
-		first, err := l.TryLockRange("a", "b", testOptions{})
-		require.NoError(t, err)
-		require.True(t, first.Release())
-		before := orderReads(tab)
-		const ops = 200
-		for j := range ops {
-			i := j * (n / ops)
-			r, err := l.TryLockRange(fmt.Sprintf("k%07d", 2*i+1), fmt.Sprintf("k%07d", 2*i+2), testOptions{})
-			require.NoError(t, err)
-			require.True(t, r.Release())
-		}
-		perOp[n] = float64(orderReads(tab)-before) / ops
-		for _, h := range held {
-			require.True(t, h.Release())
-		}
-		assert.True(t, ProbeTableEmpty(l))
-	}
-	t.Logf("items read per range Lock+Release among n held keys: %v", perOp)
-	assert.LessOrEqual(t, perOp[100_000], 2*perOp[1_000]+float64(KeyShards), "the reads do not grow with n")
-}
-
 // A key request that read the cover before a range request published its span, in a shard where
 // nothing was noted yet, is not passed by that range request: the range request waits for the
 // shard's mutex, finds the key the request made, and does not take its range over it. The key
-// request is Acquire, stopped inside its read of the cover (coverRead), with its shard's mutex
-// held, while the range request runs; a shared key under an exclusive range here, the other mode
-// of TestKeyRequestBetweenCoverReadAndEntryHoldsOffARange's.
+// request is Acquire, stopped inside its read of the cover (rangeHooks.coverRead), with its
+// shard's mutex held, while the range request runs; a shared key under an exclusive range here,
+// the other mode of TestKeyRequestBetweenCoverReadAndEntryHoldsOffARange's.
 func TestRangeRequestWaitsForAKeyRequestThatReadTheCover(t *testing.T) {
 	tab := newTestTable(t)
 	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
@@ -350,8 +245,8 @@ func TestRangeRequestWaitsForAKeyRequestThatReadTheCover(t *testing.T) {
 	h := l.newClaim(key, testOptions{Shared: true}, nil)
 	ranged := make(chan error, 1)
 	covered, passed := true, false
-	coverRead = func() {
-		coverRead = nil
+	tab.ranges.hooks.coverRead = func() {
+		tab.ranges.hooks.coverRead = nil
 		covered = sp.cover.Load().live.Covers(key)
 		go func() {
 			r, err := l.TryLockRange("k", "l", testOptions{})
@@ -362,7 +257,6 @@ func TestRangeRequestWaitsForAKeyRequestThatReadTheCover(t *testing.T) {
 		}()
 		passed = !testutil.NotReturned(ranged)
 	}
-	t.Cleanup(func() { coverRead = nil })
 	_, err = h.Acquire(context.Background(), defaultLease, defaultTimeout, false, false)
 	require.False(t, covered, "no span covers the key yet")
 	if passed {
@@ -416,7 +310,7 @@ func TestFirstRangeNotesAKeyShiftedBackBetweenBatches(t *testing.T) {
 	require.Same(t, h2.e, sh.index.slots[last+1], "x2 in the next slot, past the first batch")
 
 	released, shifted := false, false
-	yieldMutexes = func() {
+	tab.ranges.hooks.betweenBatches = func() {
 		if !released {
 			released = true
 			require.True(t, h1.Release())
@@ -425,7 +319,6 @@ func TestFirstRangeNotesAKeyShiftedBackBetweenBatches(t *testing.T) {
 			sh.mu.Unlock()
 		}
 	}
-	t.Cleanup(func() { yieldMutexes = runtime.Gosched })
 	_, err = l.TryLockRange(string(x2), string(x2)+"\x00", testOptions{})
 	require.True(t, released, "the space was readied in more than one batch")
 	require.True(t, shifted, "x2 shifted back into x1's slot")

@@ -2,7 +2,6 @@ package locktable
 
 import (
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
 
@@ -47,8 +46,8 @@ func TestKeyRequestBetweenCoverReadAndEntryHoldsOffARange(t *testing.T) {
 
 	ranged := make(chan error, 1)
 	passed := false
-	coverRead = func() {
-		coverRead = nil
+	tab.ranges.hooks.coverRead = func() {
+		tab.ranges.hooks.coverRead = nil
 		go func() {
 			r, err := l.TryLockRange("k", "l", testOptions{Shared: true})
 			if err == nil {
@@ -58,7 +57,6 @@ func TestKeyRequestBetweenCoverReadAndEntryHoldsOffARange(t *testing.T) {
 		}()
 		passed = !testutil.NotReturned(ranged)
 	}
-	t.Cleanup(func() { coverRead = nil })
 	h, err := l.TryLock(key, testOptions{})
 	require.NoError(t, err, "the key request, granted once the cover was read")
 	if passed {
@@ -74,7 +72,8 @@ func TestKeyRequestBetweenCoverReadAndEntryHoldsOffARange(t *testing.T) {
 // A range request's span is in the cover before it visits any key shard: a key request inside it,
 // in a shard the range request has visited already, made while the range request brings in
 // another shard's keys a batch at a time, is sent to the home shard, where the range request
-// sees it once it is placed. The range request's step between two batches is yieldMutexes.
+// sees it once it is placed. The range request's step between two batches is its table's
+// rangeHooks.betweenBatches.
 func TestRangePublishesItsSpanBeforeItVisitsAShard(t *testing.T) {
 	tab := newTestTable(t)
 	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
@@ -98,7 +97,7 @@ func TestRangePublishesItsSpanBeforeItVisitsAShard(t *testing.T) {
 	sp := tab.spaceOf(0)
 	var held *Claim
 	published := true
-	yieldMutexes = func() {
+	tab.ranges.hooks.betweenBatches = func() {
 		if held != nil {
 			return
 		}
@@ -107,7 +106,6 @@ func TestRangePublishesItsSpanBeforeItVisitsAShard(t *testing.T) {
 		require.NoError(t, err, "the range request is not placed yet")
 		held = h
 	}
-	t.Cleanup(func() { yieldMutexes = runtime.Gosched })
 	r, err := l.TryLockRange("m", "n", testOptions{Shared: true})
 	require.NotNil(t, held, "the range request brought the last shard's keys in more than one batch")
 	if err == nil {
@@ -169,7 +167,8 @@ func TestRangeRequestWaitsUntilItsSpaceIsReady(t *testing.T) {
 // then on a key request inside the span, which reads the cover without the home shard's mutex,
 // takes its key in its own shard at once, and the range's handle, whose flags IsExpired reads
 // without a mutex too, must no longer report that it authorizes writes. The key request runs as
-// the span leaves the cover (spanLeft), with the home shard's mutex still held by the range's end.
+// the span leaves the cover (rangeHooks.spanLeft), with the home shard's mutex still held by the
+// range's end.
 func TestEndedRangeIsMarkedBeforeItsSpanLeavesTheCover(t *testing.T) {
 	for _, end := range []struct {
 		name string
@@ -186,12 +185,11 @@ func TestEndedRangeIsMarkedBeforeItsSpanLeavesTheCover(t *testing.T) {
 			var inside *Claim
 			var insideErr error
 			authorized := false
-			spanLeft = func() {
-				spanLeft = nil
+			tab.ranges.hooks.spanLeft = func() {
+				tab.ranges.hooks.spanLeft = nil
 				inside, insideErr = l.TryLock([]byte("k1"), testOptions{})
 				authorized = !r.Now().Dead() // IsExpired
 			}
-			t.Cleanup(func() { spanLeft = nil })
 			end.end(r)
 			require.True(t, inside != nil || insideErr != nil, "the key request ran as the span left the cover")
 			require.NoError(t, insideErr, "the key request, made once the span left the cover")

@@ -85,14 +85,10 @@ func (sp *rangeSpace) spanGone(it *rangeItem) {
 		sp.retire(r, next)
 	}
 	sp.cover.Store(next)
-	if spanLeft != nil {
-		spanLeft()
+	if f := sp.home.tab.ranges.hooks.spanLeft; f != nil {
+		f()
 	}
 }
-
-// spanLeft, when set, runs as a span has left the live cover, with the home shard's mutex held: a
-// test takes a key inside the span from its own shard there, as a key request may from then on.
-var spanLeft func()
 
 // orphanLeft takes rk, an orphan, off its retired span as it leaves the table.
 func (sp *rangeSpace) orphanLeft(rk *rangedKey) {

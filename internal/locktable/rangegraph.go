@@ -163,7 +163,7 @@ func (sp *rangeSpace) nearestRangeAhead(x *waiter) *waiter {
 	start, end := x.h.key(), x.h.cold.span.End
 	for i := len(older) - 1; i >= 0; i-- {
 		y := older[i]
-		sp.ranges.scanned++
+		sp.ranges.scanned.Inc()
 		if spansMeet(y.start(), y.end(), start, end) && conflicts(x.h, y.Value) {
 			return y.w
 		}

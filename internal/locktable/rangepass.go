@@ -172,7 +172,7 @@ func (sp *rangeSpace) queuedAhead(x *waiter, f func(*waiter) bool) {
 			// its span, the later ones too, in the tree (the head of a hot range's queue).
 			for i := len(older) - 1; i >= 0 && more; i-- {
 				it := older[i]
-				sp.ranges.scanned++
+				sp.ranges.scanned.Inc()
 				if spansMeet(it.start(), it.end(), xh.key(), xh.cold.span.End) && conflicts(xh, it.Value) {
 					more = f(it.w)
 				}

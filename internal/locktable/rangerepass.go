@@ -154,9 +154,9 @@ func (sh *shard) repass(sp *rangeSpace) (moved bool) {
 			if u == nil {
 				continue // moved already
 			}
-			sh.counts.repassTried++
+			sh.counts.repassTried.Inc()
 			if before := sp.passPointOf(u); before != nil {
-				sh.counts.repassed++
+				sh.counts.repassed.Inc()
 				sh.moveAhead(u.h.e, u, before)
 				keyed[i] = nil
 				moved, again = true, true

@@ -50,7 +50,7 @@ func (sh *shard) serveQueuedRanges(sp *rangeSpace, batch []*rangeItem) {
 		if w == nil {
 			continue // granted or dropped since the batch was made
 		}
-		sp.ranges.tried++
+		sp.ranges.tried.Inc()
 		c := w.h.ten
 		if c.closed.Load() {
 			sh.dropRange(w, waitClosed)

@@ -1,5 +1,7 @@
 package locktable
 
+import "github.com/recordlock/recordlock/internal/invariants"
+
 // rangeSet holds the range locks and queued range requests of one column family in three trees
 // (rangetree.go): the range locks held shared, those held exclusive, and the queued requests. A
 // request for a key or range looks only in the trees that can hold what conflicts with it, so a
@@ -9,18 +11,18 @@ package locktable
 type rangeSet struct {
 	shared, exclusive rangeTree // the range locks held, by mode
 	queued            rangeTree // the queued range requests, upgrades included
-	n                 int
 	// tried counts the queued requests serveRanges looked at, for the tests that bound its cost.
-	tried uint64
+	tried invariants.Counter
 	// scanned counts the queued range requests the wait-for graph's searches stepped over to find
 	// the nearest one over a request (nearestRangeAhead), for the tests that bound their cost.
-	scanned uint64
+	scanned invariants.Counter
+	n       int
 }
 
 // steps counts the steps of the set's searches and serves so far: the nodes they visited, the
-// queued requests tried and those scanned.
+// queued requests tried and those scanned. Counted only with the tag invariants: 0 without.
 func (s *rangeSet) steps() uint64 {
-	return s.shared.Steps() + s.exclusive.Steps() + s.queued.Steps() + s.tried + s.scanned
+	return s.shared.Steps() + s.exclusive.Steps() + s.queued.Steps() + s.tried.Load() + s.scanned.Load()
 }
 
 // inTree is which tree of its rangeSet an item is in.

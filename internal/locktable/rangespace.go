@@ -15,16 +15,48 @@ import (
 // (rangeadopt.go); every other key of the column family stays in its own shard.
 
 // tableRanges is what the table keeps of its range spaces apart from the map of them
-// (tableHeader.spaces): the mutex that makes them one at a time, and a switch for tests.
+// (tableHeader.spaces): the mutex that makes them one at a time, and a switch and hooks for tests.
 type tableRanges struct {
 	mu sync.Mutex // serializes making a range space
 	// noConflicts makes ranges conflict with nothing: for tests that show a missing check is
 	// caught.
 	noConflicts atomic.Bool
+	hooks       rangeHooks
+}
+
+// rangeHooks are steps that a test of the package takes inside the paths of ranges, at points
+// no call reaches, on a table of its own: each is set before the calls it steps into, and nil
+// otherwise. A hook that clears itself does so where it runs, under the mutex it runs under.
+type rangeHooks struct {
+	// betweenBatches runs between two batches of keys brought into a home shard, with no mutex
+	// held, in place of the yield there (yieldMutexes).
+	betweenBatches func()
+	// coverRead runs as a key request has read the cover, with its shard's mutex held: a test
+	// runs a range request between that read and the entry the key request makes.
+	coverRead func()
+	// spanLeft runs as a span has left the live cover, with the home shard's mutex held: a test
+	// takes a key inside the span from its own shard there, as a key request may from then on.
+	spanLeft func()
 }
 
 // rangeSpace is what the home shard of a column family keeps of its ranges, guarded by the home
 // shard's mutex; cover alone is read without it.
+//
+// Invariants, whenever the home shard's mutex is released (a build with the tag invariants checks
+// each there: shard_check.go):
+//   - ranges counts its items, each in the tree of its state and mode; queue is the items of its
+//     tree of queued requests, in the order of arrival, the upgrades (seq 0) first.
+//   - The live cover holds, once each, the span of every range lock and queued request but an
+//     upgrade's stand-in (the lock's span is there), and of every range request still bringing
+//     its keys in (covering, in no tree yet).
+//   - keys are the home shard's entries of the column family, all of them, each routed home by
+//     a live span or else by its own retired span; a retiring span counts those it routes.
+//   - No exclusive range lock meets a range lock of another owner, and no range lock meets a
+//     lock of a key inside it that conflicts with it (unless DisableRangeConflicts).
+//   - waiting holds, for each owner, a request of that owner queued in the space; a queued
+//     range request's runHead, while queued, is an older plain exclusive request of its span.
+//   - serving, again and repassDue are clear: a space is served and gone over again within the
+//     critical section that asked for it.
 type rangeSpace struct {
 	home    *shard
 	homeIdx uint64 // home's place among the table's shards

@@ -163,7 +163,7 @@ func (sh *shard) visitRanges(hs []*Claim, xs *spaceIndexes, f func(s Snapshot, w
 		}
 		live = append(live, h)
 	}
-	sh.counts.visited += uint64(n)
+	sh.counts.visited.Add(uint64(n))
 	if len(live) == 0 {
 		return n
 	}
@@ -186,11 +186,11 @@ func (sh *shard) visitRangeWaits(hs []*Claim, xs *spaceIndexes, wait func(Queued
 	switch {
 	case it.in == inNone:
 	case it.w != nil:
-		sh.counts.visited++
+		sh.counts.visited.Inc()
 		wait(it.w.request())
 	case holder != nil && heldRange(h):
 		n := spanRun(hs)
-		sh.counts.visited += uint64(n)
+		sh.counts.visited.Add(uint64(n))
 		x := xs.of(sh.spaces[h.cf], &sh.counts.visited)
 		c := x.countsOver(h)
 		for _, r := range hs[:n] {

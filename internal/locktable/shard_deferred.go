@@ -25,12 +25,19 @@ func (sh *shard) deferHook(h *Claim) {
 	h.cold.hook = nil
 }
 
-// drainDeferred hands the calls deferred under mu to the caller, to run once mu is released.
+// drainDeferred hands the calls deferred under mu to the caller, to run once mu is released. It
+// is the last step before mu is released after a change (unlockAndRunDeferred, and the
+// deadlock's path in waitGraph.enter), where a build with the tag invariants checks the shard's
+// invariants (shard_check.go). The few paths that release mu with a bare Unlock change what the
+// invariants allow as it is (a claim's or a request's own fields, a count, an empty scheduler or
+// range space), or publish a range request's span before it brings its keys in (acquireRange),
+// which they allow for too; the next release through here checks what they left.
 func (sh *shard) drainDeferred() []deferredCall {
 	hs := sh.deferred
 	if hs != nil { // most critical sections queue no hook: no store, no write barrier
 		hs = sh.takeDeferred()
 	}
+	sh.checkLocked()
 	return hs
 }
 

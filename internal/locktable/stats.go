@@ -1,6 +1,10 @@
 package locktable
 
-import "time"
+import (
+	"time"
+
+	"github.com/recordlock/recordlock/internal/invariants"
+)
 
 // Counts are the table's figures, summed over its shards: Held and Waiting are readings of now,
 // the rest count from when the table was made.
@@ -14,15 +18,19 @@ type Counts struct {
 // shardCounts are the counters of one shard that the uncontended path does not touch; they are
 // written under the shard mutex and summed by Counts.
 type shardCounts struct {
+	// visited counts the holders and queued requests VisitHolders and VisitWaits have read; tests
+	// bound their cost per key with it.
+	visited invariants.Counter
+	// repassed counts the key requests repass moved, and repassTried the requests it asked
+	// whether they could move (passPointOf); tests bound its cost with them.
+	repassed, repassTried invariants.Counter
+	// checks counts the releases of the mutex the checker of a build with the tag has seen
+	// (shard_check.go).
+	checks invariants.Counter
+
 	waiting                                                           int
 	contended, timeouts, canceled, deadlocks, lapsed, revoked, fenced uint64
 	waitTime                                                          time.Duration
-	// visited counts the holders and queued requests VisitHolders and VisitWaits have read; tests
-	// bound their cost per key with it.
-	visited uint64
-	// repassed counts the key requests repass moved, and repassTried the requests it asked
-	// whether they could move (passPointOf); tests bound its cost with them.
-	repassed, repassTried uint64
 }
 
 // Counts sums the table's figures. Each shard is read under its mutex, which it holds only to
@@ -94,7 +102,7 @@ func (sh *shard) visitHolders(e *keyEntry, out []*Claim, xs *spaceIndexes, f fun
 		return out
 	}
 	waiters := e.queued()
-	sh.counts.visited += uint64(len(out) + waiters)
+	sh.counts.visited.Add(uint64(len(out) + waiters))
 	x, c := sh.queuedRangesOver(live[0], xs) // range requests queued over the key wait too
 	for _, h := range live {
 		n := waiters
@@ -182,12 +190,12 @@ func (sh *shard) visitWaits(e *keyEntry, wait func(QueuedRequest), holder func(s
 		waiters++
 		wait(w.request())
 	}
-	sh.counts.visited += uint64(waiters)
+	sh.counts.visited.Add(uint64(waiters))
 	if holder != nil && e.holder != nil {
 		holder(e.holder.snapshot(), waiters)
 		for _, s := range e.sharers {
 			holder(s.snapshot(), waiters)
 		}
-		sh.counts.visited += uint64(1 + len(e.sharers))
+		sh.counts.visited.Add(uint64(1 + len(e.sharers)))
 	}
 }

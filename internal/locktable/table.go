@@ -55,7 +55,10 @@ type Table struct {
 	shards [ShardCount]shard
 	clocks clockSlots
 	graph  waitGraph   // the wait-for graph of the database's owners
-	ranges tableRanges // the range spaces' mutex and test switch; their map is in the header
+	ranges tableRanges // the range spaces' mutex, test switch and hooks; their map is in the header
+	// checks is what the checker of a build with the tag invariants keeps of the table beyond
+	// its state (shard_check.go); empty without the tag.
+	checks tableChecks
 
 	hookFailures atomic.Uint64 // hooks fail rarely, so one shared counter is cheap
 	faultOnce    sync.Once     // a table fault is logged once per database

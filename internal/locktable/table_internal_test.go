@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordlock/recordlock/internal/invariants"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -29,6 +31,9 @@ func (c *logCount) WithGroup(string) slog.Handler      { return c }
 
 // A lease timer that finds the table inconsistent logs it once per database and never panics.
 func TestKeyTableFaultLoggedOnce(t *testing.T) {
+	if invariants.Enabled {
+		t.Skip("the checker of a build with the tag invariants panics at the first change to the table this test corrupts: it runs without the tag")
+	}
 	tab := New("test", &Stamps{}) // left inconsistent: not checked at the end
 	clk := NewManualClock(time.Unix(1, 0))
 	var logs logCount

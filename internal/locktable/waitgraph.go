@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/recordlock/recordlock/internal/invariants"
 )
 
 // waitGraph finds deadlocks among the Txns of one database (docs/DESIGN.md §13). A Txn waits for
@@ -22,24 +24,31 @@ import (
 // is checked then; or when a shared request's edge moves past a Txn's exclusive request that left
 // the queue ungranted to the next one ahead, which may be waiting: that request is woken to enter
 // again (recheckBehind), so a move that closes or keeps a cycle is checked as a new wait is.
+//
+// Invariants, whenever mu is released (a build with the tag invariants checks them there:
+// shard_check.go): waiting maps each waiting owner to a claim of its own, and count is its
+// size. The edges are read from the queues, and what the queues remember of them (a shared
+// request's exclusiveAhead, a range request's runHead) is checked with the queues' invariants
+// (keyEntry, rangeSpace).
 type waitGraph struct {
 	mu      sync.Mutex // taken before any shard mutex, never under one
 	waiting map[ownerKey]*Claim
 	// count is len(waiting), read without mu by give-backs in home shards (ownerLetGo).
 	count atomic.Int32
 
+	// edgesRead counts the edges every search so far has read; guarded by mu. Tests bound the
+	// cost of a search with it.
+	edgesRead invariants.Counter
+	// skipped counts the requests that had left the queue which searches stepped over to find
+	// the exclusive request ahead of a shared one; guarded by mu. Tests bound it too.
+	skipped invariants.Counter
+	// rangeSteps counts the steps searches took in the range sets of column families in range
+	// mode to read their edges (rangeSet.steps); guarded by mu. Tests bound it too.
+	rangeSteps invariants.Counter
+
 	// The search's scratch space, reused by the next search; guarded by mu.
 	parent      map[ownerKey]Owner
 	stack, next []Owner
-	// edgesRead counts the edges every search so far has read; guarded by mu. Tests bound the
-	// cost of a search with it.
-	edgesRead uint64
-	// skipped counts the requests that had left the queue which searches stepped over to find
-	// the exclusive request ahead of a shared one; guarded by mu. Tests bound it too.
-	skipped uint64
-	// rangeSteps counts the steps searches took in the range sets of column families in range
-	// mode to read their edges (rangeSet.steps); guarded by mu. Tests bound it too.
-	rangeSteps uint64
 }
 
 // enter records that h's owner waits with h, which is queued, unless that would close a
@@ -55,6 +64,7 @@ func (g *waitGraph) enter(h *Claim) error {
 	g.count.Store(int32(len(g.waiting)))
 	cycle := g.cycleThrough(h.owner)
 	if cycle == nil {
+		g.checkLocked()
 		g.mu.Unlock()
 		return nil
 	}
@@ -64,6 +74,7 @@ func (g *waitGraph) enter(h *Claim) error {
 	w := h.w
 	if w == nil { // granted, timed out or closed since: the wait loop reports it
 		sh.mu.Unlock()
+		g.checkLocked()
 		g.mu.Unlock()
 		return nil
 	}
@@ -78,6 +89,7 @@ func (g *waitGraph) enter(h *Claim) error {
 	// The calls deferred run once mu is released too: one may check another wait (recheckOwner).
 	hs := sh.drainDeferred()
 	sh.mu.Unlock()
+	g.checkLocked()
 	g.mu.Unlock()
 	runDeferred(hs)
 	return err
@@ -90,6 +102,7 @@ func (g *waitGraph) leave(h *Claim) {
 		delete(g.waiting, k)
 		g.count.Store(int32(len(g.waiting)))
 	}
+	g.checkLocked()
 	g.mu.Unlock()
 }
 
@@ -135,7 +148,7 @@ func (g *waitGraph) blockers(t Owner, h *Claim, out []Owner) []Owner {
 	// yet: its timer, armed as the request queued, passes the key on.
 	b := edgeList{t: t, ten: h.ten, now: h.ten.clock.Mono(), out: out}
 	if w.space != nil || e.ranged() != nil {
-		g.rangeSteps += b.addRangeEdges(h, w)
+		g.rangeSteps.Add(b.addRangeEdges(h, w))
 		if w.space != nil {
 			return b.out
 		}
@@ -152,7 +165,7 @@ func (g *waitGraph) blockers(t Owner, h *Claim, out []Owner) []Owner {
 	}
 	if w.shared {
 		x, skipped := e.exclusiveAhead(w)
-		g.skipped += uint64(skipped)
+		g.skipped.Add(uint64(skipped))
 		if x != nil && x.h.owner == nil {
 			// x needs every holder gone, and w is granted after it.
 			if !e.heldExclusively() && e.holder != nil {
@@ -162,7 +175,7 @@ func (g *waitGraph) blockers(t Owner, h *Claim, out []Owner) []Owner {
 				}
 			}
 			x, skipped = e.ownedExclusiveAhead(x)
-			g.skipped += uint64(skipped)
+			g.skipped.Add(uint64(skipped))
 		}
 		if x != nil {
 			b.add(x.h.owner)
@@ -246,7 +259,7 @@ func (g *waitGraph) cycleThrough(start Owner) []Wait {
 			continue
 		}
 		g.next = g.blockers(t, h, g.next[:0])
-		g.edgesRead += uint64(len(g.next))
+		g.edgesRead.Add(uint64(len(g.next)))
 		for _, b := range g.next {
 			if b == start {
 				return g.describe(parent, t)

@@ -16,6 +16,8 @@ package spans
 import (
 	"bytes"
 	"encoding/binary"
+
+	"github.com/recordlock/recordlock/internal/invariants"
 )
 
 // Span is the span [Start, End) of keys; a nil End has no bound. A node points at its span rather
@@ -170,32 +172,34 @@ func join[V any](a, b *Node[V], cow bool) *Node[V] {
 	return b
 }
 
-// The searches below count the nodes they visit (steps), for the tests that bound their cost.
+// The searches below count the nodes they visit in steps, for the tests that bound their cost (in
+// a build with the tag invariants; without it a Counter counts nothing).
 
 // covers reports whether a span of the tree n holds key. It follows one path down: where a node
 // starts after key, only its left subtree can hold key; where it starts at or before it, so does
 // everything in its left subtree, and one of those holds key exactly when their largest end is
 // after key; otherwise only the right subtree can.
-func covers[V any](n *Node[V], key []byte) (found bool, steps uint64) {
-	for ; n != nil; steps++ {
+func covers[V any](n *Node[V], key []byte, steps *invariants.Counter) bool {
+	for ; n != nil; steps.Inc() {
 		if Compare(n.span.Start, key) > 0 {
 			n = n.left
 			continue
 		}
 		if endsAfter(&n.span.End, key) || n.left != nil && endsAfter(n.left.maxEnd, key) {
-			return true, steps + 1
+			steps.Inc()
+			return true
 		}
 		n = n.right
 	}
-	return false, steps
+	return false
 }
 
 // encloses reports whether one span of the tree n holds all of [start, end) (end nil: no bound):
 // the largest end among the spans that start at or before start, found on one path down as covers
 // finds it.
-func encloses[V any](n *Node[V], start, end []byte) (found bool, steps uint64) {
+func encloses[V any](n *Node[V], start, end []byte, steps *invariants.Counter) bool {
 	var best *[]byte
-	for ; n != nil; steps++ {
+	for ; n != nil; steps.Inc() {
 		if Compare(n.span.Start, start) > 0 {
 			n = n.left
 			continue
@@ -212,22 +216,22 @@ func encloses[V any](n *Node[V], start, end []byte) (found bool, steps uint64) {
 	}
 	switch {
 	case best == nil:
-		return false, steps
+		return false
 	case *best == nil:
-		return true, steps
+		return true
 	case end == nil:
-		return false, steps
+		return false
 	}
-	return Compare(end, *best) <= 0, steps
+	return Compare(end, *best) <= 0
 }
 
 // containing calls f on the value of every span of the tree n that holds key, in order, until f
 // returns false, adding the nodes it visits to steps; it reports whether f never did.
-func containing[V any](n *Node[V], key []byte, f func(V) bool, steps *uint64) bool {
+func containing[V any](n *Node[V], key []byte, f func(V) bool, steps *invariants.Counter) bool {
 	if n == nil || !endsAfter(n.maxEnd, key) {
 		return true // nothing below ends after key
 	}
-	*steps++
+	steps.Inc()
 	if !containing(n.left, key, f, steps) {
 		return false
 	}
@@ -243,11 +247,11 @@ func containing[V any](n *Node[V], key []byte, f func(V) bool, steps *uint64) bo
 // meeting calls f on the value of every span of the tree n that shares a key with [start, end)
 // (end nil: no bound), in order, until f returns false, adding the nodes it visits to steps; it
 // reports whether f never did.
-func meeting[V any](n *Node[V], start, end []byte, f func(V) bool, steps *uint64) bool {
+func meeting[V any](n *Node[V], start, end []byte, f func(V) bool, steps *invariants.Counter) bool {
 	if n == nil || !endsAfter(n.maxEnd, start) {
 		return true // nothing below ends after start
 	}
-	*steps++
+	steps.Inc()
 	if !meeting(n.left, start, end, f, steps) {
 		return false
 	}
