@@ -6,7 +6,6 @@ require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/google/btree v1.1.3
 	github.com/linxGnu/grocksdb v1.7.15
-	github.com/petermattis/goid v0.0.0-20261109124353-7cfa343ad0ab
 	github.com/stretchr/testify v1.11.1
 	go.uber.org/goleak v1.3.0
 	pgregory.net/rapid v1.3.0

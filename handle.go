@@ -105,16 +105,17 @@ func (h *Handle) IsLeaseExpired() bool { return h.claim.Now().Expired() }
 
 // Release gives the key back. It returns true the first time; false when the handle was already
 // released, expired or revoked, or is past its deadline (it then completes the expiry). If another
-// goroutine is inside Fence on this handle, Release waits for its commit to return; called by
-// that commit itself, it does not wait, and the key passes on when the commit returns.
+// goroutine is inside Fence on this handle, Release waits for its commit to return; called from
+// inside the commit of a Fence (this handle's, or any other's), it does not wait for it, and the
+// key passes on when that commit returns.
 func (h *Handle) Release() bool { return h.claim.Release() }
 
 // RevokeLease ends the handle's authority ahead of its lease, so IsLeaseExpired becomes true and
 // a write staged through it is fenced. If the key is still held it is given back and the release
 // hook fires; after a Release it only settles the flag. It waits for a Fence running in another
-// goroutine, so once it returns no fenced write through this handle is in flight. Called by the
-// commit of a Fence on this handle, it does not wait, and the key passes on when the commit
-// returns. Idempotent.
+// goroutine, so once it returns no fenced write through this handle is in flight. Called from
+// inside the commit of a Fence (this handle's, or any other's), it does not wait for it, and the
+// key passes on when that commit returns. Idempotent.
 func (h *Handle) RevokeLease() { h.claim.Revoke() }
 
 // Fence runs commit only while the lease is live and keeps the key from passing to another
@@ -123,7 +124,10 @@ func (h *Handle) RevokeLease() { h.claim.Revoke() }
 // closes at once and the key passes on when commit returns. commit may call the handle's
 // accessors and predicates. It should not call Release, RevokeLease or Fence on the same handle:
 // a Release or RevokeLease it calls takes effect at once (the handle stops authorizing writes and
-// Done closes) but the key passes on only when commit returns, and a nested Fence panics.
+// Done closes) but the key passes on only when commit returns, and a nested Fence panics. Go
+// gives a goroutine no public identity, so a call cannot tell this commit from another Fence's:
+// called from inside any Fence's commit while this one runs, Release and RevokeLease do not wait
+// for it either, and Fence panics (docs/DESIGN.md §5.1).
 // Fence after Release still runs while the lease lasts, but then a successor may hold the key;
 // once the Locker is closed it returns ErrClosed without calling commit.
 func (h *Handle) Fence(commit func() error) error {
@@ -142,11 +146,12 @@ func (h *Handle) fenceThenRelease(commit func() error) error {
 	return panicInOwnFence(h.claim.FenceTrustedThenRelease(commit), txnCommitInOwnFence)
 }
 
-// The panics of a fence called by the commit of a Fence on the same handle, which it would wait
-// for: a nested Fence, and a Txn.Commit that would fence one of its handles again.
+// The panics of a fence called by the commit of a Fence on a handle with a Fence running, which
+// it could be waiting for: a nested Fence, and a Txn.Commit that would fence one of its handles
+// again.
 const (
-	fenceInOwnFence     = "recordlock: Fence called inside the commit of a Fence on the same handle"
-	txnCommitInOwnFence = "recordlock: Txn.Commit called inside the commit of a Fence on one of its handles"
+	fenceInOwnFence     = "recordlock: Fence called inside the commit of a Fence on the same handle, or on a handle whose Fence another goroutine runs"
+	txnCommitInOwnFence = "recordlock: Txn.Commit called inside the commit of a Fence on one of its handles, or on a handle whose Fence another goroutine runs"
 )
 
 // panicInOwnFence returns err, a fence's outcome (commit's own error, or the table's ErrClosed or

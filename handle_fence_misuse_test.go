@@ -134,9 +134,10 @@ func TestFenceNestedOnTheSameHandlePanics(t *testing.T) {
 	}
 }
 
-// A commit that releases another handle, which a second goroutine is fencing, still waits for
-// that goroutine's commit: only the fence's own goroutine is exempt from waiting.
-func TestFenceCommitReleasingAnotherFencedHandleWaits(t *testing.T) {
+// Inside a commit no Release waits for a Fence's commit, even one that another goroutine runs
+// on another handle: the caller cannot be told from that commit's own. The release takes effect
+// at once, and the key passes on only when the other commit returns.
+func TestFenceCommitReleasingAnotherFencedHandle(t *testing.T) {
 	_, l := fenceMisuseLocker(t)
 	mine, err := l.TryLock([]byte("mine"), recordlock.Options{})
 	require.NoError(t, err)
@@ -145,34 +146,59 @@ func TestFenceCommitReleasingAnotherFencedHandleWaits(t *testing.T) {
 
 	entered, finish := make(chan struct{}), make(chan struct{})
 	theirCommit := make(chan error, 1)
-	committed := make(chan bool, 1)
 	go func() {
 		theirCommit <- theirs.Fence(func() error {
 			close(entered)
 			<-finish
-			committed <- true
 			return nil
 		})
 	}()
 	<-entered
-	released := make(chan bool, 1)
+	var released bool
+	var successor error
+	myCommit := make(chan error, 1)
 	go func() {
-		_ = mine.Fence(func() error {
-			theirs.Release()
-			select {
-			case <-committed:
-				released <- true
-			default:
-				released <- false
-			}
+		myCommit <- mine.Fence(func() error {
+			released = theirs.Release()
+			_, successor = l.TryLock([]byte("theirs"), recordlock.Options{})
 			return nil
 		})
 	}()
-	time.Sleep(20 * time.Millisecond) // give a Release that fails to wait the chance to return
+	require.NoError(t, testutil.Await(t, myCommit, "a commit releasing a handle fenced in another goroutine"))
+	assert.True(t, released, "the release took effect")
+	assert.True(t, theirs.IsExpired(), "the released handle stops authorizing writes")
+	require.ErrorIs(t, successor, recordlock.ErrLocked, "the key does not pass while the other commit runs")
+
 	close(finish)
 	require.NoError(t, testutil.Await(t, theirCommit, "the other goroutine's commit"))
-	assert.True(t, testutil.Await(t, released, "Release of a handle fenced elsewhere"), "Release returned before the other commit did")
+	h, err := l.TryLock([]byte("theirs"), recordlock.Options{})
+	require.NoError(t, err, "the key passes on when the other commit returns")
+	require.True(t, h.Release())
 	require.True(t, mine.Release())
+	closeWithin(t, l)
+}
+
+// A commit deep in calls of its own still finds that it is inside its fence: a Release of its
+// own handle from 100 frames down takes effect when the commit returns instead of waiting for it.
+func TestFenceCommitReleasingItsHandleFromDeepInItsCalls(t *testing.T) {
+	_, l := fenceMisuseLocker(t)
+	h, err := l.TryLock([]byte("k"), recordlock.Options{})
+	require.NoError(t, err)
+	var descend func(depth int) bool
+	descend = func(depth int) bool {
+		if depth == 0 {
+			return h.Release()
+		}
+		return descend(depth - 1)
+	}
+	var released bool
+	fenced := make(chan error, 1)
+	go func() { fenced <- h.Fence(func() error { released = descend(100); return nil }) }()
+	require.NoError(t, testutil.Await(t, fenced, "a Fence whose commit releases its handle 100 frames down"))
+	assert.True(t, released)
+	h2, err := l.TryLock([]byte("k"), recordlock.Options{})
+	require.NoError(t, err, "the key is free once the commit returned")
+	require.True(t, h2.Release())
 	closeWithin(t, l)
 }
 

@@ -72,7 +72,9 @@ type Owner interface {
 type Cold struct {
 	done     chan struct{} // closed when the claim stops authorizing writes
 	fenceEnd chan struct{} // closed when the running fence ends, for Release waiting on it
-	fencer   int64         // the goroutine whose commit the running fence runs; 0 for none
+	// userFence says that the running fence's commit is a user's, which may call back into the
+	// claim (commitframe.go).
+	userFence bool
 	// hook runs once the claim ends, outside every table mutex (a cluster round's release).
 	hook func() error
 

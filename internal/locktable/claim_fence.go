@@ -1,21 +1,19 @@
 package locktable
 
-import "github.com/petermattis/goid"
-
 // Fencing: a commit runs only while the lease is live, and the key stays with the claim until the
 // commit returns (docs/DESIGN.md §5). Fence, FenceTrusted and FenceTrustedThenRelease run the
 // commit through fence, between beginFence and endFence.
 //
 // A commit that calls Release, Revoke or a Fence on its own claim would wait for itself. The
-// fence of a commit that runs user code (Fence) records its goroutine (Go has no other handle on
-// "the caller"), so that such a call, alone among the calls that find the fence running, does not
-// wait: a Release or Revoke takes effect at once and the key passes on when the commit returns,
-// as when the lease lapses inside the fence; a nested Fence fails with ErrFenceInOwnFence.
+// fence of a commit that runs user code (Fence) says so on the claim and marks the stack
+// (commitframe.go), so that such a call from inside a user's commit does not wait: a Release or
+// Revoke takes effect at once and the key passes on when the commit returns, as when the lease
+// lapses inside the fence; a nested Fence fails with ErrFenceInOwnFence.
 
-// lockForChange takes the shard mutex for Release or Revoke, first waiting for a fence running
-// in another goroutine to end, whatever the claim's state: a lease that lapsed inside a fence still
-// has its commit in flight. It reports whether it had to wait, and whether the fence is still
-// running because the caller is its commit (inOwnFence).
+// lockForChange takes the shard mutex for Release or Revoke, first waiting for a running fence
+// to end, whatever the claim's state: a lease that lapsed inside a fence still has its commit in
+// flight. It reports whether it had to wait, and whether the fence is still running because the
+// caller may be its commit (inOwnFence).
 func (h *Claim) lockForChange() (sh *shard, waited, inOwnFence bool) {
 	sh = h.lockShard()
 	for h.flags()&flagFencing != 0 {
@@ -28,11 +26,12 @@ func (h *Claim) lockForChange() (sh *shard, waited, inOwnFence bool) {
 	return sh, waited, false
 }
 
-// fencedByCaller reports whether the fence running on h is one whose commit runs in the calling
-// goroutine, with the shard mutex held.
+// fencedByCaller reports, with the shard mutex held and a fence running on h, whether that fence
+// runs a user's commit and the caller is inside a user's commit: then waiting could be waiting
+// for itself.
 func (h *Claim) fencedByCaller() bool {
 	c := h.cold
-	return c != nil && c.fencer != 0 && c.fencer == goid.Get()
+	return c != nil && c.userFence && userCommitsOnStack(true) > 0
 }
 
 // releaseInOwnFence is Release called by the commit of h's running fence, with the shard mutex
@@ -57,14 +56,14 @@ func (h *Claim) awaitFenceEnd(sh *shard) *shard {
 }
 
 // Fence runs commit only while h's lease is live, and keeps the key from passing to another
-// holder until commit returns. commit may call back into h, so the fence records the caller's
-// goroutine (see fencedByCaller). It returns commit's error, or without calling commit
+// holder until commit returns. commit may call back into h, so the fence marks itself as a
+// user's (see fencedByCaller). It returns commit's error, or without calling commit
 // ErrLeaseExpired when the lease has ended, ErrClosed when h was released and its tenant is
 // closed, and ErrFenceInOwnFence when the caller is the commit of h's running fence.
 func (h *Claim) Fence(commit func() error) error { return h.fence(commit, true, false) }
 
-// FenceTrusted is Fence for a commit that never calls back into h (it runs no user code), so it
-// records no goroutine.
+// FenceTrusted is Fence for a commit that never calls back into h (it runs no user code): a call
+// that finds it running always waits for it.
 func (h *Claim) FenceTrusted(commit func() error) error { return h.fence(commit, false, false) }
 
 // FenceTrustedThenRelease is FenceTrusted, and then, unless h holds with flagHold, Release in the
@@ -82,6 +81,9 @@ func (h *Claim) fence(commit func() error, userCommit, releaseUnlessHold bool) e
 		return err
 	}
 	defer h.endFence(stray, releaseUnlessHold)
+	if userCommit {
+		return runUserCommit(commit)
+	}
 	return commit()
 }
 
@@ -116,7 +118,7 @@ func (h *Claim) beginFence(userCommit bool) (stray bool, err error) {
 	}
 	h.setFlags(flagFencing)
 	if userCommit {
-		h.coldPart().fencer = goid.Get()
+		h.coldPart().userFence = true
 	}
 	sh.mu.Unlock()
 	return stray, nil
@@ -130,7 +132,7 @@ func (h *Claim) endFence(stray, releaseUnlessHold bool) {
 	sh := h.lockShard()
 	h.clearFlags(flagFencing)
 	if c := h.cold; c != nil {
-		c.fencer = 0
+		c.userFence = false
 		if c.fenceEnd != nil {
 			close(c.fenceEnd)
 			c.fenceEnd = nil

@@ -46,6 +46,9 @@ func TestStrayFencesWaitForOtherGoroutinesOnly(t *testing.T) {
 
 	var own strayFences
 	require.True(t, own.enter())
-	own.closeAndWait() // returns while the caller's own fence runs
+	require.NoError(t, runUserCommit(func() error {
+		own.closeAndWait() // returns while the caller's own fence runs
+		return nil
+	}))
 	own.leave()
 }
