@@ -23,7 +23,7 @@ func (e *keyEntry) admits(h *Claim, c *Tenant, mono time.Duration) bool {
 
 // serve serves e's queue and, in a home shard, the range requests its key may have held up.
 func (sh *shard) serve(e *keyEntry) {
-	rk := e.ranged()
+	rk := e.rangedKey
 	sh.serveKey(e) // may take e out of the table
 	if rk != nil {
 		rk.served()
@@ -42,7 +42,7 @@ func (sh *shard) keyChanged(rk *rangedKey) {
 
 // rangeKeeps reports whether, in a home shard, a range keeps w, queued for e's key, from it.
 func (sh *shard) rangeKeeps(e *keyEntry, w *waiter, c *Tenant) bool {
-	rk := e.ranged()
+	rk := e.rangedKey
 	return rk != nil && rk.space.keyBlocked(sh, w.h, w.seq, false, c, 0)
 }
 

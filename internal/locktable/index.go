@@ -1,9 +1,6 @@
 package locktable
 
-import (
-	"bytes"
-	"unsafe"
-)
+import "bytes"
 
 // entryTable is one shard's index of the keys that are held or waited on: an open-addressing
 // hash table with linear probing over the 64-bit key hash the shard was chosen by. It replaces a
@@ -137,7 +134,7 @@ func (t *entryTable) all(f func(*keyEntry)) {
 // Invariants, whenever its shard's mutex is released (a build with the tag invariants checks
 // each there: shard_check.go):
 //   - It is held or waited on, and in the index of the shard its hash names, found by its own
-//     hash and record; its link is a ranged key exactly when that shard is a home shard.
+//     hash and record; its rangedKey is set exactly when that shard is a home shard.
 //   - holder is nil exactly while the key is free, and then shares is 0 and sharers empty.
 //     While one exclusive holder holds it, shares is 0 and sharers empty; while it is held
 //     shared, shares counts the holder and the sharers, each shared and at its recorded place.
@@ -157,10 +154,9 @@ type keyEntry struct {
 	hash       uint64
 	holder     *Claim // the exclusive holder or one sharer; nil exactly while the key is free
 	head, tail *waiter
-	// link is, while the entry is spare, the next spare entry (nextSpare), and while its key's
-	// entry is in a home shard, its ranged key (rangespace.go); never both at once, so one
-	// word serves both and the fields an uncontended Lock and Release touch stay in one cache line.
-	link        unsafe.Pointer
+	// rangedKey is the entry's key in its home shard's range space (rangespace.go), nil unless
+	// the entry is in a home shard.
+	rangedKey   *rangedKey
 	shares      int32 // holders in shared mode, holder included; 0 while held exclusively or free
 	wakePending bool  // the head waiter was woken and has not yet looked at the key
 	// unwatched is set when a sharer was granted with nothing queued, so its deadline may be off
@@ -173,13 +169,6 @@ type keyEntry struct {
 	ownersHolding uint16
 	sharers       []*Claim // the sharers other than holder, each knowing its place (sharePos)
 }
-
-func (e *keyEntry) nextSpare() *keyEntry     { return (*keyEntry)(e.link) }
-func (e *keyEntry) setNextSpare(n *keyEntry) { e.link = unsafe.Pointer(n) }
-
-// ranged is the entry's ranged key, nil unless it is in a home shard.
-func (e *keyEntry) ranged() *rangedKey     { return (*rangedKey)(e.link) }
-func (e *keyEntry) setRanged(r *rangedKey) { e.link = unsafe.Pointer(r) }
 
 // record is the entry's column family and key, as held by its holder or, while the key is free,
 // its oldest waiter.

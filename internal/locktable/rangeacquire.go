@@ -10,7 +10,7 @@ func (sh *shard) newRangedEntry(sp *rangeSpace, h *Claim) *keyEntry {
 	e := sh.newEntry(h.hash)
 	// The claim's key never changes, and the slice keeps it alive for as long as the entry needs it.
 	rk := &rangedKey{key: h.key(), space: sp, e: e}
-	e.setRanged(rk)
+	e.rangedKey = rk
 	sh.index.insert(e)
 	sp.keys.ReplaceOrInsert(rk)
 	return e

@@ -191,7 +191,7 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace) *rangedKey {
 	hash := ne.hash
 	*ne = *e // its holders and queue, and what the entry knows of them
 	ne.hash = hash
-	ne.setRanged(rk)
+	ne.rangedKey = rk
 	rk.e = ne
 	move := func(h *Claim) {
 		scheduled := h.heapIdx >= 0

@@ -54,7 +54,7 @@ func (sp *rangeSpace) coverAdd(it *rangeItem) {
 	it.covering = true
 	if !next.retiring.Empty() {
 		sp.keysIn(it.start(), it.end(), func(e *keyEntry) bool {
-			if rk := e.ranged(); rk.retired != nil {
+			if rk := e.rangedKey; rk.retired != nil {
 				rk.unorphan(next)
 			}
 			return true
@@ -75,7 +75,7 @@ func (sp *rangeSpace) spanGone(it *rangeItem) {
 	next := &rangeCover{live: cv.live.Without(it.span(), it.ID()), retiring: cv.retiring}
 	r := &retiredSpan{Span: *it.span(), id: it.ID()}
 	sp.keysIn(it.start(), it.end(), func(e *keyEntry) bool {
-		if rk := e.ranged(); rk.retired == nil && !next.live.Covers(rk.key) {
+		if rk := e.rangedKey; rk.retired == nil && !next.live.Covers(rk.key) {
 			rk.retired = r
 			r.orphans++
 		}

@@ -180,7 +180,7 @@ func (sh *shard) serveAfterRange(sp *rangeSpace, start, end []byte) {
 		return true
 	})
 	for _, e := range waited {
-		rk := e.ranged()
+		rk := e.rangedKey
 		sh.serveKey(e)
 		rk.served()
 	}
@@ -191,6 +191,6 @@ func (sh *shard) serveAfterRange(sp *rangeSpace, start, end []byte) {
 // holder the key's queue is granted then must be watched, since that request may wait for it to
 // lapse as well (range requests watch only the holders there when they queue, watchSpan).
 func (e *keyEntry) rangeWaitsOver() bool {
-	rk := e.ranged()
+	rk := e.rangedKey
 	return rk != nil && rk.space.queuedOver(rk.key)
 }

@@ -27,11 +27,11 @@ const shardPad = (unsafe.Sizeof(shardState{})+2*falseSharingRange-1)/falseSharin
 // first scheduler's heap and timer, and one of the own entries (a test checks the layout).
 type shardState struct {
 	mu sync.Mutex
-	// Entries no key uses, kept for reuse and linked by nextSpare: the shard's own, and a few
-	// allocated ones, which are let go once the shard is idle.
-	spareOwn *keyEntry
-	spare    *keyEntry
+	// Entries no key uses, kept for reuse: the shard's own, a bit each in ownSpare, and a few
+	// allocated ones in spare[:nSpare], which are let go once the shard is idle.
+	ownSpare uint8
 	nSpare   int
+	_        [8]byte // keeps the index's own slots starting the second cache line
 	index    entryTable
 	// The schedulers of the table's clock slots: slot 0's inside the shard, the others allocated.
 	firstSched scheduler
@@ -57,16 +57,13 @@ type shardState struct {
 	// order is a key shard's ordered view of its entries of column families with a range space
 	// (keyorder.go).
 	order keyOrder
+	spare [maxSpare]*keyEntry
 }
 
 // init makes the shard part of t and its own entries spare, before the table is used.
 func (sh *shard) init(t *Table) {
 	sh.tab = t
-	for i := range sh.ownEntries {
-		e := &sh.ownEntries[i]
-		e.setNextSpare(sh.spareOwn)
-		sh.spareOwn = e
-	}
+	sh.ownSpare = 1<<len(sh.ownEntries) - 1
 }
 
 func (sh *shard) lookup(h *Claim) *keyEntry { return sh.index.find(h.hash, h.cf, h.key()) }
@@ -100,7 +97,7 @@ func (sh *shard) grant(e *keyEntry, h *Claim, wall int64, mono, lease time.Durat
 // shard, and grants with grant alone.
 func (sh *shard) grantKey(e *keyEntry, h *Claim, wall int64, mono, lease time.Duration, watch bool) {
 	sh.grant(e, h, wall, mono, lease, watch)
-	if e.ranged() != nil {
+	if e.rangedKey != nil {
 		h.setFlags(flagInHomeShard)
 	}
 }

@@ -104,7 +104,7 @@ func (sh *shard) checkEntry(e *keyEntry, home bool) (held, counted int) {
 		violated("an entry is held or waited on", "entry of %q has neither holder nor request", key)
 	case sh.tab.shard(e.hash) != sh || sh.index.find(e.hash, cf, key) != e:
 		violated("an entry is in the index of the shard its hash names", "entry of %q", key)
-	case (e.ranged() != nil) != home:
+	case (e.rangedKey != nil) != home:
 		violated("an entry of a home shard, and only of one, is a key brought in", "entry of %q", key)
 	}
 	held = sh.checkHolders(e, key)
@@ -137,7 +137,7 @@ func (sh *shard) checkHolders(e *keyEntry, key []byte) int {
 				key, i, f&flagHeld != 0, h.e == e, h.w != nil, f&flagRange != 0)
 		case e.shares > 0 && (f&flagShared == 0 || e.placeOf(h) != i):
 			violated("a sharer is shared and knows its place", "key %q: sharer %d: shared %v, place %d", key, i, f&flagShared != 0, e.placeOf(h))
-		case (f&flagInHomeShard != 0) != (e.ranged() != nil):
+		case (f&flagInHomeShard != 0) != (e.rangedKey != nil):
 			violated("a holder of a key in a home shard, and only one, is marked so", "key %q: holder %d", key, i)
 		case f&(flagReleased|flagExpired) != 0 && f&(flagFencing|flagPassOnAfterFence) != flagFencing|flagPassOnAfterFence:
 			violated("a dead holder keeps its key only inside a fence, to pass it on as the fence ends",
@@ -447,7 +447,7 @@ func (sh *shard) checkKeysBroughtIn(cf uint32, sp *rangeSpace) {
 	sp.keys.Ascend(func(rk *rangedKey) bool {
 		e := rk.e
 		switch live := cv.live.Covers(rk.key); {
-		case rk.space != sp || e.ranged() != rk || sh.index.find(e.hash, cf, rk.key) != e:
+		case rk.space != sp || e.rangedKey != rk || sh.index.find(e.hash, cf, rk.key) != e:
 			violated("a key brought in is an entry of its space's home shard", "key %q", rk.key)
 		case live == (rk.retired != nil):
 			violated("a key brought in is routed home by a live span or else by its retired span", "key %q: live %v", rk.key, live)

@@ -1,5 +1,7 @@
 package locktable
 
+import "math/bits"
+
 // Spare entries: a shard reuses the entries of keys that left the table, so that keys coming
 // and going do not allocate, and lets them go once it is idle.
 
@@ -9,30 +11,30 @@ const maxSpare = 16
 
 // newEntry returns an empty entry for a key of the given hash, reusing a spare one if it can.
 func (sh *shard) newEntry(hash uint64) *keyEntry {
-	e := sh.spareOwn
+	var e *keyEntry
 	switch {
-	case e != nil:
-		sh.spareOwn = e.nextSpare()
-	case sh.spare != nil:
-		e = sh.spare
-		sh.spare = e.nextSpare()
+	case sh.ownSpare != 0:
+		i := bits.TrailingZeros8(sh.ownSpare)
+		sh.ownSpare &^= 1 << i
+		e = &sh.ownEntries[i]
+	case sh.nSpare > 0:
 		sh.nSpare--
+		e, sh.spare[sh.nSpare] = sh.spare[sh.nSpare], nil
 	default:
 		return &keyEntry{hash: hash}
 	}
-	e.setNextSpare(nil)
 	e.hash = hash
 	return e
 }
 
-// owns reports whether e is one of the shard's own entries.
-func (sh *shard) owns(e *keyEntry) bool {
+// ownIndex is e's place among the shard's own entries, or -1 when e is not one of them.
+func (sh *shard) ownIndex(e *keyEntry) int {
 	for i := range sh.ownEntries {
 		if e == &sh.ownEntries[i] {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
 }
 
 // remove takes e, which has neither holder nor waiters, out of the table and keeps it for reuse.
@@ -42,19 +44,18 @@ func (sh *shard) owns(e *keyEntry) bool {
 func (sh *shard) remove(e *keyEntry) {
 	sh.index.remove(e)
 	sh.unnote(e)
-	// e has no holder and no waiters, so every pointer of it is nil already except the link,
-	// which the spare list takes over.
+	// e has no holder and no waiters, so every pointer of it is nil already but its ranged key.
+	e.rangedKey = nil
 	e.wakePending = false
-	switch {
-	case sh.owns(e):
-		e.setNextSpare(sh.spareOwn)
-		sh.spareOwn = e
+	switch i := sh.ownIndex(e); {
+	case i >= 0:
+		sh.ownSpare |= 1 << i
 	case sh.nSpare < maxSpare:
-		e.setNextSpare(sh.spare)
-		sh.spare = e
+		sh.spare[sh.nSpare] = e
 		sh.nSpare++
 	}
 	if sh.index.n == 0 {
-		sh.spare, sh.nSpare = nil, 0
+		clear(sh.spare[:sh.nSpare])
+		sh.nSpare = 0
 	}
 }

@@ -60,7 +60,7 @@ func (h *Claim) upgrade(ctx context.Context, timeout time.Duration, ctxBounds bo
 func (sh *shard) upgradeKey(ctx context.Context, h, stand *Claim, mono, deadline time.Duration) error {
 	c, e := h.ten, h.e
 	sh.settleOtherSharers(e, h, c, mono)
-	if rk := e.ranged(); e.shares == 1 && (rk == nil || !rk.space.keyBlocked(sh, stand, 0, false, c, mono)) {
+	if rk := e.rangedKey; e.shares == 1 && (rk == nil || !rk.space.keyBlocked(sh, stand, 0, false, c, mono)) {
 		e.shares = 0
 		h.clearFlags(flagShared)
 		sh.unlockAndRunDeferred()
