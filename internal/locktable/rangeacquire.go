@@ -34,7 +34,7 @@ func (h *Claim) acquireRange(r *acquireReq) (time.Duration, error) {
 		return 0, ErrClosed
 	}
 	it := &h.cold.span.item
-	it.ready(sp.nextSeq())
+	it.ready(h, sp.nextSeq())
 	start, end := h.key(), h.cold.span.End
 	inside := sp.ranges.holdsSpan(start, end)
 	sp.coverAdd(it)

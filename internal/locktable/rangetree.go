@@ -29,8 +29,8 @@ type rangeItem struct {
 // itemOf is h's item, h being a range claim.
 func itemOf(h *Claim) *rangeItem { return &h.cold.span.item }
 
-// ready readies it, which is in no tree, to go in one as the span of its claim numbered id.
-func (it *rangeItem) ready(id uint64) { it.Init(it.Value, it.span(), id) }
+// ready readies it, which is in no tree, to go in one as the span of h numbered id.
+func (it *rangeItem) ready(h *Claim, id uint64) { it.Init(h, &h.cold.span.Span, id) }
 
 func (it *rangeItem) span() *spans.Span { return &it.Value.cold.span.Span }
 func (it *rangeItem) start() []byte     { return it.Value.key() }

@@ -18,8 +18,7 @@ func (sh *shard) upgradeRange(ctx context.Context, h, stand *Claim, mono, deadli
 	stand.state.Store(flagRange)
 	stand.cold = &Cold{span: &span{Span: h.cold.span.Span}}
 	it := &stand.cold.span.item
-	it.Value = stand
-	it.ready(sp.nextSeq())
+	it.ready(stand, sp.nextSeq())
 	if !sp.rangeBlocked(sh, stand, 0, true, c, mono) {
 		h.clearFlags(flagShared)
 		sp.ranges.refile(&h.cold.span.item)

@@ -25,9 +25,6 @@ func (v Version) Empty() bool { return v.root == nil }
 
 // Covers reports whether a span of v holds key, on one path down the tree.
 func (v Version) Covers(key []byte) bool {
-	if v.root == nil {
-		return false
-	}
 	var uncounted invariants.Counter // v is read concurrently: its searches count nothing
 	return covers(v.root, key, &uncounted)
 }
