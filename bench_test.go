@@ -32,8 +32,16 @@ func benchKeys(prefix string, n int) [][]byte {
 
 // BenchmarkUncontendedLockRelease (P1) is one goroutine taking and giving back free keys, rotating
 // over 65,536 of them so that the table's shards and heaps see many keys, on the system clock.
-func BenchmarkUncontendedLockRelease(b *testing.B) {
-	l := newLocker(b, openDB(b))
+func BenchmarkUncontendedLockRelease(b *testing.B) { uncontendedLockRelease(b) }
+
+// BenchmarkUncontendedLockReleaseWithMaxLocks is P1 on a Locker with a bound (WithMaxLocks) it
+// never reaches: what the bound's counter costs the uncontended path.
+func BenchmarkUncontendedLockReleaseWithMaxLocks(b *testing.B) {
+	uncontendedLockRelease(b, recordlock.WithMaxLocks(1<<20))
+}
+
+func uncontendedLockRelease(b *testing.B, opts ...recordlock.Option) {
+	l := newLocker(b, openDB(b), opts...)
 	keys := benchKeys("k", 1<<16)
 	ctx := context.Background()
 	b.ReportAllocs()
