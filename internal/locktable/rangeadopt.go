@@ -3,6 +3,7 @@ package locktable
 import (
 	"bytes"
 	"runtime"
+	"slices"
 	"sync/atomic"
 
 	"github.com/recordlock/recordlock/internal/invariants"
@@ -36,13 +37,20 @@ const sortBatch = 128
 // the tests that bound it (with the tag invariants; without it, it is empty).
 type broughtSteps struct {
 	maxLooked, maxMoved invariants.Max
-	holds               invariants.Counter
+	// maxRehashed is the slots of the home shard's index that resizes read under one hold.
+	maxRehashed invariants.Max
+	holds       invariants.Counter
 }
 
 func (s *broughtSteps) note(looked, moved int) {
 	s.maxLooked.Note(looked)
 	s.maxMoved.Note(moved)
 	s.holds.Inc()
+}
+
+// noteRehashed notes the slots of home's index that resizes read since they numbered before.
+func (s *broughtSteps) noteRehashed(home *shard, before uint64) {
+	s.maxRehashed.Note(int(home.index.rehashed.Load() - before))
 }
 
 // lockPair takes the mutexes of sh, a key shard, and home, a home shard: a key shard's first,
@@ -75,9 +83,17 @@ func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 		sh.mu.Unlock()
 		for {
 			lockPair(sh, home)
+			rehashed := home.index.rehashed.Load()
 			done := false
 			if sh.sortPending(sortBatch) {
 				batch, done = sh.inSpan(cf, start, end, broughtBatch, batch[:0])
+				if size := home.index.grownFor(len(batch)); size != 0 {
+					clear(batch)
+					sh.unlockAndRunDeferred()
+					home.unlockAndRunDeferred()
+					growIndex(home, len(batch), size)
+					continue
+				}
 				sp.broughtSteps.note(0, len(batch))
 				for _, e := range batch {
 					_, key := e.record()
@@ -86,6 +102,7 @@ func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 				}
 				clear(batch)
 			}
+			sp.broughtSteps.noteRehashed(home, rehashed)
 			sh.unlockAndRunDeferred()
 			home.unlockAndRunDeferred()
 			if done {
@@ -94,6 +111,22 @@ func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 			t.ranges.hooks.yieldMutexes()
 		}
 	}
+}
+
+// growIndex grows home's index to size slots, if k more entries still need it to, taking home's
+// mutex itself (it is entered with none held). A batch brings its entries into the home shard
+// under a key shard's mutex too, and growing the index there would make the other keys of that
+// shard wait for a rehash of every key brought in before, up to all the column family's, and for
+// the allocation of its slots: so a batch that would grow it lets both mutexes go, and the index
+// grows here, its slots made with no mutex held and filled under home's alone, before the batch
+// is read again. A batch then costs a key shard's mutex what its own entries cost.
+func growIndex(home *shard, k, size int) {
+	slots := make([]*keyEntry, size)
+	home.mu.Lock()
+	if need := home.index.grownFor(k); need != 0 && need <= size {
+		home.index.rehashInto(slots)
+	}
+	home.unlockAndRunDeferred()
 }
 
 // yieldMutexes lets a request that queued for a shard's mutex during a batch take it before the
@@ -142,10 +175,20 @@ func (sp *rangeSpace) bringOwnerWaits(t *Table, cf uint32) {
 					batch = append(batch, e)
 				}
 			}
+			rehashed := home.index.rehashed.Load()
+			for size := home.index.grownFor(len(batch)); size != 0; size = home.index.grownFor(len(batch)) {
+				sh.unlockAndRunDeferred()
+				home.unlockAndRunDeferred()
+				growIndex(home, len(batch), size)
+				lockPair(sh, home)
+				rehashed = home.index.rehashed.Load()
+				batch = slices.DeleteFunc(batch, func(e *keyEntry) bool { return !sh.holdsEntryOf(e, cf) || !ownerWaitsIn(e) })
+			}
 			sp.broughtSteps.note(at-from, len(batch))
 			for _, e := range batch {
 				sp.orphanBrought(sh.moveEntry(home, e, sp))
 			}
+			sp.broughtSteps.noteRehashed(home, rehashed)
 			sh.unlockAndRunDeferred()
 			home.unlockAndRunDeferred()
 			if at < len(before) {

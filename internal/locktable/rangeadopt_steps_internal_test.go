@@ -117,3 +117,36 @@ func TestRangeLockAmongHeldKeysCostsLogN(t *testing.T) {
 	t.Logf("items read per range Lock+Release among n held keys: %v", perOp)
 	assert.LessOrEqual(t, perOp[100_000], 2*perOp[1_000]+float64(KeyShards), "the reads do not grow with n")
 }
+
+// A column family's first range lock over n held keys brings them all into the home shard, whose
+// index grows as they come, up to a rehash of every key brought in before; no such rehash runs
+// under a key shard's mutex, which a batch holds too (growIndex): with 100 times the keys, a
+// batch's hold reads no more slots of the home shard's index.
+func TestFirstRangeGrowsTheHomeIndexOutsideKeyShards(t *testing.T) {
+	rehashed := map[int]int{}
+	for _, n := range []int{1_000, 100_000} {
+		tab := newTestTable(t)
+		l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+		held := make([]*Claim, n)
+		for i := range held {
+			h, err := l.TryLock([]byte(fmt.Sprintf("k%06d", i)), testOptions{})
+			require.NoError(t, err)
+			held[i] = h
+		}
+		_, err := l.TryLockRange("k", "l", testOptions{Shared: true})
+		require.ErrorIs(t, err, ErrLocked, "a shared range waits for the keys held exclusive inside it")
+		sp := tab.spaceOf(0)
+		sp.home.mu.Lock()
+		inHome, grown := sp.home.index.n, sp.home.index.rehashed.Load()
+		sp.home.mu.Unlock()
+		require.Equal(t, n, inHome, "every key was brought into the home shard")
+		require.Greater(t, grown, uint64(n/2), "the home shard's index grew as they came")
+		rehashed[n] = sp.broughtSteps.maxRehashed.Load()
+		for _, h := range held {
+			require.True(t, h.Release())
+		}
+		assert.True(t, ProbeTableEmpty(l))
+	}
+	t.Logf("slots of the home shard's index rehashed under one hold of a key shard's mutex, at most, by keys held: %v", rehashed)
+	assert.LessOrEqual(t, rehashed[100_000], rehashed[1_000]+4*broughtBatch, "a batch's hold does not grow with n")
+}
