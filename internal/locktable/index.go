@@ -3,8 +3,6 @@ package locktable
 import (
 	"bytes"
 	"unsafe"
-
-	"github.com/recordlock/recordlock/internal/invariants"
 )
 
 // entryTable is one shard's index of the keys that are held or waited on: an open-addressing
@@ -15,8 +13,6 @@ import (
 type entryTable struct {
 	slots []*keyEntry // nil, own, or a power-of-two number of slots
 	n     int         // entries stored
-	// rehashed counts the slots resizes read, for the tests that bound where a resize may run.
-	rehashed invariants.Counter
 	// own is the storage of a small table, inside the shard: a shard with a few keys at a time
 	// writes only its own cache lines.
 	own [minSlots]*keyEntry
@@ -119,7 +115,6 @@ func (t *entryTable) resize(size int) {
 func (t *entryTable) rehashInto(slots []*keyEntry) {
 	old := t.slots
 	t.slots = slots
-	t.rehashed.Add(uint64(len(old)))
 	for _, e := range old {
 		if e != nil {
 			t.place(e)

@@ -37,7 +37,7 @@ const sortBatch = 128
 // the tests that bound it (with the tag invariants; without it, it is empty).
 type broughtSteps struct {
 	maxLooked, maxMoved invariants.Max
-	// maxRehashed is the slots of the home shard's index that resizes read under one hold.
+	// maxRehashed is the slots of the home shard's index that a resize under one hold read.
 	maxRehashed invariants.Max
 	holds       invariants.Counter
 }
@@ -48,9 +48,12 @@ func (s *broughtSteps) note(looked, moved int) {
 	s.holds.Inc()
 }
 
-// noteRehashed notes the slots of home's index that resizes read since they numbered before.
-func (s *broughtSteps) noteRehashed(home *shard, before uint64) {
-	s.maxRehashed.Note(int(home.index.rehashed.Load() - before))
+// noteRehashed notes the slots of home's index that a resize read since it had before slots: the
+// before, at least, if it has another number now.
+func (s *broughtSteps) noteRehashed(home *shard, before int) {
+	if len(home.index.slots) != before {
+		s.maxRehashed.Note(before)
+	}
 }
 
 // lockPair takes the mutexes of sh, a key shard, and home, a home shard: a key shard's first,
@@ -83,7 +86,7 @@ func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 		sh.mu.Unlock()
 		for {
 			lockPair(sh, home)
-			rehashed := home.index.rehashed.Load()
+			homeSlots := len(home.index.slots)
 			done := false
 			if sh.sortPending(sortBatch) {
 				batch, done = sh.inSpan(cf, start, end, broughtBatch, batch[:0])
@@ -102,7 +105,7 @@ func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 				}
 				clear(batch)
 			}
-			sp.broughtSteps.noteRehashed(home, rehashed)
+			sp.broughtSteps.noteRehashed(home, homeSlots)
 			sh.unlockAndRunDeferred()
 			home.unlockAndRunDeferred()
 			if done {
@@ -175,20 +178,20 @@ func (sp *rangeSpace) bringOwnerWaits(t *Table, cf uint32) {
 					batch = append(batch, e)
 				}
 			}
-			rehashed := home.index.rehashed.Load()
+			homeSlots := len(home.index.slots)
 			for size := home.index.grownFor(len(batch)); size != 0; size = home.index.grownFor(len(batch)) {
 				sh.unlockAndRunDeferred()
 				home.unlockAndRunDeferred()
 				growIndex(home, len(batch), size)
 				lockPair(sh, home)
-				rehashed = home.index.rehashed.Load()
+				homeSlots = len(home.index.slots)
 				batch = slices.DeleteFunc(batch, func(e *keyEntry) bool { return !sh.holdsEntryOf(e, cf) || !ownerWaitsIn(e) })
 			}
 			sp.broughtSteps.note(at-from, len(batch))
 			for _, e := range batch {
 				sp.orphanBrought(sh.moveEntry(home, e, sp))
 			}
-			sp.broughtSteps.noteRehashed(home, rehashed)
+			sp.broughtSteps.noteRehashed(home, homeSlots)
 			sh.unlockAndRunDeferred()
 			home.unlockAndRunDeferred()
 			if at < len(before) {
