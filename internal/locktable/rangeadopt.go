@@ -37,7 +37,8 @@ const sortBatch = 128
 // the tests that bound it (with the tag invariants; without it, it is empty).
 type broughtSteps struct {
 	maxLooked, maxMoved invariants.Max
-	// maxRehashed is the slots of the home shard's index that a resize under one hold read.
+	// maxRehashed is the slots of the home shard's index that a resize read under one hold of a
+	// key shard's mutex, by a batch or by a key request that brings its key in (routeHomeLocked).
 	maxRehashed invariants.Max
 	holds       invariants.Counter
 }
@@ -67,7 +68,7 @@ func lockPair(sh, home *shard) {
 // bound) that are still in their key shards, found in each shard's order (keyorder.go), a shard at
 // a time, taking the mutexes itself: it is entered with none held. One hold of a shard's mutex
 // sorts sortBatch pending items at most, then reads broughtBatch entries inside the span at most
-// and brings them in, so that the other keys of the shard wait for one batch at most, however many
+// and brings them in, the home shard's index grown for them beforehand (growIndex), so that the other keys of the shard wait for one batch at most, however many
 // keys it holds. The span is in sp's live cover already, so no entry in it is made outside the home
 // shard meanwhile; a shard not noted is passed without its mutex, which routesHome makes safe.
 func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
@@ -122,7 +123,8 @@ func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 // shard wait for a rehash of every key brought in before, up to all the column family's, and for
 // the allocation of its slots: so a batch that would grow it lets both mutexes go, and the index
 // grows here, its slots made with no mutex held and filled under home's alone, before the batch
-// is read again. A batch then costs a key shard's mutex what its own entries cost.
+// is read again. A batch then costs a key shard's mutex what its own entries cost. A key request
+// that brings its own key in does the same (routeHomeLocked).
 func growIndex(home *shard, k, size int) {
 	slots := make([]*keyEntry, size)
 	home.mu.Lock()
@@ -155,7 +157,8 @@ func (k *rangeHooks) yieldMutexes() {
 // request would then miss it. An entry made after the copy is noted as it is made, since sp is in
 // the table's map already (noteEntry). One hold of a shard's mutex then looks at broughtScan
 // entries of the copy at most, each checked against the index, and brings in broughtBatch entries
-// at most.
+// at most, the home shard's index grown for them beforehand (growIndex; the batch is checked
+// again once both mutexes are back).
 func (sp *rangeSpace) bringOwnerWaits(t *Table, cf uint32) {
 	home := sp.home
 	var before, batch []*keyEntry
