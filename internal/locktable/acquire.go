@@ -201,18 +201,32 @@ func (h *Claim) routeHomeLocked(sh *shard, sp *rangeSpace, owned bool) *shard {
 	lockPair(sh, home)
 	hash := h.hash
 	at := routed(hash, sp.homeIdx)
-	cv := sp.cover.Load() // changed only under the home shard's mutex
-	live := cv.live.Covers(h.key())
-	switch {
-	case live || owned:
-		if e := sh.index.find(hash, h.cf, h.key()); e != nil {
-			if rk := sh.moveEntry(home, e, sp); !live {
-				sp.orphanBrought(rk)
+	for {
+		homeSlots := len(home.index.slots)
+		cv := sp.cover.Load() // changed only under the home shard's mutex
+		live := cv.live.Covers(h.key())
+		switch {
+		case live || owned:
+			if e := sh.index.find(hash, h.cf, h.key()); e != nil {
+				if size := home.index.grownFor(1); size != 0 {
+					// Not under sh's mutex: growing the home shard's index rehashes every key
+					// brought in (growIndex).
+					sh.unlockAndRunDeferred()
+					home.unlockAndRunDeferred()
+					growIndex(home, 1, size)
+					lockPair(sh, home)
+					continue
+				}
+				if rk := sh.moveEntry(home, e, sp); !live {
+					sp.orphanBrought(rk)
+				}
+				sp.broughtSteps.noteRehashed(home, homeSlots)
 			}
+		case home.index.find(at, h.cf, h.key()) == nil:
+			home.unlockAndRunDeferred()
+			return nil
 		}
-	case home.index.find(at, h.cf, h.key()) == nil:
-		home.unlockAndRunDeferred()
-		return nil
+		break
 	}
 	sh.unlockAndRunDeferred()
 	h.hash = at

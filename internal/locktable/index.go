@@ -101,12 +101,17 @@ func (t *entryTable) remove(e *keyEntry) bool {
 
 // resize rehashes the entries into size slots: own when size is minSlots.
 func (t *entryTable) resize(size int) {
-	old := t.slots
 	if size == minSlots {
-		t.slots = t.own[:]
+		t.rehashInto(t.own[:])
 	} else {
-		t.slots = make([]*keyEntry, size)
+		t.rehashInto(make([]*keyEntry, size))
 	}
+}
+
+// rehashInto moves the entries into slots, empty and of a power-of-two size that holds them.
+func (t *entryTable) rehashInto(slots []*keyEntry) {
+	old := t.slots
+	t.slots = slots
 	for _, e := range old {
 		if e != nil {
 			t.place(e)
@@ -115,6 +120,19 @@ func (t *entryTable) resize(size int) {
 	if len(old) == minSlots { // old was own: leave it empty for when the table shrinks again
 		clear(old)
 	}
+}
+
+// grownFor is the size the table must grow to so that k more entries go in without a resize,
+// or 0 if they go in already (or only own's slots are needed, which take no rehash).
+func (t *entryTable) grownFor(k int) int {
+	size := max(len(t.slots), minSlots)
+	for (t.n+k)*4 > size*3 {
+		size *= 2
+	}
+	if size == max(len(t.slots), minSlots) {
+		return 0
+	}
+	return size
 }
 
 // all calls f on every entry; f must not insert or remove.

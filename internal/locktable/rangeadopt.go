@@ -3,6 +3,7 @@ package locktable
 import (
 	"bytes"
 	"runtime"
+	"slices"
 	"sync/atomic"
 
 	"github.com/recordlock/recordlock/internal/invariants"
@@ -36,13 +37,24 @@ const sortBatch = 128
 // the tests that bound it (with the tag invariants; without it, it is empty).
 type broughtSteps struct {
 	maxLooked, maxMoved invariants.Max
-	holds               invariants.Counter
+	// maxRehashed is the slots of the home shard's index that a resize read under one hold of a
+	// key shard's mutex, by a batch or by a key request that brings its key in (routeHomeLocked).
+	maxRehashed invariants.Max
+	holds       invariants.Counter
 }
 
 func (s *broughtSteps) note(looked, moved int) {
 	s.maxLooked.Note(looked)
 	s.maxMoved.Note(moved)
 	s.holds.Inc()
+}
+
+// noteRehashed notes the slots of home's index that a resize read since it had before slots: the
+// before, at least, if it has another number now.
+func (s *broughtSteps) noteRehashed(home *shard, before int) {
+	if len(home.index.slots) != before {
+		s.maxRehashed.Note(before)
+	}
 }
 
 // lockPair takes the mutexes of sh, a key shard, and home, a home shard: a key shard's first,
@@ -56,7 +68,7 @@ func lockPair(sh, home *shard) {
 // bound) that are still in their key shards, found in each shard's order (keyorder.go), a shard at
 // a time, taking the mutexes itself: it is entered with none held. One hold of a shard's mutex
 // sorts sortBatch pending items at most, then reads broughtBatch entries inside the span at most
-// and brings them in, so that the other keys of the shard wait for one batch at most, however many
+// and brings them in, the home shard's index grown for them beforehand (growIndex), so that the other keys of the shard wait for one batch at most, however many
 // keys it holds. The span is in sp's live cover already, so no entry in it is made outside the home
 // shard meanwhile; a shard not noted is passed without its mutex, which routesHome makes safe.
 func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
@@ -75,9 +87,17 @@ func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 		sh.mu.Unlock()
 		for {
 			lockPair(sh, home)
+			homeSlots := len(home.index.slots)
 			done := false
 			if sh.sortPending(sortBatch) {
 				batch, done = sh.inSpan(cf, start, end, broughtBatch, batch[:0])
+				if size := home.index.grownFor(len(batch)); size != 0 {
+					clear(batch)
+					sh.unlockAndRunDeferred()
+					home.unlockAndRunDeferred()
+					growIndex(home, len(batch), size)
+					continue
+				}
 				sp.broughtSteps.note(0, len(batch))
 				for _, e := range batch {
 					_, key := e.record()
@@ -86,6 +106,7 @@ func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 				}
 				clear(batch)
 			}
+			sp.broughtSteps.noteRehashed(home, homeSlots)
 			sh.unlockAndRunDeferred()
 			home.unlockAndRunDeferred()
 			if done {
@@ -94,6 +115,23 @@ func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 			t.ranges.hooks.yieldMutexes()
 		}
 	}
+}
+
+// growIndex grows home's index to size slots, if k more entries still need it to, taking home's
+// mutex itself (it is entered with none held). A batch brings its entries into the home shard
+// under a key shard's mutex too, and growing the index there would make the other keys of that
+// shard wait for a rehash of every key brought in before, up to all the column family's, and for
+// the allocation of its slots: so a batch that would grow it lets both mutexes go, and the index
+// grows here, its slots made with no mutex held and filled under home's alone, before the batch
+// is read again. A batch then costs a key shard's mutex what its own entries cost. A key request
+// that brings its own key in does the same (routeHomeLocked).
+func growIndex(home *shard, k, size int) {
+	slots := make([]*keyEntry, size)
+	home.mu.Lock()
+	if need := home.index.grownFor(k); need != 0 && need <= size {
+		home.index.rehashInto(slots)
+	}
+	home.unlockAndRunDeferred()
 }
 
 // yieldMutexes lets a request that queued for a shard's mutex during a batch take it before the
@@ -119,7 +157,8 @@ func (k *rangeHooks) yieldMutexes() {
 // request would then miss it. An entry made after the copy is noted as it is made, since sp is in
 // the table's map already (noteEntry). One hold of a shard's mutex then looks at broughtScan
 // entries of the copy at most, each checked against the index, and brings in broughtBatch entries
-// at most.
+// at most, the home shard's index grown for them beforehand (growIndex; the batch is checked
+// again once both mutexes are back).
 func (sp *rangeSpace) bringOwnerWaits(t *Table, cf uint32) {
 	home := sp.home
 	var before, batch []*keyEntry
@@ -142,10 +181,20 @@ func (sp *rangeSpace) bringOwnerWaits(t *Table, cf uint32) {
 					batch = append(batch, e)
 				}
 			}
+			homeSlots := len(home.index.slots)
+			for size := home.index.grownFor(len(batch)); size != 0; size = home.index.grownFor(len(batch)) {
+				sh.unlockAndRunDeferred()
+				home.unlockAndRunDeferred()
+				growIndex(home, len(batch), size)
+				lockPair(sh, home)
+				homeSlots = len(home.index.slots)
+				batch = slices.DeleteFunc(batch, func(e *keyEntry) bool { return !sh.holdsEntryOf(e, cf) || !ownerWaitsIn(e) })
+			}
 			sp.broughtSteps.note(at-from, len(batch))
 			for _, e := range batch {
 				sp.orphanBrought(sh.moveEntry(home, e, sp))
 			}
+			sp.broughtSteps.noteRehashed(home, homeSlots)
 			sh.unlockAndRunDeferred()
 			home.unlockAndRunDeferred()
 			if at < len(before) {

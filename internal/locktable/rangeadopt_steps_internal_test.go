@@ -3,12 +3,15 @@
 package locktable
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock/internal/testutil"
 )
 
 // Tests of cost bounds, counted in steps that the table counts only in a build with the tag
@@ -116,4 +119,132 @@ func TestRangeLockAmongHeldKeysCostsLogN(t *testing.T) {
 	}
 	t.Logf("items read per range Lock+Release among n held keys: %v", perOp)
 	assert.LessOrEqual(t, perOp[100_000], 2*perOp[1_000]+float64(KeyShards), "the reads do not grow with n")
+}
+
+// A column family's first range lock over n held keys brings them all into the home shard, whose
+// index grows as they come, up to a rehash of every key brought in before; no such rehash runs
+// under a key shard's mutex, which a batch holds too (growIndex): with 100 times the keys, a
+// batch's hold reads no more slots of the home shard's index.
+func TestFirstRangeGrowsTheHomeIndexOutsideKeyShards(t *testing.T) {
+	rehashed := map[int]int{}
+	for _, n := range []int{1_000, 100_000} {
+		tab := newTestTable(t)
+		l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+		held := make([]*Claim, n)
+		for i := range held {
+			h, err := l.TryLock([]byte(fmt.Sprintf("k%06d", i)), testOptions{})
+			require.NoError(t, err)
+			held[i] = h
+		}
+		_, err := l.TryLockRange("k", "l", testOptions{Shared: true})
+		require.ErrorIs(t, err, ErrLocked, "a shared range waits for the keys held exclusive inside it")
+		sp := tab.spaceOf(0)
+		sp.home.mu.Lock()
+		inHome, slots := sp.home.index.n, len(sp.home.index.slots)
+		sp.home.mu.Unlock()
+		require.Equal(t, n, inHome, "every key was brought into the home shard")
+		require.Greater(t, slots, n, "the home shard's index grew as they came")
+		rehashed[n] = sp.broughtSteps.maxRehashed.Load()
+		for _, h := range held {
+			require.True(t, h.Release())
+		}
+		assert.True(t, ProbeTableEmpty(l))
+	}
+	t.Logf("slots of the home shard's index rehashed under one hold of a key shard's mutex, at most, by keys held: %v", rehashed)
+	assert.LessOrEqual(t, rehashed[100_000], rehashed[1_000]+4*broughtBatch, "a batch's hold does not grow with n")
+}
+
+// A key request that a live span covers brings its key into the home shard itself when the range
+// request has not yet (routeHomeLocked), under its key shard's mutex too; it grows the home
+// shard's index outside that mutex as a batch does: with 10 times the keys, no more slots are
+// rehashed under one hold. Between two of its batches (n/KeyShards keys a shard take two at
+// least), once 60% of the n held keys are in, key requests for every key bring in the rest.
+func TestKeyRequestGrowsTheHomeIndexOutsideItsShard(t *testing.T) {
+	rehashed := map[int]int{}
+	for _, n := range []int{10_000, 100_000} {
+		tab := newTestTable(t)
+		l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+		held := make([]*Claim, n)
+		for i := range held {
+			h, err := l.TryLock([]byte(fmt.Sprintf("k%06d", i)), testOptions{})
+			require.NoError(t, err)
+			held[i] = h
+		}
+		asked := false
+		tab.ranges.hooks.betweenBatches = func() {
+			sp := tab.spaceOf(0)
+			sp.home.mu.Lock()
+			inHome := sp.home.index.n
+			sp.home.mu.Unlock()
+			if asked || inHome < n*6/10 {
+				return
+			}
+			asked = true
+			for _, h := range held {
+				_, err := l.TryLock(h.key(), testOptions{})
+				require.ErrorIs(t, err, ErrLocked)
+			}
+		}
+		_, err := l.TryLockRange("k", "l", testOptions{Shared: true})
+		require.ErrorIs(t, err, ErrLocked, "a shared range waits for the keys held exclusive inside it")
+		tab.ranges.hooks.betweenBatches = nil
+		require.True(t, asked, "the key requests ran while the range request brought keys in")
+		sp := tab.spaceOf(0)
+		sp.home.mu.Lock()
+		inHome, slots := sp.home.index.n, len(sp.home.index.slots)
+		sp.home.mu.Unlock()
+		require.Equal(t, n, inHome, "every key was brought into the home shard")
+		require.Greater(t, slots, n, "the home shard's index grew as they came")
+		rehashed[n] = sp.broughtSteps.maxRehashed.Load()
+		for _, h := range held {
+			require.True(t, h.Release())
+		}
+		assert.True(t, ProbeTableEmpty(l))
+	}
+	t.Logf("slots of the home shard's index rehashed under one hold of a key shard's mutex, at most, by keys held: %v", rehashed)
+	assert.LessOrEqual(t, rehashed[100_000], rehashed[10_000]+4*broughtBatch, "a key request's hold does not grow with n")
+}
+
+// A column family's first range request brings in every key an owner's request waits for, in
+// batches under a key shard's mutex (bringOwnerWaits), and grows the home shard's index outside
+// that mutex as bringIn does: with 10 times the keys waited for, no more slots are rehashed under
+// one hold.
+func TestNewSpaceGrowsTheHomeIndexOutsideKeyShards(t *testing.T) {
+	rehashed := map[int]int{}
+	for _, n := range []int{200, 2_000} {
+		tab := newTestTable(t)
+		l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+		ctx, cancel := context.WithCancel(context.Background())
+		held := make([]*Claim, n)
+		waits := make([]<-chan lockResult, n)
+		for i := range held {
+			k := []byte(fmt.Sprintf("k%06d", i))
+			h, err := l.TryLock(k, testOptions{})
+			require.NoError(t, err)
+			held[i] = h
+			waits[i] = ownerLockAsync(ctx, l, k, testOptions{}, l.Begin())
+		}
+		require.Eventually(t, func() bool { return tab.Counts().Waiting == n }, 10*time.Second, time.Millisecond,
+			"every owner's request queued")
+		r, err := l.TryLockRange("z", "", testOptions{})
+		require.NoError(t, err)
+		require.True(t, r.Release())
+		sp := tab.spaceOf(0)
+		sp.home.mu.Lock()
+		inHome, slots := sp.home.index.n, len(sp.home.index.slots)
+		sp.home.mu.Unlock()
+		require.Equal(t, n, inHome, "every key an owner waits for was brought into the home shard")
+		require.Greater(t, slots, n, "the home shard's index grew as they came")
+		rehashed[n] = sp.broughtSteps.maxRehashed.Load()
+		cancel()
+		for _, w := range waits {
+			require.ErrorIs(t, testutil.Await(t, w, "an owner's request").err, context.Canceled)
+		}
+		for _, h := range held {
+			require.True(t, h.Release())
+		}
+		assert.True(t, ProbeTableEmpty(l))
+	}
+	t.Logf("slots of the home shard's index rehashed under one hold of a key shard's mutex, at most, by keys waited for: %v", rehashed)
+	assert.LessOrEqual(t, rehashed[2_000], rehashed[200]+4*broughtBatch, "a batch's hold does not grow with n")
 }
