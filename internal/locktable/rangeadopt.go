@@ -68,9 +68,10 @@ func lockPair(sh, home *shard) {
 // bound) that are still in their key shards, found in each shard's order (keyorder.go), a shard at
 // a time, taking the mutexes itself: it is entered with none held. One hold of a shard's mutex
 // sorts sortBatch pending items at most, then reads broughtBatch entries inside the span at most
-// and brings them in, the home shard's index grown for them beforehand (growIndex), so that the other keys of the shard wait for one batch at most, however many
-// keys it holds. The span is in sp's live cover already, so no entry in it is made outside the home
-// shard meanwhile; a shard not noted is passed without its mutex, which routesHome makes safe.
+// and brings them in, the home shard's index grown for them beforehand (growIndex), so that the
+// other keys of the shard wait for one batch at most, however many keys it holds. The span is in
+// sp's live cover already, so no entry in it is made outside the home shard meanwhile; a shard
+// not noted is passed without its mutex, which routesHome makes safe.
 func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 	home := sp.home
 	var batch []*keyEntry
