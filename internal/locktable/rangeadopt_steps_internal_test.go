@@ -121,6 +121,41 @@ func TestRangeLockAmongHeldKeysCostsLogN(t *testing.T) {
 	assert.LessOrEqual(t, perOp[100_000], 2*perOp[1_000]+float64(KeyShards), "the reads do not grow with n")
 }
 
+// holdKeys locks n keys of column family 0, k000000 on, and returns their claims.
+func holdKeys(t *testing.T, l *testLocker, n int) []*Claim {
+	t.Helper()
+	held := make([]*Claim, n)
+	for i := range held {
+		h, err := l.TryLock([]byte(fmt.Sprintf("k%06d", i)), testOptions{})
+		require.NoError(t, err)
+		held[i] = h
+	}
+	return held
+}
+
+// homeIndexRehashed requires that column family 0's home shard holds n entries in an index that
+// grew for them, and returns the most slots of it a resize read under one hold of a key shard's
+// mutex.
+func homeIndexRehashed(t *testing.T, tab *Table, n int) int {
+	t.Helper()
+	sp := tab.spaceOf(0)
+	sp.home.mu.Lock()
+	inHome, slots := sp.home.index.n, len(sp.home.index.slots)
+	sp.home.mu.Unlock()
+	require.Equal(t, n, inHome, "every key was brought into the home shard")
+	require.Greater(t, slots, n, "the home shard's index grew as they came")
+	return sp.broughtSteps.maxRehashed.Load()
+}
+
+// releaseAll releases every claim of held and requires the table then empty.
+func releaseAll(t *testing.T, l *testLocker, held []*Claim) {
+	t.Helper()
+	for _, h := range held {
+		require.True(t, h.Release())
+	}
+	assert.True(t, ProbeTableEmpty(l))
+}
+
 // A column family's first range lock over n held keys brings them all into the home shard, whose
 // index grows as they come, up to a rehash of every key brought in before; no such rehash runs
 // under a key shard's mutex, which a batch holds too (growIndex): with 100 times the keys, a
@@ -130,25 +165,11 @@ func TestFirstRangeGrowsTheHomeIndexOutsideKeyShards(t *testing.T) {
 	for _, n := range []int{1_000, 100_000} {
 		tab := newTestTable(t)
 		l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
-		held := make([]*Claim, n)
-		for i := range held {
-			h, err := l.TryLock([]byte(fmt.Sprintf("k%06d", i)), testOptions{})
-			require.NoError(t, err)
-			held[i] = h
-		}
+		held := holdKeys(t, l, n)
 		_, err := l.TryLockRange("k", "l", testOptions{Shared: true})
 		require.ErrorIs(t, err, ErrLocked, "a shared range waits for the keys held exclusive inside it")
-		sp := tab.spaceOf(0)
-		sp.home.mu.Lock()
-		inHome, slots := sp.home.index.n, len(sp.home.index.slots)
-		sp.home.mu.Unlock()
-		require.Equal(t, n, inHome, "every key was brought into the home shard")
-		require.Greater(t, slots, n, "the home shard's index grew as they came")
-		rehashed[n] = sp.broughtSteps.maxRehashed.Load()
-		for _, h := range held {
-			require.True(t, h.Release())
-		}
-		assert.True(t, ProbeTableEmpty(l))
+		rehashed[n] = homeIndexRehashed(t, tab, n)
+		releaseAll(t, l, held)
 	}
 	t.Logf("slots of the home shard's index rehashed under one hold of a key shard's mutex, at most, by keys held: %v", rehashed)
 	assert.LessOrEqual(t, rehashed[100_000], rehashed[1_000]+4*broughtBatch, "a batch's hold does not grow with n")
@@ -164,12 +185,7 @@ func TestKeyRequestGrowsTheHomeIndexOutsideItsShard(t *testing.T) {
 	for _, n := range []int{10_000, 100_000} {
 		tab := newTestTable(t)
 		l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
-		held := make([]*Claim, n)
-		for i := range held {
-			h, err := l.TryLock([]byte(fmt.Sprintf("k%06d", i)), testOptions{})
-			require.NoError(t, err)
-			held[i] = h
-		}
+		held := holdKeys(t, l, n)
 		asked := false
 		tab.ranges.hooks.betweenBatches = func() {
 			sp := tab.spaceOf(0)
@@ -189,17 +205,8 @@ func TestKeyRequestGrowsTheHomeIndexOutsideItsShard(t *testing.T) {
 		require.ErrorIs(t, err, ErrLocked, "a shared range waits for the keys held exclusive inside it")
 		tab.ranges.hooks.betweenBatches = nil
 		require.True(t, asked, "the key requests ran while the range request brought keys in")
-		sp := tab.spaceOf(0)
-		sp.home.mu.Lock()
-		inHome, slots := sp.home.index.n, len(sp.home.index.slots)
-		sp.home.mu.Unlock()
-		require.Equal(t, n, inHome, "every key was brought into the home shard")
-		require.Greater(t, slots, n, "the home shard's index grew as they came")
-		rehashed[n] = sp.broughtSteps.maxRehashed.Load()
-		for _, h := range held {
-			require.True(t, h.Release())
-		}
-		assert.True(t, ProbeTableEmpty(l))
+		rehashed[n] = homeIndexRehashed(t, tab, n)
+		releaseAll(t, l, held)
 	}
 	t.Logf("slots of the home shard's index rehashed under one hold of a key shard's mutex, at most, by keys held: %v", rehashed)
 	assert.LessOrEqual(t, rehashed[100_000], rehashed[10_000]+4*broughtBatch, "a key request's hold does not grow with n")
@@ -215,35 +222,22 @@ func TestNewSpaceGrowsTheHomeIndexOutsideKeyShards(t *testing.T) {
 		tab := newTestTable(t)
 		l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
 		ctx, cancel := context.WithCancel(context.Background())
-		held := make([]*Claim, n)
+		held := holdKeys(t, l, n)
 		waits := make([]<-chan lockResult, n)
-		for i := range held {
-			k := []byte(fmt.Sprintf("k%06d", i))
-			h, err := l.TryLock(k, testOptions{})
-			require.NoError(t, err)
-			held[i] = h
-			waits[i] = ownerLockAsync(ctx, l, k, testOptions{}, l.Begin())
+		for i, h := range held {
+			waits[i] = ownerLockAsync(ctx, l, h.key(), testOptions{}, l.Begin())
 		}
 		require.Eventually(t, func() bool { return tab.Counts().Waiting == n }, 10*time.Second, time.Millisecond,
 			"every owner's request queued")
 		r, err := l.TryLockRange("z", "", testOptions{})
 		require.NoError(t, err)
 		require.True(t, r.Release())
-		sp := tab.spaceOf(0)
-		sp.home.mu.Lock()
-		inHome, slots := sp.home.index.n, len(sp.home.index.slots)
-		sp.home.mu.Unlock()
-		require.Equal(t, n, inHome, "every key an owner waits for was brought into the home shard")
-		require.Greater(t, slots, n, "the home shard's index grew as they came")
-		rehashed[n] = sp.broughtSteps.maxRehashed.Load()
+		rehashed[n] = homeIndexRehashed(t, tab, n)
 		cancel()
 		for _, w := range waits {
 			require.ErrorIs(t, testutil.Await(t, w, "an owner's request").err, context.Canceled)
 		}
-		for _, h := range held {
-			require.True(t, h.Release())
-		}
-		assert.True(t, ProbeTableEmpty(l))
+		releaseAll(t, l, held)
 	}
 	t.Logf("slots of the home shard's index rehashed under one hold of a key shard's mutex, at most, by keys waited for: %v", rehashed)
 	assert.LessOrEqual(t, rehashed[2_000], rehashed[200]+4*broughtBatch, "a batch's hold does not grow with n")
