@@ -67,10 +67,16 @@ func (t *Table) Counts() Counts {
 // (queuedindex.go), from which each holder of a range or key there gets its count in O(log q):
 // O((s + q) log q) for s holders and q requests, whatever their spans. The mutex is taken once to
 // list the shard's keys and ranges (a pointer each), then once per key or span (and once to make
-// each space's index), so no request waits behind more than one such visit. The counts of a call
-// are of the queue as its index read it.
+// each space's index), so no request waits behind more than one such visit. A shard of no range
+// space and at most visitTogether keys is visited in the hold that would list it: a request
+// waits behind those few keys' visits, and a caller that visits every shard while other
+// goroutines lock and release keys queues for a busy shard's mutex once, not once per key. The
+// counts of a call are of the queue as its index read it.
 func (t *Table) VisitHolders(i int, f func(s Snapshot, waiters int)) {
 	sh := &t.shards[i]
+	if sh.visitFewHolders(f) {
+		return
+	}
 	keys, ranges := sh.listKeys(func(e *keyEntry) bool { return e.holder != nil })
 	var xs spaceIndexes
 	for i := 0; i < len(ranges); {
@@ -86,6 +92,37 @@ func (t *Table) VisitHolders(i int, f func(s Snapshot, waiters int)) {
 		}
 		sh.unlockAndRunDeferred()
 	}
+}
+
+// visitTogether bounds the keys of a shard VisitHolders visits under one hold of its mutex.
+const visitTogether = 16
+
+// visitFewHolders is VisitHolders of a shard of no range space and at most visitTogether keys,
+// under one hold of its mutex; false, having visited nothing, for any other shard.
+func (sh *shard) visitFewHolders(f func(s Snapshot, waiters int)) bool {
+	sh.mu.Lock()
+	if len(sh.spaces) != 0 || sh.index.n > visitTogether {
+		sh.mu.Unlock()
+		return false
+	}
+	// Listed first: settling a lapsed holder can take its entry out of the index.
+	var few [visitTogether]*keyEntry
+	n := 0
+	sh.index.all(func(e *keyEntry) {
+		if e.holder != nil {
+			few[n] = e
+			n++
+		}
+	})
+	var xs spaceIndexes
+	var holders []*Claim
+	for _, e := range few[:n] {
+		if e.holder != nil {
+			holders = sh.visitHolders(e, holders[:0], &xs, f)
+		}
+	}
+	sh.unlockAndRunDeferred()
+	return true
 }
 
 // visitHolders is VisitHolders of e's key, with the mutex held; out is scratch space.
