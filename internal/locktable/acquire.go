@@ -209,11 +209,7 @@ func (h *Claim) routeHomeLocked(sh *shard, sp *rangeSpace, owned bool) *shard {
 		case live || owned:
 			if e := sh.index.find(hash, h.cf, h.key()); e != nil {
 				if size := home.index.grownFor(1); size != 0 {
-					// Not under sh's mutex: growing the home shard's index rehashes every key
-					// brought in (growIndex).
-					sh.unlockAndRunDeferred()
-					home.unlockAndRunDeferred()
-					growIndex(home, 1, size)
+					growIndex(sh, home, 1, size) // not under sh's mutex
 					lockPair(sh, home)
 					continue
 				}

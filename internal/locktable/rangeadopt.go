@@ -94,9 +94,7 @@ func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 				batch, done = sh.inSpan(cf, start, end, broughtBatch, batch[:0])
 				if size := home.index.grownFor(len(batch)); size != 0 {
 					clear(batch)
-					sh.unlockAndRunDeferred()
-					home.unlockAndRunDeferred()
-					growIndex(home, len(batch), size)
+					growIndex(sh, home, len(batch), size)
 					continue
 				}
 				sp.broughtSteps.note(0, len(batch))
@@ -118,15 +116,18 @@ func (sp *rangeSpace) bringIn(t *Table, cf uint32, start, end []byte) {
 	}
 }
 
-// growIndex grows home's index to size slots, if k more entries still need it to, taking home's
-// mutex itself (it is entered with none held). A batch brings its entries into the home shard
+// growIndex lets go of the mutexes of sh, a key shard, and home, which it is entered with, and
+// grows home's index to size slots if k more entries still need it to, taking home's mutex
+// again alone; it returns with no mutex held. A batch brings its entries into the home shard
 // under a key shard's mutex too, and growing the index there would make the other keys of that
 // shard wait for a rehash of every key brought in before, up to all the column family's, and for
 // the allocation of its slots: so a batch that would grow it lets both mutexes go, and the index
 // grows here, its slots made with no mutex held and filled under home's alone, before the batch
 // is read again. A batch then costs a key shard's mutex what its own entries cost. A key request
 // that brings its own key in does the same (routeHomeLocked).
-func growIndex(home *shard, k, size int) {
+func growIndex(sh, home *shard, k, size int) {
+	sh.unlockAndRunDeferred()
+	home.unlockAndRunDeferred()
 	slots := make([]*keyEntry, size)
 	home.mu.Lock()
 	if need := home.index.grownFor(k); need != 0 && need <= size {
@@ -184,9 +185,7 @@ func (sp *rangeSpace) bringOwnerWaits(t *Table, cf uint32) {
 			}
 			homeSlots := len(home.index.slots)
 			for size := home.index.grownFor(len(batch)); size != 0; size = home.index.grownFor(len(batch)) {
-				sh.unlockAndRunDeferred()
-				home.unlockAndRunDeferred()
-				growIndex(home, len(batch), size)
+				growIndex(sh, home, len(batch), size)
 				lockPair(sh, home)
 				homeSlots = len(home.index.slots)
 				batch = slices.DeleteFunc(batch, func(e *keyEntry) bool { return !sh.holdsEntryOf(e, cf) || !ownerWaitsIn(e) })
