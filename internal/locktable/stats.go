@@ -74,10 +74,14 @@ func (t *Table) Counts() Counts {
 // counts of a call are of the queue as its index read it.
 func (t *Table) VisitHolders(i int, f func(s Snapshot, waiters int)) {
 	sh := &t.shards[i]
-	if sh.visitFewHolders(f) {
+	sh.mu.Lock()
+	if len(sh.spaces) == 0 && sh.index.n <= visitTogether {
+		sh.visitFewHoldersLocked(f)
+		sh.unlockAndRunDeferred()
 		return
 	}
-	keys, ranges := sh.listKeys(func(e *keyEntry) bool { return e.holder != nil })
+	keys, ranges := sh.listKeysLocked(func(e *keyEntry) bool { return e.holder != nil })
+	sh.mu.Unlock()
 	var xs spaceIndexes
 	for i := 0; i < len(ranges); {
 		sh.mu.Lock()
@@ -97,14 +101,9 @@ func (t *Table) VisitHolders(i int, f func(s Snapshot, waiters int)) {
 // visitTogether bounds the keys of a shard VisitHolders visits under one hold of its mutex.
 const visitTogether = 16
 
-// visitFewHolders is VisitHolders of a shard of no range space and at most visitTogether keys,
-// under one hold of its mutex; false, having visited nothing, for any other shard.
-func (sh *shard) visitFewHolders(f func(s Snapshot, waiters int)) bool {
-	sh.mu.Lock()
-	if len(sh.spaces) != 0 || sh.index.n > visitTogether {
-		sh.mu.Unlock()
-		return false
-	}
+// visitFewHoldersLocked is VisitHolders of a shard of no range space and at most visitTogether
+// keys, with its mutex held.
+func (sh *shard) visitFewHoldersLocked(f func(s Snapshot, waiters int)) {
 	// Listed first: settling a lapsed holder can take its entry out of the index.
 	var few [visitTogether]*keyEntry
 	n := 0
@@ -121,8 +120,6 @@ func (sh *shard) visitFewHolders(f func(s Snapshot, waiters int)) bool {
 			holders = sh.visitHolders(e, holders[:0], &xs, f)
 		}
 	}
-	sh.unlockAndRunDeferred()
-	return true
 }
 
 // visitHolders is VisitHolders of e's key, with the mutex held; out is scratch space.
@@ -167,6 +164,11 @@ func (k keyRef) find(sh *shard) *keyEntry { return sh.index.find(k.hash, k.h.cf,
 func (sh *shard) listKeys(want func(*keyEntry) bool) (keys []keyRef, ranges []*Claim) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	return sh.listKeysLocked(want)
+}
+
+// listKeysLocked is listKeys with sh's mutex held.
+func (sh *shard) listKeysLocked(want func(*keyEntry) bool) (keys []keyRef, ranges []*Claim) {
 	sh.index.all(func(e *keyEntry) {
 		if !want(e) {
 			return
