@@ -34,7 +34,8 @@ func (r *acquireReq) deadline() time.Duration {
 }
 
 // errRouteAgain tells Acquire that the key left the home shard while the request let its mutexes
-// go: the request is routed again, from a fresh reading of the clock. It never leaves Acquire.
+// go: the request is routed again, from a fresh reading of the clock. It tells Upgrade that the
+// key was brought into the home shard for the upgrade to wait there. It never leaves either.
 var errRouteAgain = errors.New("locktable: the key left the home shard")
 
 // Acquire takes h's key for a lease of lease (at most MaxAskedLease, recorded as the lease asked

@@ -202,6 +202,50 @@ func TestOwnerPassesRangeRequestThatWaitsForItThroughAnotherOwner(t *testing.T) 
 	assert.True(t, ProbeTableEmpty(l))
 }
 
+// An upgrade is a wait that a pass follows as well: t1 and t3 hold a shared, t3 holds d, a plain
+// handle holds c shared, and a plain shared range over [c, ∞) queues for t3's d; t1 asks c
+// exclusive and queues behind the range, which does not wait for t1. Then t3 upgrades a, and so
+// waits for t1; the range now waits for t1 through t3's wait, and t1 passes it. Its key is outside
+// every range, yet the upgrade waits in the home shard, where a pass sees it: seen from its key's
+// own shard, t1 would stay behind the range, and the upgrade would fail as a deadlock through it.
+func TestOwnerPassesRangeRequestThatWaitsForItThroughAnUpgrade(t *testing.T) {
+	l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
+	t1, t3 := &testTxn{l: l, name: "t1"}, &testTxn{l: l, name: "t3"}
+	ctx := context.Background()
+	shared := testOptions{Shared: true}
+	_, err := t1.Lock(ctx, []byte("a"), shared)
+	require.NoError(t, err)
+	_, err = t3.Lock(ctx, []byte("a"), shared)
+	require.NoError(t, err)
+	_, err = t3.Lock(ctx, []byte("d"), testOptions{})
+	require.NoError(t, err)
+	c, err := l.Lock(ctx, []byte("c"), shared)
+	require.NoError(t, err)
+	gotRange := rangeAsync(l, "c", "", shared, nil)
+	waitRangesQueued(t, l, 1)
+	gotC := txnLockResult(t1, []byte("c"), testOptions{})
+	WaitQueued(t, l, []byte("c"), 1)
+
+	gotUp := txnLockResult(t3, []byte("a"), testOptions{})
+	require.Eventually(t, func() bool { return l.tab.Counts().Waiting == 3 || len(gotUp) > 0 }, testutil.Guard, time.Millisecond)
+	select {
+	case r := <-gotUp:
+		t.Fatalf("t3's upgrade, which waits for t1's share of a and closes no cycle, returned: %v", r.err)
+	default:
+	}
+	require.True(t, c.Release())
+	res := testutil.Await(t, gotC, "t1's exclusive c, once the plain handle let go of it")
+	require.NoError(t, res.err, "t1 passes the range, which waits for t1 through t3's upgrade")
+	assert.True(t, testutil.NotReturned(gotRange), "the range waits for t3's d")
+	t1.Rollback()
+	require.NoError(t, testutil.Await(t, gotUp, "t3's upgrade, once t1 let go").err)
+	t3.Rollback()
+	res = testutil.Await(t, gotRange, "the range, once t3 let go")
+	require.NoError(t, res.err)
+	require.True(t, res.h.Release())
+	assert.True(t, ProbeTableEmpty(l))
+}
+
 // A request that another owner's request passes only through a range request it passes itself
 // is not passed: t1 and t3 hold a shared, t2 holds d shared, an exclusive range over every key
 // queues behind them, and t1 then t3 ask d exclusive. Both pass the range (it waits for their a);

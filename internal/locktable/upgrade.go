@@ -26,45 +26,60 @@ func (h *Claim) Upgrade(ctx context.Context, timeout time.Duration, ctxBounds bo
 func (h *Claim) upgrade(ctx context.Context, timeout time.Duration, ctxBounds bool) (bool, error) {
 	c := h.ten
 	_, mono := ReadClock(c.clock)
-	sh := h.lockShard()
-	if c.closed.Load() {
-		sh.mu.Unlock()
-		return false, ErrClosed
-	}
-	if err := h.deadErr(); err != nil {
-		sh.unlockAndRunDeferred()
-		return false, err
-	}
-	if h.flags()&flagShared == 0 {
-		sh.mu.Unlock()
-		return false, nil
-	}
-	stand := &Claim{ten: h.ten, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, cf: h.cf, owner: h.owner}
-	stand.hash = h.hash
 	deadline := waitDeadline(ctx, mono, timeout, ctxBounds)
-	var err error
-	if h.flags()&flagRange != 0 {
-		err = sh.upgradeRange(ctx, h, stand, mono, deadline)
-	} else {
-		err = sh.upgradeKey(ctx, h, stand, mono, deadline)
+	for {
+		sh := h.lockShard()
+		if c.closed.Load() {
+			sh.mu.Unlock()
+			return false, ErrClosed
+		}
+		if err := h.deadErr(); err != nil {
+			sh.unlockAndRunDeferred()
+			return false, err
+		}
+		if h.flags()&flagShared == 0 {
+			sh.mu.Unlock()
+			return false, nil
+		}
+		stand := &Claim{ten: h.ten, keyPtr: h.keyPtr, keyLen: h.keyLen, heapIdx: -1, cf: h.cf, owner: h.owner}
+		stand.hash = h.hash
+		var err error
+		if h.flags()&flagRange != 0 {
+			err = sh.upgradeRange(ctx, h, stand, mono, deadline)
+		} else {
+			err = sh.upgradeKey(ctx, h, stand, mono, deadline)
+		}
+		switch err {
+		case errRouteAgain:
+			continue // the key was brought into the home shard to wait there
+		case ErrGrantedAfterClose:
+			err = ErrClosed // Close releases h
+		}
+		return true, err
 	}
-	if err == ErrGrantedAfterClose {
-		err = ErrClosed // Close releases h
-	}
-	return true, err
 }
 
 // upgradeKey is Upgrade of a key's share, entered with sh's mutex held and returning with it
-// released;
-// stand is the stand-in its wait would go through, until deadline.
+// released; stand is the stand-in its wait would go through, until deadline. An owner's upgrade
+// that must wait while its column family has a range space waits in the home shard, as an owner's
+// key request does (takeBusyLocked): a request there passes one that waits for its owner through
+// the waits of other owners (rangepass.go), which it must see. It brings the key in and returns
+// errRouteAgain, and Upgrade starts again in the home shard.
 func (sh *shard) upgradeKey(ctx context.Context, h, stand *Claim, mono, deadline time.Duration) error {
 	c, e := h.ten, h.e
 	sh.settleOtherSharers(e, h, c, mono)
-	if rk := e.rangedKey; e.shares == 1 && (rk == nil || !rk.space.keyBlocked(sh, stand, 0, false, c, mono)) {
+	rk := e.rangedKey
+	if e.shares == 1 && (rk == nil || !rk.space.keyBlocked(sh, stand, 0, false, c, mono)) {
 		e.shares = 0
 		h.clearFlags(flagShared)
 		sh.unlockAndRunDeferred()
 		return nil
+	}
+	if rk == nil && h.owner != nil {
+		if sp := sh.tab.spaceOf(h.cf); sp != nil {
+			stand.routeHomeLocked(sh, sp, true).unlockAndRunDeferred()
+			return errRouteAgain
+		}
 	}
 	w := &waiter{h: stand, since: mono, wake: make(chan struct{}, 1), upgrade: h}
 	sh.enqueueUpgrade(e, w)
