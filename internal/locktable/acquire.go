@@ -36,7 +36,7 @@ func (r *acquireReq) deadline() time.Duration {
 // errRouteAgain tells Acquire that the key left the home shard while the request let its mutexes
 // go: the request is routed again, from a fresh reading of the clock. It tells Upgrade that the
 // key was brought into the home shard for the upgrade to wait there. It never leaves either.
-var errRouteAgain = errors.New("locktable: the key left the home shard")
+var errRouteAgain = errors.New("locktable: route the request again")
 
 // Acquire takes h's key for a lease of lease (at most MaxAskedLease, recorded as the lease asked
 // for), or with wait queues for it until it is granted, timeout passes on the tenant's clock, ctx
@@ -203,26 +203,28 @@ func (h *Claim) routeHomeLocked(sh *shard, sp *rangeSpace, owned bool) *shard {
 	hash := h.hash
 	at := routed(hash, sp.homeIdx)
 	for {
-		homeSlots := len(home.index.slots)
-		cv := sp.cover.Load() // changed only under the home shard's mutex
-		live := cv.live.Covers(h.key())
-		switch {
-		case live || owned:
-			if e := sh.index.find(hash, h.cf, h.key()); e != nil {
-				if size := home.index.grownFor(1); size != 0 {
-					growIndex(sh, home, 1, size) // not under sh's mutex
-					lockPair(sh, home)
-					continue
-				}
-				if rk := sh.moveEntry(home, e, sp); !live {
-					sp.orphanBrought(rk)
-				}
-				sp.broughtSteps.noteRehashed(home, homeSlots)
+		live := sp.cover.Load().live.Covers(h.key()) // the cover changes only under home's mutex
+		if !live && !owned {
+			if home.index.find(at, h.cf, h.key()) == nil {
+				home.unlockAndRunDeferred()
+				return nil
 			}
-		case home.index.find(at, h.cf, h.key()) == nil:
-			home.unlockAndRunDeferred()
-			return nil
+			break
 		}
+		e := sh.index.find(hash, h.cf, h.key())
+		if e == nil {
+			break // not in sh: nothing to bring in
+		}
+		if size := home.index.grownFor(1); size != 0 {
+			growIndex(sh, home, 1, size) // not under sh's mutex
+			lockPair(sh, home)
+			continue
+		}
+		homeSlots := len(home.index.slots)
+		if rk := sh.moveEntry(home, e, sp); !live {
+			sp.orphanBrought(rk)
+		}
+		sp.broughtSteps.noteRehashed(home, homeSlots)
 		break
 	}
 	sh.unlockAndRunDeferred()

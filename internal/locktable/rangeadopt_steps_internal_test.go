@@ -156,23 +156,35 @@ func releaseAll(t *testing.T, l *testLocker, held []*Claim) {
 	assert.True(t, ProbeTableEmpty(l))
 }
 
+// assertHoldsRehashBounded runs bringIn at each of two sizes n, on a table of its own whose
+// column family 0 holds n keys (held), which bringIn has brought into the home shard, and fails if
+// the most slots of the home shard's index rehashed under one hold of a key shard's mutex grow
+// from the smaller size to the larger by more than four batches' worth. what names the keys and
+// hold the hold, for the log and the failure.
+func assertHoldsRehashBounded(t *testing.T, sizes [2]int, what, hold string, bringIn func(tab *Table, l *testLocker, held []*Claim)) {
+	t.Helper()
+	rehashed := map[int]int{}
+	for _, n := range sizes {
+		tab := newTestTable(t)
+		l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+		held := holdKeys(t, l, n)
+		bringIn(tab, l, held)
+		rehashed[n] = homeIndexRehashed(t, tab, n)
+		releaseAll(t, l, held)
+	}
+	t.Logf("slots of the home shard's index rehashed under one hold of a key shard's mutex, at most, by %s: %v", what, rehashed)
+	assert.LessOrEqual(t, rehashed[sizes[1]], rehashed[sizes[0]]+4*broughtBatch, "%s does not grow with n", hold)
+}
+
 // A column family's first range lock over n held keys brings them all into the home shard, whose
 // index grows as they come, up to a rehash of every key brought in before; no such rehash runs
 // under a key shard's mutex, which a batch holds too (growIndex): with 100 times the keys, a
 // batch's hold reads no more slots of the home shard's index.
 func TestFirstRangeGrowsTheHomeIndexOutsideKeyShards(t *testing.T) {
-	rehashed := map[int]int{}
-	for _, n := range []int{1_000, 100_000} {
-		tab := newTestTable(t)
-		l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
-		held := holdKeys(t, l, n)
+	assertHoldsRehashBounded(t, [2]int{1_000, 100_000}, "keys held", "a batch's hold", func(tab *Table, l *testLocker, held []*Claim) {
 		_, err := l.TryLockRange("k", "l", testOptions{Shared: true})
 		require.ErrorIs(t, err, ErrLocked, "a shared range waits for the keys held exclusive inside it")
-		rehashed[n] = homeIndexRehashed(t, tab, n)
-		releaseAll(t, l, held)
-	}
-	t.Logf("slots of the home shard's index rehashed under one hold of a key shard's mutex, at most, by keys held: %v", rehashed)
-	assert.LessOrEqual(t, rehashed[100_000], rehashed[1_000]+4*broughtBatch, "a batch's hold does not grow with n")
+	})
 }
 
 // A key request that a live span covers brings its key into the home shard itself when the range
@@ -181,18 +193,14 @@ func TestFirstRangeGrowsTheHomeIndexOutsideKeyShards(t *testing.T) {
 // rehashed under one hold. Between two of its batches (n/KeyShards keys a shard take two at
 // least), once 60% of the n held keys are in, key requests for every key bring in the rest.
 func TestKeyRequestGrowsTheHomeIndexOutsideItsShard(t *testing.T) {
-	rehashed := map[int]int{}
-	for _, n := range []int{10_000, 100_000} {
-		tab := newTestTable(t)
-		l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
-		held := holdKeys(t, l, n)
+	assertHoldsRehashBounded(t, [2]int{10_000, 100_000}, "keys held", "a key request's hold", func(tab *Table, l *testLocker, held []*Claim) {
 		asked := false
 		tab.ranges.hooks.betweenBatches = func() {
 			sp := tab.spaceOf(0)
 			sp.home.mu.Lock()
 			inHome := sp.home.index.n
 			sp.home.mu.Unlock()
-			if asked || inHome < n*6/10 {
+			if asked || inHome < len(held)*6/10 {
 				return
 			}
 			asked = true
@@ -205,11 +213,7 @@ func TestKeyRequestGrowsTheHomeIndexOutsideItsShard(t *testing.T) {
 		require.ErrorIs(t, err, ErrLocked, "a shared range waits for the keys held exclusive inside it")
 		tab.ranges.hooks.betweenBatches = nil
 		require.True(t, asked, "the key requests ran while the range request brought keys in")
-		rehashed[n] = homeIndexRehashed(t, tab, n)
-		releaseAll(t, l, held)
-	}
-	t.Logf("slots of the home shard's index rehashed under one hold of a key shard's mutex, at most, by keys held: %v", rehashed)
-	assert.LessOrEqual(t, rehashed[100_000], rehashed[10_000]+4*broughtBatch, "a key request's hold does not grow with n")
+	})
 }
 
 // A column family's first range request brings in every key an owner's request waits for, in
@@ -217,28 +221,20 @@ func TestKeyRequestGrowsTheHomeIndexOutsideItsShard(t *testing.T) {
 // that mutex as bringIn does: with 10 times the keys waited for, no more slots are rehashed under
 // one hold.
 func TestNewSpaceGrowsTheHomeIndexOutsideKeyShards(t *testing.T) {
-	rehashed := map[int]int{}
-	for _, n := range []int{200, 2_000} {
-		tab := newTestTable(t)
-		l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+	assertHoldsRehashBounded(t, [2]int{200, 2_000}, "keys waited for", "a batch's hold", func(tab *Table, l *testLocker, held []*Claim) {
 		ctx, cancel := context.WithCancel(context.Background())
-		held := holdKeys(t, l, n)
-		waits := make([]<-chan lockResult, n)
+		waits := make([]<-chan lockResult, len(held))
 		for i, h := range held {
 			waits[i] = ownerLockAsync(ctx, l, h.key(), testOptions{}, l.Begin())
 		}
-		require.Eventually(t, func() bool { return tab.Counts().Waiting == n }, 10*time.Second, time.Millisecond,
+		require.Eventually(t, func() bool { return tab.Counts().Waiting == len(held) }, 10*time.Second, time.Millisecond,
 			"every owner's request queued")
 		r, err := l.TryLockRange("z", "", testOptions{})
 		require.NoError(t, err)
 		require.True(t, r.Release())
-		rehashed[n] = homeIndexRehashed(t, tab, n)
 		cancel()
 		for _, w := range waits {
 			require.ErrorIs(t, testutil.Await(t, w, "an owner's request").err, context.Canceled)
 		}
-		releaseAll(t, l, held)
-	}
-	t.Logf("slots of the home shard's index rehashed under one hold of a key shard's mutex, at most, by keys waited for: %v", rehashed)
-	assert.LessOrEqual(t, rehashed[2_000], rehashed[200]+4*broughtBatch, "a batch's hold does not grow with n")
+	})
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A shard of a few keys is visited under one hold of its mutex (visitFewHolders): a holder whose
+// A shard of a few keys is visited under one hold of its mutex (visitFewHoldersLocked): a holder whose
 // lease lapsed unwatched is settled and not visited, and taking its entry out of the index, which
 // can move another entry to a slot already passed, leaves no other holder unvisited or visited
 // twice.
