@@ -39,8 +39,8 @@ func heldBytes(t *testing.T, n int, take func(i int) *recordlock.Handle) (held, 
 	return (float64(full) - float64(start)) / float64(n), (float64(end) - float64(start)) / float64(n)
 }
 
-// Memory per held lock: a key lock, with ranges in use in its column family or not, stays within
-// 256 B, and a range lock within 384 B; once they are released, next to nothing is left.
+// Memory per held lock: a key lock, with ranges in use in its column family or not, under a range
+// or beside one, stays within 256 B, and a range lock within 384 B; once they are released, next to nothing is left.
 func TestHeldLockMemory(t *testing.T) {
 	const n = 50_000
 	ctx := context.Background()
@@ -60,6 +60,13 @@ func TestHeldLockMemory(t *testing.T) {
 			require.NoError(t, err)
 		}, func(l *recordlock.Locker, i int) (*recordlock.Handle, error) {
 			return l.Lock(ctx, keyOf(i), opts)
+		}},
+		{"keysunderarange", 256, func(l *recordlock.Locker) {
+			// Every key lock under it is kept in the column family's home shard.
+			_, err := l.LockRange(ctx, recordlock.Prefix(nil), recordlock.Options{Lease: 5 * time.Minute, Shared: true})
+			require.NoError(t, err)
+		}, func(l *recordlock.Locker, i int) (*recordlock.Handle, error) {
+			return l.Lock(ctx, keyOf(i), recordlock.Options{Lease: 5 * time.Minute, Shared: true})
 		}},
 		{"ranges", 384, nil, func(l *recordlock.Locker, i int) (*recordlock.Handle, error) {
 			k := keyOf(i)

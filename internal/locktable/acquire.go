@@ -221,8 +221,8 @@ func (h *Claim) routeHomeLocked(sh *shard, sp *rangeSpace, owned bool) *shard {
 			continue
 		}
 		homeSlots := len(home.index.slots)
-		if rk := sh.moveEntry(home, e, sp); !live {
-			sp.orphanBrought(rk)
+		if ne := sh.moveEntry(home, e, sp); !live {
+			sp.orphanBrought(ne)
 		}
 		sp.broughtSteps.noteRehashed(home, homeSlots)
 		break

@@ -23,27 +23,25 @@ func (e *keyEntry) admits(h *Claim, c *Tenant, mono time.Duration) bool {
 
 // serve serves e's queue and, in a home shard, the range requests its key may have held up.
 func (sh *shard) serve(e *keyEntry) {
-	rk := e.rangedKey
+	sp, keyClaim := e.space, e.keyClaim
 	sh.serveKey(e) // may take e out of the table
-	if rk != nil {
-		rk.served()
-		sh.keyChanged(rk)
+	if sp != nil {
+		sh.keyChanged(sp, keyClaim.key())
 	}
 }
 
 // keyChanged serves the queued range requests of a range space whose key's
 // holders or queue changed, if one of them covers the key: only then can the change let one
 // through.
-func (sh *shard) keyChanged(rk *rangedKey) {
-	if rk.space.queuedOver(rk.key) {
-		sh.serveRanges(rk.space, rk.key, nil, true)
+func (sh *shard) keyChanged(sp *rangeSpace, key []byte) {
+	if sp.queuedOver(key) {
+		sh.serveRanges(sp, key, nil, true)
 	}
 }
 
 // rangeKeeps reports whether, in a home shard, a range keeps w, queued for e's key, from it.
 func (sh *shard) rangeKeeps(e *keyEntry, w *waiter, c *Tenant) bool {
-	rk := e.rangedKey
-	return rk != nil && rk.space.keyBlocked(sh, w.h, w.seq, false, c, 0)
+	return e.space != nil && e.space.keyBlocked(sh, w.h, w.seq, false, c, 0)
 }
 
 // serveKey grants what the head of e's queue can have now (docs/DESIGN.md §15.2): an upgrade whose
@@ -58,7 +56,7 @@ func (sh *shard) serveKey(e *keyEntry) {
 		w := e.head
 		if w == nil {
 			if e.holder == nil {
-				sh.remove(e) // in a home shard, serve's caller then takes it out of its space
+				sh.remove(e) // in a home shard, out of its space's index too
 			}
 			return
 		}

@@ -2,7 +2,7 @@ package locktable
 
 // The holders of a key (docs/DESIGN.md §15.1): one exclusive handle, or any number of shared ones.
 // holder is set exactly while the key is held, so a free key is one comparison in either mode. A
-// sharer's place is 0 for the holder slot and i+1 for sharers[i]; it is kept in the high bits of
+// sharer's place is 0 for the holder slot and i+1 for others()[i]; it is kept in the high bits of
 // the sharer's state word, so that one share of many is given back in O(1).
 
 const (
@@ -33,8 +33,11 @@ func (e *keyEntry) addSharer(h *Claim, f uint32) uint32 {
 	if e.holder == nil {
 		e.holder = h
 	} else {
-		e.sharers = append(e.sharers, h)
-		p = min(len(e.sharers), sharePosFar)
+		if e.sharers == nil {
+			e.sharers = new(sharerList)
+		}
+		e.sharers.claims = append(e.sharers.claims, h)
+		p = min(len(e.sharers.claims), sharePosFar)
 	}
 	e.shares++
 	return f&flagBits | uint32(p)<<sharePosShift
@@ -48,12 +51,12 @@ func (e *keyEntry) placeOf(h *Claim) int {
 			return 0
 		}
 	case p < sharePosFar:
-		if p <= len(e.sharers) && e.sharers[p-1] == h {
+		if others := e.others(); p <= len(others) && others[p-1] == h {
 			return p
 		}
 	default:
-		for i := sharePosFar - 1; i < len(e.sharers); i++ {
-			if e.sharers[i] == h {
+		for i, others := sharePosFar-1, e.others(); i < len(others); i++ {
+			if others[i] == h {
 				return i + 1
 			}
 		}
@@ -70,25 +73,26 @@ func (e *keyEntry) removeSharer(h *Claim) {
 		return
 	}
 	e.shares--
-	n := len(e.sharers)
+	others := e.others()
+	n := len(others)
 	if n == 0 {
 		e.holder = nil
 		e.unwatched = false
-		if cap(e.sharers) > maxKeptSharers {
+		if cap(others) > maxKeptSharers {
 			e.sharers = nil
 		}
 		return
 	}
-	last := e.sharers[n-1]
-	e.sharers[n-1] = nil
-	e.sharers = e.sharers[:n-1]
+	last := others[n-1]
+	others[n-1] = nil
+	e.sharers.claims = others[:n-1]
 	switch {
 	case last == h:
 	case p == 0:
 		e.holder = last
 		last.setSharePos(0)
 	default:
-		e.sharers[p-1] = last
+		others[p-1] = last
 		last.setSharePos(p)
 	}
 }
@@ -96,8 +100,8 @@ func (e *keyEntry) removeSharer(h *Claim) {
 // lastSharer is the sharer that giving back a share moves last: the one an exclusive request
 // looks at first when it settles lapsed sharers.
 func (e *keyEntry) lastSharer() *Claim {
-	if n := len(e.sharers); n > 0 {
-		return e.sharers[n-1]
+	if others := e.others(); len(others) > 0 {
+		return others[len(others)-1]
 	}
 	return e.holder
 }
@@ -108,7 +112,19 @@ func (e *keyEntry) appendHolders(out []*Claim) []*Claim {
 		return out
 	}
 	out = append(out, e.holder)
-	return append(out, e.sharers...)
+	return append(out, e.others()...)
+}
+
+// sharerList is the sharers of a key other than its holder, made with its second share and kept
+// with the entry (up to maxKeptSharers): held apart, it keeps the entry within 64 bytes.
+type sharerList struct{ claims []*Claim }
+
+// others is the sharers of the key other than its holder, each at its place less one.
+func (e *keyEntry) others() []*Claim {
+	if e.sharers == nil {
+		return nil
+	}
+	return e.sharers.claims
 }
 
 // maxKeptSharers bounds the sharers slice an entry keeps for its next sharers once the last

@@ -51,19 +51,19 @@ func TestSharerPlaces(t *testing.T) {
 	var far keyEntry
 	far.holder = mk()
 	far.shares = 1
-	far.sharers = make([]*Claim, sharePosFar-2, sharePosFar+4)
+	far.sharers = &sharerList{claims: make([]*Claim, sharePosFar-2, sharePosFar+4)}
 	for range 4 {
 		h := mk()
 		h.state.Store(far.addSharer(h, h.flags()) | flagHeld)
 		assert.LessOrEqual(t, h.sharePos(), sharePosFar)
 	}
-	for _, h := range far.sharers[sharePosFar-2:] {
+	for _, h := range far.others()[sharePosFar-2:] {
 		p := far.placeOf(h)
 		require.Positive(t, p)
-		require.Same(t, h, far.sharers[p-1])
+		require.Same(t, h, far.others()[p-1])
 	}
-	last := far.sharers[len(far.sharers)-1]
-	far.removeSharer(far.sharers[sharePosFar-1]) // the first one recorded as far
+	last := far.others()[len(far.others())-1]
+	far.removeSharer(far.others()[sharePosFar-1]) // the first one recorded as far
 	p := far.placeOf(last)
 	require.Equal(t, sharePosFar, p, "the last sharer moved into the freed place")
 }

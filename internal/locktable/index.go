@@ -152,7 +152,7 @@ func (t *entryTable) all(f func(*keyEntry)) {
 // Invariants, whenever its shard's mutex is released (a build with the tag invariants checks
 // each there: shard_check.go):
 //   - It is held or waited on, and in the index of the shard its hash names, found by its own
-//     hash and record; its rangedKey is set exactly when that shard is a home shard.
+//     hash and record; its space and keyClaim are set exactly when that shard is a home shard.
 //   - holder is nil exactly while the key is free, and then shares is 0 and sharers empty.
 //     While one exclusive holder holds it, shares is 0 and sharers empty; while it is held
 //     shared, shares counts the holder and the sharers, each shared and at its recorded place.
@@ -172,9 +172,12 @@ type keyEntry struct {
 	hash       uint64
 	holder     *Claim // the exclusive holder or one sharer; nil exactly while the key is free
 	head, tail *waiter
-	// rangedKey is the entry's key in its home shard's range space (rangespace.go), nil unless
-	// the entry is in a home shard.
-	rangedKey   *rangedKey
+	// In a home shard, space is the range space the entry's key is in, and keyClaim a claim of
+	// the key, whose key orders the entry in the space's index (rangespace.go): the entry keeps it
+	// so that the index finds the entry after its last holder and waiter left. Both are nil in a
+	// key shard.
+	space       *rangeSpace
+	keyClaim    *Claim
 	shares      int32 // holders in shared mode, holder included; 0 while held exclusively or free
 	wakePending bool  // the head waiter was woken and has not yet looked at the key
 	// unwatched is set when a sharer was granted with nothing queued, so its deadline may be off
@@ -185,7 +188,7 @@ type keyEntry struct {
 	// are any, no newcomer passes the oldest waiter (keyEntry.bargeable). 16 bits keep the
 	// entry's hot fields in one cache line.
 	ownersHolding uint16
-	sharers       []*Claim // the sharers other than holder, each knowing its place (sharePos)
+	sharers       *sharerList // the sharers other than holder, each knowing its place (sharePos)
 }
 
 // record is the entry's column family and key, as held by its holder or, while the key is free,

@@ -73,15 +73,16 @@ func (sp *rangeSpace) indexQueued(visited *invariants.Counter) *queuedIndex {
 		x.visited.Inc()
 		return true
 	})
-	sp.keys.Ascend(func(rk *rangedKey) bool { // in key order: the keys come sorted
-		for w := rk.e.head; w != nil; w = w.next {
+	sp.keys.Ascend(func(e *keyEntry) bool { // in key order: the keys come sorted
+		key := e.homeKey()
+		for w := e.head; w != nil; w = w.next {
 			exclusive := w.h.flags()&flagShared == 0
 			for m := range 2 {
 				if m == 0 || exclusive {
-					x.keys[m] = append(x.keys[m], rk.key)
+					x.keys[m] = append(x.keys[m], key)
 				}
 			}
-			own(w.h, queuedSpan{start: rk.key, exclusive: exclusive})
+			own(w.h, queuedSpan{start: key, exclusive: exclusive})
 			x.visited.Inc()
 		}
 		x.visited.Inc()

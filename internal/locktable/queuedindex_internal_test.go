@@ -101,8 +101,8 @@ func TestQueuedIndexCountsAsAWalkOfTheQueue(t *testing.T) {
 			for _, tr := range []*rangeTree{&sp.ranges.shared, &sp.ranges.exclusive} {
 				tr.Meeting(nil, nil, func(y *Claim) bool { check(y); checked++; return true })
 			}
-			sp.keys.Ascend(func(rk *rangedKey) bool {
-				for _, h := range rk.e.appendHolders(nil) {
+			sp.keys.Ascend(func(e *keyEntry) bool {
+				for _, h := range e.appendHolders(nil) {
 					check(h)
 					checked++
 				}

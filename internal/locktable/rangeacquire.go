@@ -8,11 +8,9 @@ import "time"
 // newRangedEntry adds an entry for h's key, which a live span covers, to the home shard.
 func (sh *shard) newRangedEntry(sp *rangeSpace, h *Claim) *keyEntry {
 	e := sh.newEntry(h.hash)
-	// The claim's key never changes, and the slice keeps it alive for as long as the entry needs it.
-	rk := &rangedKey{key: h.key(), space: sp, e: e}
-	e.rangedKey = rk
+	e.space, e.keyClaim = sp, h // the claim's key never changes
 	sh.index.insert(e)
-	sp.keys.ReplaceOrInsert(rk)
+	sp.keys.ReplaceOrInsert(e)
 	return e
 }
 

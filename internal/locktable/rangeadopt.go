@@ -1,7 +1,6 @@
 package locktable
 
 import (
-	"bytes"
 	"runtime"
 	"slices"
 	"sync/atomic"
@@ -228,9 +227,11 @@ func ownerWaitsIn(e *keyEntry) bool {
 // moveEntry brings e, an entry of sp's column family in sh, a key shard, and its holders and
 // waiters, into sp's home shard to, with both shards' mutexes held, and returns it as the home shard's index
 // of keys holds it.
-func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace) *rangedKey {
-	_, key := e.record()
-	rk := &rangedKey{key: bytes.Clone(key), space: sp, e: e}
+func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace) *keyEntry {
+	keyClaim := e.holder // a claim of the key: the holder, or while the key is free, the oldest waiter
+	if keyClaim == nil {
+		keyClaim = e.head.h
+	}
 	for w := e.head; w != nil; w = w.next {
 		if w.h.owner != nil {
 			sp.listed(w) // queued before a range covered its key
@@ -240,8 +241,7 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace) *rangedKey {
 	hash := ne.hash
 	*ne = *e // its holders and queue, and what the entry knows of them
 	ne.hash = hash
-	ne.rangedKey = rk
-	rk.e = ne
+	ne.space, ne.keyClaim = sp, keyClaim
 	move := func(h *Claim) {
 		scheduled := h.heapIdx >= 0
 		sh.unschedule(h)
@@ -267,6 +267,6 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace) *rangedKey {
 	*e = keyEntry{hash: e.hash} // emptied, as remove takes it
 	sh.remove(e)
 	to.index.insert(ne)
-	sp.keys.ReplaceOrInsert(rk)
-	return rk
+	sp.keys.ReplaceOrInsert(ne)
+	return ne
 }

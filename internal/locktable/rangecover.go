@@ -34,11 +34,14 @@ func (sp *rangeSpace) retire(r *retiredSpan, next *rangeCover) {
 	next.retiring = next.retiring.With(&r.Span, r.id)
 }
 
-// unorphan takes rk off its retired span's orphans, and the span out of next once it has none: a
-// live span covers rk again, or rk left the home shard. It reports whether next changed.
-func (rk *rangedKey) unorphan(next *rangeCover) bool {
-	r := rk.retired
-	rk.retired = nil
+// unorphan takes e, an orphan routed home by r, off r's orphans, and r out of next once it has
+// none: a live span covers e's key again, or e left the home shard. It reports whether next
+// changed.
+func (sp *rangeSpace) unorphan(e *keyEntry, r *retiredSpan, next *rangeCover) bool {
+	delete(sp.orphans, e)
+	if len(sp.orphans) == 0 {
+		sp.orphans = nil // a map keeps its size: let go of what many orphans grew
+	}
 	r.orphans--
 	if r.orphans > 0 {
 		return false
@@ -52,10 +55,10 @@ func (sp *rangeSpace) coverAdd(it *rangeItem) {
 	cv := sp.cover.Load()
 	next := &rangeCover{live: cv.live.With(it.span(), it.ID()), retiring: cv.retiring}
 	it.covering = true
-	if !next.retiring.Empty() {
+	if len(sp.orphans) > 0 {
 		sp.keysIn(it.start(), it.end(), func(e *keyEntry) bool {
-			if rk := e.rangedKey; rk.retired != nil {
-				rk.unorphan(next)
+			if r := sp.orphans[e]; r != nil {
+				sp.unorphan(e, r, next)
 			}
 			return true
 		})
@@ -75,9 +78,8 @@ func (sp *rangeSpace) spanGone(it *rangeItem) {
 	next := &rangeCover{live: cv.live.Without(it.span(), it.ID()), retiring: cv.retiring}
 	r := &retiredSpan{Span: *it.span(), id: it.ID()}
 	sp.keysIn(it.start(), it.end(), func(e *keyEntry) bool {
-		if rk := e.rangedKey; rk.retired == nil && !next.live.Covers(rk.key) {
-			rk.retired = r
-			r.orphans++
+		if sp.orphans[e] == nil && !next.live.Covers(e.homeKey()) {
+			sp.orphan(e, r)
 		}
 		return true
 	})
@@ -90,24 +92,41 @@ func (sp *rangeSpace) spanGone(it *rangeItem) {
 	}
 }
 
-// orphanLeft takes rk, an orphan, off its retired span as it leaves the table.
-func (sp *rangeSpace) orphanLeft(rk *rangedKey) {
-	cv := sp.cover.Load()
-	next := &rangeCover{live: cv.live, retiring: cv.retiring}
-	if rk.unorphan(next) {
-		sp.cover.Store(next)
+// orphan makes e an orphan that r routes home.
+func (sp *rangeSpace) orphan(e *keyEntry, r *retiredSpan) {
+	if sp.orphans == nil {
+		sp.orphans = map[*keyEntry]*retiredSpan{}
+	}
+	sp.orphans[e] = r
+	r.orphans++
+}
+
+// keyLeft takes e, an entry of the home shard that leaves the table, out of sp's index of keys,
+// and off its retired span if it is an orphan.
+func (sp *rangeSpace) keyLeft(e *keyEntry) {
+	sp.keys.Delete(e)
+	if len(sp.orphans) == 0 {
+		return
+	}
+	if r := sp.orphans[e]; r != nil {
+		cv := sp.cover.Load()
+		next := &rangeCover{live: cv.live, retiring: cv.retiring}
+		if sp.unorphan(e, r, next) {
+			sp.cover.Store(next)
+		}
 	}
 }
 
-// orphanBrought makes rk, a key just brought into the home shard, an orphan with a retired span
-// of its own if no live span covers it.
-func (sp *rangeSpace) orphanBrought(rk *rangedKey) {
+// orphanBrought makes e, an entry just brought into the home shard, an orphan with a retired
+// span of its own if no live span covers its key.
+func (sp *rangeSpace) orphanBrought(e *keyEntry) {
 	cv := sp.cover.Load()
-	if cv.live.Covers(rk.key) {
+	key := e.homeKey()
+	if cv.live.Covers(key) {
 		return
 	}
-	r := &retiredSpan{Span: spans.Span{Start: rk.key, End: keyAfter(rk.key)}, id: sp.nextSeq(), orphans: 1}
-	rk.retired = r
+	r := &retiredSpan{Span: spans.Span{Start: key, End: keyAfter(key)}, id: sp.nextSeq()}
+	sp.orphan(e, r)
 	next := &rangeCover{live: cv.live, retiring: cv.retiring}
 	sp.retire(r, next)
 	sp.cover.Store(next)

@@ -114,7 +114,7 @@ func (sp *rangeSpace) keyBlocksRange(e *keyEntry, h *Claim, seq uint64) bool {
 		if conflicts(h, e.holder) {
 			return true
 		}
-		for _, x := range e.sharers {
+		for _, x := range e.others() {
 			if conflicts(h, x) {
 				return true
 			}
@@ -131,11 +131,13 @@ func (sp *rangeSpace) keyBlocksRange(e *keyEntry, h *Claim, seq uint64) bool {
 // keysIn calls f on the entries of the keys in [start, end) (end nil: no bound), in key order,
 // until f returns false.
 func (sp *rangeSpace) keysIn(start, end []byte, f func(*keyEntry) bool) {
-	each := func(rk *rangedKey) bool { return f(rk.e) }
-	from := &rangedKey{key: start}
+	from := sp.probe(start)
 	if end == nil {
-		sp.keys.AscendGreaterOrEqual(from, each)
-		return
+		sp.keys.AscendGreaterOrEqual(from, f)
+	} else {
+		to := sp.probe(end)
+		sp.keys.AscendRange(from, to, f)
+		sp.unprobe(to)
 	}
-	sp.keys.AscendRange(from, &rangedKey{key: end}, each)
+	sp.unprobe(from)
 }

@@ -126,7 +126,7 @@ func (sp *rangeSpace) conflictsWithLocksOf(x *waiter, p passer, seen *[]*waiter)
 			return true
 		}
 		found = holds(e.holder)
-		for _, y := range e.sharers {
+		for _, y := range e.others() {
 			found = found || holds(y)
 		}
 		return !found

@@ -74,9 +74,7 @@ func (sh *shard) recheckWaiting(sp *rangeSpace) {
 func (sh *shard) list(e *keyEntry, w *waiter) {
 	sp := w.space
 	if sp == nil && e != nil {
-		if rk := e.rangedKey; rk != nil {
-			sp = rk.space
-		}
+		sp = e.space
 	}
 	if sp != nil {
 		sp.listed(w)

@@ -76,18 +76,6 @@ func (sh *shard) serveQueuedRanges(sp *rangeSpace, batch []*rangeItem) {
 	}
 }
 
-// served takes rk out of its space's index if serving its entry took the entry out of the table
-// (serveKey does exactly when the key has neither holder nor waiter).
-func (rk *rangedKey) served() {
-	if rk.e.holder == nil && rk.e.head == nil {
-		sp := rk.space
-		sp.keys.Delete(rk)
-		if rk.retired != nil {
-			sp.orphanLeft(rk)
-		}
-	}
-}
-
 // queuedOver reports whether a range request queued in sp covers key: only then can a change
 // to key's holders or queue let one through.
 func (sp *rangeSpace) queuedOver(key []byte) bool {
@@ -180,9 +168,7 @@ func (sh *shard) serveAfterRange(sp *rangeSpace, start, end []byte) {
 		return true
 	})
 	for _, e := range waited {
-		rk := e.rangedKey
 		sh.serveKey(e)
-		rk.served()
 	}
 	sh.serveRanges(sp, start, end, false)
 }
@@ -191,6 +177,5 @@ func (sh *shard) serveAfterRange(sp *rangeSpace, start, end []byte) {
 // holder the key's queue is granted then must be watched, since that request may wait for it to
 // lapse as well (range requests watch only the holders there when they queue, watchSpan).
 func (e *keyEntry) rangeWaitsOver() bool {
-	rk := e.rangedKey
-	return rk != nil && rk.space.queuedOver(rk.key)
+	return e.space != nil && e.space.queuedOver(e.homeKey())
 }

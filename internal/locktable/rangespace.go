@@ -5,6 +5,7 @@ import (
 	"maps"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/google/btree"
 )
@@ -49,8 +50,9 @@ type rangeHooks struct {
 //   - The live cover holds, once each, the span of every range lock and queued request but an
 //     upgrade's stand-in (the lock's span is there), and of every range request still bringing
 //     its keys in (covering, in no tree yet).
-//   - keys are the home shard's entries of the column family, all of them, each routed home by
-//     a live span or else by its own retired span; a retiring span counts those it routes.
+//   - keys are the home shard's entries of the column family, all of them, each of this space
+//     and ordered by its keyClaim's key, which is its own; each is routed home by a live span or
+//     else by its retired span in orphans, and a retiring span counts those it routes.
 //   - No exclusive range lock meets a range lock of another owner, and no range lock meets a
 //     lock of a key inside it that conflicts with it (unless DisableRangeConflicts).
 //   - waiting holds, for each owner, a request of that owner queued in the space; a queued
@@ -66,7 +68,11 @@ type rangeSpace struct {
 	// cover is the spans a key request must look for its key in before it takes its own shard's
 	// lock for granted: published under the home shard's mutex, read under any.
 	cover atomic.Pointer[rangeCover]
-	keys  *btree.BTreeG[*rangedKey] // the keys brought into the home shard, by key
+	keys  *btree.BTreeG[*keyEntry] // the entries of the home shard's keys, by key (entryBefore)
+	// orphans is the keys that no live span covers, each with the retired span that routes it
+	// home (rangecover.go).
+	orphans map[*keyEntry]*retiredSpan
+	probes  []*keyEntry // the probes of searches that ended (probe)
 	// broughtSteps is what bringing keys in did under one hold of a shard's mutex at most.
 	broughtSteps broughtSteps
 	ranges       rangeSet     // its range locks and queued range requests
@@ -83,19 +89,32 @@ type rangeSpace struct {
 	repassDue bool
 }
 
-// rangedKey is an entry of the home shard's keys, as its space's index holds it. The index holds
-// these rather than the entries, whose link is reused once they leave (index.go), so that an entry
-// taken out of the table by serveKey leaves the index after it (rangedKey.served).
-type rangedKey struct {
-	key   []byte
-	space *rangeSpace
-	e     *keyEntry
-	// retired is the retiring span that routes its requests here while no live span covers it
-	// (rangecover.go), nil otherwise.
-	retired *retiredSpan
+// homeKey is the key of e, an entry of a home shard: set as e comes in and read after its last
+// holder and waiter left, as e leaves.
+func (e *keyEntry) homeKey() []byte { return e.keyClaim.key() }
+
+// entryBefore orders a space's index of keys.
+func entryBefore(a, b *keyEntry) bool { return bytes.Compare(a.homeKey(), b.homeKey()) < 0 }
+
+// probe is an entry that stands for key in a search of sp's index of keys, until unprobe gives it
+// back: the space keeps those given back, so that a search allocates nothing once searches have
+// run. A search's callback may search again, so each takes its own.
+func (sp *rangeSpace) probe(key []byte) *keyEntry {
+	var e *keyEntry
+	if n := len(sp.probes); n > 0 {
+		e, sp.probes = sp.probes[n-1], sp.probes[:n-1]
+	} else {
+		e = &keyEntry{keyClaim: new(Claim)}
+	}
+	e.keyClaim.keyPtr, e.keyClaim.keyLen = unsafe.SliceData(key), uint32(len(key))
+	return e
 }
 
-func keyBefore(a, b *rangedKey) bool { return bytes.Compare(a.key, b.key) < 0 }
+// unprobe gives back a probe, which keeps no key alive.
+func (sp *rangeSpace) unprobe(e *keyEntry) {
+	e.keyClaim.keyPtr, e.keyClaim.keyLen = nil, 0
+	sp.probes = append(sp.probes, e)
+}
 
 // nextSeq gives a request its place in the order of arrival, and a range item its id.
 func (sp *rangeSpace) nextSeq() uint64 {
@@ -150,7 +169,7 @@ func (t *Table) spaceFor(cf uint32) *rangeSpace {
 		return sp
 	}
 	idx := homeOf(cf)
-	sp := &rangeSpace{home: &t.shards[idx], homeIdx: idx, keys: btree.NewG(16, keyBefore), ready: make(chan struct{})}
+	sp := &rangeSpace{home: &t.shards[idx], homeIdx: idx, keys: btree.NewG(16, entryBefore), ready: make(chan struct{})}
 	sp.cover.Store(&rangeCover{})
 	home := sp.home
 	home.mu.Lock()

@@ -3,6 +3,7 @@
 package locktable
 
 import (
+	"bytes"
 	"slices"
 	"unsafe"
 
@@ -164,23 +165,30 @@ func (sh *shard) checkKeysBroughtIn(cf uint32, sp *rangeSpace) {
 		orphans[(*retiredSpan)(unsafe.Pointer(s))] = 0
 		return true
 	})
-	sp.keys.Ascend(func(rk *rangedKey) bool {
-		e := rk.e
-		switch live := cv.live.Covers(rk.key); {
-		case rk.space != sp || e.rangedKey != rk || sh.index.find(e.hash, cf, rk.key) != e:
-			violated("a key brought in is an entry of its space's home shard", "key %q", rk.key)
-		case live == (rk.retired != nil):
-			violated("a key brought in is routed home by a live span or else by its retired span", "key %q: live %v", rk.key, live)
-		case rk.retired != nil:
-			n, ok := orphans[rk.retired]
-			if !ok || !spanContains(rk.retired.Start, rk.retired.End, rk.key) {
+	sp.keys.Ascend(func(e *keyEntry) bool {
+		key := e.homeKey()
+		recordCF, recordKey := e.record()
+		r := sp.orphans[e]
+		switch live := cv.live.Covers(key); {
+		case e.space != sp || e.keyClaim.cf != cf || recordCF != cf || !bytes.Equal(recordKey, key) || sh.index.find(e.hash, cf, key) != e:
+			violated("a key brought in is an entry of its space's home shard, ordered by its own key", "key %q", key)
+		case live == (r != nil):
+			violated("a key brought in is routed home by a live span or else by its retired span", "key %q: live %v", key, live)
+		case r != nil:
+			n, ok := orphans[r]
+			if !ok || !spanContains(r.Start, r.End, key) {
 				violated("a key brought in is routed home by a live span or else by its retired span",
-					"key %q: its retired span is not in the cover or does not hold it", rk.key)
+					"key %q: its retired span is not in the cover or does not hold it", key)
 			}
-			orphans[rk.retired] = n + 1
+			orphans[r] = n + 1
 		}
 		return true
 	})
+	for e := range sp.orphans {
+		if e.space != sp {
+			violated("a key brought in is routed home by a live span or else by its retired span", "an orphan %p left the space", e)
+		}
+	}
 	for r, n := range orphans {
 		if n != r.orphans {
 			violated("a retiring span counts its orphans", "span [%q, %q): %d, found %d", r.Start, r.End, r.orphans, n)
@@ -224,13 +232,14 @@ func (sh *shard) checkRangeGrants(sp *rangeSpace, locks []*Claim) {
 	any, excl = latestEnds{}, latestEnds{}
 	next := 0
 	var holders []*Claim
-	sp.keys.Ascend(func(rk *rangedKey) bool {
-		for ; next < len(locks) && spans.Compare(locks[next].key(), rk.key) <= 0; next++ {
+	sp.keys.Ascend(func(e *keyEntry) bool {
+		key := e.homeKey()
+		for ; next < len(locks) && spans.Compare(locks[next].key(), key) <= 0; next++ {
 			add(locks[next])
 		}
-		holders = rk.e.appendHolders(holders[:0])
+		holders = e.appendHolders(holders[:0])
 		for _, y := range holders {
-			if x := meets(y, rk.key); x != nil {
+			if x := meets(y, key); x != nil {
 				violated("no two grants conflict", "range lock %s and %s", describe(x), describe(y))
 			}
 		}

@@ -97,7 +97,7 @@ func (sh *shard) grant(e *keyEntry, h *Claim, wall int64, mono, lease time.Durat
 // shard, and grants with grant alone.
 func (sh *shard) grantKey(e *keyEntry, h *Claim, wall int64, mono, lease time.Duration, watch bool) {
 	sh.grant(e, h, wall, mono, lease, watch)
-	if e.rangedKey != nil {
+	if e.space != nil {
 		h.setFlags(flagInHomeShard)
 	}
 }
@@ -123,7 +123,7 @@ func (sh *shard) watchHolders(e *keyEntry) {
 	case e.unwatched:
 		e.unwatched = false
 		sh.watch(e.holder)
-		for _, h := range e.sharers {
+		for _, h := range e.others() {
 			sh.watch(h)
 		}
 	}

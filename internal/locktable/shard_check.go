@@ -104,7 +104,7 @@ func (sh *shard) checkEntry(e *keyEntry, home bool) (held, counted int) {
 		violated("an entry is held or waited on", "entry of %q has neither holder nor request", key)
 	case sh.tab.shard(e.hash) != sh || sh.index.find(e.hash, cf, key) != e:
 		violated("an entry is in the index of the shard its hash names", "entry of %q", key)
-	case (e.rangedKey != nil) != home:
+	case (e.space != nil) != home || (e.keyClaim != nil) != home:
 		violated("an entry of a home shard, and only of one, is a key brought in", "entry of %q", key)
 	}
 	held = sh.checkHolders(e, key)
@@ -116,17 +116,17 @@ func (sh *shard) checkEntry(e *keyEntry, home bool) (held, counted int) {
 func (sh *shard) checkHolders(e *keyEntry, key []byte) int {
 	switch {
 	case e.holder == nil:
-		if e.shares != 0 || len(e.sharers) != 0 {
-			violated("a free key has no sharer", "key %q: shares %d, %d sharers", key, e.shares, len(e.sharers))
+		if e.shares != 0 || len(e.others()) != 0 {
+			violated("a free key has no sharer", "key %q: shares %d, %d sharers", key, e.shares, len(e.others()))
 		}
 		return 0
 	case e.shares == 0:
-		if len(e.sharers) != 0 || e.holder.flags()&flagShared != 0 {
+		if len(e.others()) != 0 || e.holder.flags()&flagShared != 0 {
 			violated("a key held exclusively has one holder, not shared",
-				"key %q: %d sharers, holder shared %v", key, len(e.sharers), e.holder.flags()&flagShared != 0)
+				"key %q: %d sharers, holder shared %v", key, len(e.others()), e.holder.flags()&flagShared != 0)
 		}
-	case int(e.shares) != 1+len(e.sharers):
-		violated("a key held shared counts its sharers", "key %q: shares %d, holder and %d sharers", key, e.shares, len(e.sharers))
+	case int(e.shares) != 1+len(e.others()):
+		violated("a key held shared counts its sharers", "key %q: shares %d, holder and %d sharers", key, e.shares, len(e.others()))
 	}
 	holders := e.appendHolders(nil)
 	for i, h := range holders {
@@ -137,7 +137,7 @@ func (sh *shard) checkHolders(e *keyEntry, key []byte) int {
 				key, i, f&flagHeld != 0, h.e == e, h.w != nil, f&flagRange != 0)
 		case e.shares > 0 && (f&flagShared == 0 || e.placeOf(h) != i):
 			violated("a sharer is shared and knows its place", "key %q: sharer %d: shared %v, place %d", key, i, f&flagShared != 0, e.placeOf(h))
-		case (f&flagInHomeShard != 0) != (e.rangedKey != nil):
+		case (f&flagInHomeShard != 0) != (e.space != nil):
 			violated("a holder of a key in a home shard, and only one, is marked so", "key %q: holder %d", key, i)
 		case f&(flagReleased|flagExpired) != 0 && f&(flagFencing|flagPassOnAfterFence) != flagFencing|flagPassOnAfterFence:
 			violated("a dead holder keeps its key only inside a fence, to pass it on as the fence ends",

@@ -88,7 +88,7 @@ func (sh *shard) tellHolders(e *keyEntry) {
 	if e.holder != nil {
 		sh.tellHolder(e.holder)
 	}
-	for _, x := range e.sharers {
+	for _, x := range e.others() {
 		sh.tellHolder(x)
 	}
 }
@@ -111,7 +111,7 @@ type heldTell struct {
 // holder, the usual case, which then needs no deferred list of its own (allocated for every
 // wait otherwise). It runs after the calls deferred before it, as it would from the list.
 func (sh *shard) tellHoldersAfter(e *keyEntry) heldTell {
-	if len(e.sharers) > 0 {
+	if len(e.others()) > 0 {
 		sh.tellHolders(e)
 		return heldTell{}
 	}

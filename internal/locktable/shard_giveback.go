@@ -79,7 +79,7 @@ func (sh *shard) giveBackShare(h *Claim, e *keyEntry, f, set uint32) {
 		sh.drop(w, waitShareEnded)
 	}
 	sh.held--
-	if e.rangedKey != nil {
+	if e.space != nil {
 		sh.ownerLetGo(h)
 	}
 	sh.serve(e)

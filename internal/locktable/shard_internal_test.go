@@ -84,3 +84,9 @@ func TestShardTableShrinksOnceKeysLeave(t *testing.T) {
 	}
 	assert.True(t, ProbeTableEmpty(l))
 }
+
+// An entry takes one 64-byte allocation, a cache line: its place in a key lock's memory
+// (BENCHMARKS.md, P5), in a key shard and in a home shard alike.
+func TestEntryFitsOneCacheLine(t *testing.T) {
+	assert.LessOrEqual(t, unsafe.Sizeof(keyEntry{}), uintptr(64))
+}

@@ -40,12 +40,16 @@ func (sh *shard) ownIndex(e *keyEntry) int {
 // remove takes e, which has neither holder nor waiters, out of the table and keeps it for reuse.
 // Once no key of the shard is held or waited on, the shard holds no allocated entry: a table
 // whose keys come and go returns to its idle size.
-// An entry of a home shard leaves its space's index after it (rangedKey.served).
+// An entry of a home shard leaves its space's index of keys with it.
 func (sh *shard) remove(e *keyEntry) {
 	sh.index.remove(e)
 	sh.unnote(e)
-	// e has no holder and no waiters, so every pointer of it is nil already but its ranged key.
-	e.rangedKey = nil
+	if sp := e.space; sp != nil {
+		sp.keyLeft(e)
+	}
+	// e has no holder and no waiters, so every pointer of it is nil already but those of a home
+	// shard's entry.
+	e.space, e.keyClaim = nil, nil
 	e.wakePending = false
 	switch i := sh.ownIndex(e); {
 	case i >= 0:

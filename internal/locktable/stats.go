@@ -232,9 +232,9 @@ func (sh *shard) visitWaits(e *keyEntry, wait func(QueuedRequest), holder func(s
 	sh.counts.visited.Add(uint64(waiters))
 	if holder != nil && e.holder != nil {
 		holder(e.holder.snapshot(), waiters)
-		for _, s := range e.sharers {
+		for _, s := range e.others() {
 			holder(s.snapshot(), waiters)
 		}
-		sh.counts.visited.Add(uint64(1 + len(e.sharers)))
+		sh.counts.visited.Add(uint64(1 + len(e.others())))
 	}
 }

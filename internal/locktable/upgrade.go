@@ -68,14 +68,13 @@ func (h *Claim) upgrade(ctx context.Context, timeout time.Duration, ctxBounds bo
 func (sh *shard) upgradeKey(ctx context.Context, h, stand *Claim, mono, deadline time.Duration) error {
 	c, e := h.ten, h.e
 	sh.settleOtherSharers(e, h, c, mono)
-	rk := e.rangedKey
-	if e.shares == 1 && (rk == nil || !rk.space.keyBlocked(sh, stand, 0, false, c, mono)) {
+	if e.shares == 1 && (e.space == nil || !e.space.keyBlocked(sh, stand, 0, false, c, mono)) {
 		e.shares = 0
 		h.clearFlags(flagShared)
 		sh.unlockAndRunDeferred()
 		return nil
 	}
-	if rk == nil && h.owner != nil {
+	if e.space == nil && h.owner != nil {
 		if sp := sh.tab.spaceOf(h.cf); sp != nil {
 			stand.routeHomeLocked(sh, sp, true).unlockAndRunDeferred()
 			return errRouteAgain

@@ -147,7 +147,7 @@ func (g *waitGraph) blockers(t Owner, h *Claim, out []Owner) []Owner {
 	// A holder whose lease has passed holds nothing any more, though nobody may have settled it
 	// yet: its timer, armed as the request queued, passes the key on.
 	b := edgeList{t: t, ten: h.ten, now: h.ten.clock.Mono(), out: out}
-	if w.space != nil || e.rangedKey != nil {
+	if w.space != nil || e.space != nil {
 		g.rangeSteps.Add(b.addRangeEdges(h, w))
 		if w.space != nil {
 			return b.out
@@ -157,7 +157,7 @@ func (g *waitGraph) blockers(t Owner, h *Claim, out []Owner) []Owner {
 	case e.holder == nil:
 	case !w.shared:
 		b.addHolder(e.holder)
-		for _, s := range e.sharers {
+		for _, s := range e.others() {
 			b.addHolder(s)
 		}
 	case e.heldExclusively():
@@ -170,7 +170,7 @@ func (g *waitGraph) blockers(t Owner, h *Claim, out []Owner) []Owner {
 			// x needs every holder gone, and w is granted after it.
 			if !e.heldExclusively() && e.holder != nil {
 				b.addHolder(e.holder)
-				for _, s := range e.sharers {
+				for _, s := range e.others() {
 					b.addHolder(s)
 				}
 			}
@@ -232,7 +232,7 @@ func (b *edgeList) addRangeEdges(h *Claim, w *waiter) (steps uint64) {
 	sink := &rangeEdgeSink{owner: r.add, through: r.addThrough, holder: r.addHolder, throughHolder: r.addThroughHolder}
 	sp := w.space
 	if sp == nil {
-		sp = h.e.rangedKey.space
+		sp = h.e.space
 	}
 	before := sp.ranges.steps()
 	sp.rangeEdges(h, w, sink)

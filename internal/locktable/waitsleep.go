@@ -21,8 +21,8 @@ func (sh *shard) wait(ctx context.Context, e *keyEntry, h *Claim, lease, deadlin
 // (rangepass.go), or at the tail when before is nil.
 func (sh *shard) waitBefore(ctx context.Context, e *keyEntry, h *Claim, before *waiter, lease, deadline, mono time.Duration) error {
 	w := &waiter{h: h, since: mono, lease: lease, wake: make(chan struct{}, 1), shared: h.flags()&flagShared != 0}
-	if e.rangedKey != nil {
-		w.seq = e.rangedKey.space.nextSeq()
+	if e.space != nil {
+		w.seq = e.space.nextSeq()
 	}
 	if before == nil {
 		sh.enqueue(e, w)
