@@ -26,7 +26,23 @@ func (sh *shard) serve(e *keyEntry) {
 	sp, keyClaim := e.space, e.keyClaim
 	sh.serveKey(e) // may take e out of the table
 	if sp != nil {
+		e.rekey()
 		sh.keyChanged(sp, keyClaim.key())
+	}
+}
+
+// rekey makes e, an entry of a home shard still in the table, keep a claim that is on it, once
+// the one it kept has left the key: a claim given back is not kept alive, with its tenant and
+// owner, by a key that others go on holding. Every claim of the key has the same key, so the
+// entry's place in its space's index stays.
+func (e *keyEntry) rekey() {
+	if e.space == nil || e.keyClaim.e == e {
+		return
+	}
+	if e.holder != nil {
+		e.keyClaim = e.holder
+	} else {
+		e.keyClaim = e.head.h
 	}
 }
 

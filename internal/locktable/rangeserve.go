@@ -169,6 +169,7 @@ func (sh *shard) serveAfterRange(sp *rangeSpace, start, end []byte) {
 	})
 	for _, e := range waited {
 		sh.serveKey(e)
+		e.rekey()
 	}
 	sh.serveRanges(sp, start, end, false)
 }
