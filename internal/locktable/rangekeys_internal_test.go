@@ -275,7 +275,7 @@ func TestHomeEntryLetsGoOfAClaimGivenBack(t *testing.T) {
 	}
 }
 
-// The same through the engine: a range request of an owner that holds a lock reads the keys
+// A nested search through the engine: a range request of an owner that holds a lock reads the keys
 // inside its range (rangeBlocked), and a key's request queued there behind a range request that
 // waits for the owner is passed (rangepass.go); finding that out reads the keys of that range
 // request (conflictsWithLocksOf), a search inside the first. The first must still read the keys
