@@ -45,6 +45,7 @@ func TestHeldLockMemory(t *testing.T) {
 	const n = 50_000
 	ctx := context.Background()
 	opts := recordlock.Options{Lease: 5 * time.Minute}
+	shared := recordlock.Options{Lease: opts.Lease, Shared: true}
 	keyOf := func(i int) []byte { return fmt.Appendf(nil, "record/%09d", i) }
 	cases := []struct {
 		name  string
@@ -63,10 +64,10 @@ func TestHeldLockMemory(t *testing.T) {
 		}},
 		{"keysunderarange", 256, func(l *recordlock.Locker) {
 			// Every key lock under it is kept in the column family's home shard.
-			_, err := l.LockRange(ctx, recordlock.Prefix(nil), recordlock.Options{Lease: 5 * time.Minute, Shared: true})
+			_, err := l.LockRange(ctx, recordlock.Prefix(nil), shared)
 			require.NoError(t, err)
 		}, func(l *recordlock.Locker, i int) (*recordlock.Handle, error) {
-			return l.Lock(ctx, keyOf(i), recordlock.Options{Lease: 5 * time.Minute, Shared: true})
+			return l.Lock(ctx, keyOf(i), shared)
 		}},
 		{"ranges", 384, nil, func(l *recordlock.Locker, i int) (*recordlock.Handle, error) {
 			k := keyOf(i)

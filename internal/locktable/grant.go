@@ -36,13 +36,8 @@ func (sh *shard) serve(e *keyEntry) {
 // owner, by a key that others go on holding. Every claim of the key has the same key, so the
 // entry's place in its space's index stays.
 func (e *keyEntry) rekey() {
-	if e.space == nil || e.keyClaim.e == e {
-		return
-	}
-	if e.holder != nil {
-		e.keyClaim = e.holder
-	} else {
-		e.keyClaim = e.head.h
+	if e.space != nil && e.keyClaim.e != e {
+		e.keyClaim = e.firstClaim()
 	}
 }
 

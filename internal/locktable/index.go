@@ -194,11 +194,20 @@ type keyEntry struct {
 // record is the entry's column family and key, as held by its holder or, while the key is free,
 // its oldest waiter.
 func (e *keyEntry) record() (uint32, []byte) {
-	switch {
-	case e.holder != nil:
-		return e.holder.cf, e.holder.key()
-	case e.head != nil:
-		return e.head.h.cf, e.head.h.key()
+	if h := e.firstClaim(); h != nil {
+		return h.cf, h.key()
 	}
 	return 0, nil
+}
+
+// firstClaim is a claim of the entry's key: its holder or, while the key is free, its oldest
+// waiter; nil while it has neither.
+func (e *keyEntry) firstClaim() *Claim {
+	switch {
+	case e.holder != nil:
+		return e.holder
+	case e.head != nil:
+		return e.head.h
+	}
+	return nil
 }

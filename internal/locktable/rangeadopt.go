@@ -228,10 +228,6 @@ func ownerWaitsIn(e *keyEntry) bool {
 // waiters, into sp's home shard to, with both shards' mutexes held, and returns it as the home shard's index
 // of keys holds it.
 func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace) *keyEntry {
-	keyClaim := e.holder // a claim of the key: the holder, or while the key is free, the oldest waiter
-	if keyClaim == nil {
-		keyClaim = e.head.h
-	}
 	for w := e.head; w != nil; w = w.next {
 		if w.h.owner != nil {
 			sp.listed(w) // queued before a range covered its key
@@ -241,7 +237,7 @@ func (sh *shard) moveEntry(to *shard, e *keyEntry, sp *rangeSpace) *keyEntry {
 	hash := ne.hash
 	*ne = *e // its holders and queue, and what the entry knows of them
 	ne.hash = hash
-	ne.space, ne.keyClaim = sp, keyClaim
+	ne.space, ne.keyClaim = sp, ne.firstClaim()
 	move := func(h *Claim) {
 		scheduled := h.heapIdx >= 0
 		sh.unschedule(h)

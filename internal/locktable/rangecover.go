@@ -77,8 +77,8 @@ func (sp *rangeSpace) spanGone(it *rangeItem) {
 	cv := sp.cover.Load()
 	next := &rangeCover{live: cv.live.Without(it.span(), it.ID()), retiring: cv.retiring}
 	r := &retiredSpan{Span: *it.span(), id: it.ID()}
-	sp.keysIn(it.start(), it.end(), func(e *keyEntry) bool {
-		if sp.orphans[e] == nil && !next.live.Covers(e.homeKey()) {
+	sp.keysIn(it.start(), it.end(), func(e *keyEntry) bool { // none is an orphan: it covered them
+		if !next.live.Covers(e.homeKey()) {
 			sp.orphan(e, r)
 		}
 		return true
@@ -105,9 +105,6 @@ func (sp *rangeSpace) orphan(e *keyEntry, r *retiredSpan) {
 // and off its retired span if it is an orphan.
 func (sp *rangeSpace) keyLeft(e *keyEntry) {
 	sp.keys.Delete(e)
-	if len(sp.orphans) == 0 {
-		return
-	}
 	if r := sp.orphans[e]; r != nil {
 		cv := sp.cover.Load()
 		next := &rangeCover{live: cv.live, retiring: cv.retiring}

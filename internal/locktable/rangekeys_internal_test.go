@@ -20,6 +20,25 @@ func indexedKeys(sp *rangeSpace) (keys []string, orphans int) {
 	return keysLocked(sp), len(sp.orphans)
 }
 
+// lockSharedRange is a locker on a table of its own, a shared range lock of it over [a, z), and the
+// range space of its column family.
+func lockSharedRange(t *testing.T) (*testLocker, *Claim, *rangeSpace) {
+	t.Helper()
+	tab := newTestTable(t)
+	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+	r, err := l.TryLockRange("a", "z", testOptions{Shared: true})
+	require.NoError(t, err)
+	return l, r, tab.spaceOf(0)
+}
+
+// orphansOf is how many orphans sp lists, whether it let go of their map, and whether its cover
+// has no retiring span.
+func orphansOf(sp *rangeSpace) (n int, mapLetGo, noneRetiring bool) {
+	sp.home.mu.Lock()
+	defer sp.home.mu.Unlock()
+	return len(sp.orphans), sp.orphans == nil, sp.cover.Load().retiring.Empty()
+}
+
 // keysLocked is the keys of sp's index in order, read with the home shard's mutex held.
 func keysLocked(sp *rangeSpace) []string {
 	var keys []string
@@ -38,13 +57,9 @@ func keysLocked(sp *rangeSpace) []string {
 // on: it leaves the index as its entry leaves the table, an orphan leaves its retired span then,
 // and a key taken again comes back in.
 func TestHomeEntryLeavesTheSpaceIndexWithTheTable(t *testing.T) {
-	tab := newTestTable(t)
-	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+	l, r, sp := lockSharedRange(t)
 	ctx := context.Background()
 	shared := testOptions{Shared: true}
-	r, err := l.TryLockRange("a", "z", shared)
-	require.NoError(t, err)
-	sp := tab.spaceOf(0)
 	b, err := l.Lock(ctx, []byte("b"), shared)
 	require.NoError(t, err)
 	c, err := l.Lock(ctx, []byte("c"), shared)
@@ -64,10 +79,9 @@ func TestHomeEntryLeavesTheSpaceIndexWithTheTable(t *testing.T) {
 	keys, orphans = indexedKeys(sp)
 	require.Empty(t, keys, "the orphan left the index with the table")
 	require.Zero(t, orphans)
-	sp.home.mu.Lock()
-	assert.True(t, sp.cover.Load().retiring.Empty(), "its retired span went with its last orphan")
-	assert.Nil(t, sp.orphans, "the map the orphans grew is let go")
-	sp.home.mu.Unlock()
+	_, mapLetGo, noneRetiring := orphansOf(sp)
+	assert.True(t, noneRetiring, "its retired span went with its last orphan")
+	assert.True(t, mapLetGo, "the map the orphans grew is let go")
 
 	r, err = l.TryLockRange("a", "z", shared)
 	require.NoError(t, err)
@@ -84,13 +98,9 @@ func TestHomeEntryLeavesTheSpaceIndexWithTheTable(t *testing.T) {
 // inner search takes probes of its own, and gives them back. Once searches have run, a search
 // allocates nothing, and a probe given back keeps no key alive.
 func TestNestedKeySearchesKeepTheirOwnBounds(t *testing.T) {
-	tab := newTestTable(t)
-	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+	l, r, sp := lockSharedRange(t)
 	ctx := context.Background()
 	shared := testOptions{Shared: true}
-	r, err := l.TryLockRange("a", "z", shared)
-	require.NoError(t, err)
-	sp := tab.spaceOf(0)
 	want := []string{"b", "c", "d", "e", "f", "g"}
 	var hs []*Claim
 	for _, k := range want {
@@ -172,11 +182,11 @@ func TestFreeKeyWithAQueueBroughtInThenOrphaned(t *testing.T) {
 	b := testutil.Await(t, got, "the woken waiter's grant")
 	require.NoError(t, b.err)
 	require.True(t, b.h.Release())
-	sp.home.mu.Lock()
-	assert.Empty(t, keysLocked(sp))
-	assert.Nil(t, sp.orphans)
-	assert.True(t, sp.cover.Load().retiring.Empty())
-	sp.home.mu.Unlock()
+	keys, _ := indexedKeys(sp)
+	assert.Empty(t, keys)
+	_, mapLetGo, noneRetiring := orphansOf(sp)
+	assert.True(t, mapLetGo)
+	assert.True(t, noneRetiring)
 	require.True(t, r0.Release())
 	assert.True(t, ProbeTableEmpty(l))
 }
@@ -184,36 +194,28 @@ func TestFreeKeyWithAQueueBroughtInThenOrphaned(t *testing.T) {
 // A key held when its range ended is an orphan; a range that covers it again makes it no orphan
 // (coverAdd), and its retired span leaves the cover then, not when the key leaves the table.
 func TestOrphanCoveredAgainLeavesItsRetiredSpan(t *testing.T) {
-	tab := newTestTable(t)
-	l := newTestLocker(t, tab, NewManualClock(time.Unix(1, 0)))
+	l, r, sp := lockSharedRange(t)
 	ctx := context.Background()
 	shared := testOptions{Shared: true}
-	r, err := l.TryLockRange("a", "z", shared)
-	require.NoError(t, err)
-	sp := tab.spaceOf(0)
 	k, err := l.Lock(ctx, []byte("k"), shared)
 	require.NoError(t, err)
 	require.True(t, r.Release())
-	sp.home.mu.Lock()
-	require.Len(t, sp.orphans, 1)
-	require.False(t, sp.cover.Load().retiring.Empty())
-	sp.home.mu.Unlock()
+	orphans, _, noneRetiring := orphansOf(sp)
+	require.Equal(t, 1, orphans)
+	require.False(t, noneRetiring)
 
 	r2, err := l.TryLockRange("j", "l", shared)
 	require.NoError(t, err)
-	sp.home.mu.Lock()
-	assert.Nil(t, sp.orphans, "a live span covers k again")
-	assert.True(t, sp.cover.Load().retiring.Empty(), "the retired span went with its last orphan")
-	sp.home.mu.Unlock()
+	_, mapLetGo, noneRetiring := orphansOf(sp)
+	assert.True(t, mapLetGo, "a live span covers k again")
+	assert.True(t, noneRetiring, "the retired span went with its last orphan")
 	require.True(t, r2.Release())
-	sp.home.mu.Lock()
-	assert.Len(t, sp.orphans, 1, "k is an orphan of the second range now")
-	sp.home.mu.Unlock()
+	orphans, _, _ = orphansOf(sp)
+	assert.Equal(t, 1, orphans, "k is an orphan of the second range now")
 	require.True(t, k.Release())
-	sp.home.mu.Lock()
-	assert.Nil(t, sp.orphans)
-	assert.True(t, sp.cover.Load().retiring.Empty())
-	sp.home.mu.Unlock()
+	_, mapLetGo, noneRetiring = orphansOf(sp)
+	assert.True(t, mapLetGo)
+	assert.True(t, noneRetiring)
 	assert.True(t, ProbeTableEmpty(l))
 }
 
@@ -230,7 +232,8 @@ func TestHomeEntryLetsGoOfAClaimGivenBack(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			tab := newTestTable(t)
 			clk := NewManualClock(time.Unix(1, 0))
-			closing, _ := newLocker(tab, clk) // closed below, and not kept by a cleanup
+			closing, err := newLocker(tab, clk) // closed below, and not kept by a cleanup
+			require.NoError(t, err)
 			other := newTestLocker(t, tab, clk)
 			ctx := context.Background()
 			shared := testOptions{Shared: true}
