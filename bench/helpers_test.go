@@ -5,7 +5,8 @@
 // Each performance target (P1 … P16, named in each benchmark's doc comment) is one benchmark
 // function named for what it measures (BenchmarkUncontendedLockRelease, …,
 // BenchmarkKeyLockAmongRanges) whose sub-benchmarks are the contenders: recordlock, moby,
-// mutex, rocksdb, plain, and P1's floor (what any leased lock must pay on the system clock);
+// mutex, rocksdb, plain, and P1's and P2's floor (the least a leased lock does for the op) and
+// clockalloc (the part of it only a leased lock pays);
 // for P11 and P12, recordlock's shared and exclusive locks, and RocksDB's GetForUpdate in
 // either mode (rocksdbshared, rocksdbexclusive); for P14, noranges, the same lock where no
 // range was ever taken. BenchmarkRangeLockHeld, with no target, sweeps the locks held.

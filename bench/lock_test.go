@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,7 +14,7 @@ import (
 )
 
 // BenchmarkUncontendedLockRelease (P1) is an uncontended lock and release, rotating over 65,536
-// keys. Target: recordlock ≤ 2.0× moby, ≤ 1 alloc/op.
+// keys. Target: recordlock ≤ 2.0× moby and ≤ 1.5× floor, ≤ 1 alloc/op.
 func BenchmarkUncontendedLockRelease(b *testing.B) {
 	b.Run("recordlock", func(b *testing.B) {
 		l := newLocker(b)
@@ -60,10 +61,18 @@ func BenchmarkUncontendedLockRelease(b *testing.B) {
 			p.unlock(b)
 		}
 	})
-	// floor is what any Lock+Release pays that returns a leased handle on the system clock: a
-	// monotonic read at Lock (the deadline) and at Release (has it passed?), and one allocation
-	// of a Handle-sized object with pointers, which the caller may keep after Release.
+	// floor is what any leased lock pays for an uncontended Lock+Release (leasedFloor); clockalloc
+	// is the part of it a lock without a lease does not pay: the two clock reads and the
+	// Handle-sized allocation, with no map and no mutex.
 	b.Run("floor", func(b *testing.B) {
+		f := newLeasedFloor()
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			f.lockRelease(b, keyStr(i))
+		}
+	})
+	b.Run("clockalloc", func(b *testing.B) {
 		clk := recordlock.SystemClock()
 		b.ReportAllocs()
 		b.ResetTimer()
@@ -109,12 +118,83 @@ func BenchmarkUncontendedSharedLockRelease(b *testing.B) {
 
 // handleSized has the size class (128 B) and pointer-ness of a recordlock Handle.
 type handleSized struct {
-	deadline time.Duration
-	_        [5]*int // the Handle's pointers: it is scanned by the garbage collector
-	_        [80]byte
+	deadline   time.Duration
+	acquiredAt int64
+	_          [5]*int // the Handle's pointers: it is scanned by the garbage collector
+	_          [72]byte
 }
 
 var floorSink *handleSized
+
+// leasedFloor is the least a leased lock of recordlock's contract does for an uncontended Lock
+// and Release on the system clock:
+//   - a map of the held keys under a mutex, looked up and added to by Lock and deleted from by
+//     Release, as moby/locker's is; here one of floorShards maps, chosen by a hash of the key, so
+//     that keys of different goroutines rarely share a mutex;
+//   - a monotonic read at Lock, for the deadline, and at Release, for whether it passed;
+//   - AcquiredAt, a timestamp strictly increasing across the database, minted at Lock from one
+//     word every Lock writes;
+//   - one allocation of a Handle-sized object with pointers, which the caller may keep after
+//     Release.
+type leasedFloor struct {
+	clk    recordlock.Clock
+	seed   maphash.Seed
+	shards [floorShards]floorShard
+	// wallOffset turns a monotonic reading into a wall one; last is the last timestamp minted.
+	wallOffset int64
+	last       atomic.Int64
+}
+
+const floorShards = 64
+
+type floorShard struct {
+	mu   sync.Mutex
+	held map[string]*handleSized
+	_    [48]byte // a cache line each
+}
+
+func newLeasedFloor() *leasedFloor {
+	f := &leasedFloor{clk: recordlock.SystemClock(), seed: maphash.MakeSeed()}
+	f.wallOffset = f.clk.Now().UnixNano() - int64(f.clk.Mono())
+	for i := range f.shards {
+		f.shards[i].held = make(map[string]*handleSized)
+	}
+	return f
+}
+
+func (f *leasedFloor) lockRelease(b *testing.B, k string) {
+	sh := &f.shards[maphash.String(f.seed, k)%floorShards]
+	mono := f.clk.Mono()
+	h := &handleSized{deadline: mono + lockOpts.Lease, acquiredAt: f.mint(f.wallOffset + int64(mono))}
+	sh.mu.Lock()
+	_, busy := sh.held[k]
+	if !busy {
+		sh.held[k] = h
+	}
+	sh.mu.Unlock()
+	if busy {
+		b.Error("an uncontended key was held")
+		return
+	}
+	lapsed := f.clk.Mono() >= h.deadline
+	sh.mu.Lock()
+	delete(sh.held, k)
+	sh.mu.Unlock()
+	if lapsed {
+		b.Error("a 30 s lease lapsed")
+	}
+}
+
+// mint returns wall, or the last timestamp minted plus one when wall is not past it.
+func (f *leasedFloor) mint(wall int64) int64 {
+	for {
+		last := f.last.Load()
+		next := max(wall, last+1)
+		if f.last.CompareAndSwap(last, next) {
+			return next
+		}
+	}
+}
 
 // slicer gives each RunParallel goroutine its own 4,096 keys of the key space, so
 // that no two goroutines ever share a key.
@@ -156,6 +236,19 @@ func BenchmarkParallelDistinctKeys(b *testing.B) {
 				k := keyStr(base + i&(sliceKeys-1))
 				l.Lock(k)
 				_ = l.Unlock(k)
+			}
+		})
+	})
+	// floor is P1's leasedFloor from every P.
+	b.Run("floor", func(b *testing.B) {
+		f := newLeasedFloor()
+		var s slicer
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			base := s.base()
+			for i := 0; pb.Next(); i++ {
+				f.lockRelease(b, keyStr(base+i&(sliceKeys-1)))
 			}
 		})
 	})
