@@ -89,7 +89,7 @@ func (h *Claim) Acquire(ctx context.Context, lease, timeout time.Duration, wait,
 			}
 		}
 		e := sh.lookup(h)
-		if e != nil && e.holder != nil && sh.settleHolders(e, h, c, mono) {
+		if e != nil && e.holder != nil && sh.settleHolders(e, h, c, mono, wait) {
 			e = sh.lookup(h) // settling may have emptied and removed the entry
 		}
 		if e != nil {
@@ -172,9 +172,13 @@ func (sh *shard) takeBusyLocked(sp *rangeSpace, e *keyEntry, h *Claim, r *acquir
 }
 
 // settleHolders settles the lapsed holders of e that a request for h, made at mono on c's clock,
-// must get past: an exclusive holder, or for an exclusive request the sharers, until one is
-// live. It reports whether it ended a lease just now (the entry may have left the table).
-func (sh *shard) settleHolders(e *keyEntry, h *Claim, c *Tenant, mono time.Duration) bool {
+// must get past: an exclusive holder, or for an exclusive request the sharers, until one is live.
+// One that queues (wait) while a sharer has no timer (e.unwatched) settles every lapsed sharer: it
+// is about to watch each of them anyway (watchHolders), and a lapsed share left in place until its
+// timer runs would still count as held to the queue, and so to the requests that may pass those
+// that wait for it (rangepass.go). It reports whether it ended a lease just now (the entry may
+// have left the table).
+func (sh *shard) settleHolders(e *keyEntry, h *Claim, c *Tenant, mono time.Duration, wait bool) bool {
 	if e.shares == 0 {
 		return e.holder.endIfLapsed(sh, c, mono)
 	}
@@ -184,6 +188,20 @@ func (sh *shard) settleHolders(e *keyEntry, h *Claim, c *Tenant, mono time.Durat
 	settled := false
 	for e.shares > 0 && e.lastSharer().endIfLapsed(sh, c, mono) {
 		settled = true
+	}
+	if !wait || !e.unwatched {
+		return settled
+	}
+	// From the last place down: a share given back moves the last sharer, already looked at, into
+	// its place.
+	for p := len(e.others()); p >= 0 && e.shares > 0; p-- {
+		y := e.holder
+		if p > 0 {
+			y = e.others()[p-1]
+		}
+		if y.endIfLapsed(sh, c, mono) {
+			settled = true
+		}
 	}
 	return settled
 }
@@ -238,7 +256,7 @@ func (h *Claim) routeHomeLocked(sh *shard, sp *rangeSpace, owned bool) *shard {
 func (sh *shard) takeInRangesLocked(sp *rangeSpace, h *Claim, r *acquireReq) (time.Duration, error) {
 	c, mono := h.ten, r.mono
 	if e := sh.lookup(h); e != nil && e.holder != nil {
-		sh.settleHolders(e, h, c, mono)
+		sh.settleHolders(e, h, c, mono, r.wait)
 	}
 	blocked := sp.keyBlocked(sh, h, newest, true, c, mono)
 	e := sh.lookup(h) // settling lapsed holders or ranges may have changed or removed the entry

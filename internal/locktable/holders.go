@@ -64,14 +64,10 @@ func (e *keyEntry) placeOf(h *Claim) int {
 	return -1
 }
 
-// removeSharer takes h, one of the key's sharers, out of them: the last sharer moves into its
-// place, so the holder slot stays filled while any sharer is left. The last share to go readies
-// the entry for exclusive use or reuse.
-func (e *keyEntry) removeSharer(h *Claim) {
-	p := e.placeOf(h)
-	if p < 0 {
-		return
-	}
+// removeSharerAt takes h, the key's sharer at place p (placeOf), out of them: the last sharer
+// moves into its place, so the holder slot stays filled while any sharer is left. The last share
+// to go readies the entry for exclusive use or reuse.
+func (e *keyEntry) removeSharerAt(h *Claim, p int) {
 	e.shares--
 	others := e.others()
 	n := len(others)

@@ -37,13 +37,13 @@ func TestSharerPlaces(t *testing.T) {
 	}
 	check()
 	for _, i := range []int{2, 0, 5, 1} { // the middle, the holder slot, the last, another
-		e.removeSharer(hs[i])
+		e.removeSharerAt(hs[i], e.placeOf(hs[i]))
 		assert.Equal(t, -1, e.placeOf(hs[i]))
 		check()
 	}
 	require.Equal(t, int32(2), e.shares)
-	e.removeSharer(hs[3])
-	e.removeSharer(hs[4])
+	e.removeSharerAt(hs[3], e.placeOf(hs[3]))
+	e.removeSharerAt(hs[4], e.placeOf(hs[4]))
 	assert.Nil(t, e.holder)
 	assert.Zero(t, e.shares)
 
@@ -63,7 +63,8 @@ func TestSharerPlaces(t *testing.T) {
 		require.Same(t, h, far.others()[p-1])
 	}
 	last := far.others()[len(far.others())-1]
-	far.removeSharer(far.others()[sharePosFar-1]) // the first one recorded as far
+	first := far.others()[sharePosFar-1] // the first one recorded as far
+	far.removeSharerAt(first, far.placeOf(first))
 	p := far.placeOf(last)
 	require.Equal(t, sharePosFar, p, "the last sharer moved into the freed place")
 }

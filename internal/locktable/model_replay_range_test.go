@@ -415,3 +415,20 @@ func TestModelVictimLeavingClosesAnotherCycle(t *testing.T) {
 		}
 	})
 }
+
+// A lapsed share counts for nothing once its deadline has passed, also to a request that may pass
+// a queued one: o4's share of d lapses with nothing watching it, a request of no owner shares d,
+// and an exclusive d of no owner queues behind that share alone. o4, which holds a, then asks for
+// a shared range over every key: it conflicts with the queued exclusive d, which does not wait
+// for o4, so it may not pass it and a TryLock of it fails. Left unsettled until a timer ran, o4's
+// lapsed share made the queued request one that waits for o4, and the range passed it.
+func TestModelLapsedShareIsNotWaitedFor(t *testing.T) {
+	replay(t, 0, func(rt *rapid.T, m *modelRun) {
+		m.lock(rt, 4, tD, true, true, 20*time.Millisecond, replayTimeout)
+		m.advance(rt, 40*time.Millisecond)
+		m.lock(rt, 4, tA, false, true, replayLease, replayTimeout)
+		m.lock(rt, 0, tD, true, true, replayLease, replayTimeout)
+		m.lock(rt, 0, tD, false, true, replayLease, replayTimeout)
+		m.lock(rt, 4, tAll, true, false, replayLease, replayTimeout)
+	})
+}

@@ -67,21 +67,27 @@ func (sh *shard) dropHolder(h *Claim, e *keyEntry, kept, set uint32) {
 // giveBackShare is giveBack of a sharer, whose flags are f. An upgrade waiting on the share
 // fails.
 func (sh *shard) giveBackShare(h *Claim, e *keyEntry, f, set uint32) {
-	if e == nil || e.placeOf(h) < 0 {
+	p := -1
+	if e != nil {
+		p = e.placeOf(h)
+	}
+	if p < 0 {
 		h.setFlags(set)
 		sh.tab.logFault(h.ten, "a handle gave back a share it did not hold")
 		return
 	}
 	h.state.Store(f&^flagHeld | set)
 	h.e = nil
-	e.removeSharer(h)
+	e.removeSharerAt(h, p)
 	if w := e.upgradeOf(h); w != nil {
 		sh.drop(w, waitShareEnded)
 	}
 	sh.held--
-	if e.space != nil {
-		sh.ownerLetGo(h)
+	if e.space == nil {
+		sh.serveKey(e) // not serve: the key is not in a home shard
+		return
 	}
+	sh.ownerLetGo(h)
 	sh.serve(e)
 }
 
