@@ -194,6 +194,20 @@ func covers[V any](n *Node[V], key []byte, steps *invariants.Counter) bool {
 	return false
 }
 
+// coversApart is covers of a tree whose spans share no key: only the last span to start at or
+// before key can hold it, so one comparison a level finds it, and one more reads its end.
+func coversApart[V any](n *Node[V], key []byte, steps *invariants.Counter) bool {
+	var last *Node[V]
+	for ; n != nil; steps.Inc() {
+		if Compare(n.span.Start, key) > 0 {
+			n = n.left
+		} else {
+			last, n = n, n.right
+		}
+	}
+	return last != nil && endsAfter(&last.span.End, key)
+}
+
 // encloses reports whether one span of the tree n holds all of [start, end) (end nil: no bound):
 // the largest end among the spans that start at or before start, found on one path down as covers
 // finds it.

@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"pgregory.net/rapid"
+
+	"github.com/recordlock/recordlock/internal/invariants"
 )
 
 // Every Version answers as a scan of its own spans does and keeps its shape, however many
@@ -34,9 +36,63 @@ func TestVersionsStayAsTheyWere(t *testing.T) {
 			for _, v := range versions {
 				checkShape(rt, v.v.root, inOrder(v.spans))
 				assert.Equal(rt, len(v.spans) == 0, v.v.Empty())
+				if !v.v.overlapping {
+					assert.False(rt, anyMeet(v.spans), "a version of spans that meet is marked as spans apart")
+				}
 				want := slices.ContainsFunc(v.spans, func(s modelSpan) bool { return s.holds(key) })
 				assert.Equal(rt, want, v.v.Covers(key), "Covers(%q) of a version of %d spans", key, len(v.spans))
 			}
 		}
 	})
+}
+
+// anyMeet reports whether two of spans share a key.
+func anyMeet(spans []modelSpan) bool {
+	for i, a := range spans {
+		for _, b := range spans[i+1:] {
+			if a.meets(b.start, b.end) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// A version of spans that share no key answers Covers from the one span that starts last at or
+// before the key; a span that meets the one before it or the one after it marks the version
+// overlapping, and it stays so until it is empty. A span that ends where the next starts meets
+// nothing.
+func TestVersionOfSpansApart(t *testing.T) {
+	span := func(start, end string) *Span {
+		s := &Span{Start: []byte(start)}
+		if end != "" {
+			s.End = []byte(end)
+		}
+		return s
+	}
+	bc, de, ab := span("b", "c"), span("d", "e"), span("a", "b")
+	apart := Version{}.With(bc, 1).With(de, 2).With(ab, 3)
+	assert.False(t, apart.overlapping, "[a,b) [b,c) [d,e)")
+	for key, want := range map[string]bool{"a": true, "b": true, "b\xff": true, "c": false, "c\xff": false, "d": true, "e": false, "": false} {
+		assert.Equal(t, want, apart.Covers([]byte(key)), "Covers(%q)", key)
+	}
+
+	// [b\x00, b\x01) meets the span before it, [b,c); [c, d\x00) the one after it, [d,e).
+	for _, s := range []*Span{span("b\x00", "b\x01"), span("c", "d\x00"), span("b", "")} {
+		v := apart.With(s, 4)
+		assert.True(t, v.overlapping, "with [%q,%q)", s.Start, s.End)
+		assert.True(t, v.Covers(s.Start), "Covers(%q) with [%q,%q)", s.Start, s.Start, s.End)
+		v = v.Without(s, 4)
+		assert.True(t, v.overlapping, "still marked once [%q,%q) left", s.Start, s.End)
+		v = v.Without(bc, 1).Without(de, 2).Without(ab, 3)
+		assert.True(t, v.Empty())
+		assert.False(t, v.overlapping, "an empty version has no spans that meet")
+	}
+
+	// Read as spans apart, [a,∞) and [b,c) would miss d, which only the first holds: the mark is
+	// what keeps Covers right.
+	over := Version{}.With(span("b", "c"), 1).With(span("a", ""), 2)
+	assert.True(t, over.Covers([]byte("d")))
+	var n invariants.Counter
+	assert.False(t, coversApart(over.root, []byte("d"), &n), "the last span to start before d ends before it")
 }
