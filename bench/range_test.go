@@ -268,9 +268,9 @@ func BenchmarkParallelDistinctKeysBesideRange(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
-			base := s.base()
+			ks := s.slice()
 			for i := 0; pb.Next(); i++ {
-				h, err := l.Lock(ctx, key(base+i&(sliceKeys-1)), lockOpts)
+				h, err := l.Lock(ctx, key(ks.at(i)), lockOpts)
 				if err != nil {
 					b.Error(err)
 					return

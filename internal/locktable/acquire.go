@@ -195,6 +195,7 @@ func (sh *shard) settleHolders(e *keyEntry, h *Claim, c *Tenant, mono time.Durat
 	// From the last place down: a share given back moves the last sharer, already looked at, into
 	// its place.
 	for p := len(e.others()); p >= 0 && e.shares > 0; p-- {
+		sh.counts.sharersRead.Inc()
 		y := e.holder
 		if p > 0 {
 			y = e.others()[p-1]

@@ -103,3 +103,36 @@ func TestSharedWaitCheckCostDoesNotGrowWithQueue(t *testing.T) {
 		})
 	}
 }
+
+// An exclusive request reads a shared key's sharers one by one only when it queues while some of
+// them have no timer, and it then arms one for each (watchHolders): a TryLock reads none past the
+// last sharer, and a request that queues once they are watched reads none either. So the sharers
+// are read once per batch of shares granted with nobody waiting, not once per request.
+func TestExclusiveRequestReadsTheSharersOncePerBatch(t *testing.T) {
+	const sharers = 100
+	tab := newTestTable(t)
+	clk := NewManualClock(time.Unix(1, 0))
+	l := newTestLocker(t, tab, clk)
+	key := []byte("shared")
+	for range sharers {
+		_, err := l.Lock(context.Background(), key, testOptions{Shared: true})
+		require.NoError(t, err)
+	}
+	for range 10 {
+		_, err := l.TryLock(key, testOptions{})
+		require.ErrorIs(t, err, ErrLocked)
+	}
+	assert.Zero(t, tab.SharersRead(), "exclusive TryLocks of a key held shared")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	first := lockAsync(ctx, l, key, testOptions{})
+	WaitQueued(t, l, key, 1)
+	assert.Equal(t, uint64(sharers), tab.SharersRead(), "the first exclusive request that queues reads each sharer")
+	second := lockAsync(ctx, l, key, testOptions{})
+	WaitQueued(t, l, key, 2)
+	assert.Equal(t, uint64(sharers), tab.SharersRead(), "the next one finds them watched")
+	cancel()
+	for _, c := range []<-chan lockResult{first, second} {
+		require.ErrorIs(t, (<-c).err, context.Canceled)
+	}
+}

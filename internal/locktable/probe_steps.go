@@ -16,3 +16,15 @@ func (t *Table) Visited() uint64 {
 	}
 	return n
 }
+
+// SharersRead counts the sharers exclusive requests that queued read to settle every lapsed one.
+func (t *Table) SharersRead() uint64 {
+	var n uint64
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		n += sh.counts.sharersRead.Load()
+		sh.mu.Unlock()
+	}
+	return n
+}

@@ -27,6 +27,9 @@ type shardCounts struct {
 	// checks counts the releases of the mutex the checker of a build with the tag has seen
 	// (shard_check.go).
 	checks invariants.Counter
+	// sharersRead counts the sharers an exclusive request that queues read to settle every lapsed
+	// one (settleHolders); tests bound its cost with it.
+	sharersRead invariants.Counter
 
 	waiting                                                           int
 	contended, timeouts, canceled, deadlocks, lapsed, revoked, fenced uint64

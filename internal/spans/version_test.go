@@ -1,6 +1,7 @@
 package spans
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -95,4 +96,43 @@ func TestVersionOfSpansApart(t *testing.T) {
 	assert.True(t, over.Covers([]byte("d")))
 	var n invariants.Counter
 	assert.False(t, coversApart(over.root, []byte("d"), &n), "the last span to start before d ends before it")
+}
+
+// Versions of spans drawn on a grid of 20 keys, so that they are often apart, with unbounded ends,
+// equal starts and numbers in any order, spans coming and going: Covers agrees with a scan of
+// them, at every key of the grid and just after it, and no version whose spans meet is marked as
+// spans apart.
+func TestVersionsOfSpansOftenApart(t *testing.T) {
+	gridKey := func(i int) []byte { return fmt.Appendf(nil, "k%02d", i) }
+	rapid.Check(t, func(rt *rapid.T) {
+		var v Version
+		var spans []modelSpan
+		used := map[uint64]bool{}
+		for range rapid.IntRange(1, 30).Draw(rt, "steps") {
+			if len(spans) > 0 && rapid.IntRange(0, 3).Draw(rt, "without") == 0 {
+				i := rapid.IntRange(0, len(spans)-1).Draw(rt, "which")
+				v = v.Without(spans[i].span(), spans[i].id)
+				spans = slices.Delete(spans, i, i+1)
+			} else {
+				id := rapid.Uint64Range(0, 200).Filter(func(id uint64) bool { return !used[id] }).Draw(rt, "id")
+				used[id] = true
+				start := rapid.IntRange(0, 19).Draw(rt, "start")
+				s := modelSpan{start: gridKey(start), id: id}
+				if end := rapid.IntRange(start, 20).Draw(rt, "end"); end > start {
+					s.end = gridKey(end) // else unbounded
+				}
+				v = v.With(s.span(), s.id)
+				spans = append(spans, s)
+			}
+			if !v.overlapping {
+				assert.False(rt, anyMeet(spans), "spans that meet marked as spans apart: %v", spans)
+			}
+			for i := range 21 {
+				for _, key := range [][]byte{gridKey(i), append(gridKey(i), 0)} {
+					want := slices.ContainsFunc(spans, func(s modelSpan) bool { return s.holds(key) })
+					assert.Equal(rt, want, v.Covers(key), "Covers(%q) of %v", key, spans)
+				}
+			}
+		}
+	})
 }
