@@ -220,17 +220,22 @@ func (s *slicer) slice() keySlice {
 	return keySlice{base: n % (nKeys / size) * size, mask: size - 1}
 }
 
+// runParallel reports allocations, resets the timer and runs body from every P, each goroutine
+// with its own slice of the keys.
+func runParallel(b *testing.B, body func(pb *testing.PB, ks keySlice)) {
+	var s slicer
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) { body(pb, s.slice()) })
+}
+
 // BenchmarkParallelDistinctKeys (P2) is lock and release from every P in parallel, on keys no
 // other goroutine uses. Target: recordlock ≤ 1.0× moby.
 func BenchmarkParallelDistinctKeys(b *testing.B) {
 	b.Run("recordlock", func(b *testing.B) {
 		l := newLocker(b)
 		ctx := context.Background()
-		var s slicer
-		b.ReportAllocs()
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			ks := s.slice()
+		runParallel(b, func(pb *testing.PB, ks keySlice) {
 			for i := 0; pb.Next(); i++ {
 				h, err := l.Lock(ctx, key(ks.at(i)), lockOpts)
 				if err != nil {
@@ -243,11 +248,7 @@ func BenchmarkParallelDistinctKeys(b *testing.B) {
 	})
 	b.Run("moby", func(b *testing.B) {
 		l := locker.New()
-		var s slicer
-		b.ReportAllocs()
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			ks := s.slice()
+		runParallel(b, func(pb *testing.PB, ks keySlice) {
 			for i := 0; pb.Next(); i++ {
 				k := keyStr(ks.at(i))
 				l.Lock(k)
@@ -258,11 +259,7 @@ func BenchmarkParallelDistinctKeys(b *testing.B) {
 	// floor is P1's leasedFloor from every P.
 	b.Run("floor", func(b *testing.B) {
 		f := newLeasedFloor()
-		var s slicer
-		b.ReportAllocs()
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			ks := s.slice()
+		runParallel(b, func(pb *testing.PB, ks keySlice) {
 			for i := 0; pb.Next(); i++ {
 				f.lockRelease(b, keyStr(ks.at(i)))
 			}
@@ -270,11 +267,7 @@ func BenchmarkParallelDistinctKeys(b *testing.B) {
 	})
 	b.Run("mutex", func(b *testing.B) {
 		mus := make([]sync.Mutex, nKeys)
-		var s slicer
-		b.ReportAllocs()
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			ks := s.slice()
+		runParallel(b, func(pb *testing.PB, ks keySlice) {
 			for i := 0; pb.Next(); i++ {
 				mu := &mus[ks.at(i)]
 				mu.Lock()
@@ -285,11 +278,7 @@ func BenchmarkParallelDistinctKeys(b *testing.B) {
 	})
 	b.Run("rocksdb", func(b *testing.B) {
 		fx.open(b)
-		var s slicer
-		b.ReportAllocs()
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			ks := s.slice()
+		runParallel(b, func(pb *testing.PB, ks keySlice) {
 			var p pointLock
 			defer p.destroy()
 			for i := 0; pb.Next(); i++ {

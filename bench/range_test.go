@@ -264,11 +264,7 @@ func BenchmarkParallelDistinctKeysBesideRange(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		var s slicer
-		b.ReportAllocs()
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			ks := s.slice()
+		runParallel(b, func(pb *testing.PB, ks keySlice) {
 			for i := 0; pb.Next(); i++ {
 				h, err := l.Lock(ctx, key(ks.at(i)), lockOpts)
 				if err != nil {

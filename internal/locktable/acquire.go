@@ -186,14 +186,14 @@ func (sh *shard) settleHolders(e *keyEntry, h *Claim, c *Tenant, mono time.Durat
 		return false // a shared request joins sharers whatever their leases
 	}
 	settled := false
-	for e.shares > 0 && e.lastSharer().endIfLapsed(sh, c, mono) {
-		settled = true
-	}
 	if !wait || !e.unwatched {
+		for e.shares > 0 && e.lastSharer().endIfLapsed(sh, c, mono) {
+			settled = true
+		}
 		return settled
 	}
-	// From the last place down: a share given back moves the last sharer, already looked at, into
-	// its place.
+	// Every sharer, from the last place down: a share given back moves the last sharer, already
+	// looked at, into its place.
 	for p := len(e.others()); p >= 0 && e.shares > 0; p-- {
 		sh.counts.sharersRead.Inc()
 		y := e.holder

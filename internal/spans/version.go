@@ -26,9 +26,8 @@ func (v Version) With(s *Span, id uint64) Version {
 
 // Without returns v without its span s numbered id.
 func (v Version) Without(s *Span, id uint64) Version {
-	next := Version{root: remove(v.root, s.Start, id, true), overlapping: v.overlapping}
-	next.overlapping = next.overlapping && next.root != nil
-	return next
+	root := remove(v.root, s.Start, id, true)
+	return Version{root: root, overlapping: v.overlapping && root != nil}
 }
 
 // meetsNeighbours reports whether s, numbered id and not in the tree n, shares a key with the span
