@@ -185,24 +185,12 @@ func (sh *shard) settleHolders(e *keyEntry, h *Claim, c *Tenant, mono time.Durat
 	if h.flags()&flagShared != 0 {
 		return false // a shared request joins sharers whatever their leases
 	}
-	settled := false
-	if !wait || !e.unwatched {
-		for e.shares > 0 && e.lastSharer().endIfLapsed(sh, c, mono) {
-			settled = true
-		}
-		return settled
+	if wait && e.unwatched {
+		return sh.settleOtherSharers(e, h, c, mono) // h is none of them: every lapsed one
 	}
-	// Every sharer, from the last place down: a share given back moves the last sharer, already
-	// looked at, into its place.
-	for p := len(e.others()); p >= 0 && e.shares > 0; p-- {
-		sh.counts.sharersRead.Inc()
-		y := e.holder
-		if p > 0 {
-			y = e.others()[p-1]
-		}
-		if y.endIfLapsed(sh, c, mono) {
-			settled = true
-		}
+	settled := false
+	for e.shares > 0 && e.lastSharer().endIfLapsed(sh, c, mono) {
+		settled = true
 	}
 	return settled
 }

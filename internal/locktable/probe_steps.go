@@ -12,7 +12,7 @@ func (t *Table) Visited() uint64 {
 	return t.sumCounts(func(c *shardCounts) *invariants.Counter { return &c.visited })
 }
 
-// SharersRead counts the sharers exclusive requests that queued read to settle every lapsed one.
+// SharersRead counts the sharers read to settle every lapsed one (settleOtherSharers).
 func (t *Table) SharersRead() uint64 {
 	return t.sumCounts(func(c *shardCounts) *invariants.Counter { return &c.sharersRead })
 }

@@ -27,8 +27,8 @@ type shardCounts struct {
 	// checks counts the releases of the mutex the checker of a build with the tag has seen
 	// (shard_check.go).
 	checks invariants.Counter
-	// sharersRead counts the sharers an exclusive request that queues read to settle every lapsed
-	// one (settleHolders); tests bound its cost with it.
+	// sharersRead counts the sharers read to settle every lapsed one, by an exclusive request that
+	// queues or an upgrade (settleOtherSharers); tests bound its cost with it.
 	sharersRead invariants.Counter
 
 	waiting                                                           int

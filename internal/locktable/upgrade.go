@@ -85,11 +85,13 @@ func (sh *shard) upgradeKey(ctx context.Context, h, stand *Claim, mono, deadline
 	return sh.sleep(ctx, e, w, deadline)
 }
 
-// settleOtherSharers settles the lapsed sharers of e other than h, at mono on c's clock, so that
-// a sole live sharer upgrades at once.
-func (sh *shard) settleOtherSharers(e *keyEntry, h *Claim, c *Tenant, mono time.Duration) {
+// settleOtherSharers settles every lapsed sharer of e other than h, at mono on c's clock: so that a
+// sole live sharer upgrades at once, and so that an exclusive request that queues leaves no lapsed
+// share counted as held (settleHolders). It reports whether it ended a lease just now.
+func (sh *shard) settleOtherSharers(e *keyEntry, h *Claim, c *Tenant, mono time.Duration) bool {
 	var lapsed []*Claim
 	for _, o := range e.appendHolders(nil) {
+		sh.counts.sharersRead.Inc()
 		if o != h && o.lapsedFor(c, mono) {
 			lapsed = append(lapsed, o)
 		}
@@ -97,6 +99,7 @@ func (sh *shard) settleOtherSharers(e *keyEntry, h *Claim, c *Tenant, mono time.
 	for _, o := range lapsed {
 		o.endIfLapsed(sh, c, mono)
 	}
+	return len(lapsed) > 0
 }
 
 // downgrade makes h shared again, undoing an Upgrade; if h still holds its key, the shared
