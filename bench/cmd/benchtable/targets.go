@@ -54,8 +54,9 @@ var targets = []target{
 	{id: "P10", bench: "HotRecordQueue/goroutines=512", what: "hot record, 512 goroutines, Txn vs Locker.Lock + fenced Get/Put", unit: "ns/op", peer: "locker", limit: 1.25, detail: "us-p99"},
 	{id: "P10", bench: "HotRecordQueue/goroutines=512", what: "hot record, 512 goroutines, Txn vs RocksDB pessimistic txn with detection", unit: "ns/op", peer: "rocksdb", limit: 1.0},
 	// One op is one committed order; the price is locked shared (mine) or exclusively, by
-	// recordlock or by RocksDB's GetForUpdate.
-	{id: "P11", bench: "HotPrice", mine: "shared", what: "read-mostly hot record, 8 goroutines, price shared vs exclusive", unit: "ns/op", peer: "exclusive", limit: 0.7, also: []string{"rocksdbshared", "rocksdbexclusive"}, detail: "us-p99"},
+	// recordlock or by RocksDB's GetForUpdate. unlocked reads it with no lock: shared cannot beat
+	// it, so unlocked over exclusive is the least the first row can read on the host.
+	{id: "P11", bench: "HotPrice", mine: "shared", what: "read-mostly hot record, 8 goroutines, price shared vs exclusive", unit: "ns/op", peer: "exclusive", limit: 0.7, also: []string{"unlocked", "rocksdbshared", "rocksdbexclusive"}, detail: "us-p99"},
 	{id: "P11", bench: "HotPrice", mine: "shared", what: "read-mostly hot record, 8 goroutines, vs RocksDB GetForUpdate(exclusive=false)", unit: "ns/op", peer: "rocksdbshared", limit: 0.85},
 	{id: "P12", bench: "UncontendedSharedLockRelease", mine: "shared", what: "uncontended Lock+Release, shared vs exclusive", unit: "ns/op", peer: "exclusive", limit: 1.1},
 	// One op is one Txn over 1,000 records; RocksDB locks each as its iterator reaches it.
