@@ -35,6 +35,7 @@ func BenchmarkHotRecord(b *testing.B) {
 		ctx := context.Background()
 		runIncrements(b, hotRecordWorkers, func(int) error { return txnIncrement(ctx, l, hot) })
 		checkCounter(b, func() (*grocksdb.Slice, error) { return db.Get(fx.ro, hot) })
+		reportWaited(b, l)
 	})
 	// rocksdb is RocksDB's pessimistic transaction: GetForUpdate locks the key (waiting for it
 	// while another transaction holds it), Commit writes and unlocks it.
@@ -63,6 +64,15 @@ func BenchmarkHotRecord(b *testing.B) {
 		})
 		checkCounter(b, func() (*grocksdb.Slice, error) { return db.Get(fx.ro, hot) })
 	})
+}
+
+// reportWaited reports the share of l's grants that waited in the key's queue (%waited); the
+// others went to callers that found the key free, or took it ahead of a woken waiter within the
+// barging window.
+func reportWaited(b *testing.B, l *recordlock.Locker) {
+	if st := l.Stats(); st.Acquired > 0 {
+		b.ReportMetric(100*float64(st.Contended)/float64(st.Acquired), "%waited")
+	}
 }
 
 // txnIncrement is one recordlock increment of the counter at k: a Txn that locks k, reads it,
