@@ -156,7 +156,8 @@ func (sh *shard) checkHolders(e *keyEntry, key []byte) int {
 func (sh *shard) checkQueue(e *keyEntry, key []byte, home bool) (counted int) {
 	woken, holding := 0, 0
 	var prev, lastEx *waiter // lastEx: the nearest exclusive request ahead that is not an upgrade
-	upAhead, pastUpgrades := false, false
+	// pastPassers: a request that passes none is ahead (rangepass.go); no upgrade is behind it (upgradeOf)
+	upAhead, pastUpgrades, pastPassers := false, false, false
 	for w := e.head; w != nil; prev, w = w, w.next {
 		switch {
 		case w.prev != prev:
@@ -172,6 +173,8 @@ func (sh *shard) checkQueue(e *keyEntry, key []byte, home bool) (counted int) {
 			violated("an upgrade is of a sharer of its key", "key %q", key)
 		case !home && w.upgrade != nil && pastUpgrades:
 			violated("upgrades are queued ahead of every other request", "key %q", key)
+		case w.upgrade != nil && pastPassers:
+			violated("upgrades are queued ahead of every request but those of owners that held locks", "key %q", key)
 		}
 		if w.state == waitWoken {
 			woken++
@@ -184,6 +187,9 @@ func (sh *shard) checkQueue(e *keyEntry, key []byte, home bool) (counted int) {
 		}
 		if !home && w.shared {
 			sh.checkExclusiveAhead(e, w, lastEx, upAhead, key)
+		}
+		if w.upgrade == nil && w.h.flags()&flagOwnerHolds == 0 {
+			pastPassers = true
 		}
 		switch {
 		case w.upgrade != nil:

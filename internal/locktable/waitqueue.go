@@ -193,9 +193,13 @@ func (e *keyEntry) queued() int {
 	return n
 }
 
-// upgradeOf returns the upgrade queued for sharer h, or nil.
+// upgradeOf returns the upgrade queued for sharer h, or nil: left queued, it would wait for a
+// share that is gone. Upgrades are queued ahead of every request but, in a home shard, those of
+// owners that held locks as they asked, which alone pass one (rangepass.go). So the scan stops
+// at the first other request: it reads the upgrades alone in a key shard, and in a home shard
+// the run of upgrades and such requests at the head of the queue.
 func (e *keyEntry) upgradeOf(h *Claim) *waiter {
-	for w := e.head; w != nil && w.upgrade != nil; w = w.next {
+	for w := e.head; w != nil && (w.upgrade != nil || e.space != nil && w.h.flags()&flagOwnerHolds != 0); w = w.next {
 		if w.upgrade == h {
 			return w
 		}
