@@ -34,4 +34,5 @@ func TestWaiterGrantedAsTheLockerClosesFailsClosed(t *testing.T) {
 
 	r := testutil.Await(t, res, "the waiter's result")
 	require.ErrorIs(t, r.err, ErrClosed, "a waiter granted as the Locker closed was handed a claim Close would not release")
+	require.True(t, ProbeTableEmpty(l), "the key granted as the Locker closed was not given back")
 }
