@@ -145,3 +145,43 @@ func TestReleaseInOwnFenceClosesDoneAndLeavesTheScheduler(t *testing.T) {
 	granted(t, next, "the key passed on as the fence ended").Release()
 	require.True(t, ProbeTableEmpty(l), "a claim released by its own fence's commit stayed on the scheduler")
 }
+
+// A Fence that finds another goroutine's fence running on its claim waits for it and then runs
+// its own; the wait's channel belongs to the fence it waited for, so the second fence's end, and
+// any wait for it, starts afresh (docs/DESIGN.md §5.1).
+func TestFenceAfterWaitingForAnotherFenceRunsAndEnds(t *testing.T) {
+	tab := newTestTable(t)
+	l := newTestLocker(t, tab, NewManualClock(time.Unix(1e9, 0)))
+	h, err := l.TryLock([]byte("k"), testOptions{Lease: time.Hour})
+	require.NoError(t, err)
+
+	inFirst, endFirst := make(chan struct{}), make(chan struct{})
+	var endOnce sync.Once
+	endFirstFence := func() { endOnce.Do(func() { close(endFirst) }) }
+	t.Cleanup(endFirstFence) // before the Locker closes, which waits for the fence
+	first := make(chan error, 1)
+	go func() { first <- h.FenceTrusted(func() error { close(inFirst); <-endFirst; return nil }) }()
+	<-inFirst
+	secondRan := make(chan bool, 1)
+	second := make(chan error, 1)
+	go func() { second <- h.FenceTrusted(func() error { secondRan <- true; return nil }) }()
+	for {
+		sh := h.lockShard()
+		waiting := h.cold != nil && h.cold.fenceEnd != nil
+		sh.mu.Unlock()
+		if waiting {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-secondRan:
+		t.Fatal("a Fence ran while another goroutine's fence ran on its claim")
+	default:
+	}
+	endFirstFence()
+	require.NoError(t, testutil.Await(t, first, "the first fence's end"))
+	require.NoError(t, testutil.Await(t, second, "the second fence's end"))
+	require.True(t, <-secondRan)
+	require.True(t, h.Release(), "the claim was not live after both fences")
+}
