@@ -12,13 +12,14 @@ import (
 	"github.com/recordlock/recordlock/internal/testutil"
 )
 
-// awaitReleaseWaiting waits until a Release of h waits for h's running fence to end, failing if
-// the Release returns first.
-func awaitReleaseWaiting(t *testing.T, h *Claim, released <-chan bool, rule string) {
+// awaitWaitingForFence waits until a call on h waits for h's running fence to end, failing with
+// rule if the call reports on early first, and failing if it waits for nothing within the guard.
+func awaitWaitingForFence(t *testing.T, h *Claim, early <-chan bool, rule string) {
 	t.Helper()
-	for {
+	deadline := time.Now().Add(testutil.Guard)
+	for time.Now().Before(deadline) {
 		select {
-		case <-released:
+		case <-early:
 			t.Fatal(rule)
 		default:
 		}
@@ -30,6 +31,7 @@ func awaitReleaseWaiting(t *testing.T, h *Claim, released <-chan bool, rule stri
 		}
 		time.Sleep(time.Millisecond)
 	}
+	t.Fatalf("nothing waited for the running fence within %v", testutil.Guard)
 }
 
 // A Release made from inside a user's commit, of another claim whose trusted fence (a Txn's
@@ -61,7 +63,7 @@ func TestReleaseInsideAUserCommitWaitsForAnotherClaimsTrustedFence(t *testing.T)
 		outerFenced <- fence(outer, func() error { released <- written.Release(); return nil })
 	}()
 
-	awaitReleaseWaiting(t, written, released,
+	awaitWaitingForFence(t, written, released,
 		"a Release from inside a user's commit did not wait for another claim's trusted fence")
 	endTrustedFence()
 	require.NoError(t, testutil.Await(t, trusted, "the trusted fence's end"))
@@ -105,7 +107,7 @@ func TestReleaseAfterWaitingForAFenceReadsTheClockAgain(t *testing.T) {
 	<-inFence
 	released := make(chan bool, 1)
 	go func() { released <- h.Release() }()
-	awaitReleaseWaiting(t, h, released, "a Release did not wait for the running fence")
+	awaitWaitingForFence(t, h, released, "a Release did not wait for the running fence")
 
 	// The fence's end reads the clock once and finds the lease live; the lease lapses right after.
 	clk.jump.Store(int64(2 * time.Second))
@@ -165,20 +167,7 @@ func TestFenceAfterWaitingForAnotherFenceRunsAndEnds(t *testing.T) {
 	secondRan := make(chan bool, 1)
 	second := make(chan error, 1)
 	go func() { second <- h.FenceTrusted(func() error { secondRan <- true; return nil }) }()
-	for {
-		sh := h.lockShard()
-		waiting := h.cold != nil && h.cold.fenceEnd != nil
-		sh.mu.Unlock()
-		if waiting {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	select {
-	case <-secondRan:
-		t.Fatal("a Fence ran while another goroutine's fence ran on its claim")
-	default:
-	}
+	awaitWaitingForFence(t, h, secondRan, "a Fence ran while another goroutine's fence ran on its claim")
 	endFirstFence()
 	require.NoError(t, testutil.Await(t, first, "the first fence's end"))
 	require.NoError(t, testutil.Await(t, second, "the second fence's end"))
