@@ -164,13 +164,26 @@ func TestFenceAfterWaitingForAnotherFenceRunsAndEnds(t *testing.T) {
 	first := make(chan error, 1)
 	go func() { first <- h.FenceTrusted(func() error { close(inFirst); <-endFirst; return nil }) }()
 	<-inFirst
-	secondRan := make(chan bool, 1)
+	// The second fence's commit reports whether it found the wait's channel of the first fence
+	// still on the claim, and takes it off if so: the second fence's end would close it again.
+	secondFresh := make(chan bool, 1)
 	second := make(chan error, 1)
-	go func() { second <- h.FenceTrusted(func() error { secondRan <- true; return nil }) }()
-	awaitWaitingForFence(t, h, secondRan, "a Fence ran while another goroutine's fence ran on its claim")
+	go func() {
+		second <- h.FenceTrusted(func() error {
+			sh := h.lockShard()
+			stale := h.cold != nil && h.cold.fenceEnd != nil
+			if stale {
+				h.cold.fenceEnd = nil
+			}
+			sh.mu.Unlock()
+			secondFresh <- !stale
+			return nil
+		})
+	}()
+	awaitWaitingForFence(t, h, secondFresh, "a Fence ran while another goroutine's fence ran on its claim")
 	endFirstFence()
 	require.NoError(t, testutil.Await(t, first, "the first fence's end"))
 	require.NoError(t, testutil.Await(t, second, "the second fence's end"))
-	require.True(t, <-secondRan)
+	require.True(t, <-secondFresh, "the channel a fence's waiters waited on outlived that fence: the next fence's end closes it again")
 	require.True(t, h.Release(), "the claim was not live after both fences")
 }
