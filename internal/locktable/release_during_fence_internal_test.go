@@ -49,8 +49,7 @@ func TestReleaseInsideAUserCommitWaitsForAnotherClaimsTrustedFence(t *testing.T)
 	require.NoError(t, fence(written, func() error { return nil }))
 
 	inTrusted, endTrusted := make(chan struct{}), make(chan struct{})
-	var endOnce sync.Once
-	endTrustedFence := func() { endOnce.Do(func() { close(endTrusted) }) }
+	endTrustedFence := sync.OnceFunc(func() { close(endTrusted) })
 	t.Cleanup(endTrustedFence) // before the Locker closes, which waits for the fence
 	trusted := make(chan error, 1)
 	go func() {
@@ -99,8 +98,7 @@ func TestReleaseAfterWaitingForAFenceReadsTheClockAgain(t *testing.T) {
 	require.NoError(t, err)
 
 	inFence, endFence := make(chan struct{}), make(chan struct{})
-	var endOnce sync.Once
-	endTheFence := func() { endOnce.Do(func() { close(endFence) }) }
+	endTheFence := sync.OnceFunc(func() { close(endFence) })
 	t.Cleanup(endTheFence) // before the Locker closes, which waits for the fence
 	fenced := make(chan error, 1)
 	go func() { fenced <- fence(h, func() error { close(inFence); <-endFence; return nil }) }()
@@ -158,8 +156,7 @@ func TestFenceAfterWaitingForAnotherFenceRunsAndEnds(t *testing.T) {
 	require.NoError(t, err)
 
 	inFirst, endFirst := make(chan struct{}), make(chan struct{})
-	var endOnce sync.Once
-	endFirstFence := func() { endOnce.Do(func() { close(endFirst) }) }
+	endFirstFence := sync.OnceFunc(func() { close(endFirst) })
 	t.Cleanup(endFirstFence) // before the Locker closes, which waits for the fence
 	first := make(chan error, 1)
 	go func() { first <- h.FenceTrusted(func() error { close(inFirst); <-endFirst; return nil }) }()
