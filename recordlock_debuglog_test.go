@@ -1,11 +1,9 @@
 package recordlock_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/recordlock/recordlock"
+	"github.com/recordlock/recordlock/internal/testutil"
 )
 
 // A lease that lapses with its key held is logged at debug level with its key, holder age and
@@ -25,9 +24,8 @@ func TestDebugRecordOfLapse(t *testing.T) {
 			if debug {
 				level = slog.LevelDebug
 			}
-			var buf bytes.Buffer
-			var mu sync.Mutex
-			logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, &slog.HandlerOptions{Level: level}))
+			var buf testutil.LogBuffer
+			logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: level}))
 			clk, l := manual(t, db, recordlock.WithLogger(logger))
 			_, err := l.TryLock([]byte("stalled-key"), recordlock.Options{Lease: 100 * time.Millisecond})
 			require.NoError(t, err)
@@ -37,9 +35,7 @@ func TestDebugRecordOfLapse(t *testing.T) {
 			h := granted(t, waiter, "Lock")
 			require.NotNil(t, h)
 			require.True(t, h.Release())
-			mu.Lock()
 			out := buf.String()
-			mu.Unlock()
 			if !debug {
 				assert.Empty(t, out)
 				return
@@ -50,15 +46,4 @@ func TestDebugRecordOfLapse(t *testing.T) {
 			assert.Contains(t, out, "waiters=1")
 		})
 	}
-}
-
-type lockedWriter struct {
-	w  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.w.Write(p)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/recordlock/recordlock"
 	"github.com/recordlock/recordlock/etcdcoord"
+	"github.com/recordlock/recordlock/internal/testutil"
 )
 
 // Three nodes contend for four keys from eight goroutines each. Invariant: at most one
@@ -371,7 +372,7 @@ func TestCleanCloseIsNoLoss(t *testing.T) {
 	keys := []string{"k0", "k1", "k2"}
 	for round := range 5 {
 		b := newNode(t, e, fmt.Sprintf("b%d", round), nodeConfig{})
-		var logs syncBuffer
+		var logs testutil.LogBuffer
 		a := newNode(t, e, fmt.Sprintf("a%d", round), nodeConfig{opts: []etcdcoord.Option{
 			etcdcoord.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),
 		}})

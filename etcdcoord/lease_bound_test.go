@@ -14,6 +14,7 @@ import (
 
 	"github.com/recordlock/recordlock"
 	"github.com/recordlock/recordlock/etcdcoord"
+	"github.com/recordlock/recordlock/internal/testutil"
 )
 
 // A fenced commit in flight holds the hand-back up for as long as the node trusts its etcd
@@ -65,7 +66,7 @@ func TestFencedCommitBoundedByRefreshedLease(t *testing.T) {
 func TestRecallAfterTrustEndsHandsOver(t *testing.T) {
 	e := startEtcd(t)
 	clock := recordlock.NewManualClock(time.Unix(1, 0))
-	var logs syncBuffer
+	var logs testutil.LogBuffer
 	a := newNode(t, e, "a", nodeConfig{clock: clock, opts: []etcdcoord.Option{
 		etcdcoord.WithTTL(10 * time.Second), etcdcoord.WithSkew(time.Second),
 		etcdcoord.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))}})

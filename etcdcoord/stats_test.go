@@ -1,12 +1,10 @@
 package etcdcoord_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,30 +13,13 @@ import (
 
 	"github.com/recordlock/recordlock"
 	"github.com/recordlock/recordlock/etcdcoord"
+	"github.com/recordlock/recordlock/internal/testutil"
 )
-
-// syncBuffer is a log destination safe for the coordinator's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // Stats count what the coordinators did, and a failed hand-back is logged and retried.
 func TestStatsAndLogs(t *testing.T) {
 	e := startEtcd(t)
-	var logs syncBuffer
+	var logs testutil.LogBuffer
 	a := newNode(t, e, "a", nodeConfig{opts: []etcdcoord.Option{etcdcoord.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))}})
 	b := newNode(t, e, "b", nodeConfig{})
 	ctx := context.Background()
@@ -116,7 +97,7 @@ func heapInUse() int64 {
 // key at once.
 func TestIdleExpiryIsNoLoss(t *testing.T) {
 	e := startEtcd(t)
-	var logs syncBuffer
+	var logs testutil.LogBuffer
 	a := newNode(t, e, "a", nodeConfig{opts: []etcdcoord.Option{
 		etcdcoord.WithTTL(2 * time.Second), etcdcoord.WithSkew(500 * time.Millisecond),
 		etcdcoord.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),
@@ -152,7 +133,7 @@ func TestIdleExpiryIsNoLoss(t *testing.T) {
 // fails for that reason is given up with one warning, not retried and logged until Close.
 func TestClosedClientStopsHandBackRetries(t *testing.T) {
 	e := startEtcd(t)
-	var logs syncBuffer
+	var logs testutil.LogBuffer
 	a := newNode(t, e, "a", nodeConfig{opts: []etcdcoord.Option{
 		etcdcoord.WithTTL(2 * time.Second), etcdcoord.WithSkew(500 * time.Millisecond),
 		etcdcoord.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),

@@ -1,40 +1,22 @@
 package locktable
 
 import (
-	"bytes"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock/internal/testutil"
 )
 
-// faultLog is a logger's output, for a test to assert that the table logged no fault: a key given
-// back twice is logged as one and otherwise leaves the key as found.
-type faultLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (f *faultLog) Write(p []byte) (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.buf.Write(p)
-}
-
-func (f *faultLog) String() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.buf.String()
-}
-
-// newLoggedTestLocker is newTestLocker on a table of its own whose log the test reads.
-func newLoggedTestLocker(t *testing.T, clk Clock) (*testLocker, *faultLog) {
+// newLoggedTestLocker is newTestLocker on a table of its own whose log the test reads: a key
+// given back twice is logged as a fault and otherwise leaves the key as found.
+func newLoggedTestLocker(t *testing.T, clk Clock) (*testLocker, *testutil.LogBuffer) {
 	t.Helper()
-	out := &faultLog{}
+	out := &testutil.LogBuffer{}
 	l := openTestLocker(newTestTable(t), clk, slog.New(slog.NewTextHandler(out, nil)))
 	t.Cleanup(func() { l.Close() })
 	return l, out

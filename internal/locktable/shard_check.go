@@ -156,7 +156,8 @@ func (sh *shard) checkHolders(e *keyEntry, key []byte) int {
 func (sh *shard) checkQueue(e *keyEntry, key []byte, home bool) (counted int) {
 	woken, holding := 0, 0
 	var prev, lastEx *waiter // lastEx: the nearest exclusive request ahead that is not an upgrade
-	// pastPassers: a request that passes none is ahead (rangepass.go); no upgrade is behind it (upgradeOf)
+	// pastPassers: a request that passes none is ahead (rangepass.go), so no upgrade may follow
+	// (upgradeOf)
 	upAhead, pastUpgrades, pastPassers := false, false, false
 	for w := e.head; w != nil; prev, w = w, w.next {
 		switch {

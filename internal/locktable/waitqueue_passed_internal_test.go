@@ -36,7 +36,7 @@ func TestShareEndedFailsItsUpgradeQueuedBehindAPasser(t *testing.T) {
 	k, err := p.Lock(ctx, []byte("k"), testOptions{Shared: true})
 	require.NoError(t, err)
 	gotUp := txnLockResult(p, []byte("k"), testOptions{})
-	require.Eventually(t, func() bool { return l.tab.Counts().Waiting == 1 || len(gotUp) > 0 }, testutil.Guard, time.Millisecond)
+	WaitQueued(t, l, []byte("k"), 1)
 	require.True(t, testutil.NotReturned(gotUp), "p's upgrade waits for o's range")
 
 	armed.Store(true)
