@@ -155,8 +155,22 @@ func TestDeadlockOfFourTxnsOverThreeNodes(t *testing.T) {
 			assert.False(t, admitted(w), "a second request failed or was served: %d", i)
 		}
 	}
-	txns[failed].Rollback()
-	// The victim's locks go; the chain behind it is served in turn as each Txn commits.
+	// The victim's locks go; the chain behind it is served in turn as each Txn ends. waitsFor[i]
+	// is the wait for the record txns[i] holds. Each Lock returns before its Txn ends: a Txn is
+	// used by one goroutine.
+	waitsFor := []int{2, 3, 1, 0}
+	ended := failed
+	for range len(txns) - 1 {
+		txns[ended].Rollback()
+		next := waitsFor[ended]
+		select {
+		case r := <-waits[next]:
+			require.NoError(t, r.err, "wait %d is served once the Txn ahead of it ends", next)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("wait %d was not served after the Txn ahead of it ended", next)
+		}
+		ended = next
+	}
 	t.Logf("broken after %v: %v", elapsed, de)
 }
 
