@@ -16,15 +16,18 @@ import (
 
 	"github.com/recordlock/recordlock"
 	"github.com/recordlock/recordlock/etcdcoord"
+	"github.com/recordlock/recordlock/internal/testutil"
 )
 
-// txnLock is a Txn's Lock of key started in a goroutine.
-func txnLock(txn *recordlock.Txn, key string, opts recordlock.Options) chan lockResult {
+// txnLock is a Txn's Lock of key started in a goroutine. A test that ends before it returns
+// cancels it and waits for it (testutil.Go) before the Txn's Rollback: a Txn is used by one
+// goroutine, so a Txn passed here is rolled back by a cleanup, not a defer.
+func txnLock(t *testing.T, txn *recordlock.Txn, key string, opts recordlock.Options) chan lockResult {
 	got := make(chan lockResult, 1)
-	go func() {
-		h, err := txn.Lock(context.Background(), []byte(key), opts)
+	testutil.Go(t, context.Background(), func(ctx context.Context) {
+		h, err := txn.Lock(ctx, []byte(key), opts)
 		got <- lockResult{h, err}
-	}()
+	})
 	return got
 }
 
@@ -41,10 +44,10 @@ func TestDeadlockAcrossTwoNodes(t *testing.T) {
 
 	ta, err := a.l.BeginTx(recordlock.TxnOptions{Name: "transfer-1"})
 	require.NoError(t, err)
-	defer ta.Rollback()
+	t.Cleanup(ta.Rollback)
 	tb, err := b.l.BeginTx(recordlock.TxnOptions{Name: "transfer-2"})
 	require.NoError(t, err)
-	defer tb.Rollback()
+	t.Cleanup(tb.Rollback)
 	_, err = ta.Lock(ctx, []byte("acct/1"), opts)
 	require.NoError(t, err)
 	_, err = tb.Lock(ctx, []byte("acct/2"), opts)
@@ -58,10 +61,10 @@ func TestDeadlockAcrossTwoNodes(t *testing.T) {
 		return invoke()
 	})
 	t.Cleanup(func() { b.reqs.setHook(nil) })
-	ga := txnLock(ta, "acct/2", opts)
+	ga := txnLock(t, ta, "acct/2", opts)
 	require.Eventually(t, func() bool { return b.coord.Stats().RecallsReceived == 1 }, 5*time.Second, time.Millisecond)
 	start := time.Now()
-	gb := txnLock(tb, "acct/1", opts)
+	gb := txnLock(t, tb, "acct/1", opts)
 	var victim, other chan lockResult
 	var vtxn *recordlock.Txn
 	select {
@@ -118,18 +121,18 @@ func TestDeadlockOfFourTxnsOverThreeNodes(t *testing.T) {
 	}
 	t1, t2, t3, t4 := begin(a, "t1", "r1"), begin(b, "t2", "r2"), begin(b, "t3", "r3"), begin(c, "t4", "r4")
 
-	waits := []chan lockResult{txnLock(t1, "r2", opts)}
+	waits := []chan lockResult{txnLock(t, t1, "r2", opts)}
 	require.Eventually(t, func() bool { return b.coord.Stats().RecallsReceived == 1 }, 5*time.Second, time.Millisecond)
-	waits = append(waits, txnLock(t3, "r4", opts))
+	waits = append(waits, txnLock(t, t3, "r4", opts))
 	require.Eventually(t, func() bool { return c.coord.Stats().RecallsReceived == 1 }, 5*time.Second, time.Millisecond)
-	waits = append(waits, txnLock(t4, "r1", opts))
+	waits = append(waits, txnLock(t, t4, "r1", opts))
 	require.Eventually(t, func() bool { return a.coord.Stats().RecallsReceived == 1 }, 5*time.Second, time.Millisecond)
 	time.Sleep(100 * time.Millisecond) // no cycle yet: nothing may fail
 	for i, w := range waits {
 		assert.False(t, admitted(w), "wait %d returned before the cycle closed", i)
 	}
 	start := time.Now()
-	waits = append(waits, txnLock(t2, "r3", opts)) // the local wait that closes the cycle
+	waits = append(waits, txnLock(t, t2, "r3", opts)) // the local wait that closes the cycle
 
 	txns := []*recordlock.Txn{t1, t3, t4, t2}
 	failed := -1
@@ -185,15 +188,15 @@ func TestDeadlockThroughSharedLock(t *testing.T) {
 	write := cluster(10*time.Second, 20*time.Second)
 	read := sharedCluster(10*time.Second, 20*time.Second)
 	t1 := a.l.Begin()
-	defer t1.Rollback()
+	t.Cleanup(t1.Rollback)
 	t2 := b.l.Begin()
-	defer t2.Rollback()
+	t.Cleanup(t2.Rollback)
 	_, err := t1.Lock(ctx, []byte("r1"), read)
 	require.NoError(t, err)
 	_, err = t2.Lock(ctx, []byte("r2"), write)
 	require.NoError(t, err)
-	g1 := txnLock(t1, "r2", read)
-	g2 := txnLock(t2, "r1", write)
+	g1 := txnLock(t, t1, "r2", read)
+	g2 := txnLock(t, t2, "r1", write)
 	var failed, other chan lockResult
 	var victim *recordlock.Txn
 	select {
@@ -225,9 +228,9 @@ func TestTimedOutWaiterMakesNoVictim(t *testing.T) {
 	ctx := context.Background()
 	long := cluster(10*time.Second, 20*time.Second)
 	t1 := a.l.Begin()
-	defer t1.Rollback()
+	t.Cleanup(t1.Rollback)
 	t2 := b.l.Begin()
-	defer t2.Rollback()
+	t.Cleanup(t2.Rollback)
 	_, err := t1.Lock(ctx, []byte("r1"), long)
 	require.NoError(t, err)
 	_, err = t2.Lock(ctx, []byte("r2"), long)
@@ -235,6 +238,7 @@ func TestTimedOutWaiterMakesNoVictim(t *testing.T) {
 
 	// Whichever node confirms the cycle, its Txn waits until t1's Lock has timed out.
 	timedOut := make(chan struct{})
+	endTimeout := sync.OnceFunc(func() { close(timedOut) })
 	var confirms atomic.Int32
 	hold := func(ctx context.Context, method string, req any, invoke func() error) error {
 		if isConfirm(req) {
@@ -246,12 +250,13 @@ func TestTimedOutWaiterMakesNoVictim(t *testing.T) {
 	a.reqs.setHook(hold)
 	b.reqs.setHook(hold)
 	t.Cleanup(func() { a.reqs.setHook(nil); b.reqs.setHook(nil) })
-	g2 := txnLock(t2, "r1", long)
+	g2 := txnLock(t, t2, "r1", long)
+	t.Cleanup(endTimeout) // before g2's cleanup waits for its Lock, which may be held here
 	require.Eventually(t, func() bool { return a.coord.Stats().RecallsReceived == 1 }, 5*time.Second, time.Millisecond)
 	_, err = t1.Lock(ctx, []byte("r2"), cluster(10*time.Second, 500*time.Millisecond))
 	require.ErrorIs(t, err, recordlock.ErrTimeout, "t1's wait ran out")
 	require.Positive(t, confirms.Load(), "the cycle was found and a confirmation sent while t1 waited")
-	close(timedOut)
+	endTimeout()
 	time.Sleep(300 * time.Millisecond)
 	assert.False(t, admitted(g2), "t2 was failed by a cycle that had gone")
 	assert.Zero(t, a.coord.Stats().Deadlocks+b.coord.Stats().Deadlocks)
@@ -287,14 +292,14 @@ func TestDeadNodeLeavesNoEdge(t *testing.T) {
 	ctx := context.Background()
 	opts := cluster(time.Second, 10*time.Second)
 	t1 := a.l.Begin()
-	defer t1.Rollback()
+	t.Cleanup(t1.Rollback)
 	tc := c.l.Begin()
-	defer tc.Rollback()
+	t.Cleanup(tc.Rollback)
 	_, err := t1.Lock(ctx, []byte("r1"), opts)
 	require.NoError(t, err)
 	_, err = tc.Lock(ctx, []byte("rc"), opts)
 	require.NoError(t, err)
-	gc := txnLock(tc, "r1", opts)
+	gc := txnLock(t, tc, "r1", opts)
 	waitForPrefix(t, a.cli, "/recordlock/w/"+encode("c")+"/")
 	p.cut() // C dies with its wait published
 	waitForNoPrefix(t, a.cli, "/recordlock/w/"+encode("c")+"/")
@@ -335,17 +340,17 @@ func TestGrantedWaitsDeletionSparesTheNextWait(t *testing.T) {
 	ctx := context.Background()
 	opts := cluster(10*time.Second, 20*time.Second)
 	t2 := b.l.Begin()
-	defer t2.Rollback()
+	t.Cleanup(t2.Rollback)
 	_, err := t2.Lock(ctx, []byte("r1"), opts)
 	require.NoError(t, err)
 	t3, err := b.l.BeginTx(recordlock.TxnOptions{Name: "t3"})
 	require.NoError(t, err)
-	defer t3.Rollback()
+	t.Cleanup(t3.Rollback)
 	_, err = t3.Lock(ctx, []byte("r2"), opts)
 	require.NoError(t, err)
 	t1, err := a.l.BeginTx(recordlock.TxnOptions{Name: "t1"})
 	require.NoError(t, err)
-	defer t1.Rollback()
+	t.Cleanup(t1.Rollback)
 
 	// A's first deletion of a wait waits for release.
 	held, release, deleted := make(chan struct{}), make(chan struct{}), make(chan struct{})
@@ -364,7 +369,7 @@ func TestGrantedWaitsDeletionSparesTheNextWait(t *testing.T) {
 	letGo := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(func() { letGo(); a.reqs.setHook(nil) })
 
-	g1 := txnLock(t1, "r1", opts)
+	g1 := txnLock(t, t1, "r1", opts)
 	require.Eventually(t, func() bool { return b.coord.Stats().RecallsReceived == 1 }, 5*time.Second, time.Millisecond)
 	t2.Rollback() // B hands r1 over to t1
 	r := <-g1
@@ -374,12 +379,12 @@ func TestGrantedWaitsDeletionSparesTheNextWait(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the wait of t1's granted Lock was not deleted")
 	}
-	g2 := txnLock(t1, "r2", opts)
+	g2 := txnLock(t, t1, "r2", opts)
 	require.Eventually(t, func() bool { return b.coord.Stats().RecallsReceived == 2 }, 5*time.Second, time.Millisecond,
 		"t1's wait for r2 is in etcd")
 	letGo()
 	<-deleted
-	g3 := txnLock(t3, "r1", opts)
+	g3 := txnLock(t, t3, "r1", opts)
 	select {
 	case r := <-g3:
 		require.ErrorIs(t, r.err, recordlock.ErrDeadlock, "t3, whose wait began last, is the victim")
@@ -418,10 +423,10 @@ func TestCycleClosedOnTwoNodesAtOnceMakesOneVictim(t *testing.T) {
 	opts := cluster(10*time.Second, 20*time.Second)
 	ta, err := a.l.BeginTx(recordlock.TxnOptions{Name: "ta"})
 	require.NoError(t, err)
-	defer ta.Rollback()
+	t.Cleanup(ta.Rollback)
 	tb, err := b.l.BeginTx(recordlock.TxnOptions{Name: "tb"})
 	require.NoError(t, err)
-	defer tb.Rollback()
+	t.Cleanup(tb.Rollback)
 	_, err = ta.Lock(ctx, []byte("r1"), opts)
 	require.NoError(t, err)
 	_, err = tb.Lock(ctx, []byte("r2"), opts)
@@ -443,9 +448,10 @@ func TestCycleClosedOnTwoNodesAtOnceMakesOneVictim(t *testing.T) {
 	}
 	a.reqs.setHook(hold(exclusiveKey("r2")))
 	b.reqs.setHook(hold(exclusiveKey("r1")))
+	ga := txnLock(t, ta, "r2", opts)
+	gb := txnLock(t, tb, "r1", opts)
+	// After the Locks: this runs before their cleanups wait for them, and either may be held here.
 	t.Cleanup(func() { letGo(); a.reqs.setHook(nil); b.reqs.setHook(nil) })
-	ga := txnLock(ta, "r2", opts)
-	gb := txnLock(tb, "r1", opts)
 	for range 2 {
 		select {
 		case <-sent:
@@ -513,12 +519,12 @@ func TestTxnQueuedAheadIsNotTheVictim(t *testing.T) {
 	require.NoError(t, err)
 	_, err = t2.Lock(ctx, []byte("rY"), opts)
 	require.NoError(t, err)
-	g2 := txnLock(t2, "rX", opts)
+	g2 := txnLock(t, t2, "rX", opts)
 	require.Eventually(t, func() bool { return a.coord.Stats().RecallsReceived == 1 }, 5*time.Second, time.Millisecond)
-	g1 := txnLock(t1, "rY", opts)
+	g1 := txnLock(t, t1, "rY", opts)
 	require.Eventually(t, func() bool { return b.coord.Stats().RecallsReceived == 1 }, 5*time.Second, time.Millisecond)
 	time.Sleep(50 * time.Millisecond)
-	g3 := txnLock(t3, "rY", opts)
+	g3 := txnLock(t, t3, "rY", opts)
 
 	var victim string
 	select {

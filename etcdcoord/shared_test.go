@@ -13,6 +13,7 @@ import (
 
 	"github.com/recordlock/recordlock"
 	"github.com/recordlock/recordlock/etcdcoord"
+	"github.com/recordlock/recordlock/internal/testutil"
 )
 
 // sharedCluster are the options of a cluster-scoped shared lock.
@@ -185,17 +186,17 @@ func TestTxnUpgradeAcrossNodes(t *testing.T) {
 	read := sharedCluster(10*time.Second, 10*time.Second)
 
 	txn := a.l.Begin()
-	defer txn.Rollback()
+	t.Cleanup(txn.Rollback) // after the upgrade's goroutine has ended (testutil.Go)
 	shared, err := txn.Lock(ctx, []byte("k"), read)
 	require.NoError(t, err)
 	rb, err := b.l.Lock(ctx, []byte("k"), read)
 	require.NoError(t, err)
 
 	upgraded := make(chan error, 1)
-	go func() {
+	testutil.Go(t, ctx, func(ctx context.Context) {
 		_, err := txn.Lock(ctx, []byte("k"), cluster(10*time.Second, 10*time.Second))
 		upgraded <- err
-	}()
+	})
 	require.Eventually(t, func() bool { return b.coord.Stats().RecallsReceived == 1 }, 10*time.Second, time.Millisecond,
 		"the upgrade recalls B's reader")
 	select {

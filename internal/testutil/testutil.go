@@ -1,9 +1,11 @@
 // Package testutil holds the helpers the module's tests share: receiving from a goroutine the test
-// started, within a guard, and waiting until a condition the test cannot be told of holds. The
-// guards only turn a hang into a failure; no outcome rests on them.
+// started, within a guard, running a call in a goroutine that the test's end waits for, and
+// waiting until a condition the test cannot be told of holds. The guards only turn a hang into a
+// failure; no outcome rests on them.
 package testutil
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"testing"
@@ -24,6 +26,28 @@ func Await[T any](t testing.TB, ch <-chan T, what string) T {
 		t.Fatalf("%s did not happen within %v", what, Guard)
 		panic("unreachable")
 	}
+}
+
+// Go runs call in a goroutine with a ctx derived from ctx, for a call on what is used by one
+// goroutine (a Txn). When the test ends, a cleanup cancels that ctx and waits for call to return,
+// failing the test if it does not within Guard: what the test registered with Cleanup before Go
+// (the Txn's Rollback) then comes after call. A defer does not: defers run before cleanups.
+func Go(t testing.TB, ctx context.Context, call func(ctx context.Context)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		call(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(Guard):
+			t.Errorf("a call the test started did not return within %v of the test's end", Guard)
+		}
+	})
 }
 
 // NotReturned reports whether nothing has arrived on c within a short grace period: long enough
