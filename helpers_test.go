@@ -128,14 +128,12 @@ func lockAsync(ctx context.Context, l *recordlock.Locker, key []byte, opts recor
 	return c
 }
 
-// txnLockAsync starts txn.Lock in a goroutine and returns where its result arrives.
-func txnLockAsync(txn *recordlock.Txn, key []byte, opts recordlock.Options) <-chan lockResult {
-	c := make(chan lockResult, 1)
-	go func() {
-		h, err := txn.Lock(context.Background(), key, opts)
-		c <- lockResult{h, err}
-	}()
-	return c
+// txnLockAsync starts txn.Lock in a goroutine and returns where its result arrives. Like every
+// call on a Txn that these helpers start, it runs under testutil.Go: a test that ends before it
+// returns cancels it and waits for it before the Txn's Rollback, which is therefore a cleanup
+// (txnNamed's, or t.Cleanup), not a defer. A Txn is used by one goroutine.
+func txnLockAsync(t testing.TB, txn *recordlock.Txn, key []byte, opts recordlock.Options) <-chan lockResult {
+	return txnLockCtxAsync(t, context.Background(), txn, key, opts)
 }
 
 // lockAllResult is what a LockAll call started with lockAllAsync returned.
@@ -144,13 +142,14 @@ type lockAllResult struct {
 	err error
 }
 
-// lockAllAsync starts txn.LockAll in a goroutine and returns where its result arrives.
-func lockAllAsync(ctx context.Context, txn *recordlock.Txn, opts recordlock.Options, keys ...[]byte) <-chan lockAllResult {
+// lockAllAsync starts txn.LockAll in a goroutine and returns where its result arrives (see
+// txnLockAsync).
+func lockAllAsync(t testing.TB, ctx context.Context, txn *recordlock.Txn, opts recordlock.Options, keys ...[]byte) <-chan lockAllResult {
 	c := make(chan lockAllResult, 1)
-	go func() {
+	testutil.Go(t, ctx, func(ctx context.Context) {
 		hs, err := txn.LockAll(ctx, opts, keys...)
 		c <- lockAllResult{hs, err}
-	}()
+	})
 	return c
 }
 
@@ -475,13 +474,14 @@ var (
 // result: the result channel is buffered, so a Lock that returned has left its result there.
 func pendingLock(c <-chan lockResult) bool { return len(c) == 0 }
 
-// txnLockCtxAsync starts txn.Lock with ctx in a goroutine and returns where its result arrives.
-func txnLockCtxAsync(ctx context.Context, txn *recordlock.Txn, key []byte, opts recordlock.Options) <-chan lockResult {
+// txnLockCtxAsync starts txn.Lock with ctx in a goroutine and returns where its result arrives
+// (see txnLockAsync).
+func txnLockCtxAsync(t testing.TB, ctx context.Context, txn *recordlock.Txn, key []byte, opts recordlock.Options) <-chan lockResult {
 	c := make(chan lockResult, 1)
-	go func() {
+	testutil.Go(t, ctx, func(ctx context.Context) {
 		h, err := txn.Lock(ctx, key, opts)
 		c <- lockResult{h, err}
-	}()
+	})
 	return c
 }
 

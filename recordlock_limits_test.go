@@ -166,7 +166,7 @@ func TestMaxLocksLockAllGivesBackItsRooms(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	txn := l.Begin()
 	t.Cleanup(txn.Rollback)
-	res := lockAllAsync(ctx, txn, wait, []byte("a"), []byte("b"), []byte("c"))
+	res := lockAllAsync(t, ctx, txn, wait, []byte("a"), []byte("b"), []byte("c"))
 	waitingCount(t, l, 1)
 	_, err = l.TryLock([]byte("x"), node)
 	requireTooMany(t, err, 3) // a's request and the rooms of b and c
@@ -355,7 +355,7 @@ func TestMaxLocksRefusedRequestMakesRoom(t *testing.T) {
 		require.NoError(t, err)
 		_, err = winner.Lock(ctx, []byte("x"), node)
 		require.NoError(t, err)
-		won := txnLockAsync(winner, []byte("y"), wait)
+		won := txnLockAsync(t, winner, []byte("y"), wait)
 		waitQueued(t, l, []byte("y"), 1)
 
 		_, err = victim.Lock(ctx, []byte("x"), wait)

@@ -65,7 +65,7 @@ func TestStatsCountEachEvent(t *testing.T) {
 	require.NoError(t, err)
 	_, err = t2.Lock(ctx, []byte("y"), recordlock.Options{})
 	require.NoError(t, err)
-	t1Waits := txnLockAsync(t1, []byte("y"), recordlock.Options{})
+	t1Waits := txnLockAsync(t, t1, []byte("y"), recordlock.Options{})
 	waitQueued(t, l, []byte("y"), 1)
 	want.Acquired, want.Held, want.Waiting = 4, 3, 1
 	check("a Txn waiting")

@@ -38,11 +38,11 @@ func TestWaitsListsQueuedRequests(t *testing.T) {
 	waitQueued(t, l, []byte("plain"), 1)
 	clk.Advance(time.Second)
 	waiter := txnNamed(t, l, "waiter")
-	second := txnLockAsync(waiter, []byte("plain"), recordlock.Options{})
+	second := txnLockAsync(t, waiter, []byte("plain"), recordlock.Options{})
 	waitQueued(t, l, []byte("plain"), 2)
 	clk.Advance(time.Second)
 	onRow := txnNamed(t, l, "on-row")
-	third := txnLockAsync(onRow, []byte("row"), recordlock.Options{})
+	third := txnLockAsync(t, onRow, []byte("row"), recordlock.Options{})
 	waitQueued(t, l, []byte("row"), 1)
 	inCFWaits := make(chan error, 1)
 	go func() {

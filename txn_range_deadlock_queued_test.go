@@ -48,17 +48,23 @@ func TestTxnDeadlockThroughExclusiveRangeQueuedAhead(t *testing.T) {
 				}
 				t1, t2, t3 := begin("t1"), begin("t2"), begin("t3")
 				defer t1.Rollback()
-				defer t2.Rollback()
-				defer t3.Rollback()
+				t.Cleanup(t2.Rollback) // after the goroutines that lock for t2 and t3 (testutil.Go)
+				t.Cleanup(t3.Rollback)
 				_, err := t1.LockCF(bg, cfB, []byte("b"), sh)
 				require.NoError(t, err)
 				_, err = t2.LockCF(bg, cfK, []byte("k"), recordlock.Options{})
 				require.NoError(t, err)
 				r3 := make(chan lockResult, 1)
-				go func() { h, err := t3.LockRangeCF(bg, cfB, tc.r, recordlock.Options{}); r3 <- lockResult{h, err} }()
+				testutil.Go(t, bg, func(ctx context.Context) {
+					h, err := t3.LockRangeCF(ctx, cfB, tc.r, recordlock.Options{})
+					r3 <- lockResult{h, err}
+				})
 				waitingCount(t, l, 1)
 				r2 := make(chan lockResult, 1)
-				go func() { h, err := t2.LockCF(bg, cfB, []byte("b"), sh); r2 <- lockResult{h, err} }()
+				testutil.Go(t, bg, func(ctx context.Context) {
+					h, err := t2.LockCF(ctx, cfB, []byte("b"), sh)
+					r2 <- lockResult{h, err}
+				})
 				waitingCount(t, l, 2)
 
 				ctx, cancel := context.WithTimeout(bg, 2*time.Second)

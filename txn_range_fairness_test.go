@@ -113,7 +113,7 @@ func TestTxnLockAllPassesRangeWaitingForIt(t *testing.T) {
 	writer, reader := txnNamed(t, l, "writer"), txnNamed(t, l, "reader")
 	_, err := writer.Lock(ctx, []byte("p/a"), node)
 	require.NoError(t, err)
-	read := txnLockRangeAsync(reader, recordlock.Prefix([]byte("p/")), recordlock.Options{Shared: true, Timeout: time.Minute})
+	read := txnLockRangeAsync(t, reader, recordlock.Prefix([]byte("p/")), recordlock.Options{Shared: true, Timeout: time.Minute})
 	waitingCount(t, l, 1)
 
 	hs, err := writer.LockAll(ctx, wait, []byte("p/b"), []byte("p/a"))

@@ -46,7 +46,7 @@ func TestTxnRangeHoldsOffPhantoms(t *testing.T) {
 			require.Equal(t, 2, scanCount(t, counter, r))
 
 			writer := txnNamed(t, l, "writer")
-			locked := txnLockAsync(writer, []byte(tc.key), wait)
+			locked := txnLockAsync(t, writer, []byte(tc.key), wait)
 			testutil.WaitUntil(t, "the writer's lock queues behind the range", func() bool { return waitsOf(l, "writer") == 1 || len(locked) > 0 })
 			select {
 			case res := <-locked:
@@ -88,10 +88,10 @@ func TestTxnRangeWaitsForAnInsertInside(t *testing.T) {
 
 	counter := txnNamed(t, l, "counter")
 	locked := make(chan error, 1)
-	go func() {
+	testutil.Go(t, ctx, func(ctx context.Context) {
 		_, err := counter.LockRange(ctx, r, recordlock.Options{Shared: true, Timeout: wait.Timeout})
 		locked <- err
-	}()
+	})
 	testutil.WaitUntil(t, "the range queues behind the key", func() bool { return waitsOf(l, "counter") == 1 || len(locked) > 0 })
 	select {
 	case err := <-locked:

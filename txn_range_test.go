@@ -17,13 +17,14 @@ import (
 // Range locks in a Txn (docs/DESIGN.md §16.1): re-entry and upgrade, keys inside a range, writes
 // under it, Commit's check and fence, savepoints, deadlocks.
 
-// txnLockRangeAsync starts txn.LockRange in a goroutine and returns where its result arrives.
-func txnLockRangeAsync(txn *recordlock.Txn, r recordlock.Range, opts recordlock.Options) <-chan lockResult {
+// txnLockRangeAsync starts txn.LockRange in a goroutine and returns where its result arrives (see
+// txnLockAsync).
+func txnLockRangeAsync(t testing.TB, txn *recordlock.Txn, r recordlock.Range, opts recordlock.Options) <-chan lockResult {
 	c := make(chan lockResult, 1)
-	go func() {
-		h, err := txn.LockRange(context.Background(), r, opts)
+	testutil.Go(t, context.Background(), func(ctx context.Context) {
+		h, err := txn.LockRange(ctx, r, opts)
 		c <- lockResult{h, err}
-	}()
+	})
 	return c
 }
 
@@ -75,13 +76,13 @@ func TestTxnLockRangeUpgradeWaits(t *testing.T) {
 	_, _, l, other := lockerPair(t)
 	ctx := context.Background()
 	txn := l.Begin()
-	defer txn.Rollback()
+	t.Cleanup(txn.Rollback)
 	s, err := txn.LockRange(ctx, rng("a", "c"), shared)
 	require.NoError(t, err)
 	b, err := other.Lock(ctx, []byte("b"), shared)
 	require.NoError(t, err)
 
-	up := txnLockRangeAsync(txn, rng("a", "c"), wait)
+	up := txnLockRangeAsync(t, txn, rng("a", "c"), wait)
 	waitingCount(t, l, 1)
 	require.True(t, b.Release())
 	h := granted(t, up, "the upgrade")
@@ -325,8 +326,8 @@ func TestTxnRangeDeadlock(t *testing.T) {
 	_, err = t2.Lock(ctx, []byte("x"), node)
 	require.NoError(t, err)
 
-	first := txnLockAsync(t1, []byte("x"), wait)
-	second := txnLockRangeAsync(t2, rng("b", "bb"), wait)
+	first := txnLockAsync(t, t1, []byte("x"), wait)
+	second := txnLockRangeAsync(t, t2, rng("b", "bb"), wait)
 	var results [2]lockResult
 	select {
 	case results[0] = <-first:
@@ -361,7 +362,7 @@ func TestTxnRangeClosesDeadlock(t *testing.T) {
 	require.NoError(t, err)
 	x, err := t2.Lock(ctx, []byte("x"), node)
 	require.NoError(t, err)
-	first := txnLockAsync(t1, []byte("x"), wait)
+	first := txnLockAsync(t, t1, []byte("x"), wait)
 	waitingCount(t, l, 1)
 
 	_, err = t2.LockRange(ctx, rng("b", "bb"), wait)

@@ -139,7 +139,7 @@ func TestTxnUpgradeWaitsForOtherSharers(t *testing.T) {
 	x := lockAsync(ctx, other, key, wait) // queued before the upgrade
 	waitQueued(t, l, key, 1)
 
-	up := txnLockAsync(txn, key, wait)
+	up := txnLockAsync(t, txn, key, wait)
 	waitQueued(t, l, key, 2)
 	waitingCount(t, l, 2)
 	sharers := collectLocks(l)
@@ -179,7 +179,7 @@ func TestTxnFailedUpgradeLeavesShareUnchanged(t *testing.T) {
 			ctx := context.Background()
 			key := []byte("k")
 			txn := l.Begin()
-			defer txn.Rollback()
+			t.Cleanup(txn.Rollback)
 			h, err := txn.Lock(ctx, key, recordlock.Options{Shared: true, Lease: time.Minute})
 			require.NoError(t, err)
 			o, err := other.TryLock(key, shared)
@@ -188,7 +188,7 @@ func TestTxnFailedUpgradeLeavesShareUnchanged(t *testing.T) {
 
 			cctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			up := txnLockCtxAsync(cctx, txn, key, recordlock.Options{Timeout: time.Second})
+			up := txnLockCtxAsync(t, cctx, txn, key, recordlock.Options{Timeout: time.Second})
 			waitQueued(t, l, key, 1)
 			reader := lockAsync(ctx, other, key, sharedWait) // queued behind the upgrade
 			waitQueued(t, l, key, 2)
@@ -229,12 +229,12 @@ func TestTxnUpgradeFailsWhenShareEnds(t *testing.T) {
 			ctx := context.Background()
 			key := []byte("k")
 			txn := l.Begin()
-			defer txn.Rollback()
+			t.Cleanup(txn.Rollback)
 			h, err := txn.Lock(ctx, key, recordlock.Options{Shared: true, Lease: time.Second})
 			require.NoError(t, err)
 			o, err := other.TryLock(key, recordlock.Options{Shared: true, Lease: time.Minute})
 			require.NoError(t, err)
-			up := txnLockAsync(txn, key, wait)
+			up := txnLockAsync(t, txn, key, wait)
 			waitQueued(t, l, key, 1)
 
 			want := recordlock.ErrLeaseExpired
@@ -330,7 +330,7 @@ func TestTxnLockAllUpgradesAndUndoes(t *testing.T) {
 
 	t.Run("failure", func(t *testing.T) {
 		txn := l.Begin()
-		defer txn.Rollback()
+		t.Cleanup(txn.Rollback)
 		a, err := txn.Lock(ctx, []byte("a"), recordlock.Options{Shared: true, Lease: time.Minute})
 		require.NoError(t, err)
 		c, err := txn.Lock(ctx, []byte("c"), shared)
@@ -339,7 +339,7 @@ func TestTxnLockAllUpgradesAndUndoes(t *testing.T) {
 		require.NoError(t, err)
 		expires := a.ExpiresAt()
 		clk.Advance(time.Millisecond)
-		res := lockAllAsync(ctx, txn, recordlock.Options{Timeout: time.Second}, []byte("a"), []byte("b"), []byte("c"))
+		res := lockAllAsync(t, ctx, txn, recordlock.Options{Timeout: time.Second}, []byte("a"), []byte("b"), []byte("c"))
 		waitQueued(t, l, []byte("c"), 1)
 		assert.False(t, a.Shared(), "a, before c, was upgraded")
 		// A reader queued behind a's upgrade is served once the upgrade is undone.
@@ -439,7 +439,7 @@ func TestWaitsReportModes(t *testing.T) {
 	waitQueued(t, l, key, 1)
 	s := lockAsync(ctx, l, key, sharedWait)
 	waitQueued(t, l, key, 2)
-	u := txnLockAsync(up, key, wait)
+	u := txnLockAsync(t, up, key, wait)
 	waitQueued(t, l, key, 3)
 
 	var got []string

@@ -399,24 +399,24 @@ func TestDeadlockVictimRetryQueuesBehindWinner(t *testing.T) {
 			db := openDB(t)
 			_, l := manual(t, db)
 			winner, victim := l.Begin(), l.Begin()
-			defer winner.Rollback()
+			t.Cleanup(winner.Rollback)
 			defer victim.Rollback()
 			_, err := victim.Lock(context.Background(), y, recordlock.Options{})
 			require.NoError(t, err)
 			var won <-chan error
 			switch name {
 			case "LockAll":
-				c := lockAllAsync(context.Background(), winner, recordlock.Options{}, x, y)
+				c := lockAllAsync(t, context.Background(), winner, recordlock.Options{}, x, y)
 				won = receive(c, func(r lockAllResult) error { return r.err })
 			case "LockRange":
 				_, err := winner.LockRange(context.Background(), rng("w", "xx"), recordlock.Options{})
 				require.NoError(t, err)
-				c := txnLockAsync(winner, y, recordlock.Options{})
+				c := txnLockAsync(t, winner, y, recordlock.Options{})
 				won = receive(c, func(r lockResult) error { return r.err })
 			default:
 				_, err := winner.Lock(context.Background(), x, recordlock.Options{})
 				require.NoError(t, err)
-				c := txnLockAsync(winner, y, recordlock.Options{})
+				c := txnLockAsync(t, winner, y, recordlock.Options{})
 				won = receive(c, func(r lockResult) error { return r.err })
 			}
 			waitQueued(t, l, y, 1)
