@@ -289,14 +289,15 @@ func (t *testTxn) Lock(ctx context.Context, key []byte, o testOptions) (*Claim, 
 	return h, nil
 }
 
-// txnLockResult starts t.Lock in a goroutine and returns where its result arrives. t must make no
-// other call until it has.
-func txnLockResult(t *testTxn, key []byte, o testOptions) <-chan lockResult {
+// txnLockResult starts txn.Lock in a goroutine and returns where its result arrives. txn must make
+// no other call until it has; a test that ends first cancels the Lock and waits for it
+// (testutil.Go), so txn's Rollback is a cleanup registered before, not a defer.
+func txnLockResult(t testing.TB, txn *testTxn, key []byte, o testOptions) <-chan lockResult {
 	c := make(chan lockResult, 1)
-	go func() {
-		h, err := t.Lock(context.Background(), key, o)
+	testutil.Go(t, context.Background(), func(ctx context.Context) {
+		h, err := txn.Lock(ctx, key, o)
 		c <- lockResult{h, err}
-	}()
+	})
 	return c
 }
 

@@ -35,13 +35,14 @@ func (t *testTxn) lockIn(ctx context.Context, cf uint32, key, end []byte, ranged
 	return h, nil
 }
 
-// lockInAsync is lockIn in a goroutine; t makes no other call until its result has arrived.
-func (t *testTxn) lockInAsync(cf uint32, key, end []byte, ranged bool, o testOptions) <-chan lockResult {
+// lockInAsync is lockIn in a goroutine, under testutil.Go as txnLockResult; txn makes no other
+// call until its result has arrived.
+func (txn *testTxn) lockInAsync(t testing.TB, cf uint32, key, end []byte, ranged bool, o testOptions) <-chan lockResult {
 	c := make(chan lockResult, 1)
-	go func() {
-		h, err := t.lockIn(context.Background(), cf, key, end, ranged, o)
+	testutil.Go(t, context.Background(), func(ctx context.Context) {
+		h, err := txn.lockIn(ctx, cf, key, end, ranged, o)
 		c <- lockResult{h, err}
-	}()
+	})
 	return c
 }
 
@@ -66,15 +67,15 @@ func TestSharedKeyRequestWaitsForTheExclusiveRangeQueuedAhead(t *testing.T) {
 			bg := context.Background()
 			t1, t2, t3 := l.Begin(), l.Begin(), l.Begin()
 			t1.name, t2.name, t3.name = "t1", "t2", "t3"
-			defer t2.Rollback()
-			defer t3.Rollback()
+			t.Cleanup(t2.Rollback) // after the Locks started with lockInAsync
+			t.Cleanup(t3.Rollback)
 			_, err := t1.lockIn(bg, cfB, []byte("b"), nil, false, testOptions{Shared: true})
 			require.NoError(t, err)
 			_, err = t2.lockIn(bg, cfK, []byte("k"), nil, false, testOptions{})
 			require.NoError(t, err)
-			r3 := t3.lockInAsync(cfB, tc.start, tc.end, true, testOptions{})
+			r3 := t3.lockInAsync(t, cfB, tc.start, tc.end, true, testOptions{})
 			waitingCount(t, l, 1)
-			r2 := t2.lockInAsync(cfB, []byte("b"), nil, false, testOptions{Shared: true})
+			r2 := t2.lockInAsync(t, cfB, []byte("b"), nil, false, testOptions{Shared: true})
 			waitingCount(t, l, 2)
 			require.Equal(t, 2, graphWaiting(l))
 

@@ -169,18 +169,18 @@ func TestOwnerPassesRangeRequestThatWaitsForItThroughAnotherOwner(t *testing.T) 
 	l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
 	ctx := context.Background()
 	w, w2, reader := &testTxn{l: l, name: "W"}, &testTxn{l: l, name: "W2"}, &testTxn{l: l, name: "reader"}
-	defer w.Rollback()
-	defer w2.Rollback()
+	t.Cleanup(w.Rollback)
+	t.Cleanup(w2.Rollback)
 	_, err := w2.Lock(ctx, []byte("a"), testOptions{})
 	require.NoError(t, err)
 	_, err = w.Lock(ctx, []byte("b"), testOptions{Shared: true})
 	require.NoError(t, err)
 	gotRange := rangeAsync(l, "a", "e", testOptions{Shared: true}, reader)
 	waitRangesQueued(t, l, 1)
-	gotD := txnLockResult(w, []byte("d"), testOptions{})
+	gotD := txnLockResult(t, w, []byte("d"), testOptions{})
 	waitingCount(t, l, 2)
 
-	gotB := txnLockResult(w2, []byte("b"), testOptions{})
+	gotB := txnLockResult(t, w2, []byte("b"), testOptions{})
 	var res lockResult
 	select {
 	case r := <-gotB:
@@ -223,10 +223,10 @@ func TestOwnerPassesRangeRequestThatWaitsForItThroughAnUpgrade(t *testing.T) {
 	require.NoError(t, err)
 	gotRange := rangeAsync(l, "c", "", shared, nil)
 	waitRangesQueued(t, l, 1)
-	gotC := txnLockResult(t1, []byte("c"), testOptions{})
+	gotC := txnLockResult(t, t1, []byte("c"), testOptions{})
 	WaitQueued(t, l, []byte("c"), 1)
 
-	gotUp := txnLockResult(t3, []byte("a"), testOptions{})
+	gotUp := txnLockResult(t, t3, []byte("a"), testOptions{})
 	require.Eventually(t, func() bool { return l.tab.Counts().Waiting == 3 || len(gotUp) > 0 }, testutil.Guard, time.Millisecond)
 	select {
 	case r := <-gotUp:
@@ -265,9 +265,9 @@ func TestOwnerDoesNotPassRequestThatPassesTheRangeItself(t *testing.T) {
 	require.NoError(t, err)
 	gotRange := rangeAsync(l, "", "", testOptions{}, &testTxn{l: l, name: "t4"})
 	waitRangesQueued(t, l, 1)
-	got1 := txnLockResult(t1, []byte("d"), testOptions{})
+	got1 := txnLockResult(t, t1, []byte("d"), testOptions{})
 	WaitQueued(t, l, []byte("d"), 1)
-	got3 := txnLockResult(t3, []byte("d"), testOptions{})
+	got3 := txnLockResult(t, t3, []byte("d"), testOptions{})
 	WaitQueued(t, l, []byte("d"), 2)
 
 	require.True(t, a3.Release())
@@ -304,9 +304,9 @@ func TestOwnerPassesRequestThatStopsPassingWhenItsOwnerLetsGo(t *testing.T) {
 	require.NoError(t, err)
 	gotRange := rangeAsync(l, "", "", testOptions{}, &testTxn{l: l, name: "t4"})
 	waitRangesQueued(t, l, 1)
-	got3 := txnLockResult(t3, []byte("c"), testOptions{})
+	got3 := txnLockResult(t, t3, []byte("c"), testOptions{})
 	WaitQueued(t, l, []byte("c"), 1)
-	got1 := txnLockResult(t1, []byte("c"), testOptions{})
+	got1 := txnLockResult(t, t1, []byte("c"), testOptions{})
 	WaitQueued(t, l, []byte("c"), 2)
 
 	require.True(t, b3.Release())

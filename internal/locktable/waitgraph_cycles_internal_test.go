@@ -33,13 +33,13 @@ func TestDeadlockCycleReportedToOneTxn(t *testing.T) {
 			txns := make([]*testTxn, n)
 			for i := range txns {
 				txns[i] = l.Begin()
-				defer txns[i].Rollback()
+				t.Cleanup(txns[i].Rollback)
 				_, err := txns[i].Lock(context.Background(), key(i), testOptions{})
 				require.NoError(t, err)
 			}
 			waits := make([]<-chan lockResult, n-1)
 			for i := range n - 1 {
-				waits[i] = txnLockResult(txns[i], key(i+1), testOptions{})
+				waits[i] = txnLockResult(t, txns[i], key(i+1), testOptions{})
 				WaitQueued(t, l, key(i+1), 1)
 			}
 			_, err := txns[n-1].Lock(closingCtx(t), key(0), testOptions{})
@@ -125,8 +125,8 @@ func TestWaitOnNonTxnHolderIsNotADeadlock(t *testing.T) {
 	a, b, c := []byte("a"), []byte("b"), []byte("c")
 
 	t1, t2 := l.Begin(), l.Begin()
-	defer t1.Rollback()
-	defer t2.Rollback()
+	t.Cleanup(t1.Rollback)
+	t.Cleanup(t2.Rollback)
 	_, err := t1.Lock(context.Background(), a, testOptions{})
 	require.NoError(t, err)
 	_, err = t2.Lock(context.Background(), c, testOptions{})
@@ -134,9 +134,9 @@ func TestWaitOnNonTxnHolderIsNotADeadlock(t *testing.T) {
 	plain, err := l.TryLock(b, testOptions{})
 	require.NoError(t, err)
 
-	t1Waits := txnLockResult(t1, b, testOptions{})
+	t1Waits := txnLockResult(t, t1, b, testOptions{})
 	WaitQueued(t, l, b, 1)
-	t2Waits := txnLockResult(t2, a, testOptions{})
+	t2Waits := txnLockResult(t, t2, a, testOptions{})
 	WaitQueued(t, l, a, 1)
 	// The plain holder now waits for c, held by t2: a cycle the graph does not see.
 	plainWaits := lockAsync(context.Background(), l, c, testOptions{Timeout: time.Second})
@@ -159,16 +159,16 @@ func TestDeadlockSparesOtherWaiters(t *testing.T) {
 	a, b := []byte("a"), []byte("b")
 	holder, t1, t2 := l.Begin(), l.Begin(), l.Begin()
 	defer holder.Rollback()
-	defer t1.Rollback()
-	defer t2.Rollback()
+	t.Cleanup(t1.Rollback)
+	t.Cleanup(t2.Rollback)
 	_, err := holder.Lock(context.Background(), a, testOptions{})
 	require.NoError(t, err)
 	_, err = t1.Lock(context.Background(), b, testOptions{})
 	require.NoError(t, err)
 
-	t1Waits := txnLockResult(t1, a, testOptions{}) // first in line for a
+	t1Waits := txnLockResult(t, t1, a, testOptions{}) // first in line for a
 	WaitQueued(t, l, a, 1)
-	t2Waits := txnLockResult(t2, a, testOptions{}) // behind t1
+	t2Waits := txnLockResult(t, t2, a, testOptions{}) // behind t1
 	WaitQueued(t, l, a, 2)
 	// The holder asks for b, held by t1, which waits for a, which the holder holds.
 	_, err = holder.Lock(context.Background(), b, testOptions{})
@@ -201,9 +201,9 @@ func newTwoQueuedForHeldKey(t *testing.T) twoQueuedForHeldKey {
 	require.NoError(t, err)
 	_, err = x.second.Lock(ctx, b, testOptions{})
 	require.NoError(t, err)
-	x.firstWaits = txnLockResult(x.first, a, testOptions{})
+	x.firstWaits = txnLockResult(t, x.first, a, testOptions{})
 	WaitQueued(t, l, a, 1)
-	x.secondWaits = txnLockResult(x.second, a, testOptions{})
+	x.secondWaits = txnLockResult(t, x.second, a, testOptions{})
 	WaitQueued(t, l, a, 2)
 	return x
 }

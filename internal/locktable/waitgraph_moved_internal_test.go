@@ -40,24 +40,24 @@ func TestDeadlockClosedByMovedSharedEdge(t *testing.T) {
 			w09, w311 := &testTxn{l: l, name: "w0-9"}, &testTxn{l: l, name: "w3-11"}
 			w48, w512 := &testTxn{l: l, name: "w4-8"}, &testTxn{l: l, name: "w5-12"}
 			for _, txn := range []*testTxn{w09, w311, w48, w512} {
-				defer txn.Rollback()
+				t.Cleanup(txn.Rollback)
 			}
 
 			_, err := w09.Lock(ctx, k19, testOptions{})
 			require.NoError(t, err)
 			_, err = w311.Lock(ctx, k16, shared)
 			require.NoError(t, err)
-			r512 := txnLockResult(w512, k16, testOptions{})
+			r512 := txnLockResult(t, w512, k16, testOptions{})
 			WaitQueued(t, l, k16, 1)
 			outCtx, cancelOut := context.WithCancel(ctx)
 			defer cancelOut()
 			out := lockAsync(outCtx, l, k16, testOptions{Timeout: time.Second})
 			WaitQueued(t, l, k16, 2)
-			r09 := txnLockResult(w09, k16, shared)
+			r09 := txnLockResult(t, w09, k16, shared)
 			WaitQueued(t, l, k16, 3)
-			r48 := txnLockResult(w48, k19, testOptions{})
+			r48 := txnLockResult(t, w48, k19, testOptions{})
 			WaitQueued(t, l, k19, 1)
-			r311 := txnLockResult(w311, k19, shared)
+			r311 := txnLockResult(t, w311, k19, shared)
 			names := cycleOf(t, testutil.Await(t, r311, "w3-11, whose request closed the cycle").err)
 			require.NotEmpty(t, names)
 			assert.Equal(t, "w3-11:key019", names[0], "the cycle starts with the Txn whose request failed")

@@ -176,13 +176,13 @@ func TestDeadlockCycleShared(t *testing.T) {
 	txns := make([]*testTxn, n)
 	for i := range txns {
 		txns[i] = &testTxn{l: l, name: name(i)}
-		defer txns[i].Rollback()
+		t.Cleanup(txns[i].Rollback)
 		_, err := txns[i].Lock(ctx, key((i+1)/2), testOptions{Shared: true})
 		require.NoError(t, err)
 	}
 	waits := make([]<-chan lockResult, 15)
 	for i := range waits {
-		waits[i] = txnLockResult(txns[i], key(i+1), opts)
+		waits[i] = txnLockResult(t, txns[i], key(i+1), opts)
 	}
 	waitingCount(t, l, 15)
 
@@ -223,13 +223,13 @@ func TestDeadlockCycleShared(t *testing.T) {
 
 	// The cycle of two closed by a shared request.
 	t1, t2 := &testTxn{l: l, name: "T1"}, &testTxn{l: l, name: "T2"}
-	defer t1.Rollback()
+	t.Cleanup(t1.Rollback)
 	defer t2.Rollback()
 	_, err := t1.Lock(ctx, key(0), opts)
 	require.NoError(t, err)
 	_, err = t2.Lock(ctx, key(1), opts)
 	require.NoError(t, err)
-	w1 := txnLockResult(t1, key(1), opts)
+	w1 := txnLockResult(t, t1, key(1), opts)
 	waitingCount(t, l, 1)
 	_, err = t2.Lock(ctx, key(0), testOptions{Shared: true, Timeout: time.Hour})
 	assert.Equal(t, []string{"T2:0", "T1:1"}, cycleOf(t, err))
@@ -249,16 +249,16 @@ func TestReaderBehindWriterDeadlock(t *testing.T) {
 	opts := testOptions{Timeout: time.Hour}
 	r, s, w := &testTxn{l: l, name: "R"}, &testTxn{l: l, name: "S"}, &testTxn{l: l, name: "W"}
 	for _, txn := range []*testTxn{r, s, w} {
-		defer txn.Rollback()
+		t.Cleanup(txn.Rollback)
 	}
 	a, b := []byte("a"), []byte("b")
 	_, err := r.Lock(ctx, b, opts)
 	require.NoError(t, err)
 	_, err = s.Lock(ctx, a, testOptions{Shared: true})
 	require.NoError(t, err)
-	wWaits := txnLockResult(w, a, opts)
+	wWaits := txnLockResult(t, w, a, opts)
 	waitingCount(t, l, 1)
-	sWaits := txnLockResult(s, b, opts)
+	sWaits := txnLockResult(t, s, b, opts)
 	waitingCount(t, l, 2)
 
 	_, err = r.Lock(closingCtx(t), a, testOptions{Shared: true, Timeout: time.Hour})
@@ -282,7 +282,7 @@ func TestWriterWaitsForEverySharer(t *testing.T) {
 	opts := testOptions{Timeout: time.Hour}
 	a, z := []byte("a"), []byte("z")
 	w := l.Begin()
-	defer w.Rollback()
+	t.Cleanup(w.Rollback)
 	_, err := w.Lock(ctx, z, opts)
 	require.NoError(t, err)
 	readers := make([]*testTxn, 5)
@@ -292,7 +292,7 @@ func TestWriterWaitsForEverySharer(t *testing.T) {
 		_, err := readers[i].Lock(ctx, a, testOptions{Shared: true})
 		require.NoError(t, err)
 	}
-	wWaits := txnLockResult(w, a, opts)
+	wWaits := txnLockResult(t, w, a, opts)
 	waitingCount(t, l, 1)
 
 	_, err = readers[3].Lock(closingCtx(t), z, opts) // z is held by the writer, which waits for this reader's share
@@ -416,12 +416,12 @@ func TestUpgradeWaitsForTheOtherSharers(t *testing.T) {
 	l := newTestLocker(t, newTestTable(t), NewManualClock(time.Unix(1, 0)))
 	key := []byte("k")
 	txn := l.Begin()
-	defer txn.Rollback()
+	t.Cleanup(txn.Rollback)
 	h, err := txn.Lock(context.Background(), key, testOptions{Shared: true})
 	require.NoError(t, err)
 	other, err := l.TryLock(key, testOptions{Shared: true})
 	require.NoError(t, err)
-	up := txnLockResult(txn, key, testOptions{})
+	up := txnLockResult(t, txn, key, testOptions{})
 	if !testutil.NotReturned(up) {
 		t.Fatal("an upgrade waits until the Txn's share is the only one; it returned with another sharer left")
 	}
