@@ -73,23 +73,23 @@ func TestMaxLocksRefusesEveryKindOfLock(t *testing.T) {
 	k, busy := []byte("k"), []byte("busy")
 	calls := []struct {
 		name string
-		call func() (any, error)
+		call func(ctx context.Context) (any, error)
 	}{
-		{"Lock", func() (any, error) { return l.Lock(ctx, k, node) }},
-		{"Lock of a busy key", func() (any, error) { return l.Lock(ctx, busy, wait) }},
-		{"shared Lock", func() (any, error) { return l.Lock(ctx, k, shared) }},
-		{"TryLock", func() (any, error) { return l.TryLock(k, node) }},
-		{"LockCF", func() (any, error) { return l.LockCF(ctx, cf, k, node) }},
-		{"TryLockCF", func() (any, error) { return l.TryLockCF(cf, k, node) }},
-		{"LockRange", func() (any, error) { return l.LockRange(ctx, rng("m", "p"), node) }},
-		{"TryLockRange", func() (any, error) { return l.TryLockRange(rng("m", "p"), node) }},
-		{"LockRangeCF", func() (any, error) { return l.LockRangeCF(ctx, cf, rng("m", "p"), node) }},
-		{"Txn.Lock", func() (any, error) { return txn.Lock(ctx, k, node) }},
-		{"Txn.Lock of a busy key", func() (any, error) { return txn.Lock(ctx, busy, wait) }},
-		{"Txn.LockCF", func() (any, error) { return txn.LockCF(ctx, cf, k, node) }},
-		{"Txn.LockRange", func() (any, error) { return txn.LockRange(ctx, rng("m", "p"), node) }},
-		{"Txn.LockAll", func() (any, error) { return txn.LockAll(ctx, wait, k, busy) }},
-		{"Txn.LockAllCF", func() (any, error) { return txn.LockAllCF(ctx, cf, node, k) }},
+		{"Lock", func(ctx context.Context) (any, error) { return l.Lock(ctx, k, node) }},
+		{"Lock of a busy key", func(ctx context.Context) (any, error) { return l.Lock(ctx, busy, wait) }},
+		{"shared Lock", func(ctx context.Context) (any, error) { return l.Lock(ctx, k, shared) }},
+		{"TryLock", func(context.Context) (any, error) { return l.TryLock(k, node) }},
+		{"LockCF", func(ctx context.Context) (any, error) { return l.LockCF(ctx, cf, k, node) }},
+		{"TryLockCF", func(context.Context) (any, error) { return l.TryLockCF(cf, k, node) }},
+		{"LockRange", func(ctx context.Context) (any, error) { return l.LockRange(ctx, rng("m", "p"), node) }},
+		{"TryLockRange", func(context.Context) (any, error) { return l.TryLockRange(rng("m", "p"), node) }},
+		{"LockRangeCF", func(ctx context.Context) (any, error) { return l.LockRangeCF(ctx, cf, rng("m", "p"), node) }},
+		{"Txn.Lock", func(ctx context.Context) (any, error) { return txn.Lock(ctx, k, node) }},
+		{"Txn.Lock of a busy key", func(ctx context.Context) (any, error) { return txn.Lock(ctx, busy, wait) }},
+		{"Txn.LockCF", func(ctx context.Context) (any, error) { return txn.LockCF(ctx, cf, k, node) }},
+		{"Txn.LockRange", func(ctx context.Context) (any, error) { return txn.LockRange(ctx, rng("m", "p"), node) }},
+		{"Txn.LockAll", func(ctx context.Context) (any, error) { return txn.LockAll(ctx, wait, k, busy) }},
+		{"Txn.LockAllCF", func(ctx context.Context) (any, error) { return txn.LockAllCF(ctx, cf, node, k) }},
 	}
 	for _, c := range calls {
 		t.Run(c.name, func(t *testing.T) {
@@ -98,10 +98,12 @@ func TestMaxLocksRefusesEveryKindOfLock(t *testing.T) {
 				err error
 			}
 			done := make(chan result, 1)
-			go func() {
-				got, err := c.call()
+			// Under testutil.Go: a call that queued is cancelled and waited for before the next
+			// subtest uses the Txn.
+			testutil.Go(t, ctx, func(ctx context.Context) {
+				got, err := c.call(ctx)
 				done <- result{got, err}
-			}()
+			})
 			r := testutil.Await(t, done, c.name) // a call that queued would wait here: no clock moves
 			requireTooMany(t, r.err, 2)
 			assert.Nil(t, r.got)
