@@ -2,6 +2,7 @@ package recordlock
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,18 +28,20 @@ func TestTxnCommitHoldsOffSuccessor(t *testing.T) {
 	key := []byte("k")
 
 	txn := l.Begin()
-	defer txn.Rollback()
+	t.Cleanup(txn.Rollback) // after the Commit's goroutine has ended (testutil.Go)
 	h, err := txn.Lock(ctx, key, Options{Lease: time.Second})
 	require.NoError(t, err)
 	require.NoError(t, txn.Put(key, []byte("first")))
 
 	entered, proceed := make(chan struct{}), make(chan struct{})
+	letProceed := sync.OnceFunc(func() { close(proceed) })
 	inFence = func() {
 		close(entered)
 		<-proceed
 	}
 	committed := make(chan error, 1)
-	go func() { committed <- txn.Commit() }()
+	testutil.Go(t, ctx, func(context.Context) { committed <- txn.Commit() })
+	t.Cleanup(letProceed) // runs before the wait for the Commit, which may be held in its fence
 	testutil.Await(t, entered, "Commit reaching its write")
 
 	successor := lockAsync(ctx, other, key, Options{Timeout: time.Minute})
@@ -59,7 +62,7 @@ func TestTxnCommitHoldsOffSuccessor(t *testing.T) {
 	default:
 	}
 
-	close(proceed)
+	letProceed()
 	require.NoError(t, testutil.Await(t, committed, "Commit"), "a commit that entered its fences in time lands")
 	got := testutil.Await(t, successor, "the successor's grant after the commit")
 	require.NoError(t, got.err)

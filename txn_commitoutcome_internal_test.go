@@ -47,7 +47,7 @@ func TestDroppedFamilyBatchFailsAloneInItsGroup(t *testing.T) {
 	ctx := context.Background()
 
 	doomed := g.l.Begin()
-	defer doomed.Rollback()
+	t.Cleanup(doomed.Rollback) // after the Commit's goroutine has ended (testutil.Go)
 	_, err = doomed.LockCF(ctx, cfs[1], []byte("doomed"), Options{Lease: time.Minute})
 	require.NoError(t, err)
 	_, err = doomed.Lock(ctx, []byte("doomed:default"), Options{Lease: time.Minute})
@@ -65,7 +65,8 @@ func TestDroppedFamilyBatchFailsAloneInItsGroup(t *testing.T) {
 		done[i] = g.queue(t, TxnOptions{}, fmt.Sprintf("innocent:%02d", i), fmt.Sprintf("v%02d", i), queued)
 		if i == innocents/2 { // the doomed Txn queues in the middle of the innocent ones
 			doomedDone := make(chan error, 1)
-			go func() { doomedDone <- doomed.Commit() }()
+			testutil.Go(t, ctx, func(context.Context) { doomedDone <- doomed.Commit() })
+			t.Cleanup(g.release) // runs before the Commit is waited for: it may queue behind the held write
 			queued++
 			require.Eventually(t, func() bool { return g.queued() == queued }, testutil.Guard, 200*time.Microsecond)
 			done[innocents] = doomedDone
@@ -114,12 +115,13 @@ func TestForeignFamilyBatchWritesAlone(t *testing.T) {
 	good1 := g.queue(t, TxnOptions{}, "good1", "v1", 1)
 
 	bad := g.l.Begin()
-	defer bad.Rollback()
+	t.Cleanup(bad.Rollback) // after the Commit's goroutine has ended (testutil.Go)
 	_, err := bad.LockCF(context.Background(), foreign[2], []byte("bad"), Options{Lease: time.Minute})
 	require.NoError(t, err, "the handle passes the Locker's checks")
 	require.NoError(t, bad.PutCF(foreign[2], []byte("bad"), []byte("v")))
 	badDone := make(chan error, 1)
-	go func() { badDone <- bad.Commit() }()
+	testutil.Go(t, context.Background(), func(context.Context) { badDone <- bad.Commit() })
+	t.Cleanup(g.release) // runs before the Commit is waited for: it may queue behind the held write
 	require.Eventually(t, func() bool { return g.queued() == 2 }, testutil.Guard, 200*time.Microsecond)
 	good2 := g.queue(t, TxnOptions{}, "good2", "v2", 3)
 

@@ -218,12 +218,13 @@ func TestQueuedCommitStaysFenced(t *testing.T) {
 	first := g.holdFirst(t, "first", "v")
 
 	txn := g.l.Begin()
-	defer txn.Rollback()
+	t.Cleanup(txn.Rollback) // after the Commit's goroutine has ended (testutil.Go)
 	h, err := txn.Lock(ctx, []byte("k"), Options{Lease: time.Second})
 	require.NoError(t, err)
 	require.NoError(t, txn.Put([]byte("k"), []byte("queued")))
 	done := make(chan error, 1)
-	go func() { done <- txn.Commit() }()
+	testutil.Go(t, ctx, func(context.Context) { done <- txn.Commit() })
+	t.Cleanup(g.release) // runs before the Commit is waited for: it may queue behind the held write
 	require.Eventually(t, func() bool { return g.queued() == 1 }, testutil.Guard, 200*time.Microsecond)
 
 	g.clk.Advance(2 * time.Second) // the lease lapses while the commit waits for its write

@@ -23,7 +23,7 @@ func TestTxnPlainWritesNotBlockedByLocks(t *testing.T) {
 	require.NoError(t, err)
 
 	txn := beginUnlocked(t, l)
-	defer txn.Rollback()
+	t.Cleanup(txn.Rollback) // after the Commit's goroutine has ended (testutil.Go)
 	_, err = txn.Lock(ctx, []byte("mine"), recordlock.Options{})
 	require.NoError(t, err)
 	require.NoError(t, txn.Put([]byte("a"), []byte("plain")), "a key this Txn did not lock needs no live handle")
@@ -31,7 +31,7 @@ func TestTxnPlainWritesNotBlockedByLocks(t *testing.T) {
 	require.NoError(t, txn.Put([]byte("mine"), []byte("fenced")))
 
 	committed := make(chan error, 1)
-	go func() { committed <- txn.Commit() }()
+	testutil.Go(t, ctx, func(context.Context) { committed <- txn.Commit() })
 	require.NoError(t, testutil.Await(t, committed, "Commit"))
 
 	assert.Equal(t, []byte("plain"), dbGet(t, db, "a"))
