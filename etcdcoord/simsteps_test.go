@@ -451,6 +451,11 @@ func (w *simWorld) txnLock(t *simTxn) {
 func (w *simWorld) txnLockFor(t *simTxn, lease, timeout time.Duration) {
 	asked := w.etcd.revision()
 	w.mu.Lock()
+	if t.locking { // a Txn is used by one goroutine: a schedule that asks again fails instead
+		w.fail("schedule: %s locks again before its Lock of %v returned", t, t.plan[t.next])
+		w.mu.Unlock()
+		return
+	}
 	l := t.plan[t.next]
 	t.locking = true
 	outage := -1
