@@ -35,9 +35,9 @@ func TestOwnerLettingGoOfAHomeKeyMovesThePasserAhead(t *testing.T) {
 			require.NoError(t, err)
 			gotRange := rangeAsync(l, "", "", testOptions{}, &testTxn{l: l, name: "t4"})
 			waitRangesQueued(t, l, 1)
-			got3 := txnLockResult(t3, []byte("c"), testOptions{})
+			got3 := txnLockResult(t, t3, []byte("c"), testOptions{})
 			WaitQueued(t, l, []byte("c"), 1)
-			got1 := txnLockResult(t1, []byte("c"), testOptions{})
+			got1 := txnLockResult(t, t1, []byte("c"), testOptions{})
 			WaitQueued(t, l, []byte("c"), 2)
 
 			require.True(t, b3.Release())
