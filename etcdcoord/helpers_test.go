@@ -9,8 +9,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/url"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -91,14 +94,67 @@ type server struct {
 
 func (s *server) stop() { s.once.Do(s.Close) }
 
-// loopbackURL returns an http URL on a free loopback port.
+// loopbackURL returns an http URL on a free loopback port below the kernel's range of ephemeral
+// ports, one this process has not handed out before. A port of that range, once let go, can be
+// taken as the local end of any outgoing connection for as long as the connection lasts, and etcd
+// could then not bind it, nor rebind it on a restart; a port below it is only ever taken by a
+// listener.
 func loopbackURL(tb testing.TB) url.URL {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(tb, err)
-	addr := ln.Addr().String()
-	require.NoError(tb, ln.Close())
-	return url.URL{Scheme: "http", Host: addr}
+	const lowest = 10000
+	top := ephemeralPortsFrom()
+	for range 1000 {
+		port := lowest + rand.IntN(top-lowest)
+		if !handedOut.claim(port) {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		require.NoError(tb, ln.Close())
+		return url.URL{Scheme: "http", Host: ln.Addr().String()}
+	}
+	tb.Fatalf("no free loopback port in [%d, %d)", lowest, top)
+	return url.URL{}
+}
+
+// ephemeralPortsFrom is the first port of the kernel's range of ephemeral ports (Linux's
+// ip_local_port_range), or 32768, its default, where it cannot be read or leaves few ports below.
+func ephemeralPortsFrom() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil || lo <= 20000 {
+		return 32768
+	}
+	return lo
+}
+
+// handedOut is the set of ports loopbackURL has returned: a member that was stopped keeps its
+// ports for its restart.
+var handedOut = portSet{taken: map[int]bool{}}
+
+type portSet struct {
+	mu    sync.Mutex
+	taken map[int]bool
+}
+
+// claim adds port to the set, reporting whether it was not there.
+func (s *portSet) claim(port int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.taken[port] {
+		return false
+	}
+	s.taken[port] = true
+	return true
 }
 
 // requests counts the gRPC requests a client sends, by method: each unary call and each message
@@ -573,9 +629,8 @@ type member struct {
 	stopped bool
 }
 
-// start starts (or restarts) the member on its ports. A port the member let go can be taken for a
-// moment by another process's outgoing connection, so a bind that fails is tried again, for up to
-// five seconds.
+// start starts (or restarts) the member on its ports. Another process's listener may hold one for
+// a moment, so a bind that fails is tried again, for up to five seconds.
 func (m *member) start() {
 	ee, err := embed.StartEtcd(m.cfg)
 	for try := 0; err != nil && strings.Contains(err.Error(), "address already in use") && try < 50; try++ {
