@@ -32,14 +32,7 @@ func TestGrantGivenBackAsTheLockerClosesReturnsItsRoomOnce(t *testing.T) {
 	WaitQueued(t, l, key, 1)
 	clk.Advance(2 * bargeWindow) // granted directly, not woken to compete with newcomers
 
-	// The grant and the close under one hold of the mutex, as in
-	// TestWaiterGrantedAsTheLockerClosesFailsClosed.
-	sh := holder.shard()
-	sh.mu.Lock()
-	sh.unschedule(holder)
-	sh.giveBack(holder, flagReleased)
-	l.ten.closed.Store(true)
-	sh.unlockAndRunDeferred()
+	releaseAndCloseAtOnce(l, holder)
 
 	require.ErrorIs(t, testutil.Await(t, res, "the waiter's result"), ErrClosed)
 	assert.Zero(t, l.ten.bound.used.Load(), "the room of a grant given back as the Locker closed went back more than once")

@@ -24,15 +24,20 @@ func TestWaiterGrantedAsTheLockerClosesFailsClosed(t *testing.T) {
 	WaitQueued(t, l, key, 1)
 	clk.Advance(2 * bargeWindow) // granted directly, not woken to compete with newcomers
 
-	// The grant and the close under one hold of the mutex: the waiter wakes to both.
+	releaseAndCloseAtOnce(l, holder)
+
+	r := testutil.Await(t, res, "the waiter's result")
+	require.ErrorIs(t, r.err, ErrClosed, "a waiter granted as the Locker closed was handed a claim Close would not release")
+	require.True(t, ProbeTableEmpty(l), "the key granted as the Locker closed was not given back")
+}
+
+// releaseAndCloseAtOnce releases holder and marks l closed under one hold of holder's shard's
+// mutex, so that what waits for holder's key is granted it and finds l closed as it wakes.
+func releaseAndCloseAtOnce(l *testLocker, holder *Claim) {
 	sh := holder.shard()
 	sh.mu.Lock()
 	sh.unschedule(holder)
 	sh.giveBack(holder, flagReleased)
 	l.ten.closed.Store(true)
 	sh.unlockAndRunDeferred()
-
-	r := testutil.Await(t, res, "the waiter's result")
-	require.ErrorIs(t, r.err, ErrClosed, "a waiter granted as the Locker closed was handed a claim Close would not release")
-	require.True(t, ProbeTableEmpty(l), "the key granted as the Locker closed was not given back")
 }

@@ -24,13 +24,7 @@ func TestUpgradeGrantedAsTheLockerClosesFailsClosed(t *testing.T) {
 	go func() { _, err := h.Upgrade(context.Background(), time.Minute, false); res <- err }()
 	WaitQueued(t, l, key, 1)
 
-	// The grant and the close under one hold of the mutex: the upgrade wakes to both.
-	sh := other.shard()
-	sh.mu.Lock()
-	sh.unschedule(other)
-	sh.giveBack(other, flagReleased)
-	l.ten.closed.Store(true)
-	sh.unlockAndRunDeferred()
+	releaseAndCloseAtOnce(l, other)
 
 	require.ErrorIs(t, testutil.Await(t, res, "the upgrade's result"), ErrClosed,
 		"an upgrade granted as the Locker closed reported the wait's own outcome")
