@@ -263,12 +263,7 @@ func TestOwnerDoesNotPassRequestThatPassesTheRangeItself(t *testing.T) {
 	require.NoError(t, err)
 	a3, err := t3.Lock(ctx, []byte("a"), shared)
 	require.NoError(t, err)
-	gotRange := rangeAsync(l, "", "", testOptions{}, &testTxn{l: l, name: "t4"})
-	waitRangesQueued(t, l, 1)
-	got1 := txnLockResult(t, t1, []byte("d"), testOptions{})
-	WaitQueued(t, l, []byte("d"), 1)
-	got3 := txnLockResult(t, t3, []byte("d"), testOptions{})
-	WaitQueued(t, l, []byte("d"), 2)
+	gotRange, got1, got3 := queueRangeThenTwo(t, l, []byte("d"), t1, t3)
 
 	require.True(t, a3.Release())
 	require.True(t, d2.Release())
@@ -302,12 +297,7 @@ func TestOwnerPassesRequestThatStopsPassingWhenItsOwnerLetsGo(t *testing.T) {
 	require.NoError(t, err)
 	c2, err := t2.Lock(ctx, []byte("c"), shared)
 	require.NoError(t, err)
-	gotRange := rangeAsync(l, "", "", testOptions{}, &testTxn{l: l, name: "t4"})
-	waitRangesQueued(t, l, 1)
-	got3 := txnLockResult(t, t3, []byte("c"), testOptions{})
-	WaitQueued(t, l, []byte("c"), 1)
-	got1 := txnLockResult(t, t1, []byte("c"), testOptions{})
-	WaitQueued(t, l, []byte("c"), 2)
+	gotRange, got3, got1 := queueRangeThenTwo(t, l, []byte("c"), t3, t1)
 
 	require.True(t, b3.Release())
 	require.True(t, c2.Release())
@@ -322,4 +312,18 @@ func TestOwnerPassesRequestThatStopsPassingWhenItsOwnerLetsGo(t *testing.T) {
 	require.NoError(t, res3.err)
 	t3.Rollback()
 	assert.True(t, ProbeTableEmpty(l))
+}
+
+// queueRangeThenTwo queues an exclusive range over every key, of an owner of its own, and then
+// first's and second's exclusive requests for key, in that order, each queued before the next is
+// made; it returns where the three results arrive.
+func queueRangeThenTwo(t *testing.T, l *testLocker, key []byte, first, second *testTxn) (gotRange, got1, got2 <-chan lockResult) {
+	t.Helper()
+	gotRange = rangeAsync(l, "", "", testOptions{}, &testTxn{l: l, name: "t4"})
+	waitRangesQueued(t, l, 1)
+	got1 = txnLockResult(t, first, key, testOptions{})
+	WaitQueued(t, l, key, 1)
+	got2 = txnLockResult(t, second, key, testOptions{})
+	WaitQueued(t, l, key, 2)
+	return gotRange, got1, got2
 }

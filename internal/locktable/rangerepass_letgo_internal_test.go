@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/recordlock/recordlock/internal/testutil"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/recordlock/recordlock/internal/testutil"
 )
 
 // An owner that lets go of a key in a home shard, shared or exclusive, has the space's queues
@@ -33,12 +33,7 @@ func TestOwnerLettingGoOfAHomeKeyMovesThePasserAhead(t *testing.T) {
 			require.NoError(t, err)
 			c, err := l.TryLock([]byte("c"), testOptions{Shared: true})
 			require.NoError(t, err)
-			gotRange := rangeAsync(l, "", "", testOptions{}, &testTxn{l: l, name: "t4"})
-			waitRangesQueued(t, l, 1)
-			got3 := txnLockResult(t, t3, []byte("c"), testOptions{})
-			WaitQueued(t, l, []byte("c"), 1)
-			got1 := txnLockResult(t, t1, []byte("c"), testOptions{})
-			WaitQueued(t, l, []byte("c"), 2)
+			gotRange, got3, got1 := queueRangeThenTwo(t, l, []byte("c"), t3, t1)
 
 			require.True(t, b3.Release())
 			sh := c.shard()
