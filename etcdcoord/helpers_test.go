@@ -105,7 +105,7 @@ func loopbackURL(tb testing.TB) url.URL {
 	top := ephemeralPortsFrom()
 	for range 1000 {
 		port := lowest + rand.IntN(top-lowest)
-		if !handedOut.claim(port) {
+		if _, taken := handedOut.LoadOrStore(port, true); taken {
 			continue
 		}
 		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
@@ -137,25 +137,9 @@ func ephemeralPortsFrom() int {
 	return lo
 }
 
-// handedOut is the set of ports loopbackURL has returned: a member that was stopped keeps its
+// handedOut holds the ports loopbackURL has tried, as keys: a member that was stopped keeps its
 // ports for its restart.
-var handedOut = portSet{taken: map[int]bool{}}
-
-type portSet struct {
-	mu    sync.Mutex
-	taken map[int]bool
-}
-
-// claim adds port to the set, reporting whether it was not there.
-func (s *portSet) claim(port int) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.taken[port] {
-		return false
-	}
-	s.taken[port] = true
-	return true
-}
+var handedOut sync.Map
 
 // requests counts the gRPC requests a client sends, by method: each unary call and each message
 // sent on a stream.
